@@ -1,0 +1,81 @@
+# Ferry: the README's commands. `make run` and `make test` work on a fresh Debian 12 machine:
+# they install the Debian packages they need first (as root, or with sudo).
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
+
+# Everything the build, the tests and the benchmark use, from Debian 12.
+BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev
+TEST_PKGS  = python3 python3-pytest curl openssl nghttp2-client clang libclang-rt-14-dev
+BENCH_PKGS = wrk nginx-light valgrind strace
+PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
+
+SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build run test deps bench-deps unit integration asan fuzz bench clean format check-style doc
+
+all: build
+
+deps:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+bench-deps:
+	@missing=$$(for p in $(BUILD_PKGS) $(TEST_PKGS) $(BENCH_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/ferry
+
+# unit + fuzz-corpus replay (ctest), integration (pytest), then all of it again under ASan+UBSan
+test: build check-style
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	FERRY_BIN=$(CURDIR)/$(BUILD)/ferry $(PYTEST) -q tests
+	$(MAKE) asan
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFY_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	FERRY_BIN=$(CURDIR)/$(ASAN_BUILD)/ferry FERRY_SANITIZED=1 $(PYTEST) -q tests
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+integration: build
+	FERRY_BIN=$(CURDIR)/$(BUILD)/ferry $(PYTEST) -v tests
+
+# coverage-guided fuzzing with clang's libFuzzer, FUZZ_SECONDS each
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	./tools/fuzz.sh $(FUZZ_SECONDS)
+
+bench: bench-deps build
+	/usr/bin/python3 bench/run.py
+
+check-style:
+	./tools/check-style.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+doc: build
+	./$(BUILD)/ferry doc-config > docs/CONFIG.md.new
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -1,0 +1,63 @@
+/* The whole typed configuration of one ferry process (one generation), and its loader.
+ * Composes the modules' directive tables; the top-level table lives in config.c. */
+#ifndef FY_CONFIG_H
+#define FY_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "conf/conf.h"
+#include "handler/respond_conf.h"
+#include "handler/static_conf.h"
+#include "http/http_conf.h"
+#include "net/listener_conf.h"
+#include "ops/log_conf.h"
+
+typedef struct fy_route_match {
+    fy_conf_strlist_t host;    /* `host`: exact names or "*.example.com" wildcards; empty = any.
+                                  One scalar or a list. Compared case-insensitively, port ignored */
+    char *path;                /* `path`: prefix, must start with "/"; default "/" */
+    fy_conf_strlist_t methods; /* `method`: optional list, e.g. [GET, HEAD] */
+} fy_route_match_t;
+
+typedef struct fy_route_conf {
+    fy_route_match_t match;     /* `match` (optional: absent = everything) */
+    fy_static_conf_t *static_;  /* `static` */
+    fy_respond_conf_t *respond; /* `respond` */
+    struct fy_echo_conf { int unused; } *echo; /* `echo: {}`: request body streamed back */
+    /* exactly one handler key must be present (checked) */
+} fy_route_conf_t;
+
+typedef struct fy_config {
+    int64_t workers;          /* `workers`: "auto" (= online CPUs) or 1..256 */
+    fy_conf_list_t listeners; /* of fy_listener_conf_t; at least one */
+    fy_conf_list_t routes;    /* of fy_route_conf_t; first match wins */
+    fy_http_limits_t limits;  /* `limits` */
+    fy_log_conf_t log;        /* `log` */
+    char *data_dir;           /* `data-dir`: default $XDG_DATA_HOME/ferry or
+                                 ~/.local/share/ferry (self-signed certs live there) */
+    fy_conf_arena_t *arena;   /* owned: everything above lives in it */
+    const char *source;       /* file name or "<embedded>" */
+} fy_config_t;
+
+/* The top-level directive table (config.c); its nested tables come from the modules. */
+extern const fy_conf_directive_t fy_config_table[];
+
+/* The embedded default config (`ferry` / `make run`): demo site on 127.0.0.1:8080 and
+ * https://127.0.0.1:8443 with a self-signed certificate. NUL-terminated YAML. */
+extern const char fy_config_embedded[];
+
+/* Load and validate a config from a file (path) or from text (name, text). Returns the config
+ * or NULL with every error ("file:line:col: key: message", one per line) written to `errf`. */
+fy_config_t *fy_config_load_file(const char *path, FILE *errf);
+fy_config_t *fy_config_load_text(const char *name, const char *text, size_t len, FILE *errf);
+void fy_config_free(fy_config_t *cfg);
+
+/* Print the effective configuration as YAML (every key, defaults included). */
+void fy_config_dump(const fy_config_t *cfg, FILE *out);
+
+/* Markdown reference of every directive (docs/CONFIG.md). */
+void fy_config_doc(FILE *out);
+
+#endif

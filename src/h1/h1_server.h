@@ -1,0 +1,22 @@
+/* HTTP/1.1 server codec: wire <-> exchange on one client connection (keep-alive, pipelining,
+ * chunked in and out, trailers, 100-continue, strict parsing, limits and timeouts). */
+#ifndef FY_H1_H1_SERVER_H
+#define FY_H1_H1_SERVER_H
+
+#include <sys/socket.h>
+
+#include "http/exchange.h"
+
+/* Serve the accepted, non-blocking socket `fd` (ownership passes to the codec, which closes it
+ * on every path). ctx->tls set: TLS handshake first. Returns 0, or -errno when the conn could
+ * not be set up (fd already closed). */
+int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, socklen_t salen);
+
+/* Graceful shutdown of ctx's connections: idle ones close now, busy ones after their current
+ * response (sent with Connection: close). ctx->on_conn_closed reports each close. */
+void fy_h1_drain(fy_http_ctx_t *ctx);
+
+/* Close every remaining connection at once (drain deadline passed). */
+void fy_h1_close_all(fy_http_ctx_t *ctx);
+
+#endif

@@ -1,0 +1,200 @@
+#include "http/exchange.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+void fy_headers_add(fy_arena_t *a, fy_headers_t *hs, const char *name, size_t nlen,
+                    const char *value, size_t vlen)
+{
+    if (hs->n == hs->cap) {
+        size_t cap = hs->cap ? hs->cap * 2 : 8;
+        fy_header_t *v = fy_arena_alloc(a, cap * sizeof *v);
+        if (hs->n) memcpy(v, hs->v, hs->n * sizeof *v);
+        hs->v = v;
+        hs->cap = cap;
+    }
+    hs->v[hs->n].name = fy_str(name, nlen);
+    hs->v[hs->n].value = fy_str(value, vlen);
+    hs->n++;
+}
+
+const fy_header_t *fy_headers_find(const fy_headers_t *hs, const char *lower, size_t n)
+{
+    for (size_t i = 0; i < hs->n; i++)
+        if (fy_str_ieq(hs->v[i].name, lower, n)) return &hs->v[i];
+    return NULL;
+}
+
+int fy_http_method_id(fy_str_t m)
+{
+    switch (m.len) {
+    case 3:
+        if (memcmp(m.p, "GET", 3) == 0) return FY_M_GET;
+        if (memcmp(m.p, "PUT", 3) == 0) return FY_M_PUT;
+        break;
+    case 4:
+        if (memcmp(m.p, "HEAD", 4) == 0) return FY_M_HEAD;
+        if (memcmp(m.p, "POST", 4) == 0) return FY_M_POST;
+        break;
+    case 5:
+        if (memcmp(m.p, "PATCH", 5) == 0) return FY_M_PATCH;
+        if (memcmp(m.p, "TRACE", 5) == 0) return FY_M_TRACE;
+        break;
+    case 6:
+        if (memcmp(m.p, "DELETE", 6) == 0) return FY_M_DELETE;
+        break;
+    case 7:
+        if (memcmp(m.p, "OPTIONS", 7) == 0) return FY_M_OPTIONS;
+        if (memcmp(m.p, "CONNECT", 7) == 0) return FY_M_CONNECT;
+        break;
+    }
+    return FY_M_OTHER;
+}
+
+const char *fy_http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type, const char *body,
+                         size_t len)
+{
+    static const fy_producer_ops_t none = {NULL, NULL};
+    ex->res.status = status;
+    if (content_type) FY_HDR_ADD(ex->arena, &ex->res.headers, "content-type", content_type, strlen(content_type));
+    ex->res.content_length = (int64_t)len;
+    fy_exchange_start_response(ex, &none);
+    struct iovec iov = {(void *)body, len};
+    fy_exchange_send(ex, &iov, len ? 1 : 0, FY_SEND_FINAL);
+}
+
+void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason)
+{
+    ex->error = reason;
+    if (ex->response_started) {
+        fy_exchange_send(ex, NULL, 0, FY_SEND_ERROR);
+        return;
+    }
+    char *body = fy_arena_alloc(ex->arena, 160);
+    int n = snprintf(body, 160, "<html><head><title>%d %s</title></head><body><h1>%d %s</h1></body></html>\n",
+                     status, fy_http_reason(status), status, fy_http_reason(status));
+    ex->res.headers.n = 0;
+    fy_exchange_respond(ex, status, "text/html; charset=utf-8", body, (size_t)n);
+}
+
+void fy_exchange_read_body(fy_exchange_t *ex,
+                           void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end))
+{
+    ex->on_body = on_body;
+    ex->sink->read_body(ex);
+}
+
+/* ---- dates ---- */
+
+static const char wdays[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+
+void fy_http_date_fmt(time_t t, char *buf)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    /* fixed width: 29 bytes */
+    int y = tm.tm_year + 1900;
+    if (y < 0) y = 0;
+    if (y > 9999) y = 9999;
+    char *p = buf;
+    memcpy(p, wdays[tm.tm_wday], 3);
+    p += 3;
+    *p++ = ',';
+    *p++ = ' ';
+    *p++ = (char)('0' + tm.tm_mday / 10);
+    *p++ = (char)('0' + tm.tm_mday % 10);
+    *p++ = ' ';
+    memcpy(p, months[tm.tm_mon], 3);
+    p += 3;
+    *p++ = ' ';
+    *p++ = (char)('0' + y / 1000);
+    *p++ = (char)('0' + y / 100 % 10);
+    *p++ = (char)('0' + y / 10 % 10);
+    *p++ = (char)('0' + y % 10);
+    *p++ = ' ';
+    *p++ = (char)('0' + tm.tm_hour / 10);
+    *p++ = (char)('0' + tm.tm_hour % 10);
+    *p++ = ':';
+    *p++ = (char)('0' + tm.tm_min / 10);
+    *p++ = (char)('0' + tm.tm_min % 10);
+    *p++ = ':';
+    *p++ = (char)('0' + tm.tm_sec / 10);
+    *p++ = (char)('0' + tm.tm_sec % 10);
+    memcpy(p, " GMT", 5);
+}
+
+const char *fy_http_date(time_t now)
+{
+    static __thread time_t cached = -1;
+    static __thread char buf[32];
+    if (now != cached) {
+        fy_http_date_fmt(now, buf);
+        cached = now;
+    }
+    return buf;
+}
+
+time_t fy_http_date_parse(fy_str_t s)
+{
+    /* IMF-fixdate only: "Sun, 06 Nov 1994 08:49:37 GMT" (29 bytes) */
+    if (s.len != 29 || s.p[3] != ',' || memcmp(s.p + 26, "GMT", 3) != 0) return -1;
+    struct tm tm = {0};
+    char mon[4] = {s.p[8], s.p[9], s.p[10], 0};
+    int m = -1;
+    for (int i = 0; i < 12; i++)
+        if (memcmp(mon, months[i], 3) == 0) m = i;
+    if (m < 0) return -1;
+    int d, y, hh, mm, ss;
+    char tmp[30];
+    memcpy(tmp, s.p, 29);
+    tmp[29] = 0;
+    if (sscanf(tmp + 5, "%2d %*3s %4d %2d:%2d:%2d", &d, &y, &hh, &mm, &ss) != 5) return -1;
+    tm.tm_mday = d;
+    tm.tm_mon = m;
+    tm.tm_year = y - 1900;
+    tm.tm_hour = hh;
+    tm.tm_min = mm;
+    tm.tm_sec = ss;
+    return timegm(&tm);
+}

@@ -1,0 +1,192 @@
+/* The exchange: one request/response pair, protocol-neutral (DESIGN.md §2). Server codecs
+ * (h1 now; h2, h3 later) fill the request, dispatch it, and implement the sink; handlers answer
+ * through the functions below and never see a wire format.
+ *
+ * Response bodies are pulled (h2o's model): a handler sets ex->res, calls
+ * fy_exchange_start_response with a producer, then sends at most once per `proceed`:
+ * fy_exchange_send / fy_exchange_send_file with FY_SEND_MORE, and finally FY_SEND_FINAL.
+ * The head is written together with the first body bytes. Buffers passed to a send must stay
+ * valid until `proceed` is called (MORE) or the exchange is done (FINAL); codecs may copy small
+ * ones instead. Request bodies are delivered by `on_body`; the slice is valid until the handler
+ * calls fy_exchange_read_body again, and the codec reads nothing more until then
+ * (backpressure). */
+#ifndef FY_HTTP_EXCHANGE_H
+#define FY_HTTP_EXCHANGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/arena.h"
+#include "core/fwd.h"
+#include "core/list.h"
+#include "core/loop.h"
+#include "core/str.h"
+#include "http/http_conf.h"
+
+typedef struct fy_header {
+    fy_str_t name; /* lowercase for headers made by ferry; as received for request headers */
+    fy_str_t value;
+} fy_header_t;
+
+typedef struct fy_headers {
+    fy_header_t *v; /* arena-owned array */
+    size_t n, cap;
+} fy_headers_t;
+
+enum fy_method {
+    FY_M_OTHER = 0,
+    FY_M_GET,
+    FY_M_HEAD,
+    FY_M_POST,
+    FY_M_PUT,
+    FY_M_DELETE,
+    FY_M_OPTIONS,
+    FY_M_PATCH,
+    FY_M_CONNECT,
+    FY_M_TRACE,
+};
+
+typedef struct fy_request {
+    fy_str_t method;
+    int method_id;      /* enum fy_method */
+    fy_str_t scheme;    /* "http" or "https" */
+    fy_str_t authority; /* Host / :authority, as received (may include a port) */
+    fy_str_t target;    /* origin-form path?query as received */
+    fy_str_t path;      /* target before '?' (still percent-encoded) */
+    fy_str_t query;     /* after '?', without it; empty if none */
+    int version;        /* 10, 11, 20, 30 */
+    fy_headers_t headers;
+    int64_t content_length; /* -1: unknown length (chunked); 0: no body */
+    bool expect_continue;
+} fy_request_t;
+
+typedef struct fy_response {
+    int status;
+    fy_headers_t headers;   /* without Date/Server/Content-Length/framing: codecs add those */
+    int64_t content_length; /* -1: unknown (h1 uses chunked) */
+} fy_response_t;
+
+enum fy_send_state { FY_SEND_MORE = 0, FY_SEND_FINAL = 1, FY_SEND_ERROR = 2 };
+
+/* Implemented by handlers: the response-body producer. */
+typedef struct fy_producer_ops {
+    /* The previous send was consumed: send the next piece (or FINAL). */
+    void (*proceed)(fy_exchange_t *ex);
+    /* The client went away or the codec failed: release resources; no more sends. */
+    void (*stop)(fy_exchange_t *ex);
+} fy_producer_ops_t;
+
+/* Implemented by server codecs. */
+typedef struct fy_sink_ops {
+    const char *name;
+    void (*send)(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state);
+    void (*send_file)(fy_exchange_t *ex, int fd, off_t off, size_t len, int state);
+    /* The handler is ready for (more) request body. */
+    void (*read_body)(fy_exchange_t *ex);
+} fy_sink_ops_t;
+
+typedef struct fy_router fy_router_t;
+
+/* Per listener and worker: what codecs need to dispatch and to account. */
+typedef struct fy_http_ctx {
+    const fy_router_t *router;       /* borrowed */
+    const fy_http_limits_t *limits;  /* borrowed */
+    fy_loop_t *loop;
+    int worker_id;
+    bool is_tls;
+    /* Called once per exchange when its response is done or failed (access log). */
+    void (*on_done)(fy_exchange_t *ex, void *ud);
+    void *on_done_ud;
+    void *tls;                       /* fy_tls_ctx_t* for TLS listeners, else NULL */
+    /* connections of this listener on this worker (owned by the codecs) */
+    fy_list_t conns;
+    size_t nconns;
+    bool draining; /* graceful shutdown: finish current responses, then close */
+    /* called after a conn is freed (listener resumes accepting; drain completes) */
+    void (*on_conn_closed)(struct fy_http_ctx *ctx);
+    void *data; /* owner's (the worker's listener slot) */
+} fy_http_ctx_t;
+
+struct fy_exchange {
+    fy_request_t req;
+    fy_response_t res;
+    fy_headers_t req_trailers; /* filled before on_body(end=true) when the client sent some */
+    fy_headers_t res_trailers; /* set by the handler before its FINAL send (chunked h1, h2, h3) */
+    fy_arena_t *arena;         /* per exchange; reset when the exchange is done */
+    fy_http_ctx_t *ctx;
+    const struct sockaddr *remote; /* borrowed from the conn */
+    /* codec side */
+    const fy_sink_ops_t *sink;
+    void *codec; /* the codec's per-exchange/conn state */
+    /* handler side */
+    const fy_producer_ops_t *producer;
+    void *handler_data;
+    void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
+    /* state and accounting */
+    bool response_started;
+    bool done;
+    uint64_t start_ms;
+    uint64_t bytes_sent;     /* response body bytes */
+    uint64_t body_received;  /* request body bytes */
+    const char *error;       /* static reason when the exchange failed (for the log) */
+};
+
+/* Route the exchange to its handler (http/router.c). If no route matches: 404. */
+void fy_exchange_dispatch(fy_exchange_t *ex);
+
+static inline void fy_exchange_start_response(fy_exchange_t *ex, const fy_producer_ops_t *p)
+{
+    ex->producer = p;
+    ex->response_started = true;
+}
+
+static inline void fy_exchange_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                                    int state)
+{
+    ex->sink->send(ex, bufs, n, state);
+}
+
+static inline void fy_exchange_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len,
+                                         int state)
+{
+    ex->sink->send_file(ex, fd, off, len, state);
+}
+
+/* Ask for (more) request body; on_body gets it. Call again after each on_body to continue. */
+void fy_exchange_read_body(fy_exchange_t *ex,
+                           void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end));
+
+/* A whole response in one call: status, optional content type, body copied into the arena.
+ * Also sets Content-Length. */
+void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type, const char *body,
+                         size_t len);
+
+/* Fail the exchange with one call: before the response started, a small error page with
+ * `status`; after, the codec aborts the stream (h1: closes the connection). `reason` is a
+ * static string for the log. */
+void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason);
+
+/* Standard reason phrase ("Not Found"), or "Unknown". */
+const char *fy_http_reason(int status);
+
+/* Header lists (memory from the exchange's arena). Names of added headers are lowercase. */
+void fy_headers_add(fy_arena_t *a, fy_headers_t *hs, const char *name, size_t nlen,
+                    const char *value, size_t vlen);
+/* First header named `lower` (lowercase, case-insensitive), or NULL. */
+const fy_header_t *fy_headers_find(const fy_headers_t *hs, const char *lower, size_t n);
+#define FY_HDR_FIND(hs, lit) fy_headers_find((hs), (lit), sizeof(lit) - 1)
+#define FY_HDR_ADD(a, hs, nlit, v, vlen) fy_headers_add((a), (hs), (nlit), sizeof(nlit) - 1, (v), (vlen))
+
+int fy_http_method_id(fy_str_t m);
+
+/* "Mon, 30 Nov 2026 04:24:53 GMT" for `now` (cached per second per thread; 29 bytes). */
+const char *fy_http_date(time_t now);
+/* Format `t` the same way into buf (>= 30 bytes). */
+void fy_http_date_fmt(time_t t, char *buf);
+/* Parse an IMF-fixdate; returns -1 on error. */
+time_t fy_http_date_parse(fy_str_t s);
+
+#endif

@@ -1,0 +1,221 @@
+/* ferry: argv, signals, config load, workers. The command line is a contract (DESIGN.md §6). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core/log.h"
+#include "server.h"
+
+#define FERRY_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage:\n"
+    "  ferry                         run the embedded default config (demo site on\n"
+    "                                http://127.0.0.1:8080 and https://127.0.0.1:8443)\n"
+    "  ferry run -c FILE             run the configuration in FILE\n"
+    "  ferry check -c FILE           validate FILE and print the effective configuration\n"
+    "  ferry serve DIR [--listen ADDR] [--tls self-signed|CERT:KEY] [--protocols h1,...]\n"
+    "                  [--workers N] [--access-log stdout|FILE]\n"
+    "                                serve the files in DIR (default 127.0.0.1:8080)\n"
+    "  ferry doc-config              print the configuration reference (Markdown)\n"
+    "  ferry --version | --help\n"
+    "options for run and the default: --workers N overrides `workers`\n";
+
+__attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ferry: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see ferry --help)\n");
+    va_end(ap);
+    return 2;
+}
+
+/* YAML double-quoted scalar of s into buf. */
+static void yaml_quote(char *buf, size_t cap, const char *s)
+{
+    size_t o = 0;
+    buf[o++] = '"';
+    for (; *s && o + 4 < cap; s++) {
+        if (*s == '"' || *s == '\\') buf[o++] = '\\';
+        buf[o++] = *s;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+static int run(fy_config_t *cfg)
+{
+    fy_server_t *s = fy_server_new(cfg);
+    if (!s) return 1;
+    /* signals go to this thread only: workers never see them */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int r = fy_server_start(s);
+    if (r < 0) {
+        fy_log(FY_LOG_EMERG, "cannot start workers: %s", strerror(-r));
+        fy_server_free(s);
+        return 1;
+    }
+    fy_server_print_urls(s, stdout);
+    fy_notice("ferry %s started: %d workers", FERRY_VERSION, cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    for (;;) {
+        int sig = 0;
+        sigwait(&set, &sig);
+        if (sig == SIGHUP) {
+            fy_notice("SIGHUP: configuration reload is not supported yet; ignored");
+            continue;
+        }
+        fy_notice("signal %d: draining connections and exiting", sig);
+        break;
+    }
+    fy_server_stop(s, 10000);
+    fy_server_free(s);
+    fy_notice("exited cleanly");
+    return 0;
+}
+
+static fy_config_t *load(const char *file)
+{
+    return file ? fy_config_load_file(file, stderr)
+                : fy_config_load_text("<embedded>", fy_config_embedded, strlen(fy_config_embedded),
+                                      stderr);
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    const char *dir = NULL, *listen = "127.0.0.1:8080", *tls = NULL, *protocols = NULL;
+    const char *workers = NULL, *access = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (strcmp(a, "--listen") == 0) dst = &listen;
+        else if (strcmp(a, "--tls") == 0) dst = &tls;
+        else if (strcmp(a, "--protocols") == 0) dst = &protocols;
+        else if (strcmp(a, "--workers") == 0) dst = &workers;
+        else if (strcmp(a, "--access-log") == 0) dst = &access;
+        else if (a[0] == '-') return bad_usage("serve: unknown option '%s'", a);
+        else if (!dir) dir = a;
+        else return bad_usage("serve: unexpected argument '%s'", a);
+        if (dst) {
+            if (i + 1 >= argc) return bad_usage("serve: option '%s' needs a value", a);
+            *dst = argv[++i];
+        }
+    }
+    if (!dir) return bad_usage("serve: missing %s", "DIR");
+    char y[8192], q1[2048], q2[2048], q3[2048];
+    size_t o = 0;
+#define ADD(...) o += (size_t)snprintf(y + o, sizeof y - o, __VA_ARGS__)
+    if (workers) {
+        char *end;
+        long wn = strtol(workers, &end, 10);
+        if (strcmp(workers, "auto") != 0 && (*end || wn < 1 || wn > 256))
+            return bad_usage("--workers: expected auto or 1..256, got '%s'", workers);
+        ADD("workers: %s\n", strcmp(workers, "auto") == 0 ? "auto" : workers);
+    }
+    yaml_quote(q1, sizeof q1, listen);
+    ADD("listeners:\n  - address: %s\n", q1);
+    if (protocols) {
+        yaml_quote(q2, sizeof q2, protocols);
+        ADD("    protocols: %s\n", q2);
+    }
+    if (tls) {
+        if (strcmp(tls, "self-signed") == 0) {
+            ADD("    tls: self-signed\n");
+        } else {
+            const char *colon = strchr(tls, ':');
+            if (!colon) return bad_usage("--tls: expected self-signed or CERT:KEY, got '%s'", tls);
+            char cert[1024];
+            size_t cl = (size_t)(colon - tls);
+            if (cl >= sizeof cert) cl = sizeof cert - 1;
+            memcpy(cert, tls, cl);
+            cert[cl] = '\0';
+            yaml_quote(q2, sizeof q2, cert);
+            yaml_quote(q3, sizeof q3, colon + 1);
+            ADD("    tls: {cert: %s, key: %s}\n", q2, q3);
+        }
+    }
+    yaml_quote(q1, sizeof q1, dir);
+    ADD("routes:\n  - static: {root: %s}\n", q1);
+    if (access) {
+        yaml_quote(q1, sizeof q1, access);
+        ADD("log: {access: %s}\n", q1);
+    }
+#undef ADD
+    fy_config_t *cfg = fy_config_load_text("<command line>", y, o, stderr);
+    if (!cfg) return 2;
+    int r = run(cfg);
+    fy_config_free(cfg);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : NULL;
+    if (cmd && (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (cmd && strcmp(cmd, "--version") == 0) {
+        printf("ferry %s\n", FERRY_VERSION);
+        return 0;
+    }
+    if (cmd && strcmp(cmd, "serve") == 0) return cmd_serve(argc - 2, argv + 2);
+    if (cmd && strcmp(cmd, "doc-config") == 0) {
+        fy_config_doc(stdout);
+        return 0;
+    }
+    bool check = false;
+    int i = 1;
+    if (cmd && strcmp(cmd, "run") == 0) i = 2;
+    else if (cmd && strcmp(cmd, "check") == 0) {
+        check = true;
+        i = 2;
+    } else if (cmd && cmd[0] != '-') {
+        return bad_usage("unknown command '%s'", cmd);
+    }
+    const char *file = NULL;
+    long workers = -1;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) return bad_usage("option '%s' needs a FILE", argv[i]);
+            file = argv[++i];
+        } else if (strcmp(argv[i], "--workers") == 0) {
+            if (i + 1 >= argc) return bad_usage("option '%s' needs a number", argv[i]);
+            char *end;
+            errno = 0;
+            workers = strtol(argv[++i], &end, 10);
+            if (errno || *end || workers < 1 || workers > 256)
+                return bad_usage("--workers: expected 1..256, got '%s'", argv[i]);
+        } else {
+            return bad_usage("unknown option '%s'", argv[i]);
+        }
+    }
+    if ((check || (cmd && strcmp(cmd, "run") == 0)) && !file)
+        return bad_usage("%s needs -c FILE", cmd);
+    fy_config_t *cfg = load(file);
+    if (!cfg) return check ? 1 : 2;
+    if (workers > 0) cfg->workers = workers;
+    if (check) {
+        fy_config_dump(cfg, stdout);
+        fprintf(stderr, "ferry: configuration %s is valid\n", cfg->source);
+        fy_config_free(cfg);
+        return 0;
+    }
+    int r = run(cfg);
+    fy_config_free(cfg);
+    return r;
+}

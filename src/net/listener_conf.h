@@ -1,0 +1,34 @@
+/* Typed configuration of one listener (`listeners:` items). Table: net/listener_conf.c. */
+#ifndef FY_NET_LISTENER_CONF_H
+#define FY_NET_LISTENER_CONF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "conf/conf.h"
+#include "tls/tls_conf.h"
+
+/* Protocol bits for `protocols: [h1, h2c, h2, h3]`. */
+#define FY_PROTO_H1 0x1u
+#define FY_PROTO_H2C 0x2u
+#define FY_PROTO_H2 0x4u
+#define FY_PROTO_H3 0x8u
+
+typedef struct fy_listener_conf {
+    char *address;                /* as written: "127.0.0.1:8080", "[::1]:8443", ":8080" */
+    struct sockaddr_storage addr; /* resolved from `address` while loading (numeric only) */
+    socklen_t addrlen;
+    unsigned protocols;           /* FY_PROTO_* bits; default h1 (+h2c/h2 once they exist) */
+    fy_tls_conf_t *tls;           /* NULL: plain TCP */
+    int64_t backlog;              /* listen(2) backlog, default 4096 */
+    char *name;                   /* optional label used in logs; default = address */
+} fy_listener_conf_t;
+
+extern const fy_conf_directive_t fy_listener_conf_table[];
+
+/* Parse "HOST:PORT", "[V6]:PORT", ":PORT" or "PORT" (numeric hosts and "localhost" only).
+ * Returns 0, or -1 (nothing written). */
+int fy_listener_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
+
+#endif

@@ -1,0 +1,323 @@
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/loop.h"
+#include "core/pool.h"
+#include "h1/h1_server.h"
+#include "handler/echo.h"
+#include "handler/respond.h"
+#include "handler/static.h"
+#include "http/router.h"
+#include "net/sock.h"
+#include "ops/access_log.h"
+#include "tls/tls.h"
+
+typedef struct worker_listener {
+    fy_io_t io;
+    fy_http_ctx_t ctx;
+    struct fy_worker *w;
+    const fy_listener_conf_t *conf;
+    bool paused; /* at limits.connections */
+} worker_listener_t;
+
+struct fy_worker {
+    fy_server_t *srv;
+    int id;
+    pthread_t thread;
+    fy_loop_t loop;
+    worker_listener_t *ls; /* one per configured listener */
+    fy_timer_t tick;       /* access-log flush */
+    fy_timer_t drain_timer;
+    atomic_bool stop_requested;
+    bool draining;
+    uint64_t drain_ms;
+    fy_access_log_t *alog;
+};
+
+struct fy_server {
+    const fy_config_t *cfg;
+    int nworkers;
+    struct fy_worker *workers;
+    fy_router_t router;
+    fy_tls_ctx_t **tls; /* per listener, NULL for plain */
+    int access_fd;
+};
+
+static const char *const alpn_h1[] = {"http/1.1", NULL};
+
+static int build_router(fy_server_t *s)
+{
+    const fy_config_t *cfg = s->cfg;
+    const fy_route_conf_t *rc = cfg->routes.v;
+    s->router.routes = fy_xcalloc(cfg->routes.n ? cfg->routes.n : 1, sizeof(fy_route_t));
+    for (size_t i = 0; i < cfg->routes.n; i++) {
+        fy_route_t *r = &s->router.routes[i];
+        r->hosts = rc[i].match.host.v;
+        r->nhosts = rc[i].match.host.n;
+        r->path = rc[i].match.path ? rc[i].match.path : "/";
+        r->path_len = strlen(r->path);
+        for (size_t k = 0; k < rc[i].match.methods.n; k++) {
+            const char *m = rc[i].match.methods.v[k];
+            int id = fy_http_method_id(fy_str(m, strlen(m)));
+            if (id != FY_M_OTHER) r->methods |= 1u << id;
+        }
+        if (rc[i].static_)
+            r->handler = fy_static_handler_new(rc[i].static_);
+        else if (rc[i].respond)
+            r->handler = fy_respond_handler_new(rc[i].respond);
+        else if (rc[i].echo)
+            r->handler = fy_echo_handler_new();
+        s->router.n = i + 1;
+        if (!r->handler) return -1;
+    }
+    return 0;
+}
+
+fy_server_t *fy_server_new(const fy_config_t *cfg)
+{
+    fy_server_t *s = fy_xcalloc(1, sizeof *s);
+    s->cfg = cfg;
+    s->access_fd = -1;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
+    fy_log_min_level = cfg->log.level;
+    if (build_router(s) < 0) goto fail;
+    s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
+    const fy_listener_conf_t *lc = cfg->listeners.v;
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        if (!lc[i].tls) continue;
+        s->tls[i] = fy_tls_ctx_new(lc[i].tls, cfg->data_dir, alpn_h1);
+        if (!s->tls[i]) {
+            fy_log(FY_LOG_EMERG, "listener %s: TLS setup failed", lc[i].address);
+            goto fail;
+        }
+    }
+    const char *err = NULL;
+    if (fy_access_log_open(&cfg->log, &s->access_fd, &err) < 0) {
+        fy_log(FY_LOG_EMERG, "access log %s: %s", cfg->log.access, err);
+        goto fail;
+    }
+    s->workers = fy_xcalloc((size_t)s->nworkers, sizeof *s->workers);
+    for (int w = 0; w < s->nworkers; w++) {
+        struct fy_worker *wk = &s->workers[w];
+        wk->srv = s;
+        wk->id = w;
+        wk->ls = fy_xcalloc(cfg->listeners.n, sizeof *wk->ls);
+        for (size_t i = 0; i < cfg->listeners.n; i++) wk->ls[i].io.fd = -1;
+    }
+    /* bind here, before any thread starts, so that errors are reported at once */
+    for (int w = 0; w < s->nworkers; w++)
+        for (size_t i = 0; i < cfg->listeners.n; i++) {
+            int fd = fy_sock_listen((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
+                                    (int)lc[i].backlog, lc[i].address);
+            if (fd < 0) goto fail;
+            s->workers[w].ls[i].io.fd = fd;
+        }
+    return s;
+fail:
+    fy_server_free(s);
+    return NULL;
+}
+
+/* ---- worker ---- */
+
+static void on_accept(fy_io_t *io, uint32_t ev)
+{
+    worker_listener_t *wl = io->data;
+    const fy_http_limits_t *lim = wl->ctx.limits;
+    for (int i = 0; i < 64; i++) {
+        if ((int64_t)wl->ctx.nconns >= lim->max_connections) {
+            /* at the limit: stop accepting until a connection closes */
+            fy_warn("listener %s: limits.connections (%lld) reached", wl->conf->address,
+                    (long long)lim->max_connections);
+            fy_io_set(&wl->w->loop, &wl->io, 0);
+            wl->paused = true;
+            return;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+            fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
+            return;
+        }
+        fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
+    }
+}
+
+static bool all_closed(struct fy_worker *w)
+{
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++)
+        if (w->ls[i].ctx.nconns) return false;
+    return true;
+}
+
+static void on_conn_closed(fy_http_ctx_t *ctx)
+{
+    worker_listener_t *wl = ctx->data;
+    struct fy_worker *w = wl->w;
+    if (w->draining) {
+        if (all_closed(w)) fy_loop_stop(&w->loop);
+        return;
+    }
+    if (wl->paused && (int64_t)ctx->nconns < ctx->limits->max_connections) {
+        wl->paused = false;
+        fy_io_set(&w->loop, &wl->io, EPOLLIN);
+    }
+}
+
+static void on_tick(fy_timer_t *t)
+{
+    struct fy_worker *w = t->data;
+    if (w->alog) fy_access_log_flush(w->alog);
+    fy_timer_start(&w->loop, t, 1000);
+}
+
+static void on_drain_timeout(fy_timer_t *t)
+{
+    struct fy_worker *w = t->data;
+    size_t n = 0;
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
+    fy_warn("drain deadline passed: closing %zu connections", n);
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_h1_close_all(&w->ls[i].ctx);
+    fy_loop_stop(&w->loop);
+}
+
+static void on_wake(fy_loop_t *loop)
+{
+    struct fy_worker *w = loop->data;
+    if (!atomic_load(&w->stop_requested) || w->draining) return;
+    w->draining = true;
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) {
+        worker_listener_t *wl = &w->ls[i];
+        if (wl->io.fd >= 0) {
+            fy_io_set(loop, &wl->io, 0);
+            close(wl->io.fd);
+            wl->io.fd = -1;
+        }
+        fy_h1_drain(&wl->ctx);
+    }
+    if (all_closed(w)) {
+        fy_loop_stop(loop);
+        return;
+    }
+    fy_timer_start(loop, &w->drain_timer, w->drain_ms);
+}
+
+static void *worker_main(void *arg)
+{
+    struct fy_worker *w = arg;
+    fy_server_t *s = w->srv;
+    const fy_config_t *cfg = s->cfg;
+    fy_log_set_worker(w->id);
+    if (s->access_fd >= 0)
+        w->alog = fy_access_log_new(s->access_fd, cfg->log.access_format, cfg->log.access_buffer);
+    const fy_listener_conf_t *lc = cfg->listeners.v;
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        worker_listener_t *wl = &w->ls[i];
+        wl->w = w;
+        wl->conf = &lc[i];
+        wl->ctx.router = &s->router;
+        wl->ctx.limits = &cfg->limits;
+        wl->ctx.loop = &w->loop;
+        wl->ctx.worker_id = w->id;
+        wl->ctx.is_tls = s->tls[i] != NULL;
+        wl->ctx.tls = s->tls[i];
+        wl->ctx.data = wl;
+        wl->ctx.on_conn_closed = on_conn_closed;
+        if (w->alog) {
+            wl->ctx.on_done = fy_access_log_exchange;
+            wl->ctx.on_done_ud = w->alog;
+        }
+        fy_list_init(&wl->ctx.conns);
+        wl->io.cb = on_accept;
+        wl->io.data = wl;
+        fy_io_set(&w->loop, &wl->io, EPOLLIN);
+    }
+    fy_timer_init(&w->tick, on_tick, w);
+    fy_timer_init(&w->drain_timer, on_drain_timeout, w);
+    if (w->alog) fy_timer_start(&w->loop, &w->tick, 1000);
+    fy_loop_run(&w->loop);
+    /* leftovers (drain deadline): every conn is closed; run their deferred frees */
+    for (size_t i = 0; i < cfg->listeners.n; i++) fy_h1_close_all(&w->ls[i].ctx);
+    w->loop.stop = false;
+    fy_timer_stop(&w->loop, &w->tick);
+    fy_timer_stop(&w->loop, &w->drain_timer);
+    /* one more turn for deferred frees */
+    fy_defer_t *d;
+    while ((d = w->loop.defer_head)) {
+        w->loop.defer_head = d->next;
+        if (!w->loop.defer_head) w->loop.defer_tail = &w->loop.defer_head;
+        d->queued = false;
+        d->cb(d);
+    }
+    fy_access_log_free(w->alog);
+    w->alog = NULL;
+    fy_pool_drain(fy_chunk_pool());
+    return NULL;
+}
+
+int fy_server_start(fy_server_t *s)
+{
+    for (int i = 0; i < s->nworkers; i++) {
+        struct fy_worker *w = &s->workers[i];
+        int r = fy_loop_init(&w->loop);
+        if (r < 0) return r;
+        w->loop.data = w;
+        w->loop.on_wake = on_wake;
+        r = pthread_create(&w->thread, NULL, worker_main, w);
+        if (r) return -r;
+    }
+    return 0;
+}
+
+void fy_server_stop(fy_server_t *s, uint64_t drain_ms)
+{
+    for (int i = 0; i < s->nworkers; i++) {
+        s->workers[i].drain_ms = drain_ms;
+        atomic_store(&s->workers[i].stop_requested, true);
+        fy_loop_wake(&s->workers[i].loop);
+    }
+    for (int i = 0; i < s->nworkers; i++) {
+        pthread_join(s->workers[i].thread, NULL);
+        fy_loop_destroy(&s->workers[i].loop);
+        s->workers[i].thread = 0;
+    }
+}
+
+void fy_server_free(fy_server_t *s)
+{
+    if (!s) return;
+    for (int w = 0; s->workers && w < s->nworkers; w++) {
+        for (size_t i = 0; i < s->cfg->listeners.n; i++)
+            if (s->workers[w].ls[i].io.fd >= 0) close(s->workers[w].ls[i].io.fd);
+        free(s->workers[w].ls);
+    }
+    free(s->workers);
+    for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
+    free(s->tls);
+    fy_router_free(&s->router);
+    if (s->access_fd > 2) close(s->access_fd);
+    free(s);
+}
+
+void fy_server_print_urls(const fy_server_t *s, FILE *out)
+{
+    const fy_listener_conf_t *lc = s->cfg->listeners.v;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++) {
+        char a[80];
+        fy_sock_addr_str((const struct sockaddr *)&lc[i].addr, a, sizeof a);
+        fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
+    }
+    fflush(out);
+}

@@ -1,0 +1,21 @@
+/* The running server: listeners bound per worker with SO_REUSEPORT, worker threads with their
+ * own loops, routers and handlers built from one config generation, graceful drain. */
+#ifndef FY_SERVER_H
+#define FY_SERVER_H
+
+#include "config.h"
+
+typedef struct fy_server fy_server_t;
+
+/* Build everything from `cfg` (borrowed, must outlive the server) and bind every socket.
+ * Returns NULL after logging the reason (bad certificate, address in use, ...). */
+fy_server_t *fy_server_new(const fy_config_t *cfg);
+/* Start the worker threads. Returns 0 or -errno. */
+int fy_server_start(fy_server_t *s);
+/* Graceful stop: stop accepting, finish in-flight responses (at most `drain_ms`), join. */
+void fy_server_stop(fy_server_t *s, uint64_t drain_ms);
+void fy_server_free(fy_server_t *s);
+/* Print one line per listener URL ("http://127.0.0.1:8080/") to `out`. */
+void fy_server_print_urls(const fy_server_t *s, FILE *out);
+
+#endif

@@ -1,0 +1,373 @@
+#include "tls/tls.h"
+
+#include <errno.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "core/alloc.h"
+#include "core/errors.h"
+#include "core/log.h"
+
+typedef struct sni_entry {
+    char *name; /* lowercase; "*.example.com" for wildcards */
+    SSL_CTX *ctx;
+} sni_entry_t;
+
+struct fy_tls_ctx {
+    SSL_CTX *dflt;   /* first certificate; owned */
+    SSL_CTX **ctxs;  /* one per certificate; owned */
+    size_t nctx;
+    sni_entry_t *sni;
+    size_t nsni;
+    unsigned char alpn_wire[64];
+    size_t alpn_len;
+    uint64_t handshake_timeout_ms;
+};
+
+typedef struct tls_transport {
+    fy_transport_t t;
+    SSL *ssl;
+    char *staging;  /* plaintext accepted by writev but not yet taken by SSL_write */
+    size_t staged;
+} tls_transport_t;
+
+void fy_tls_log_errors(int level, const char *prefix)
+{
+    unsigned long e;
+    char buf[256];
+    bool any = false;
+    while ((e = ERR_get_error()) != 0) {
+        ERR_error_string_n(e, buf, sizeof buf);
+        fy_log(level, "%s: %s", prefix, buf);
+        any = true;
+    }
+    if (!any) fy_log(level, "%s: failed", prefix);
+}
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg)
+{
+    fy_tls_ctx_t *c = arg;
+    unsigned char *o;
+    if (SSL_select_next_proto(&o, outlen, c->alpn_wire, (unsigned)c->alpn_len, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL; /* RFC 7301: no_application_protocol */
+    *out = o;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static bool name_matches(const char *pattern, const char *host)
+{
+    if (pattern[0] == '*' && pattern[1] == '.') {
+        const char *dot = strchr(host, '.');
+        return dot && dot != host && strcasecmp(dot + 1, pattern + 2) == 0;
+    }
+    return strcasecmp(pattern, host) == 0;
+}
+
+static int servername_cb(SSL *ssl, int *alert, void *arg)
+{
+    fy_tls_ctx_t *c = arg;
+    const char *host = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (!host || c->nctx < 2) return SSL_TLSEXT_ERR_OK;
+    /* exact names first, then wildcards */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < c->nsni; i++) {
+            bool wild = c->sni[i].name[0] == '*';
+            if (wild != (pass == 1)) continue;
+            if (name_matches(c->sni[i].name, host)) {
+                if (c->sni[i].ctx != c->dflt) SSL_set_SSL_CTX(ssl, c->sni[i].ctx);
+                return SSL_TLSEXT_ERR_OK;
+            }
+        }
+    return SSL_TLSEXT_ERR_OK; /* unknown name: default certificate */
+}
+
+static void add_sni(fy_tls_ctx_t *c, const char *name, size_t len, SSL_CTX *ctx)
+{
+    c->sni = fy_xrealloc(c->sni, (c->nsni + 1) * sizeof *c->sni);
+    char *n = fy_xstrndup(name, len);
+    for (char *p = n; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+    c->sni[c->nsni].name = n;
+    c->sni[c->nsni].ctx = ctx;
+    c->nsni++;
+}
+
+static void index_names(fy_tls_ctx_t *c, SSL_CTX *ctx)
+{
+    X509 *x = SSL_CTX_get0_certificate(ctx);
+    if (!x) return;
+    GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    int found = 0;
+    for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); i++) {
+        GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+        if (g->type != GEN_DNS) continue;
+        add_sni(c, (const char *)ASN1_STRING_get0_data(g->d.dNSName),
+                (size_t)ASN1_STRING_length(g->d.dNSName), ctx);
+        found++;
+    }
+    GENERAL_NAMES_free(sans);
+    if (!found) {
+        char cn[256];
+        if (X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn) > 0)
+            add_sni(c, cn, strlen(cn), ctx);
+    }
+}
+
+static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char *cert,
+                         const char *key)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) return NULL;
+    SSL_CTX_set_min_proto_version(ctx, conf->min_version == FY_TLS_V13 ? TLS1_3_VERSION
+                                                                       : TLS1_2_VERSION);
+    long opts = SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                SSL_OP_IGNORE_UNEXPECTED_EOF;
+    if (!conf->session_tickets) opts |= SSL_OP_NO_TICKET;
+    SSL_CTX_set_options(ctx, opts);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    if (!conf->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"ferry", 5);
+    if (conf->ciphers && !SSL_CTX_set_cipher_list(ctx, conf->ciphers)) {
+        fy_tls_log_errors(FY_LOG_EMERG, "tls ciphers");
+        goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        fy_tls_log_errors(FY_LOG_EMERG, cert);
+        fy_log(FY_LOG_EMERG, "cannot load certificate chain %s", cert);
+        goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        fy_tls_log_errors(FY_LOG_EMERG, key);
+        fy_log(FY_LOG_EMERG, "cannot load private key %s", key);
+        goto fail;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        fy_log(FY_LOG_EMERG, "private key %s does not match certificate %s", key, cert);
+        ERR_clear_error();
+        goto fail;
+    }
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
+    SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
+    SSL_CTX_set_tlsext_servername_arg(ctx, c);
+    return ctx;
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+fy_tls_ctx_t *fy_tls_ctx_new(const fy_tls_conf_t *conf, const char *data_dir,
+                             const char *const *alpn)
+{
+    fy_tls_ctx_t *c = fy_xcalloc(1, sizeof *c);
+    c->handshake_timeout_ms = conf->handshake_timeout_ms ? conf->handshake_timeout_ms : 10000;
+    for (size_t i = 0; alpn && alpn[i]; i++) {
+        size_t l = strlen(alpn[i]);
+        if (c->alpn_len + 1 + l > sizeof c->alpn_wire) break;
+        c->alpn_wire[c->alpn_len++] = (unsigned char)l;
+        memcpy(c->alpn_wire + c->alpn_len, alpn[i], l);
+        c->alpn_len += l;
+    }
+    /* collect (cert, key) pairs: cert/key first, then certificates[], then self-signed */
+    size_t n = conf->certificates.n + 2;
+    const char **certs = fy_xcalloc(n, sizeof *certs), **keys = fy_xcalloc(n, sizeof *keys);
+    size_t k = 0;
+    char sscert[4096], sskey[4096];
+    if (conf->cert && conf->key) {
+        certs[k] = conf->cert;
+        keys[k++] = conf->key;
+    }
+    const fy_tls_cert_conf_t *cc = conf->certificates.v;
+    for (size_t i = 0; i < conf->certificates.n; i++) {
+        certs[k] = cc[i].cert;
+        keys[k++] = cc[i].key;
+    }
+    if (conf->self_signed) {
+        if (fy_tls_selfsigned_ensure(data_dir, sscert, sskey, sizeof sscert) < 0) goto fail;
+        certs[k] = sscert;
+        keys[k++] = sskey;
+    }
+    if (k == 0) {
+        fy_log(FY_LOG_EMERG, "tls: no certificate configured");
+        goto fail;
+    }
+    c->ctxs = fy_xcalloc(k, sizeof *c->ctxs);
+    for (size_t i = 0; i < k; i++) {
+        SSL_CTX *ctx = make_ctx(c, conf, certs[i], keys[i]);
+        if (!ctx) goto fail;
+        c->ctxs[c->nctx++] = ctx;
+        index_names(c, ctx);
+    }
+    c->dflt = c->ctxs[0];
+    free(certs);
+    free(keys);
+    return c;
+fail:
+    free(certs);
+    free(keys);
+    fy_tls_ctx_free(c);
+    return NULL;
+}
+
+void fy_tls_ctx_free(fy_tls_ctx_t *c)
+{
+    if (!c) return;
+    for (size_t i = 0; i < c->nctx; i++) SSL_CTX_free(c->ctxs[i]);
+    for (size_t i = 0; i < c->nsni; i++) free(c->sni[i].name);
+    free(c->sni);
+    free(c->ctxs);
+    free(c);
+}
+
+uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx)
+{
+    return ctx->handshake_timeout_ms;
+}
+
+/* ---- transport ---- */
+
+static int ssl_status(tls_transport_t *tt, int r, const char *what)
+{
+    int err = SSL_get_error(tt->ssl, r);
+    switch (err) {
+    case SSL_ERROR_WANT_READ:
+        tt->t.want = FY_WANT_READ;
+        return 0;
+    case SSL_ERROR_WANT_WRITE:
+        tt->t.want = FY_WANT_WRITE;
+        return 0;
+    case SSL_ERROR_ZERO_RETURN:
+        return FY_EEOF;
+    case SSL_ERROR_SYSCALL:
+        ERR_clear_error();
+        return errno ? -errno : FY_EEOF;
+    default: {
+        unsigned long e = ERR_peek_last_error();
+        char buf[256];
+        ERR_error_string_n(e, buf, sizeof buf);
+        fy_info("tls %s failed: %s", what, buf);
+        ERR_clear_error();
+        return FY_ETLS;
+    }
+    }
+}
+
+static int tls_handshake(fy_transport_t *t)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    ERR_clear_error();
+    int r = SSL_do_handshake(tt->ssl);
+    if (r == 1) {
+        const unsigned char *p;
+        unsigned len;
+        SSL_get0_alpn_selected(tt->ssl, &p, &len);
+        t->alpn = NULL;
+        if (len == 8 && memcmp(p, "http/1.1", 8) == 0) t->alpn = "http/1.1";
+        else if (len == 2 && memcmp(p, "h2", 2) == 0) t->alpn = "h2";
+        t->sni = SSL_get_servername(tt->ssl, TLSEXT_NAMETYPE_host_name);
+        return 1;
+    }
+    return ssl_status(tt, r, "handshake");
+}
+
+static ssize_t tls_read(fy_transport_t *t, void *buf, size_t len)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    size_t n = 0;
+    ERR_clear_error();
+    int r = SSL_read_ex(tt->ssl, buf, len, &n);
+    if (r == 1) return (ssize_t)n;
+    return ssl_status(tt, 0, "read");
+}
+
+/* Contract (core/transport.h): after a 0 return, the next call starts with the same bytes. */
+static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    if (tt->staged == 0) {
+        size_t total = 0;
+        for (int i = 0; i < iovcnt; i++) total += iov[i].iov_len;
+        if (iovcnt == 1 || total == 0) {
+            /* one buffer: write it straight from the caller's memory */
+            size_t n = 0;
+            ERR_clear_error();
+            size_t len = iov[0].iov_len > 16384 ? 16384 : iov[0].iov_len;
+            if (SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n) == 1) return (ssize_t)n;
+            return ssl_status(tt, 0, "write");
+        }
+        if (!tt->staging) tt->staging = fy_xmalloc(16384);
+        for (int i = 0; i < iovcnt && tt->staged < 16384; i++) {
+            size_t l = iov[i].iov_len;
+            if (l > 16384 - tt->staged) l = 16384 - tt->staged;
+            memcpy(tt->staging + tt->staged, iov[i].iov_base, l);
+            tt->staged += l;
+        }
+    }
+    size_t n = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n) == 1) {
+        tt->staged = 0;
+        return (ssize_t)n;
+    }
+    return ssl_status(tt, 0, "write");
+}
+
+static size_t tls_pending(fy_transport_t *t)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    return SSL_has_pending(tt->ssl) ? 1 : 0;
+}
+
+static int tls_shutdown(fy_transport_t *t)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    ERR_clear_error();
+    if (SSL_is_init_finished(tt->ssl)) SSL_shutdown(tt->ssl);
+    ERR_clear_error();
+    return shutdown(t->fd, SHUT_WR) < 0 ? -errno : 0;
+}
+
+static void tls_destroy(fy_transport_t *t)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    SSL_free(tt->ssl);
+    free(tt->staging);
+    free(tt);
+}
+
+static const struct fy_transport_ops tls_ops = {
+    .name = "tls",
+    .handshake = tls_handshake,
+    .read = tls_read,
+    .writev = tls_writev,
+    .sendfile = NULL,
+    .pending = tls_pending,
+    .shutdown = tls_shutdown,
+    .destroy = tls_destroy,
+};
+
+fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
+{
+    tls_transport_t *tt = calloc(1, sizeof *tt);
+    if (!tt) return NULL;
+    tt->ssl = SSL_new(ctx->dflt);
+    if (!tt->ssl) {
+        free(tt);
+        return NULL;
+    }
+    SSL_set_fd(tt->ssl, fd);
+    SSL_set_accept_state(tt->ssl);
+    tt->t.ops = &tls_ops;
+    tt->t.fd = fd;
+    tt->t.is_tls = true;
+    return &tt->t;
+}

@@ -1,0 +1,37 @@
+/* TLS over TCP with OpenSSL 3: server contexts with SNI certificate selection and ALPN, and the
+ * TLS transport (core/transport.h) stacked on a socket. */
+#ifndef FY_TLS_TLS_H
+#define FY_TLS_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/transport.h"
+#include "tls/tls_conf.h"
+
+typedef struct fy_tls_ctx fy_tls_ctx_t;
+
+/* Build the server context for one listener: load every certificate (or generate/load the
+ * self-signed one under data_dir), index their names for SNI, set ALPN from `alpn` (a
+ * NULL-terminated list in preference order, e.g. {"http/1.1", NULL}), versions, tickets.
+ * Shared by all workers (OpenSSL contexts are thread-safe once built).
+ * Returns the context, or NULL after logging a reason that names the file and the problem. */
+fy_tls_ctx_t *fy_tls_ctx_new(const fy_tls_conf_t *conf, const char *data_dir,
+                             const char *const *alpn);
+void fy_tls_ctx_free(fy_tls_ctx_t *ctx);
+/* Handshake timeout from the config (ms). */
+uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
+
+/* A server-side TLS transport over `fd` (borrowed). Returns NULL on OOM. Free with
+ * t->ops->destroy(t). The handshake runs in t->ops->handshake. */
+fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
+
+/* Make sure `dir` holds selfsigned.crt/selfsigned.key (ECDSA P-256, SAN localhost, 127.0.0.1,
+ * ::1, valid 1 year), generating them (key mode 0600) when missing or expired.
+ * Writes the paths into cert/key (each `len` bytes). Returns 0 or -1 after logging. */
+int fy_tls_selfsigned_ensure(const char *dir, char *cert, char *key, size_t len);
+
+/* Log the OpenSSL error queue with a prefix at `level` and clear it. */
+void fy_tls_log_errors(int level, const char *prefix);
+
+#endif

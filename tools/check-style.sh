@@ -1,0 +1,28 @@
+#!/bin/sh
+# Rejects banned functions and upward #includes (DESIGN.md §3 layer order).
+set -eu
+cd "$(dirname "$0")/.."
+fail=0
+banned='\b(strcpy|strcat|sprintf|vsprintf|gets|atoi|strtok)[[:space:]]*\('
+if grep -nE "$banned" $(git ls-files 'src/*.c' 'src/*.h' 'tools/load/*.c' 2>/dev/null || find src -name '*.[ch]') ; then
+  echo "check-style: banned function (use snprintf/memcpy/strtol/strtok_r)"; fail=1
+fi
+# layer rank: a file may include only its own folder or lower ranks
+rank() {
+  case "$1" in
+    core) echo 0;; conf) echo 1;; tls) echo 2;; net) echo 3;; http) echo 4;;
+    h1) echo 5;; handler) echo 6;; ops) echo 7;; *) echo 9;;
+  esac
+}
+for f in $(find src -mindepth 2 -name '*.[ch]'); do
+  mod=$(echo "$f" | cut -d/ -f2)
+  r=$(rank "$mod")
+  for inc in $(sed -n 's/^#include "\([a-z0-9_]*\)\/.*/\1/p' "$f"); do
+    ri=$(rank "$inc")
+    if [ "$inc" != "$mod" ] && [ "$ri" -ge "$r" ]; then
+      echo "check-style: $f includes $inc/ (layer $inc is not below $mod)"; fail=1
+    fi
+  done
+done
+[ $fail = 0 ] && echo "check-style: ok"
+exit $fail
