@@ -25,7 +25,9 @@ typedef struct fy_route_conf {
     fy_route_match_t match;     /* `match` (optional: absent = everything) */
     fy_static_conf_t *static_;  /* `static` */
     fy_respond_conf_t *respond; /* `respond` */
-    struct fy_echo_conf { int unused; } *echo; /* `echo: {}`: request body streamed back */
+    struct fy_echo_conf {
+        int unused;
+    } * echo; /* `echo: {}`: request body streamed back */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

@@ -18,22 +18,22 @@
 
 /* Errors: negative, each maps to one HTTP status chosen by the server codec. */
 enum fy_h1_err {
-    FY_H1_EBADREQ = -100,      /* 400: malformed request line or header syntax */
-    FY_H1_EBADTARGET = -101,   /* 400: request-target has invalid bytes or form */
-    FY_H1_EVERSION = -102,     /* 505: HTTP version other than 1.0 / 1.1 */
-    FY_H1_EURI_TOO_LONG = -103, /* 414: request line longer than limits.max_request_line */
+    FY_H1_EBADREQ = -100,        /* 400: malformed request line or header syntax */
+    FY_H1_EBADTARGET = -101,     /* 400: request-target has invalid bytes or form */
+    FY_H1_EVERSION = -102,       /* 505: HTTP version other than 1.0 / 1.1 */
+    FY_H1_EURI_TOO_LONG = -103,  /* 414: request line longer than limits.max_request_line */
     FY_H1_EHDR_TOO_LARGE = -104, /* 431: header section longer than limits.max_header_bytes */
     FY_H1_ETOO_MANY_HDRS = -105, /* 431: more than limits.max_headers header fields */
-    FY_H1_EBADHDR = -106,      /* 400: bad byte in name/value, space before colon, bare CR, NUL */
-    FY_H1_EOBSFOLD = -107,     /* 400: obsolete line folding */
-    FY_H1_ECL_TE = -108,       /* 400: both Content-Length and Transfer-Encoding */
-    FY_H1_EBADCL = -109,       /* 400: invalid Content-Length, or differing duplicates */
-    FY_H1_EBADTE = -110,       /* 400: Transfer-Encoding other than a final "chunked" (501 for
-                                  an unknown coding is not used: strict 400) */
-    FY_H1_ENOHOST = -111,      /* 400: HTTP/1.1 request without Host, or more than one Host */
-    FY_H1_EBADCHUNK = -112,    /* 400: malformed chunk size line, extension or terminator */
+    FY_H1_EBADHDR = -106,        /* 400: bad byte in name/value, space before colon, bare CR, NUL */
+    FY_H1_EOBSFOLD = -107,       /* 400: obsolete line folding */
+    FY_H1_ECL_TE = -108,         /* 400: both Content-Length and Transfer-Encoding */
+    FY_H1_EBADCL = -109,         /* 400: invalid Content-Length, or differing duplicates */
+    FY_H1_EBADTE = -110,         /* 400: Transfer-Encoding other than a final "chunked" (501 for
+                                    an unknown coding is not used: strict 400) */
+    FY_H1_ENOHOST = -111,        /* 400: HTTP/1.1 request without Host, or more than one Host */
+    FY_H1_EBADCHUNK = -112,      /* 400: malformed chunk size line, extension or terminator */
     FY_H1_ECHUNK_OVERFLOW = -113, /* 400: chunk size does not fit in 63 bits */
-    FY_H1_EBADTRAILER = -114,  /* 400: malformed trailer field */
+    FY_H1_EBADTRAILER = -114,     /* 400: malformed trailer field */
 };
 
 /* A slice of the caller's buffer. Not NUL-terminated. */
@@ -63,19 +63,19 @@ enum fy_h1_body_kind {
 typedef struct fy_h1_req {
     /* Filled by the parser on success; slices into the buffer. */
     fy_h1_str_t method;
-    fy_h1_str_t target;  /* request-target as sent (origin-form, absolute-form, authority-form
-                            for CONNECT, or "*" for OPTIONS) */
-    int minor_version;   /* 0 or 1 */
+    fy_h1_str_t target;      /* request-target as sent (origin-form, absolute-form, authority-form
+                                for CONNECT, or "*" for OPTIONS) */
+    int minor_version;       /* 0 or 1 */
     fy_h1_header_t *headers; /* caller-provided array of limits->max_headers entries */
     size_t nheaders;
     /* Derived from the headers while parsing (no second pass needed by the codec): */
-    int body_kind;            /* enum fy_h1_body_kind */
-    uint64_t content_length;  /* valid when body_kind == FY_H1_BODY_LENGTH */
-    fy_h1_str_t host;         /* the Host value, empty if absent (HTTP/1.0) */
-    bool conn_close;          /* Connection: close (or HTTP/1.0 without keep-alive) */
-    bool conn_keep_alive;     /* Connection: keep-alive present */
-    bool expect_continue;     /* Expect: 100-continue */
-    bool conn_upgrade;        /* Connection: upgrade and an Upgrade header present */
+    int body_kind;           /* enum fy_h1_body_kind */
+    uint64_t content_length; /* valid when body_kind == FY_H1_BODY_LENGTH */
+    fy_h1_str_t host;        /* the Host value, empty if absent (HTTP/1.0) */
+    bool conn_close;         /* Connection: close (or HTTP/1.0 without keep-alive) */
+    bool conn_keep_alive;    /* Connection: keep-alive present */
+    bool expect_continue;    /* Expect: 100-continue */
+    bool conn_upgrade;       /* Connection: upgrade and an Upgrade header present */
     /* Parser state: set to 0 by fy_h1_req_init; keep it between calls on the same buffer.
      * Setting `scanned` to 0 alone also restarts the parse (line_start is then ignored). */
     size_t scanned;

@@ -1,0 +1,328 @@
+/* The top-level directive table, the embedded default config, and load/dump/doc. */
+#include "config.h"
+
+#include <ctype.h>
+#include <pwd.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char fy_config_embedded[] =
+    "# Ferry's built-in configuration, used when `ferry` runs without arguments:\n"
+    "# the demo site on http://127.0.0.1:8080 and https://127.0.0.1:8443 (self-signed).\n"
+    "workers: auto\n"
+    "listeners:\n"
+    "  - address: 127.0.0.1:8080\n"
+    "    protocols: [h1]\n"
+    "  - address: 127.0.0.1:8443\n"
+    "    protocols: [h1]\n"
+    "    tls: self-signed\n"
+    "routes:\n"
+    "  - match:\n"
+    "      path: /health\n"
+    "    respond:\n"
+    "      status: 200\n"
+    "      headers:\n"
+    "        content-type: text/plain\n"
+    "      body: \"ok\\n\"\n"
+    "  - match:\n"
+    "      path: /\n"
+    "    static:\n"
+    "      root: \"@demo\"\n"
+    "log:\n"
+    "  level: info\n"
+    "  access: off\n";
+
+/* ---- workers ---- */
+
+static int parse_workers(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field)
+{
+    int64_t *w = field;
+    if (node->kind == FY_CONF_SCALAR && !strcmp(node->str, "auto")) {
+        *w = 0;
+        return 0;
+    }
+    int64_t v = 0;
+    bool ok = node->kind == FY_CONF_SCALAR && !node->quoted && node->len > 0 && node->len <= 3;
+    for (size_t i = 0; ok && i < node->len; i++) {
+        if (!isdigit((unsigned char)node->str[i])) ok = false;
+        v = v * 10 + (node->str[i] - '0');
+    }
+    if (!ok || v < 1 || v > 256) {
+        fy_conf_error(ctx, node, NULL, "expected 'auto' or a number from 1 to 256, got %s%.40s%s",
+                      node->kind == FY_CONF_SCALAR ? "'" : "",
+                      node->kind == FY_CONF_SCALAR ? node->str
+                      : node->kind == FY_CONF_MAP  ? "a map"
+                                                   : "a list",
+                      node->kind == FY_CONF_SCALAR ? "'" : "");
+        return -1;
+    }
+    *w = v;
+    return 0;
+}
+
+static void dump_workers(const void *field, void *file)
+{
+    int64_t w = *(const int64_t *)field;
+    if (w == 0)
+        fputs("auto", file);
+    else
+        fprintf(file, "%lld", (long long)w);
+}
+
+/* ---- routes ---- */
+
+/* "example.com" or "*.example.com": letters, digits, '-', '_' in non-empty dot-separated
+   labels. Lowercased in place, as hosts are compared case-insensitively. */
+static bool host_pattern_ok(char *h)
+{
+    char *p = h;
+    if (p[0] == '*' && p[1] == '.') p += 2;
+    size_t len = strlen(p), label = 0;
+    if (len == 0 || len > 253) return false;
+    for (; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '.') {
+            if (label == 0) return false;
+            label = 0;
+            continue;
+        }
+        if (!(isalnum(c) || c == '-' || c == '_') || ++label > 63) return false;
+        *p = (char)tolower(c);
+    }
+    return label > 0;
+}
+
+static int validate_hosts(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    fy_conf_strlist_t *l = field;
+    int rc = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (!host_pattern_ok(l->v[i])) {
+            fy_conf_error(ctx, node, NULL,
+                          "bad host '%.80s'; expected a name like example.com or *.example.com",
+                          l->v[i]);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+static int validate_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const char *p = *(char **)field;
+    if (p[0] != '/') {
+        fy_conf_error(ctx, node, NULL, "must start with '/', got '%.80s'", p);
+        return -1;
+    }
+    for (const unsigned char *c = (const unsigned char *)p; *c; c++) {
+        if (*c <= 0x20 || *c == 0x7f || *c == '?' || *c == '#') {
+            fy_conf_error(ctx, node, NULL, "'%.80s' has a character not allowed in a path", p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int validate_methods(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const fy_conf_strlist_t *l = field;
+    for (size_t i = 0; i < l->n; i++) {
+        bool ok = l->v[i][0] != '\0';
+        for (const unsigned char *c = (const unsigned char *)l->v[i]; *c; c++)
+            ok = ok && (isalnum(*c) || strchr("!#$%&'*+-.^_`|~", *c));
+        if (!ok) {
+            fy_conf_error(ctx, node, NULL, "bad method '%.40s'", l->v[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t match_table[] = {
+    {.key = "host",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_route_match_t, host),
+     .validate = validate_hosts,
+     .doc = "Host names (`example.com`) or wildcards (`*.example.com`); any host when unset. "
+            "Compared without case and port."},
+    {.key = "path",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_route_match_t, path),
+     .dflt = "/",
+     .validate = validate_path,
+     .doc = "Path prefix; must start with `/`."},
+    {.key = "method",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_route_match_t, methods),
+     .validate = validate_methods,
+     .doc = "Request methods, e.g. `[GET, HEAD]`; any method when unset."},
+    {.key = NULL},
+};
+
+static int check_route(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_route_conf_t *r = obj;
+    int n = (r->static_ != NULL) + (r->respond != NULL) + (r->echo != NULL);
+    if (n == 1) return 0;
+    fy_conf_error(ctx, map, NULL,
+                  n ? "has more than one handler (static, respond, echo); use one per route"
+                    : "needs a handler: one of static, respond, echo");
+    return -1;
+}
+
+static const fy_conf_directive_t echo_table[] = {
+    {.key = NULL},
+};
+
+static const fy_conf_directive_t route_table[] = {
+    {.key = "match",
+     .type = FY_CT_TABLE,
+     .offset = offsetof(fy_route_conf_t, match),
+     .sub = match_table,
+     .doc = "Which requests this route takes; all of them when absent. Routes are tried in "
+            "order and the first match wins."},
+    {.key = "static",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, static_),
+     .sub = fy_static_conf_table,
+     .sub_size = sizeof(fy_static_conf_t),
+     .shorthand_key = "root",
+     .doc = "Serve files from a directory."},
+    {.key = "respond",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, respond),
+     .sub = fy_respond_conf_table,
+     .sub_size = sizeof(fy_respond_conf_t),
+     .doc = "Answer with a fixed response."},
+    {.key = "echo",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, echo),
+     .sub = echo_table,
+     .sub_size = sizeof(struct fy_echo_conf),
+     .doc = "Stream the request body back as the response body; written `echo: {}`."},
+    {.key = NULL, .check = check_route},
+};
+
+/* ---- top level ---- */
+
+static char *default_data_dir(fy_conf_arena_t *a)
+{
+    char buf[4096];
+    const char *xdg = getenv("XDG_DATA_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && xdg[0] == '/') { /* the XDG spec ignores relative values */
+        snprintf(buf, sizeof buf, "%s/ferry", xdg);
+    } else {
+        if (!home || !*home) {
+            struct passwd *pw = getpwuid(getuid());
+            home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
+        }
+        snprintf(buf, sizeof buf, "%s/.local/share/ferry", home);
+    }
+    return fy_conf_strdup(a, buf);
+}
+
+static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    fy_config_t *cfg = obj;
+    if (!cfg->data_dir) cfg->data_dir = default_data_dir(fy_conf_ctx_arena(ctx));
+    return 0;
+}
+
+#define C(f) offsetof(fy_config_t, f)
+
+const fy_conf_directive_t fy_config_table[] = {
+    {.key = "workers",
+     .type = FY_CT_CUSTOM,
+     .offset = C(workers),
+     .dflt = "auto",
+     .parse = parse_workers,
+     .dump = dump_workers,
+     .type_name = "`auto` or integer 1..256",
+     .doc = "Worker threads; `auto` is one per online CPU."},
+    {.key = "listeners",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(listeners),
+     .required = true,
+     .sub = fy_listener_conf_table,
+     .sub_size = sizeof(fy_listener_conf_t),
+     .doc = "Addresses to accept connections on; at least one."},
+    {.key = "routes",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(routes),
+     .sub = route_table,
+     .sub_size = sizeof(fy_route_conf_t),
+     .doc = "Request routing: the first route whose `match` fits answers; 404 when none does."},
+    {.key = "limits",
+     .type = FY_CT_TABLE,
+     .offset = C(limits),
+     .sub = fy_http_limits_table,
+     .doc = "HTTP limits and timeouts, shared by every listener."},
+    {.key = "log",
+     .type = FY_CT_TABLE,
+     .offset = C(log),
+     .sub = fy_log_conf_table,
+     .doc = "Error and access logs."},
+    {.key = "data-dir",
+     .type = FY_CT_STRING,
+     .offset = C(data_dir),
+     .doc = "Where generated state (self-signed certificates) is kept; default "
+            "`$XDG_DATA_HOME/ferry`, else `~/.local/share/ferry`."},
+    {.key = NULL, .check = check_config},
+};
+
+/* ---- load / free / dump / doc ---- */
+
+static fy_config_t *load(fy_conf_arena_t *a, const char *name, const fy_conf_node_t *root,
+                         const char *err, FILE *errf)
+{
+    if (!root) {
+        if (errf) fprintf(errf, "%s\n", err);
+        fy_conf_arena_free(a);
+        return NULL;
+    }
+    fy_conf_ctx_t *ctx = fy_conf_ctx_new(a);
+    fy_config_t *cfg = fy_conf_alloc(a, sizeof(*cfg));
+    if (fy_conf_apply(ctx, fy_config_table, root, cfg) < 0) {
+        if (errf) fputs(fy_conf_errors(ctx), errf);
+        fy_conf_arena_free(a);
+        return NULL;
+    }
+    cfg->arena = a;
+    cfg->source = fy_conf_strdup(a, name);
+    return cfg;
+}
+
+fy_config_t *fy_config_load_file(const char *path, FILE *errf)
+{
+    char err[512];
+    fy_conf_arena_t *a = fy_conf_arena_new();
+    const fy_conf_node_t *root = fy_conf_parse_file(a, path, err, sizeof err);
+    return load(a, path, root, err, errf);
+}
+
+fy_config_t *fy_config_load_text(const char *name, const char *text, size_t len, FILE *errf)
+{
+    char err[512];
+    fy_conf_arena_t *a = fy_conf_arena_new();
+    const fy_conf_node_t *root = fy_conf_parse(a, name, text, len, err, sizeof err);
+    return load(a, name, root, err, errf);
+}
+
+void fy_config_free(fy_config_t *cfg)
+{
+    if (cfg) fy_conf_arena_free(cfg->arena);
+}
+
+void fy_config_dump(const fy_config_t *cfg, FILE *out)
+{
+    fprintf(out, "# effective configuration of %s (defaults included)\n", cfg->source);
+    fy_conf_dump(fy_config_table, cfg, 0, out);
+}
+
+void fy_config_doc(FILE *out)
+{
+    fy_conf_doc(fy_config_table, "", 3, out);
+}

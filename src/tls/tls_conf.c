@@ -1,0 +1,106 @@
+/* Directive table of a listener's `tls:`. */
+#include "tls/tls_conf.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static const fy_conf_directive_t cert_table[] = {
+    {.key = "cert",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_tls_cert_conf_t, cert),
+     .required = true,
+     .doc = "PEM certificate chain file."},
+    {.key = "key",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_tls_cert_conf_t, key),
+     .required = true,
+     .doc = "PEM private key file."},
+    {.key = NULL},
+};
+
+static const char *const tls_versions[] = {"1.2", "1.3", NULL};
+
+/* cert/key and certificates are merged into `certificates`, cert/key first (the default
+   certificate). An identical pair already in the list is not added twice, so a dumped
+   config loads back to the same value. */
+static int check_tls(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    fy_tls_conf_t *t = obj;
+    if (!t->cert != !t->key) {
+        fy_conf_error(ctx, map, t->cert ? "key" : "cert", "is required when '%s' is set",
+                      t->cert ? "cert" : "key");
+        return -1;
+    }
+    bool have_certs = t->cert || t->certificates.n;
+    if (t->self_signed && have_certs) {
+        fy_conf_error(ctx, map, NULL,
+                      "self-signed cannot be combined with cert/key or certificates; "
+                      "choose one");
+        return -1;
+    }
+    if (!t->self_signed && !have_certs) {
+        fy_conf_error(ctx, map, NULL,
+                      "needs a certificate: set cert and key, certificates, or self-signed");
+        return -1;
+    }
+    if (!t->cert) return 0;
+    fy_tls_cert_conf_t *old = t->certificates.v;
+    for (size_t i = 0; i < t->certificates.n; i++)
+        if (!strcmp(old[i].cert, t->cert) && !strcmp(old[i].key, t->key)) return 0;
+    fy_tls_cert_conf_t *v =
+        fy_conf_alloc(fy_conf_ctx_arena(ctx), (t->certificates.n + 1) * sizeof(*v));
+    v[0].cert = t->cert;
+    v[0].key = t->key;
+    if (t->certificates.n) memcpy(v + 1, old, t->certificates.n * sizeof(*v));
+    t->certificates.v = v;
+    t->certificates.n++;
+    return 0;
+}
+
+#define T(f) offsetof(fy_tls_conf_t, f)
+
+const fy_conf_directive_t fy_tls_conf_table[] = {
+    {.key = "self-signed",
+     .type = FY_CT_BOOL,
+     .offset = T(self_signed),
+     .dflt = "false",
+     .doc = "Generate a self-signed certificate at first start and keep it in the data dir."},
+    {.key = "cert",
+     .type = FY_CT_STRING,
+     .offset = T(cert),
+     .doc = "PEM certificate chain file of the default certificate (needs `key`)."},
+    {.key = "key",
+     .type = FY_CT_STRING,
+     .offset = T(key),
+     .doc = "PEM private key file of the default certificate (needs `cert`)."},
+    {.key = "certificates",
+     .type = FY_CT_TABLE_LIST,
+     .offset = T(certificates),
+     .sub = cert_table,
+     .sub_size = sizeof(fy_tls_cert_conf_t),
+     .doc = "More certificates, chosen by SNI; `cert`/`key` above, if set, is added first "
+            "and is the default."},
+    {.key = "min-version",
+     .type = FY_CT_ENUM,
+     .offset = T(min_version),
+     .dflt = "1.2",
+     .enums = tls_versions,
+     .doc = "Lowest TLS version accepted."},
+    {.key = "session-tickets",
+     .type = FY_CT_BOOL,
+     .offset = T(session_tickets),
+     .dflt = "true",
+     .doc = "Offer TLS session tickets for resumption."},
+    {.key = "handshake-timeout",
+     .type = FY_CT_DURATION,
+     .offset = T(handshake_timeout_ms),
+     .dflt = "10s",
+     .min = 100,
+     .max = 3600000,
+     .doc = "Close a connection whose TLS handshake takes longer."},
+    {.key = "ciphers",
+     .type = FY_CT_STRING,
+     .offset = T(ciphers),
+     .doc = "TLS 1.2 cipher list in OpenSSL syntax; default: OpenSSL's."},
+    {.key = NULL, .check = check_tls},
+};
