@@ -71,7 +71,8 @@ static int run(fy_config_t *cfg)
         return 1;
     }
     fy_server_print_urls(s, stdout);
-    fy_notice("ferry %s started: %d workers", FERRY_VERSION, cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    fy_notice("ferry %s started: %d workers", FERRY_VERSION,
+              cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
     for (;;) {
         int sig = 0;
         sigwait(&set, &sig);
@@ -102,14 +103,22 @@ static int cmd_serve(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
-        if (strcmp(a, "--listen") == 0) dst = &listen;
-        else if (strcmp(a, "--tls") == 0) dst = &tls;
-        else if (strcmp(a, "--protocols") == 0) dst = &protocols;
-        else if (strcmp(a, "--workers") == 0) dst = &workers;
-        else if (strcmp(a, "--access-log") == 0) dst = &access;
-        else if (a[0] == '-') return bad_usage("serve: unknown option '%s'", a);
-        else if (!dir) dir = a;
-        else return bad_usage("serve: unexpected argument '%s'", a);
+        if (strcmp(a, "--listen") == 0)
+            dst = &listen;
+        else if (strcmp(a, "--tls") == 0)
+            dst = &tls;
+        else if (strcmp(a, "--protocols") == 0)
+            dst = &protocols;
+        else if (strcmp(a, "--workers") == 0)
+            dst = &workers;
+        else if (strcmp(a, "--access-log") == 0)
+            dst = &access;
+        else if (a[0] == '-')
+            return bad_usage("serve: unknown option '%s'", a);
+        else if (!dir)
+            dir = a;
+        else
+            return bad_usage("serve: unexpected argument '%s'", a);
         if (dst) {
             if (i + 1 >= argc) return bad_usage("serve: option '%s' needs a value", a);
             *dst = argv[++i];
@@ -180,7 +189,8 @@ int main(int argc, char **argv)
     }
     bool check = false;
     int i = 1;
-    if (cmd && strcmp(cmd, "run") == 0) i = 2;
+    if (cmd && strcmp(cmd, "run") == 0)
+        i = 2;
     else if (cmd && strcmp(cmd, "check") == 0) {
         check = true;
         i = 2;

@@ -263,6 +263,7 @@ static void *worker_main(void *arg)
     }
     fy_access_log_free(w->alog);
     w->alog = NULL;
+    fy_static_thread_cleanup();
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }

@@ -51,10 +51,12 @@ static void *slow_alloc(fy_arena_t *a, size_t n)
 void *fy_arena_alloc(fy_arena_t *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
-    if (a->cur && (size_t)(a->end - a->cur) >= n) {
-        void *p = a->cur;
-        a->cur += n;
-        return p;
+    if (a->cur) {
+        char *p = (char *)(((uintptr_t)a->cur + 15) & ~(uintptr_t)15);
+        if (p <= a->end && (size_t)(a->end - p) >= n) {
+            a->cur = p + n;
+            return p;
+        }
     }
     return slow_alloc(a, n);
 }

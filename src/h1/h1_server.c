@@ -26,13 +26,13 @@
 #include "tls/tls.h"
 
 enum timer_kind { T_HANDSHAKE, T_HEADER, T_BODY, T_KEEPALIVE, T_SEND, T_LINGER };
-static const char *const timer_names[] = {"handshake", "header read", "body read",
-                                          "keep-alive idle", "send", "lingering close"};
+static const char *const timer_names[] = {"handshake",       "header read", "body read",
+                                          "keep-alive idle", "send",        "lingering close"};
 
 enum body_mode {
-    B_NONE = 0,    /* no (more) request body */
-    B_LENGTH,      /* Content-Length bytes left in body_left */
-    B_CHUNKED,     /* chunked decoder running */
+    B_NONE = 0, /* no (more) request body */
+    B_LENGTH,   /* Content-Length bytes left in body_left */
+    B_CHUNKED,  /* chunked decoder running */
 };
 
 #define MAX_REFS 8
@@ -57,17 +57,17 @@ typedef struct h1_conn {
     bool rbuf_heap;            /* grown beyond a chunk: malloc'd */
     fy_h1_header_t *hdrs;      /* limits->max_headers entries (owned) */
     fy_h1_req_t req;
-    bool read_paused;          /* not reading from the socket (body backpressure) */
+    bool read_paused; /* not reading from the socket (body backpressure) */
 
     /* request body */
     int body_mode;
     uint64_t body_left;
     fy_h1_chunked_t chunked;
-    size_t body_pos;      /* rbuf offset where unread body bytes start */
-    size_t body_out;      /* rbuf offset of decoded bytes handed to the handler, end */
-    bool body_wanted;     /* handler asked for body and has not been given any yet */
-    bool body_delivered;  /* a slice is out at the handler (valid until it asks again) */
-    bool discarding;      /* reading and dropping the rest of a body nobody wanted */
+    size_t body_pos;     /* rbuf offset where unread body bytes start */
+    size_t body_out;     /* rbuf offset of decoded bytes handed to the handler, end */
+    bool body_wanted;    /* handler asked for body and has not been given any yet */
+    bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
+    bool discarding;     /* reading and dropping the rest of a body nobody wanted */
     bool continue_sent;
 
     /* write side */
@@ -95,10 +95,10 @@ typedef struct h1_conn {
     /* connection state */
     bool handshaking;
     bool keepalive;
-    bool in_read;  /* inside on_readable: flush once at the end */
+    bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    char arena_first[2048];
+    _Alignas(16) char arena_first[2048];
 } h1_conn_t;
 
 static void conn_close(h1_conn_t *c);
@@ -122,12 +122,24 @@ static void set_timer(h1_conn_t *c, int kind)
     const fy_http_limits_t *l = c->ctx->limits;
     uint64_t ms;
     switch (kind) {
-    case T_HANDSHAKE: ms = fy_tls_ctx_handshake_timeout(c->ctx->tls); break;
-    case T_HEADER: ms = l->header_timeout_ms; break;
-    case T_BODY: ms = l->body_timeout_ms; break;
-    case T_KEEPALIVE: ms = l->keepalive_timeout_ms; break;
-    case T_SEND: ms = l->send_timeout_ms; break;
-    default: ms = LINGER_MS; break;
+    case T_HANDSHAKE:
+        ms = fy_tls_ctx_handshake_timeout(c->ctx->tls);
+        break;
+    case T_HEADER:
+        ms = l->header_timeout_ms;
+        break;
+    case T_BODY:
+        ms = l->body_timeout_ms;
+        break;
+    case T_KEEPALIVE:
+        ms = l->keepalive_timeout_ms;
+        break;
+    case T_SEND:
+        ms = l->send_timeout_ms;
+        break;
+    default:
+        ms = LINGER_MS;
+        break;
     }
     c->timer_kind = kind;
     fy_timer_start(c->loop, &c->timer, ms);
@@ -599,7 +611,8 @@ static void flush(h1_conn_t *c)
         if (c->wlen > c->wsent || c->nrefs) {
             struct iovec iov[MAX_REFS + 1];
             int n = 0;
-            if (c->wlen > c->wsent) iov[n++] = (struct iovec){c->wbuf + c->wsent, c->wlen - c->wsent};
+            if (c->wlen > c->wsent)
+                iov[n++] = (struct iovec){c->wbuf + c->wsent, c->wlen - c->wsent};
             for (int i = 0; i < c->nrefs; i++) iov[n++] = c->refs[i];
             w = c->t->ops->writev(c->t, iov, n);
             if (w > 0) {

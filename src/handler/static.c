@@ -129,23 +129,23 @@ int fy_static_normalize(const char *path, size_t len, char *out, size_t cap)
 
 typedef struct fc_entry fc_entry_t;
 struct fc_entry {
-    fc_entry_t *hnext;            /* hash chain */
-    fc_entry_t *lprev, *lnext;    /* LRU: head = most recent */
-    const void *owner;            /* the handler (several roots share one cache) */
-    char *key;                    /* relative path (owned) */
+    fc_entry_t *hnext;         /* hash chain */
+    fc_entry_t *lprev, *lnext; /* LRU: head = most recent */
+    const void *owner;         /* the handler (several roots share one cache) */
+    char *key;                 /* relative path (owned) */
     size_t keylen;
     uint64_t hash;
-    int refs;                     /* the table holds one while cached */
+    int refs; /* the table holds one while cached */
     bool cached;
-    int err;                      /* 0, or a negative HTTP status (404/403) cached briefly */
-    int fd;                       /* O_RDONLY; -1 for errors and directories */
+    int err; /* 0, or a negative HTTP status (404/403) cached briefly */
+    int fd;  /* O_RDONLY; -1 for errors and directories */
     bool is_dir;
     uint64_t size;
     time_t mtime;
     dev_t dev;
     ino_t ino;
-    char *data;                   /* whole content when small (owned) */
-    uint64_t checked_ms;          /* last validation */
+    char *data;          /* whole content when small (owned) */
+    uint64_t checked_ms; /* last validation */
     bool has_br, has_gz;
     char etag[48];
     size_t etag_len;
@@ -201,12 +201,28 @@ static file_cache_t *cache_get(void)
     return tl_cache;
 }
 
+static void cache_remove(struct file_cache *fc, fc_entry_t *e);
+
+void fy_static_thread_cleanup(void)
+{
+    file_cache_t *fc = tl_cache;
+    if (!fc) return;
+    while (fc->lru_tail) cache_remove(fc, fc->lru_tail);
+    free(fc->buckets);
+    free(fc);
+    tl_cache = NULL;
+}
+
 static void lru_unlink(file_cache_t *fc, fc_entry_t *e)
 {
-    if (e->lprev) e->lprev->lnext = e->lnext;
-    else fc->lru_head = e->lnext;
-    if (e->lnext) e->lnext->lprev = e->lprev;
-    else fc->lru_tail = e->lprev;
+    if (e->lprev)
+        e->lprev->lnext = e->lnext;
+    else
+        fc->lru_head = e->lnext;
+    if (e->lnext)
+        e->lnext->lprev = e->lprev;
+    else
+        fc->lru_tail = e->lprev;
     e->lprev = e->lnext = NULL;
 }
 
@@ -380,8 +396,7 @@ static bool etag_list_matches(fy_str_t list, const char *etag, size_t elen)
 {
     size_t i = 0;
     while (i < list.len) {
-        while (i < list.len && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ','))
-            i++;
+        while (i < list.len && (list.p[i] == ' ' || list.p[i] == '\t' || list.p[i] == ',')) i++;
         if (i < list.len && list.p[i] == '*') return true;
         size_t b = i;
         if (i + 1 < list.len && list.p[i] == 'W' && list.p[i + 1] == '/') b = i += 2; /* weak */
@@ -479,11 +494,21 @@ static size_t html_escape(char *out, const char *s, size_t n)
     for (size_t i = 0; i < n; i++) {
         const char *r = NULL;
         switch (s[i]) {
-        case '<': r = "&lt;"; break;
-        case '>': r = "&gt;"; break;
-        case '&': r = "&amp;"; break;
-        case '"': r = "&quot;"; break;
-        case '\'': r = "&#39;"; break;
+        case '<':
+            r = "&lt;";
+            break;
+        case '>':
+            r = "&gt;";
+            break;
+        case '&':
+            r = "&amp;";
+            break;
+        case '"':
+            r = "&quot;";
+            break;
+        case '\'':
+            r = "&#39;";
+            break;
         }
         if (r) {
             size_t l = strlen(r);
@@ -612,7 +637,8 @@ static void serve_entry(static_handler_t *sh, fy_exchange_t *ex, fc_entry_t *e, 
     add_hdr(ex, "content-type", mime, strlen(mime));
     add_hdr(ex, "last-modified", e->last_modified, 29);
     if (conf->etag) add_hdr(ex, "etag", body->etag, body->etag_len);
-    if (conf->cache_control) add_hdr(ex, "cache-control", conf->cache_control, strlen(conf->cache_control));
+    if (conf->cache_control)
+        add_hdr(ex, "cache-control", conf->cache_control, strlen(conf->cache_control));
     if (encoding) add_hdr(ex, "content-encoding", encoding, strlen(encoding));
 
     if (not_modified(ex, body)) {
@@ -626,8 +652,8 @@ static void serve_entry(static_handler_t *sh, fy_exchange_t *ex, fc_entry_t *e, 
     add_hdr(ex, "accept-ranges", "bytes", 5);
     uint64_t start = 0, len = body->size;
     int status = 200;
-    const fy_header_t *rh = ex->req.method_id == FY_M_GET ? FY_HDR_FIND(&ex->req.headers, "range")
-                                                           : NULL;
+    const fy_header_t *rh =
+        ex->req.method_id == FY_M_GET ? FY_HDR_FIND(&ex->req.headers, "range") : NULL;
     if (rh) {
         const fy_header_t *ir = FY_HDR_FIND(&ex->req.headers, "if-range");
         bool use = true;
@@ -645,7 +671,8 @@ static void serve_entry(static_handler_t *sh, fy_exchange_t *ex, fc_entry_t *e, 
             int n = snprintf(cr, 48, "bytes */%llu", (unsigned long long)body->size);
             ex->res.headers.n = 0;
             add_hdr(ex, "content-range", cr, (size_t)n);
-            static const char msg[] = "<html><body><h1>416 Range Not Satisfiable</h1></body></html>\n";
+            static const char msg[] =
+                "<html><body><h1>416 Range Not Satisfiable</h1></body></html>\n";
             fy_exchange_respond(ex, 416, "text/html; charset=utf-8", msg, sizeof msg - 1);
             return;
         }

@@ -13,6 +13,9 @@
  * opened. */
 fy_handler_t *fy_static_handler_new(const fy_static_conf_t *conf);
 
+/* Free the calling worker thread's open-file cache (at worker exit). */
+void fy_static_thread_cleanup(void);
+
 /* MIME type for a file name by its extension ("text/html; charset=utf-8", default
  * "application/octet-stream"). */
 const char *fy_static_mime_type(const char *name, size_t len);

@@ -55,38 +55,70 @@ int fy_http_method_id(fy_str_t m)
 const char *fy_http_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 412: return "Precondition Failed";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 307:
+        return "Temporary Redirect";
+    case 308:
+        return "Permanent Redirect";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 412:
+        return "Precondition Failed";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 416:
+        return "Range Not Satisfiable";
+    case 417:
+        return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
     }
 }
 
@@ -95,7 +127,8 @@ void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type
 {
     static const fy_producer_ops_t none = {NULL, NULL};
     ex->res.status = status;
-    if (content_type) FY_HDR_ADD(ex->arena, &ex->res.headers, "content-type", content_type, strlen(content_type));
+    if (content_type)
+        FY_HDR_ADD(ex->arena, &ex->res.headers, "content-type", content_type, strlen(content_type));
     ex->res.content_length = (int64_t)len;
     fy_exchange_start_response(ex, &none);
     struct iovec iov = {(void *)body, len};
@@ -110,7 +143,8 @@ void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason)
         return;
     }
     char *body = fy_arena_alloc(ex->arena, 160);
-    int n = snprintf(body, 160, "<html><head><title>%d %s</title></head><body><h1>%d %s</h1></body></html>\n",
+    int n = snprintf(body, 160,
+                     "<html><head><title>%d %s</title></head><body><h1>%d %s</h1></body></html>\n",
                      status, fy_http_reason(status), status, fy_http_reason(status));
     ex->res.headers.n = 0;
     fy_exchange_respond(ex, status, "text/html; charset=utf-8", body, (size_t)n);
