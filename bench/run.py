@@ -465,7 +465,7 @@ UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
 
 def to_ms(s):
     m = re.match(r"([\d.]+)(us|ms|s|m|h)$", s)
-    return float(m.group(1)) * UNIT[m.group(2)] if m else None
+    return round(float(m.group(1)) * UNIT[m.group(2)], 4) if m else None
 
 
 def wrk(url, duration, conns, server):

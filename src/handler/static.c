@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,11 +256,37 @@ static fc_entry_t *cache_find(file_cache_t *fc, const void *owner, const char *k
     return NULL;
 }
 
+/* Is the open file `fd` inside the directory `rootfd`? (by their resolved paths) */
+static bool fd_is_beneath(int rootfd, int fd)
+{
+    char lr[64], lf[64], root[4096], file[4096];
+    snprintf(lr, sizeof lr, "/proc/self/fd/%d", rootfd);
+    snprintf(lf, sizeof lf, "/proc/self/fd/%d", fd);
+    ssize_t nr = readlink(lr, root, sizeof root - 1), nf = readlink(lf, file, sizeof file - 1);
+    if (nr <= 0 || nf <= 0) return false;
+    if (nr == 1) return true; /* root is "/" */
+    return nf >= nr && memcmp(root, file, (size_t)nr) == 0 && (nf == nr || file[nr] == '/');
+}
+
 static int open_beneath(int rootfd, const char *rel, int flags)
 {
-    struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC),
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
-    return (int)syscall(SYS_openat2, rootfd, rel[0] ? rel : ".", &how, sizeof how);
+    static atomic_bool no_openat2;
+    if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
+        struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC),
+                               .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+        int fd = (int)syscall(SYS_openat2, rootfd, rel[0] ? rel : ".", &how, sizeof how);
+        if (fd >= 0 || errno != ENOSYS) return fd;
+        /* kernels before 5.6 and valgrind lack openat2: open, then check where it landed */
+        atomic_store(&no_openat2, true);
+    }
+    int fd = openat(rootfd, rel[0] ? rel : ".", flags | O_CLOEXEC);
+    if (fd < 0) return fd;
+    if (!fd_is_beneath(rootfd, fd)) {
+        close(fd);
+        errno = EXDEV;
+        return -1;
+    }
+    return fd;
 }
 
 static bool sibling_exists(int rootfd, const char *rel, size_t n, const char *suffix)
