@@ -17,7 +17,7 @@ struct fy_arena {
     char *cur, *end;
     fy_arena_dtor_t *dtors;
     size_t block_size;
-    char *first_mem;        /* caller-provided first block, never freed by the arena */
+    char *first_mem; /* caller-provided first block, never freed by the arena */
     size_t first_size;
 };
 

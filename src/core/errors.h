@@ -3,9 +3,9 @@
 #ifndef FY_CORE_ERRORS_H
 #define FY_CORE_ERRORS_H
 
-#define FY_EEOF (-10001)     /* the peer closed its sending side */
-#define FY_ETLS (-10002)     /* TLS protocol error (details logged by the TLS layer) */
-#define FY_ELIMIT (-10003)   /* a configured bound was exceeded */
-#define FY_ECLOSED (-10004)  /* operation on a closed object */
+#define FY_EEOF (-10001)    /* the peer closed its sending side */
+#define FY_ETLS (-10002)    /* TLS protocol error (details logged by the TLS layer) */
+#define FY_ELIMIT (-10003)  /* a configured bound was exceeded */
+#define FY_ECLOSED (-10004) /* operation on a closed object */
 
 #endif

@@ -27,7 +27,7 @@ void fy_log_set_fd(int fd);
 void fy_log_set_worker(int id);
 
 void fy_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void fy_vlog(int level, const char *fmt, va_list ap);
+void fy_vlog(int level, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 #define FY_LOG_ENABLED(lvl) ((lvl) >= fy_log_min_level)
 #define fy_debug(...)                                                                              \

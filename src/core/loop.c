@@ -158,14 +158,22 @@ void fy_timer_stop(fy_loop_t *loop, fy_timer_t *t)
     if (t->idx) heap_remove(loop, t);
 }
 
+/* epoll_wait timeout until the next timer: -1 none, 0 due now. */
+static int next_timeout(const fy_loop_t *loop)
+{
+    if (!loop->nheap) return -1;
+    uint64_t key = loop->heap[0]->key;
+    if (key <= loop->now_ms) return 0;
+    uint64_t d = key - loop->now_ms;
+    return d > 60000 ? 60000 : (int)d;
+}
+
+/* Run the due timers; returns the timeout until the next one (as next_timeout). */
 static int run_timers(fy_loop_t *loop)
 {
     while (loop->nheap) {
         fy_timer_t *t = loop->heap[0];
-        if (t->key > loop->now_ms) {
-            uint64_t d = t->key - loop->now_ms;
-            return d > 60000 ? 60000 : (int)d;
-        }
+        if (t->key > loop->now_ms) break;
         heap_remove(loop, t);
         if (t->at > loop->now_ms) {
             t->key = t->at;
@@ -174,7 +182,7 @@ static int run_timers(fy_loop_t *loop)
         }
         t->cb(t);
     }
-    return -1;
+    return next_timeout(loop);
 }
 
 /* ---- deferred callbacks ---- */
@@ -215,9 +223,12 @@ void fy_loop_run(fy_loop_t *loop)
 {
     struct epoll_event evs[256];
     while (!loop->stop) {
-        int timeout = run_timers(loop);
+        run_timers(loop);
         run_deferred(loop);
-        if (loop->defer_head) timeout = 0;
+        /* checked after the callbacks: a timer or deferred callback may stop the loop, and
+           the timeout is computed after them so that a timer they start is not missed */
+        if (loop->stop) break;
+        int timeout = loop->defer_head ? 0 : next_timeout(loop);
         int n = epoll_wait(loop->epfd, evs, 256, timeout);
         if (n < 0 && errno != EINTR) {
             fy_alert("epoll_wait: %s", strerror(errno));
@@ -229,5 +240,6 @@ void fy_loop_run(fy_loop_t *loop)
             io->cb(io, evs[i].events);
         }
         run_deferred(loop);
+        if (loop->stop) break;
     }
 }

@@ -23,9 +23,9 @@ struct fy_io {
 /* One-shot timer. Restarting a running timer with a later deadline is O(1): the heap keeps the
  * old key and re-queues on expiry (keep-alive timers move on every request). */
 struct fy_timer {
-    uint64_t at;       /* wanted deadline (ms, loop clock) */
-    uint64_t key;      /* deadline the heap is ordered by (<= at) */
-    size_t idx;        /* heap slot + 1; 0 = not armed */
+    uint64_t at;  /* wanted deadline (ms, loop clock) */
+    uint64_t key; /* deadline the heap is ordered by (<= at) */
+    size_t idx;   /* heap slot + 1; 0 = not armed */
     void (*cb)(fy_timer_t *t);
     void *data;
 };
@@ -43,8 +43,8 @@ struct fy_loop {
     fy_io_t wake_io;
     void (*on_wake)(fy_loop_t *loop);
     void *data;
-    uint64_t now_ms;  /* CLOCK_MONOTONIC, cached per turn */
-    time_t now_sec;   /* wall clock seconds, cached per turn */
+    uint64_t now_ms; /* CLOCK_MONOTONIC, cached per turn */
+    time_t now_sec;  /* wall clock seconds, cached per turn */
     bool stop;
     fy_timer_t **heap;
     size_t nheap, capheap;

@@ -38,7 +38,8 @@ static inline bool fy_str_eq(fy_str_t s, const char *p, size_t n)
     return s.len == n && memcmp(s.p, p, n) == 0;
 }
 
-/* Does the comma-separated list `s` contain `tok` (lowercase, case-insensitive match)? */
+/* Does the comma-separated list `s` contain `tok` (lowercase, case-insensitive match)?
+ * Parameters are ignored, except that "tok;q=0" counts as absent (refused). */
 bool fy_str_list_has(fy_str_t s, const char *tok, size_t n);
 
 #endif

@@ -36,11 +36,11 @@ struct fy_transport_ops {
 
 struct fy_transport {
     const struct fy_transport_ops *ops;
-    int fd;          /* borrowed: the socket readiness is watched on */
-    unsigned want;   /* FY_WANT_* after a call returned 0 */
+    int fd;        /* borrowed: the socket readiness is watched on */
+    unsigned want; /* FY_WANT_* after a call returned 0 */
     bool is_tls;
-    const char *alpn;  /* negotiated ALPN protocol (static string) or NULL */
-    const char *sni;   /* server name sent by the client, or NULL (owned by the transport) */
+    const char *alpn; /* negotiated ALPN protocol (static string) or NULL */
+    const char *sni;  /* server name sent by the client, or NULL (owned by the transport) */
 };
 
 #endif

@@ -101,6 +101,7 @@ int fy_static_normalize(const char *path, size_t len, char *out, size_t cap)
                 if (ch == '\0') return -400;
                 if (ch == '/') return -404; /* an encoded slash never names a file here */
             } else {
+                if (ch == '\0') return -400;
                 i++;
             }
             if (o + 1 >= cap) return -400;

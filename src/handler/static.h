@@ -23,7 +23,8 @@ const char *fy_static_mime_type(const char *name, size_t len);
 /* Percent-decode and normalise a request path into `out` (capacity `cap`): collapses "//",
  * drops "." segments, resolves ".." (never above the root). The result has no leading '/'
  * ("" for the root) and keeps a trailing '/' when the request had one.
- * Returns the length, or -400 (bad escape, NUL byte, too long), -403 (".." above the root). */
+ * Returns the length, or -400 (bad escape, NUL byte, too long), -403 (".." above the root),
+ * -404 (an encoded '/', which never names a file here). */
 int fy_static_normalize(const char *path, size_t len, char *out, size_t cap);
 
 #endif

@@ -209,26 +209,39 @@ const char *fy_http_date(time_t now)
     return buf;
 }
 
+static int digits(const char *p, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
 time_t fy_http_date_parse(fy_str_t s)
 {
-    /* IMF-fixdate only: "Sun, 06 Nov 1994 08:49:37 GMT" (29 bytes) */
-    if (s.len != 29 || s.p[3] != ',' || memcmp(s.p + 26, "GMT", 3) != 0) return -1;
-    struct tm tm = {0};
-    char mon[4] = {s.p[8], s.p[9], s.p[10], 0};
+    /* IMF-fixdate only: "Sun, 06 Nov 1994 08:49:37 GMT" (29 bytes); fields range-checked */
+    const char *p = s.p;
+    if (s.len != 29 || p[3] != ',' || p[4] != ' ' || p[7] != ' ' || p[11] != ' ' || p[16] != ' ' ||
+        p[19] != ':' || p[22] != ':' || memcmp(p + 25, " GMT", 4) != 0)
+        return -1;
     int m = -1;
     for (int i = 0; i < 12; i++)
-        if (memcmp(mon, months[i], 3) == 0) m = i;
-    if (m < 0) return -1;
-    int d, y, hh, mm, ss;
-    char tmp[30];
-    memcpy(tmp, s.p, 29);
-    tmp[29] = 0;
-    if (sscanf(tmp + 5, "%2d %*3s %4d %2d:%2d:%2d", &d, &y, &hh, &mm, &ss) != 5) return -1;
+        if (memcmp(p + 8, months[i], 3) == 0) m = i;
+    int d = digits(p + 5, 2), y = digits(p + 12, 4), hh = digits(p + 17, 2), mm = digits(p + 20, 2),
+        ss = digits(p + 23, 2);
+    if (m < 0 || d < 1 || d > 31 || y < 1970 || hh > 23 || mm > 59 || ss > 60 || hh < 0 || mm < 0 ||
+        ss < 0)
+        return -1;
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (d > mdays[m]) return -1;
+    struct tm tm = {0};
     tm.tm_mday = d;
     tm.tm_mon = m;
     tm.tm_year = y - 1900;
     tm.tm_hour = hh;
     tm.tm_min = mm;
-    tm.tm_sec = ss;
+    tm.tm_sec = ss == 60 ? 59 : ss;
     return timegm(&tm);
 }
