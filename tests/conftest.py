@@ -44,7 +44,7 @@ class Ferry:
         self.ports = [free_port() for _ in range(4)]
         self.port = self.ports[0]
         self.docroot = self.tmp / "www"
-        self.docroot.mkdir(exist_ok=True)
+        self.docroot.mkdir(parents=True, exist_ok=True)
         self.data = self.tmp / "data"
         self.expect_exit = expect_exit
         self.check_log = check_log
@@ -156,3 +156,51 @@ def statuses(resp: bytes):
     """Status codes of all responses in a byte stream (pipelining)."""
     import re
     return [int(m) for m in re.findall(rb"HTTP/1\.[01] (\d{3}) ", resp)]
+
+
+def http_request(port, path="/", method="GET", headers=None, timeout=10.0, host="127.0.0.1",
+                 tls=False, server_hostname=None):
+    """One request over a fresh connection (Connection: close); returns (status, headers, body).
+
+    `headers` in the result is a dict of lower-cased names to the last value; the raw head is in
+    headers["_raw"]. The request target is sent exactly as given (no normalisation)."""
+    import ssl as _ssl
+    hdrs = {"Host": f"{host}:{port}", "Connection": "close"}
+    hdrs.update(headers or {})
+    req = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())
+    s = socket.create_connection((host, port), timeout=timeout)
+    try:
+        if tls:
+            ctx = _ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = _ssl.CERT_NONE
+            s = ctx.wrap_socket(s, server_hostname=server_hostname)
+        s.sendall((req + "\r\n").encode("latin-1"))
+        chunks = []
+        while True:
+            b = s.recv(1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        s.close()
+    data = b"".join(chunks)
+    head, sep, body = data.partition(b"\r\n\r\n")
+    assert sep, f"no complete response head: {data[:500]!r}"
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    h = {"_raw": head.decode("latin-1")}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        h[k.strip().lower()] = v.strip()
+    if h.get("transfer-encoding", "").lower() == "chunked":
+        out, rest = b"", body
+        while True:
+            size_line, _, rest = rest.partition(b"\r\n")
+            n = int(size_line.split(b";")[0], 16)
+            if n == 0:
+                break
+            out += rest[:n]
+            rest = rest[n + 2:]
+        body = out
+    return status, h, body

@@ -892,6 +892,7 @@ static void end_exchange(h1_conn_t *c)
     c->ex_active = false;
     fy_arena_reset(&c->arena);
     c->head_written = c->res_final = c->want_proceed = false;
+    c->read_paused = false; /* the next request (or the close) is ours to read again */
     if (c->body_mode != B_NONE) {
         /* the handler did not read the whole body: drain it to keep the connection */
         if (!c->keepalive) {

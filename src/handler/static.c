@@ -144,6 +144,7 @@ struct fc_entry {
     bool is_dir;
     uint64_t size;
     time_t mtime;
+    struct timespec mtim, ctim; /* full precision: a same-size edit within a second counts */
     dev_t dev;
     ino_t ino;
     char *data;          /* whole content when small (owned) */
@@ -331,6 +332,8 @@ static void entry_load(static_handler_t *sh, fc_entry_t *e, uint64_t now_ms)
     e->is_dir = S_ISDIR(st.st_mode);
     e->size = (uint64_t)st.st_size;
     e->mtime = st.st_mtime;
+    e->mtim = st.st_mtim;
+    e->ctim = st.st_ctim;
     e->dev = st.st_dev;
     e->ino = st.st_ino;
     if (e->is_dir) {
@@ -339,8 +342,11 @@ static void entry_load(static_handler_t *sh, fc_entry_t *e, uint64_t now_ms)
         return;
     }
     e->fd = fd;
+    /* mtime in nanoseconds: two versions written within one second differ */
     e->etag_len = (size_t)snprintf(e->etag, sizeof e->etag, "\"%llx-%llx\"",
-                                   (unsigned long long)st.st_mtime, (unsigned long long)st.st_size);
+                                   (unsigned long long)st.st_mtim.tv_sec * 1000000000ull +
+                                       (unsigned long long)st.st_mtim.tv_nsec,
+                                   (unsigned long long)st.st_size);
     fy_http_date_fmt(st.st_mtime, e->last_modified);
     if (conf->precompressed) {
         e->has_br = sibling_exists(sh->rootfd, e->key, e->keylen, ".br");
@@ -381,8 +387,9 @@ static fc_entry_t *lookup(static_handler_t *sh, fy_exchange_t *ex, const char *r
         struct stat st;
         int fd = open_beneath(sh->rootfd, e->key, O_RDONLY | O_PATH);
         bool same = fd >= 0 && fstat(fd, &st) == 0 && e->err == 0 && st.st_ino == e->ino &&
-                    st.st_dev == e->dev && st.st_mtime == e->mtime &&
-                    (uint64_t)st.st_size == e->size;
+                    st.st_dev == e->dev && st.st_mtim.tv_sec == e->mtim.tv_sec &&
+                    st.st_mtim.tv_nsec == e->mtim.tv_nsec && st.st_ctim.tv_sec == e->ctim.tv_sec &&
+                    st.st_ctim.tv_nsec == e->ctim.tv_nsec && (uint64_t)st.st_size == e->size;
         if (fd >= 0) close(fd);
         if (same) {
             e->checked_ms = now;

@@ -146,7 +146,16 @@ void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason)
     int n = snprintf(body, 160,
                      "<html><head><title>%d %s</title></head><body><h1>%d %s</h1></body></html>\n",
                      status, fy_http_reason(status), status, fy_http_reason(status));
-    ex->res.headers.n = 0;
+    /* headers set for the content that is not coming are dropped; those that describe the
+       error itself stay */
+    size_t k = 0;
+    for (size_t i = 0; i < ex->res.headers.n; i++) {
+        fy_str_t nm = ex->res.headers.v[i].name;
+        if (fy_str_ieq(nm, "allow", 5) || fy_str_ieq(nm, "www-authenticate", 16) ||
+            fy_str_ieq(nm, "retry-after", 11) || fy_str_ieq(nm, "location", 8))
+            ex->res.headers.v[k++] = ex->res.headers.v[i];
+    }
+    ex->res.headers.n = k;
     fy_exchange_respond(ex, status, "text/html; charset=utf-8", body, (size_t)n);
 }
 

@@ -165,7 +165,8 @@ void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type
                          size_t len);
 
 /* Fail the exchange with one call: before the response started, a small error page with
- * `status`; after, the codec aborts the stream (h1: closes the connection). `reason` is a
+ * `status` (of the headers set so far only Allow, WWW-Authenticate, Retry-After and Location
+ * are kept); after, the codec aborts the stream (h1: closes the connection). `reason` is a
  * static string for the log. */
 void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason);
 

@@ -1,0 +1,387 @@
+"""Black-box tests of the command line (DESIGN.md §6, src/main.c)."""
+import hashlib
+import os
+import re
+import select
+import signal
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+
+from conftest import FERRY, free_port, http_request
+
+
+def ferry(*args, timeout=15, cwd=None, home=None):
+    env = dict(os.environ)
+    if home is not None:
+        env["HOME"] = str(home)
+        env.pop("XDG_DATA_HOME", None)
+    return subprocess.run([FERRY, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+def one_line_naming(stderr, *words):
+    lines = stderr.strip("\n").split("\n")
+    assert len(lines) == 1, f"expected one line on stderr, got: {stderr!r}"
+    for w in words:
+        assert w in lines[0], f"{w!r} not named in {lines[0]!r}"
+
+
+# ---- help, version, usage errors ----
+
+def test_cli_help():
+    for flag in ("--help", "-h"):
+        p = ferry(flag)
+        assert p.returncode == 0
+        for cmd in ("run", "check", "serve", "-c FILE", "--version"):
+            assert cmd in p.stdout
+
+
+def test_cli_version():
+    p = ferry("--version")
+    assert p.returncode == 0
+    assert re.match(r"^ferry \d+\.\d+\.\d+", p.stdout), p.stdout
+
+
+@pytest.mark.parametrize("args,named", [
+    (["frobnicate"], ["frobnicate"]),
+    (["--frobnicate"], ["--frobnicate"]),
+    (["run", "--frobnicate"], ["--frobnicate"]),
+    (["check", "-c", "x.yaml", "--frobnicate"], ["--frobnicate"]),
+    (["serve", ".", "--frobnicate"], ["--frobnicate"]),
+    (["serve", ".", "--listen"], ["--listen"]),
+    (["serve"], ["DIR"]),
+    (["serve", "a", "b"], ["'b'"]),
+    (["serve", ".", "--tls", "nonsense"], ["--tls", "nonsense"]),
+    (["run"], ["-c"]),
+    (["check"], ["-c"]),
+    (["run", "-c"], ["-c"]),
+])
+def test_cli_usage_errors_exit_2(args, named):
+    p = ferry(*args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    one_line_naming(p.stderr, *named)
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "257", "2x", ""])
+@pytest.mark.parametrize("cmd", [["run", "-c", "x.yaml"], ["serve", "."], []])
+def test_cli_bad_workers_exit_2(cmd, value):
+    p = ferry(*cmd, "--workers", value)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    one_line_naming(p.stderr, "--workers")
+    if value:
+        assert value in p.stderr
+
+
+# ---- check ----
+
+GOOD = """\
+listeners:
+  - address: 127.0.0.1:9000
+routes:
+  - static: /tmp
+"""
+
+BAD = """\
+listeners:
+  - address: 127.0.0.1:9000
+    bogus: 1
+limits:
+  keepalive-timeout: abc
+routes:
+  - static:
+      root: /tmp
+      listing: maybe
+"""
+
+
+def test_cli_check_good(tmp_path):
+    cfg = tmp_path / "good.yaml"
+    cfg.write_text(GOOD)
+    p = ferry("check", "-c", cfg, home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert re.search(r"^\s*keepalive-timeout: 75s$", out, re.M), out
+    assert re.search(r"^\s*header-timeout: 10s$", out, re.M)
+    assert re.search(r"^\s*backlog: 4096$", out, re.M)
+    assert re.search(r"^\s*index: \[index\.html\]$", out, re.M)
+    assert re.search(r"^\s*root: /tmp$", out, re.M)
+    assert re.search(r"^[\s-]*address: 127\.0\.0\.1:9000$", out, re.M)
+
+
+def test_cli_check_output_is_a_valid_config(tmp_path):
+    cfg = tmp_path / "good.yaml"
+    cfg.write_text(GOOD)
+    p1 = ferry("check", "-c", cfg, home=tmp_path)
+    assert p1.returncode == 0
+    eff = tmp_path / "effective.yaml"
+    eff.write_text(p1.stdout)
+    p2 = ferry("check", "-c", eff, home=tmp_path)
+    assert p2.returncode == 0, p2.stderr
+    body = lambda s: [l for l in s.splitlines() if not l.startswith("#")]
+    assert body(p2.stdout) == body(p1.stdout)
+
+
+def test_cli_check_bad(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(BAD)
+    p = ferry("check", "-c", cfg, home=tmp_path)
+    assert p.returncode == 1
+    errs = [l for l in p.stderr.splitlines() if re.match(r"^\S*bad\.yaml:\d+:\d+: ", l)]
+    assert len(errs) == 3, p.stderr
+    by_key = {}
+    for l in errs:
+        m = re.match(r"^(\S*bad\.yaml):(\d+):(\d+): (\S+): (.*)$", l)
+        assert m, l
+        assert m.group(1).endswith("bad.yaml")
+        by_key[m.group(4)] = (int(m.group(2)), int(m.group(3)), m.group(5))
+    assert by_key["listeners[0].bogus"][:2] == (3, 5)
+    assert "bogus" in by_key["listeners[0].bogus"][2]
+    assert by_key["limits.keepalive-timeout"][0] == 5
+    assert "abc" in by_key["limits.keepalive-timeout"][2]
+    assert by_key["routes[0].static.listing"][0] == 9
+    assert "maybe" in by_key["routes[0].static.listing"][2]
+    assert "keepalive-timeout: 75s" not in p.stdout
+
+
+def test_cli_check_missing_file(tmp_path):
+    p = ferry("check", "-c", tmp_path / "nope.yaml")
+    assert p.returncode != 0
+    assert "nope.yaml" in p.stderr
+
+
+def test_cli_run_bad_config_exits_nonzero(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(BAD)
+    p = ferry("run", "-c", cfg, home=tmp_path)
+    assert p.returncode != 0
+    assert re.search(r"bad\.yaml:3:5: ", p.stderr)
+
+
+# ---- serve ----
+
+def start_serve(server, *extra, port=None):
+    f = server(args=None, start=False)
+    port = port or f.port
+    f.args = ["serve", str(f.docroot), "--listen", f"127.0.0.1:{port}", *extra]
+    (f.docroot / "hello.txt").write_text("hello serve\n")
+    return f
+
+
+def test_cli_serve_dir(server):
+    f = start_serve(server)
+    f.start(wait_ports=[f.port])
+    st, h, body = http_request(f.port, "/hello.txt")
+    assert st == 200 and body == b"hello serve\n"
+    assert h["content-type"].startswith("text/plain")
+
+
+def test_cli_serve_workers_2(server):
+    f = start_serve(server, "--workers", "2")
+    f.start(wait_ports=[f.port])
+    for _ in range(8):
+        st, _, body = http_request(f.port, "/hello.txt")
+        assert st == 200 and body == b"hello serve\n"
+    assert f.stop() == 0
+    assert "2 workers" in f.log()
+
+
+def test_cli_serve_tls_self_signed(server):
+    f = start_serve(server, "--tls", "self-signed")
+    f.start(wait_ports=[f.port])
+    p = subprocess.run(["curl", "-sk", "--max-time", "10",
+                        f"https://127.0.0.1:{f.port}/hello.txt"], capture_output=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == b"hello serve\n"
+    # plain HTTP on the TLS port is not served
+    p = subprocess.run(["curl", "-s", "--max-time", "5", f"http://127.0.0.1:{f.port}/hello.txt"],
+                       capture_output=True, timeout=20)
+    assert p.stdout != b"hello serve\n"
+
+
+def test_cli_serve_tls_cert_key(server, tmp_path):
+    crt, key = tmp_path / "c.crt", tmp_path / "c.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True,
+                   timeout=30)
+    f = start_serve(server, "--tls", f"{crt}:{key}")
+    f.start(wait_ports=[f.port])
+    st, _, body = http_request(f.port, "/hello.txt", tls=True, server_hostname="localhost")
+    assert st == 200 and body == b"hello serve\n"
+
+
+def test_cli_serve_access_log_stdout(server):
+    f = start_serve(server, "--access-log", "stdout")
+    f.start(wait_ports=[f.port])
+    assert http_request(f.port, "/hello.txt")[0] == 200
+    assert f.stop() == 0
+    out = f.proc.stdout.read()
+    assert re.search(r'"GET /hello\.txt HTTP/1\.1" 200 ', out), out
+
+
+def test_cli_serve_missing_dir(tmp_path):
+    p = ferry("serve", tmp_path / "no-such-dir", "--listen", f"127.0.0.1:{free_port()}",
+              home=tmp_path)
+    assert p.returncode != 0
+    assert "no-such-dir" in p.stderr
+
+
+def test_cli_serve_bad_listen(tmp_path):
+    p = ferry("serve", tmp_path, "--listen", "not-an-address", home=tmp_path)
+    assert p.returncode == 2
+    assert "not-an-address" in p.stderr
+
+
+# ---- signals: drain ----
+
+BIG = 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_signal_drains_in_flight_download(server, sig):
+    f = start_serve(server)
+    data = os.urandom(1024 * 1024 + 11) * 32
+    data = data[:BIG]
+    (f.docroot / "big.bin").write_bytes(data)
+    f.start(wait_ports=[f.port])
+    with socket.create_connection(("127.0.0.1", f.port), timeout=15) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            b = s.recv(65536)
+            assert b
+            buf += b
+        head, _, body = buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert re.search(rb"(?i)\r\ncontent-length: *%d\r\n" % BIG, head + b"\r\n"), head
+        # the download is in flight (the client has read little of it): ask ferry to stop
+        f.proc.send_signal(sig)
+        time.sleep(0.5)
+        assert f.proc.poll() is None, "ferry exited before the in-flight response completed"
+        h = hashlib.sha256(body)
+        n = len(body)
+        while n < BIG:
+            b = s.recv(min(1 << 20, BIG - n))
+            assert b, f"connection closed after {n} of {BIG} body bytes"
+            h.update(b)
+            n += len(b)
+        assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+    # the client has its response and has gone away: nothing holds the exit up
+    rc = wait_exit(f, 12)
+    assert rc == 0
+    assert "exited cleanly" in f.log()
+
+
+def wait_exit(f, timeout):
+    """Exit code of ferry, or fail (after killing it) when it is still running after timeout."""
+    try:
+        return f.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        f.proc.kill()
+        f.proc.wait()
+        f.expect_exit = None  # reported here, not again at teardown
+        pytest.fail(f"ferry did not exit within {timeout} s of the signal; log:\n{f.log()[-3000:]}")
+
+
+def test_cli_signal_drain_deadline(server):
+    # a client that reads nothing of a big response cannot hold ferry forever: after the drain
+    # deadline (10 s in main.c) the connection is closed and ferry exits 0
+    f = start_serve(server)
+    (f.docroot / "big.bin").write_bytes(os.urandom(1024 * 1024) * 32)
+    f.start(wait_ports=[f.port])
+    with socket.create_connection(("127.0.0.1", f.port), timeout=15) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 200")
+        f.proc.send_signal(signal.SIGTERM)
+        rc = wait_exit(f, 18)
+    assert rc == 0
+    assert "exited cleanly" in f.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_signal_idle_exit_0(server, sig):
+    f = start_serve(server)
+    f.start(wait_ports=[f.port])
+    assert http_request(f.port, "/hello.txt")[0] == 200
+    f.proc.send_signal(sig)
+    rc = f.proc.wait(timeout=15)
+    assert rc == 0
+    assert "exited cleanly" in f.log()
+
+
+def test_cli_signal_closes_idle_keepalive(server):
+    # an idle keep-alive connection does not hold the exit up
+    f = start_serve(server)
+    f.start(wait_ports=[f.port])
+    with socket.create_connection(("127.0.0.1", f.port), timeout=10) as s:
+        s.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        buf = b""
+        while not buf.endswith(b"hello serve\n"):
+            b = s.recv(4096)
+            assert b
+            buf += b
+        f.proc.send_signal(signal.SIGTERM)
+        rc = f.proc.wait(timeout=8)
+        assert rc == 0
+    assert "exited cleanly" in f.log()
+
+
+# ---- the embedded default ----
+
+def read_stdout_until(proc, needles, timeout=10.0):
+    fd = proc.stdout.fileno()
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline and not all(n.encode() in out for n in needles):
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            b = os.read(fd, 4096)
+            if not b:
+                break
+            out += b
+    return out.decode(errors="replace")
+
+
+def port_is_free(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_cli_default_embedded(server, monkeypatch):
+    busy = [p for p in (8080, 8443) if not port_is_free(p)]
+    if busy:
+        pytest.fail(f"the embedded default listens on 127.0.0.1:8080 and :8443, but "
+                    f"{busy} is in use on this machine: free it to run this test")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("FERRY_DEMO_DIR", raising=False)
+    f = server(args=[], start=False)
+    f.start(wait_ports=[8080, 8443])
+    out = read_stdout_until(f.proc, ["http://127.0.0.1:8080/", "https://127.0.0.1:8443/"])
+    assert "http://127.0.0.1:8080" in out, out
+    assert "https://127.0.0.1:8443" in out, out
+    st, h, body = http_request(8080, "/")
+    assert st == 200
+    assert h["content-type"].startswith("text/html")
+    assert b"Ferry" in body and b"<html" in body.lower()
+    st, h, body2 = http_request(8443, "/", tls=True, server_hostname="localhost")
+    assert st == 200
+    assert body2 == body
+    for port, tls in ((8080, False), (8443, True)):
+        st, _, body = http_request(port, "/health", tls=tls, server_hostname="localhost")
+        assert st == 200 and body == b"ok\n"
+    p = subprocess.run(["curl", "-sk", "--max-time", "10", "https://127.0.0.1:8443/health"],
+                       capture_output=True, timeout=20)
+    assert p.stdout == b"ok\n"
+    assert (f.tmp / ".local" / "share" / "ferry" / "selfsigned.crt").is_file()
