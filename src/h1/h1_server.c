@@ -896,7 +896,9 @@ static void end_exchange(h1_conn_t *c)
     if (c->body_mode != B_NONE) {
         /* the handler did not read the whole body: drain it to keep the connection */
         if (!c->keepalive) {
-            conn_linger(c);
+            /* not worth draining: close once the response is out (flush lingers) */
+            c->body_mode = B_NONE;
+            if (!output_pending(c)) conn_linger(c);
             return;
         }
         c->discarding = true;
@@ -1128,6 +1130,11 @@ static void on_readable(h1_conn_t *c)
         c->rlen += (size_t)n;
         if (c->ex_active) {
             if (c->body_wanted) deliver_body(c);
+            /* the body's end may have finished the exchange with a request behind it */
+            if (!c->closed && !c->ex_active && !c->discarding) process(c);
+        } else if (c->discarding) {
+            deliver_body(c);
+            if (!c->closed && !c->discarding) process(c);
         } else {
             process(c);
         }
