@@ -1010,7 +1010,8 @@ static void deliver_body(h1_conn_t *c)
             c->body_wanted = false;
             c->body_delivered = true;
             c->read_paused = true;
-            if (!end) fy_timer_stop(c->loop, &c->timer);
+            /* the handler holds the data now: its pace is not the client's idleness */
+            if (c->timer_kind == T_BODY) fy_timer_stop(c->loop, &c->timer);
             ex->on_body(ex, c->rbuf + data_at, take, end);
             return;
         }
