@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "conf/conf.h"
+#include "h2/h2_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
 #include "http/http_conf.h"
@@ -36,6 +37,7 @@ typedef struct fy_config {
     fy_conf_list_t listeners; /* of fy_listener_conf_t; at least one */
     fy_conf_list_t routes;    /* of fy_route_conf_t; first match wins */
     fy_http_limits_t limits;  /* `limits` */
+    fy_h2_conf_t http2;       /* `http2` */
     fy_log_conf_t log;        /* `log` */
     char *data_dir;           /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                  ~/.local/share/ferry (self-signed certs live there) */

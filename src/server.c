@@ -13,6 +13,7 @@
 #include "core/loop.h"
 #include "core/pool.h"
 #include "h1/h1_server.h"
+#include "h2/h2_server.h"
 #include "handler/echo.h"
 #include "handler/respond.h"
 #include "handler/static.h"
@@ -53,6 +54,8 @@ struct fy_server {
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
+static const char *const alpn_h2_h1[] = {"h2", "http/1.1", NULL};
+static const char *const alpn_h2[] = {"h2", NULL};
 
 static int build_router(fy_server_t *s)
 {
@@ -94,8 +97,15 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
     const fy_listener_conf_t *lc = cfg->listeners.v;
     for (size_t i = 0; i < cfg->listeners.n; i++) {
+        if (lc[i].protocols & FY_PROTO_H3)
+            fy_warn("listener %s: h3 is not served by this build yet", lc[i].address);
         if (!lc[i].tls) continue;
-        s->tls[i] = fy_tls_ctx_new(lc[i].tls, cfg->data_dir, alpn_h1);
+        const char *const *alpn = alpn_h1;
+        if ((lc[i].protocols & FY_PROTO_H2) && (lc[i].protocols & FY_PROTO_H1))
+            alpn = alpn_h2_h1;
+        else if (lc[i].protocols & FY_PROTO_H2)
+            alpn = alpn_h2;
+        s->tls[i] = fy_tls_ctx_new(lc[i].tls, cfg->data_dir, alpn);
         if (!s->tls[i]) {
             fy_log(FY_LOG_EMERG, "listener %s: TLS setup failed", lc[i].address);
             goto fail;
@@ -189,7 +199,7 @@ static void on_drain_timeout(fy_timer_t *t)
     size_t n = 0;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
     fy_warn("drain deadline passed: closing %zu connections", n);
-    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_h1_close_all(&w->ls[i].ctx);
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
     fy_loop_stop(&w->loop);
 }
 
@@ -205,7 +215,7 @@ static void on_wake(fy_loop_t *loop)
             close(wl->io.fd);
             wl->io.fd = -1;
         }
-        fy_h1_drain(&wl->ctx);
+        fy_http_ctx_drain(&wl->ctx);
     }
     if (all_closed(w)) {
         fy_loop_stop(loop);
@@ -233,6 +243,9 @@ static void *worker_main(void *arg)
         wl->ctx.worker_id = w->id;
         wl->ctx.is_tls = s->tls[i] != NULL;
         wl->ctx.tls = s->tls[i];
+        wl->ctx.protocols = lc[i].protocols;
+        wl->ctx.h2conf = &cfg->http2;
+        if (lc[i].protocols & (FY_PROTO_H2 | FY_PROTO_H2C)) wl->ctx.start_h2 = fy_h2_conn_start;
         wl->ctx.data = wl;
         wl->ctx.on_conn_closed = on_conn_closed;
         if (w->alog) {
@@ -249,7 +262,7 @@ static void *worker_main(void *arg)
     if (w->alog) fy_timer_start(&w->loop, &w->tick, 1000);
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
-    for (size_t i = 0; i < cfg->listeners.n; i++) fy_h1_close_all(&w->ls[i].ctx);
+    for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
     w->loop.stop = false;
     fy_timer_stop(&w->loop, &w->tick);
     fy_timer_stop(&w->loop, &w->drain_timer);

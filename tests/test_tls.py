@@ -177,8 +177,13 @@ def test_tls_alpn_http11_s_client(server, certs):
     assert "ALPN protocol: http/1.1" in out, out[-2000:]
 
 
+def h1_only(text):
+    """The same config with the listener restricted to HTTP/1.1 (`protocols: [h1]`)."""
+    return text.replace("    tls:\n", "    protocols: [h1]\n    tls:\n", 1)
+
+
 def test_tls_alpn_python(server, certs):
-    f = server(single(certs))
+    f = server(h1_only(single(certs)))
     info, data = tls_get(f.port, client_ctx(alpn=["h2", "http/1.1"]))
     assert info["alpn"] == "http/1.1"
     assert data.endswith(b"hello tls\n")
@@ -187,15 +192,22 @@ def test_tls_alpn_python(server, certs):
     assert data.endswith(b"hello tls\n")
 
 
-def test_tls_alpn_h2_only_fails(server, certs):
+def test_tls_alpn_default_prefers_h2(server, certs):
+    """TLS listeners default to protocols h1,h2: a client offering both gets h2."""
     f = server(single(certs))
+    rc, out = s_client(f.port, "-alpn", "h2,http/1.1")
+    assert "ALPN protocol: h2" in out, out[-2000:]
+
+
+def test_tls_alpn_h2_only_fails(server, certs):
+    f = server(h1_only(single(certs)))
     with pytest.raises(ssl.SSLError) as ei:
         tls_get(f.port, client_ctx(alpn=["h2"]))
     assert "NO APPLICATION PROTOCOL" in str(ei.value).upper().replace("_", " ")
 
 
 def test_tls_alpn_h2_only_s_client(server, certs):
-    f = server(single(certs))
+    f = server(h1_only(single(certs)))
     rc, out = s_client(f.port, "-alpn", "h2")
     assert rc != 0
     assert "no application protocol" in out.lower(), out[-2000:]
@@ -379,3 +391,29 @@ def test_tls_garbage_cert_file_fails_start(tmp_path, certs):
     p = run_config(tmp_path, text)
     assert p.returncode != 0
     assert str(bad) in p.stderr
+
+
+@pytest.mark.parametrize("pieces", ["one-write", "separate-records"])
+def test_tls_pipelined_requests(server, certs, pieces):
+    """Several requests arriving in one read: TLS decrypts one record per SSL_read and keeps
+    the rest inside OpenSSL, where epoll cannot see it; all must still be answered."""
+    srv = server(single(certs))
+    reqs = [f"GET /{i} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode() for i in range(5)]
+    reqs[-1] = b"GET /last HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw:
+        with client_ctx().wrap_socket(raw, server_hostname="localhost") as s:
+            if pieces == "one-write":
+                s.sendall(b"".join(reqs))
+            else:
+                # one TLS record per request, all in flight before any response is read
+                for r in reqs:
+                    s.sendall(r)
+            data = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                data += b
+    assert data.count(b"HTTP/1.1 200 OK\r\n") == 5
+    assert data.count(b"hello tls\n") == 5
+    assert data.endswith(b"hello tls\n")

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "h1/h1_parse.h"
+#include "net/listener_conf.h"
 #include "net/sock.h"
 #include "tls/tls.h"
 
@@ -40,7 +41,7 @@ enum body_mode {
 #define DISCARD_MAX (1u << 20) /* unread body we drain to keep the connection; more: close */
 
 typedef struct h1_conn {
-    fy_list_t link; /* in ctx->conns */
+    fy_conn_node_t node; /* in ctx->conns */
     fy_io_t io;
     fy_transport_t sock; /* plain transport (also the fd owner) */
     fy_transport_t *t;   /* active transport: &sock or TLS over it */
@@ -49,7 +50,8 @@ typedef struct h1_conn {
     struct sockaddr_storage remote;
     fy_timer_t timer;
     int timer_kind;
-    fy_defer_t defer; /* proceed / next request / free, after the callback stack unwinds */
+    fy_defer_t defer;  /* proceed / next request / free, after the callback stack unwinds */
+    fy_defer_t rdefer; /* read again: TLS holds decrypted bytes that epoll cannot signal */
 
     /* read side */
     char *rbuf;
@@ -98,10 +100,13 @@ typedef struct h1_conn {
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
+    bool handed_off; /* the fd and transport now belong to the h2 codec */
     _Alignas(16) char arena_first[2048];
 } h1_conn_t;
 
 static void conn_close(h1_conn_t *c);
+static void node_drain(fy_conn_node_t *n);
+static void node_close(fy_conn_node_t *n);
 static void on_io(fy_io_t *io, uint32_t ev);
 static void process(h1_conn_t *c);
 static void flush(h1_conn_t *c);
@@ -221,7 +226,9 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     c->io.fd = fd;
     c->io.cb = on_io;
     c->io.data = c;
-    fy_list_insert_tail(&ctx->conns, &c->link);
+    c->node.drain = node_drain;
+    c->node.close = node_close;
+    fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
     if (ctx->tls) {
         c->t = fy_tls_transport_new(ctx->tls, fd);
@@ -254,6 +261,21 @@ static void free_conn(fy_defer_t *d)
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
 
+/* The client speaks HTTP/2 (ALPN h2, or the h2c preface): give the fd, the transport and
+ * the bytes read so far to the h2 codec, and go away quietly. */
+static void handoff_h2(h1_conn_t *c)
+{
+    fy_http_ctx_t *ctx = c->ctx;
+    fy_transport_t *tls = c->t != &c->sock ? c->t : NULL;
+    const char *data = c->rbuf ? c->rbuf + c->rstart : NULL;
+    size_t len = c->rbuf ? c->rlen - c->rstart : 0;
+    fy_io_set(c->loop, &c->io, 0);
+    c->handed_off = true;
+    ctx->start_h2(ctx, c->sock.fd, tls, (struct sockaddr *)&c->remote, sizeof c->remote, data, len);
+    c->t = &c->sock;
+    conn_close(c);
+}
+
 static void conn_close(h1_conn_t *c)
 {
     if (c->closed) return;
@@ -268,16 +290,19 @@ static void conn_close(h1_conn_t *c)
     fy_arena_reset(&c->arena);
     fy_timer_stop(c->loop, &c->timer);
     fy_io_set(c->loop, &c->io, 0);
-    if (c->t != &c->sock) c->t->ops->destroy(c->t);
-    close(c->sock.fd);
+    if (!c->handed_off) {
+        if (c->t != &c->sock) c->t->ops->destroy(c->t);
+        close(c->sock.fd);
+    }
     rbuf_release(c);
     if (c->wbuf) fy_pool_put(fy_chunk_pool(), c->wbuf);
     c->wbuf = NULL;
     if (c->fbuf) fy_pool_put(fy_chunk_pool(), c->fbuf);
     c->fbuf = NULL;
-    fy_list_remove(&c->link);
+    fy_list_remove(&c->node.link);
     c->ctx->nconns--;
     fy_defer_cancel(c->loop, &c->defer);
+    fy_defer_cancel(c->loop, &c->rdefer);
     c->defer.cb = free_conn;
     c->defer.data = c;
     fy_defer(c->loop, &c->defer);
@@ -299,8 +324,21 @@ static void conn_linger(h1_conn_t *c)
     set_timer(c, T_LINGER);
 }
 
+static void on_readable(h1_conn_t *c);
+
+static void reread_cb(fy_defer_t *d)
+{
+    h1_conn_t *c = d->data;
+    if (!c->closed && !c->read_paused) on_readable(c);
+}
+
 static void update_events(h1_conn_t *c)
 {
+    if (!c->read_paused && !c->handshaking && c->t->ops->pending(c->t)) {
+        c->rdefer.cb = reread_cb;
+        c->rdefer.data = c;
+        fy_defer(c->loop, &c->rdefer);
+    }
     uint32_t ev = 0;
     if (c->t->want & FY_WANT_WRITE) ev |= EPOLLOUT;
     if (output_pending(c) && c->t->want == 0) ev |= EPOLLOUT;
@@ -819,6 +857,16 @@ static void process(h1_conn_t *c)
             if (!output_pending(c)) conn_linger(c);
             return;
         }
+        if (c->requests == 0 && c->req.scanned == 0 && (c->ctx->protocols & FY_PROTO_H2C) &&
+            c->ctx->start_h2 && !c->ctx->is_tls) {
+            static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+            size_t have = c->rlen - c->rstart, cmp = have < 24 ? have : 24;
+            if (memcmp(c->rbuf + c->rstart, preface, cmp) == 0) {
+                if (have < 24) return; /* wait for the whole preface */
+                handoff_h2(c);
+                return;
+            }
+        }
         if (c->req.scanned == 0) fy_h1_req_init(&c->req, c->hdrs);
         fy_h1_limits_t lim = {c->ctx->limits->max_request_line, c->ctx->limits->max_header_bytes,
                               (size_t)c->ctx->limits->max_headers};
@@ -1078,6 +1126,10 @@ static void do_handshake(h1_conn_t *c)
     }
     c->handshaking = false;
     c->t->want = 0;
+    if (c->t->alpn && c->t->alpn[0] == 'h' && c->t->alpn[1] == '2' && c->ctx->start_h2) {
+        handoff_h2(c);
+        return;
+    }
     set_timer(c, T_HEADER);
     c->read_paused = false;
     update_events(c);
@@ -1171,23 +1223,14 @@ static void on_io(fy_io_t *io, uint32_t ev)
     if (ev & (EPOLLIN | EPOLLHUP)) on_readable(c);
 }
 
-void fy_h1_drain(fy_http_ctx_t *ctx)
+static void node_drain(fy_conn_node_t *n)
 {
-    ctx->draining = true;
-    fy_list_t *l = ctx->conns.next;
-    while (l != &ctx->conns) {
-        h1_conn_t *c = fy_container_of(l, h1_conn_t, link);
-        l = l->next;
-        c->keepalive = false;
-        if (!c->ex_active && (!c->rbuf || c->rstart == c->rlen) && !output_pending(c))
-            conn_close(c);
-    }
+    h1_conn_t *c = fy_container_of(n, h1_conn_t, node);
+    c->keepalive = false;
+    if (!c->ex_active && (!c->rbuf || c->rstart == c->rlen) && !output_pending(c)) conn_close(c);
 }
 
-void fy_h1_close_all(fy_http_ctx_t *ctx)
+static void node_close(fy_conn_node_t *n)
 {
-    while (!fy_list_empty(&ctx->conns)) {
-        h1_conn_t *c = fy_container_of(ctx->conns.next, h1_conn_t, link);
-        conn_close(c);
-    }
+    conn_close(fy_container_of(n, h1_conn_t, node));
 }

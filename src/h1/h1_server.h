@@ -12,11 +12,4 @@
  * not be set up (fd already closed). */
 int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, socklen_t salen);
 
-/* Graceful shutdown of ctx's connections: idle ones close now, busy ones after their current
- * response (sent with Connection: close). ctx->on_conn_closed reports each close. */
-void fy_h1_drain(fy_http_ctx_t *ctx);
-
-/* Close every remaining connection at once (drain deadline passed). */
-void fy_h1_close_all(fy_http_ctx_t *ctx);
-
 #endif

@@ -254,3 +254,22 @@ time_t fy_http_date_parse(fy_str_t s)
     tm.tm_sec = ss == 60 ? 59 : ss;
     return timegm(&tm);
 }
+
+void fy_http_ctx_drain(fy_http_ctx_t *ctx)
+{
+    ctx->draining = true;
+    fy_list_t *l = ctx->conns.next;
+    while (l != &ctx->conns) {
+        fy_conn_node_t *n = fy_container_of(l, fy_conn_node_t, link);
+        l = l->next; /* drain may close and unlink n */
+        n->drain(n);
+    }
+}
+
+void fy_http_ctx_close_all(fy_http_ctx_t *ctx)
+{
+    while (!fy_list_empty(&ctx->conns)) {
+        fy_conn_node_t *n = fy_container_of(ctx->conns.next, fy_conn_node_t, link);
+        n->close(n);
+    }
+}

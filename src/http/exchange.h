@@ -24,6 +24,7 @@
 #include "core/list.h"
 #include "core/loop.h"
 #include "core/str.h"
+#include "core/transport.h"
 #include "http/http_conf.h"
 
 typedef struct fy_header {
@@ -90,17 +91,31 @@ typedef struct fy_sink_ops {
 
 typedef struct fy_router fy_router_t;
 
+/* What every server connection (h1, h2) puts in its context's list, so that shutdown can
+ * reach it without knowing its codec. */
+typedef struct fy_conn_node {
+    fy_list_t link;
+    void (*drain)(struct fy_conn_node *n); /* finish current work, then close */
+    void (*close)(struct fy_conn_node *n); /* close now */
+} fy_conn_node_t;
+
 /* Per listener and worker: what codecs need to dispatch and to account. */
 typedef struct fy_http_ctx {
-    const fy_router_t *router;       /* borrowed */
-    const fy_http_limits_t *limits;  /* borrowed */
+    const fy_router_t *router;      /* borrowed */
+    const fy_http_limits_t *limits; /* borrowed */
     fy_loop_t *loop;
     int worker_id;
     bool is_tls;
     /* Called once per exchange when its response is done or failed (access log). */
     void (*on_done)(fy_exchange_t *ex, void *ud);
     void *on_done_ud;
-    void *tls;                       /* fy_tls_ctx_t* for TLS listeners, else NULL */
+    void *tls;          /* fy_tls_ctx_t* for TLS listeners, else NULL */
+    unsigned protocols; /* FY_PROTO_* of the listener */
+    const void *h2conf; /* const fy_h2_conf_t* (h2 settings and limits) */
+    /* Hand a connection that speaks HTTP/2 (ALPN h2, or the h2c preface) to the h2 codec:
+       `fd` and `tls` (NULL for plain) pass to it, with `len` bytes already read. */
+    int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
+                    socklen_t salen, const char *data, size_t len);
     /* connections of this listener on this worker (owned by the codecs) */
     fy_list_t conns;
     size_t nconns;
@@ -129,10 +144,15 @@ struct fy_exchange {
     bool response_started;
     bool done;
     uint64_t start_ms;
-    uint64_t bytes_sent;     /* response body bytes */
-    uint64_t body_received;  /* request body bytes */
-    const char *error;       /* static reason when the exchange failed (for the log) */
+    uint64_t bytes_sent;    /* response body bytes */
+    uint64_t body_received; /* request body bytes */
+    const char *error;      /* static reason when the exchange failed (for the log) */
 };
+
+/* Graceful shutdown of every conn of ctx (each finishes its current work), and the hard stop
+ * after the drain deadline. */
+void fy_http_ctx_drain(fy_http_ctx_t *ctx);
+void fy_http_ctx_close_all(fy_http_ctx_t *ctx);
 
 /* Route the exchange to its handler (http/router.c). If no route matches: 404. */
 void fy_exchange_dispatch(fy_exchange_t *ex);
@@ -179,7 +199,8 @@ void fy_headers_add(fy_arena_t *a, fy_headers_t *hs, const char *name, size_t nl
 /* First header named `lower` (lowercase, case-insensitive), or NULL. */
 const fy_header_t *fy_headers_find(const fy_headers_t *hs, const char *lower, size_t n);
 #define FY_HDR_FIND(hs, lit) fy_headers_find((hs), (lit), sizeof(lit) - 1)
-#define FY_HDR_ADD(a, hs, nlit, v, vlen) fy_headers_add((a), (hs), (nlit), sizeof(nlit) - 1, (v), (vlen))
+#define FY_HDR_ADD(a, hs, nlit, v, vlen)                                                           \
+    fy_headers_add((a), (hs), (nlit), sizeof(nlit) - 1, (v), (vlen))
 
 int fy_http_method_id(fy_str_t m);
 

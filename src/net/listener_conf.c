@@ -147,6 +147,13 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 {
     fy_listener_conf_t *l = obj;
     if (!l->name) l->name = l->address;
+    /* DESIGN.md §6 defaults: h1,h2c without TLS, h1,h2 with TLS */
+    if (l->protocols == 0)
+        l->protocols = l->tls ? FY_PROTO_H1 | FY_PROTO_H2 : FY_PROTO_H1 | FY_PROTO_H2C;
+    if ((l->protocols & FY_PROTO_H2) && !l->tls) {
+        fy_conf_error(ctx, map, "protocols", "h2 needs tls (use h2c for cleartext HTTP/2)");
+        return -1;
+    }
     return 0;
 }
 
@@ -163,12 +170,11 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
     {.key = "protocols",
      .type = FY_CT_CUSTOM,
      .offset = L(protocols),
-     .dflt = "h1",
      .parse = parse_protocols,
      .dump = dump_protocols,
      .type_name = "list of `h1` `h2c` `h2` `h3` (or comma-separated)",
-     .doc = "HTTP versions served on this address. `h2`/`h3` need `tls`; `h3` listens on the "
-            "same port over UDP."},
+     .doc = "HTTP versions served on this address; default `h1,h2c` without `tls`, `h1,h2` with "
+            "it. `h2`/`h3` need `tls`; `h3` (same port over UDP) is accepted but not served yet."},
     {.key = "tls",
      .type = FY_CT_TABLE_PTR,
      .offset = L(tls),

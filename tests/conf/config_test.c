@@ -119,7 +119,7 @@ static void test_minimal_defaults(void)
     const fy_listener_conf_t *l = c->listeners.v;
     CHECK(!strcmp(l->address, "127.0.0.1:8080") && !strcmp(l->name, "127.0.0.1:8080"));
     CHECK(l->addr.ss_family == AF_INET && l->addrlen == sizeof(struct sockaddr_in));
-    CHECK_EQ_INT(l->protocols, FY_PROTO_H1);
+    CHECK_EQ_INT(l->protocols, FY_PROTO_H1 | FY_PROTO_H2C); /* plain default: h1,h2c */
     CHECK(l->tls == NULL);
     CHECK_EQ_INT(l->backlog, 4096);
     CHECK_EQ_INT(c->routes.n, 0);
@@ -168,7 +168,7 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, limits, log, data-dir\n"
+               "routes, limits, http2, log, data-dir\n"
                "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content\n");
@@ -236,6 +236,7 @@ static void test_listeners(void)
     fy_config_t *c = load("listeners:\n"
                           "  - address: '[::1]:8443'\n"
                           "    protocols: h1, h2c ,h2,h3\n"
+                          "    tls: self-signed\n"
                           "    backlog: 16\n"
                           "    name: main\n"
                           "  - address: :9000\n"
@@ -288,7 +289,7 @@ static void test_tls(void)
         CHECK(t && t->self_signed && t->certificates.n == 0);
         CHECK(t && t->session_tickets && t->handshake_timeout_ms == 10000);
         CHECK(t && t->min_version == FY_TLS_V12 && t->ciphers == NULL);
-        CHECK_EQ_INT(l->protocols, FY_PROTO_H1); /* tls without protocols: h1 */
+        CHECK_EQ_INT(l->protocols, FY_PROTO_H1 | FY_PROTO_H2); /* tls default: h1,h2 */
     }
     fy_config_free(c);
 

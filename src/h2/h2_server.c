@@ -1,0 +1,851 @@
+/* HTTP/2 server codec.
+ *
+ * nghttp2 owns framing, HPACK, flow control and most protocol validation (pseudo-headers,
+ * connection-specific headers, content-length vs DATA, stream states); we feed it with
+ * nghttp2_session_mem_recv and drain it with nghttp2_session_mem_send into one write buffer,
+ * so a burst of responses leaves in one write.
+ *
+ * A stream is an exchange. Response bodies: the handler's buffers are referenced until
+ * nghttp2's data provider copies them into DATA frames (files are pread straight into the
+ * frame), then `proceed` is called. Request bodies are copied into a per-stream buffer no
+ * larger than the stream window, and WINDOW_UPDATE is sent only as the handler consumes them
+ * (automatic window updates are off): a slow handler stalls only its own stream.
+ */
+#include "h2/h2_server.h"
+
+#include <errno.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "core/pool.h"
+#include "h2/h2_conf.h"
+#include "net/sock.h"
+
+#define MAX_PEND 8
+#define WBUF_SOFT (32 * 1024) /* stop pulling frames from nghttp2 past this */
+
+typedef struct h2_conn h2_conn_t;
+
+typedef struct h2_stream {
+    fy_exchange_t ex;
+    fy_arena_t arena;
+    h2_conn_t *c;
+    int32_t id;
+    size_t hdr_bytes;
+    bool hdr_too_large;
+    bool bad_request;
+    /* response */
+    bool head_submitted;
+    bool final;        /* handler sent FINAL */
+    bool deferred;     /* data provider returned DEFERRED */
+    bool want_proceed; /* the handler's data was taken: call proceed */
+    bool ex_done;      /* the exchange is over for the handler (logged) */
+    bool closed;       /* nghttp2 closed the stream */
+    struct iovec pend[MAX_PEND];
+    int npend;
+    int file_fd;
+    off_t file_off;
+    size_t file_left;
+    /* request body */
+    char *body; /* owned (malloc), at most the stream window */
+    size_t body_cap, body_len, body_given;
+    bool body_end, body_wanted, body_delivered;
+    size_t unconsumed; /* bytes received but not yet given back as window */
+    fy_defer_t defer;
+    fy_list_t link; /* in c->streams */
+    _Alignas(16) char arena_first[1024];
+} h2_stream_t;
+
+struct h2_conn {
+    fy_conn_node_t node;
+    fy_io_t io;
+    fy_transport_t sock;
+    fy_transport_t *t;
+    fy_http_ctx_t *ctx;
+    const fy_h2_conf_t *conf;
+    fy_loop_t *loop;
+    struct sockaddr_storage remote;
+    nghttp2_session *ng;
+    fy_timer_t timer;
+    bool timer_send;
+    char *rbuf;
+    char *wbuf;
+    size_t wcap, wlen, wsent;
+    fy_list_t streams;
+    size_t nstreams;
+    uint64_t glitches;
+    bool closed;
+    bool in_io; /* inside a callback from the loop: flush once at the end */
+    bool goaway;
+    fy_defer_t flush_defer;
+    fy_defer_t free_defer;
+};
+
+static void conn_close(h2_conn_t *c);
+static void conn_flush(h2_conn_t *c);
+static void stream_free(h2_stream_t *s);
+
+static void schedule_flush(h2_conn_t *c)
+{
+    if (!c->in_io && !c->closed) fy_defer(c->loop, &c->flush_defer);
+}
+
+static void flush_cb(fy_defer_t *d)
+{
+    h2_conn_t *c = d->data;
+    if (!c->closed) conn_flush(c);
+}
+
+/* ---- sink ---- */
+
+static void stream_done(h2_stream_t *s)
+{
+    if (s->ex_done) return;
+    s->ex_done = true;
+    h2_conn_t *c = s->c;
+    if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+    /* a body nobody read: stop it (RFC 9113 §8.1) and give its window back */
+    if (!s->closed && !s->body_end && !c->closed)
+        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+    if (s->unconsumed && !c->closed) {
+        nghttp2_session_consume(c->ng, s->id, s->unconsumed);
+        s->unconsumed = 0;
+    }
+    if (s->closed) stream_free(s);
+}
+
+static void proceed_cb(fy_defer_t *d)
+{
+    h2_stream_t *s = d->data;
+    if (s->closed || s->ex_done || !s->want_proceed) return;
+    s->want_proceed = false;
+    if (s->ex.producer && s->ex.producer->proceed) s->ex.producer->proceed(&s->ex);
+}
+
+static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
+                         uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    h2_stream_t *s = src->ptr;
+    size_t n = 0;
+    while (n < length && s->npend) {
+        struct iovec *v = &s->pend[0];
+        size_t k = v->iov_len < length - n ? v->iov_len : length - n;
+        memcpy(buf + n, v->iov_base, k);
+        n += k;
+        v->iov_base = (char *)v->iov_base + k;
+        v->iov_len -= k;
+        if (v->iov_len == 0) {
+            memmove(s->pend, s->pend + 1, (size_t)(s->npend - 1) * sizeof s->pend[0]);
+            s->npend--;
+        }
+    }
+    if (n < length && s->file_left) {
+        size_t k = s->file_left < length - n ? s->file_left : length - n;
+        ssize_t r = pread(s->file_fd, buf + n, k, s->file_off);
+        if (r <= 0) {
+            fy_error("h2: read file: %s", r < 0 ? strerror(errno) : "file shrank");
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
+        }
+        n += (size_t)r;
+        s->file_off += r;
+        s->file_left -= (size_t)r;
+    }
+    if (s->npend == 0 && s->file_left == 0) {
+        if (s->final) {
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+            if (s->ex.res_trailers.n) {
+                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+                size_t nt = s->ex.res_trailers.n;
+                nghttp2_nv *nv = fy_arena_alloc(&s->arena, nt * sizeof *nv);
+                for (size_t i = 0; i < nt; i++) {
+                    const fy_header_t *h = &s->ex.res_trailers.v[i];
+                    char *name = fy_arena_strndup(&s->arena, h->name.p, h->name.len);
+                    for (char *p = name; *p; p++) *p = fy_lower(*p);
+                    nv[i] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)h->value.p, h->name.len,
+                                         h->value.len, NGHTTP2_NV_FLAG_NONE};
+                }
+                nghttp2_submit_trailer(ng, id, nv, nt);
+            }
+            stream_done(s);
+        } else if (n == 0) {
+            s->deferred = true;
+            return NGHTTP2_ERR_DEFERRED;
+        } else {
+            /* everything the handler gave is copied: it may send more */
+            s->want_proceed = true;
+            s->defer.cb = proceed_cb;
+            s->defer.data = s;
+            fy_defer(s->c->loop, &s->defer);
+        }
+    }
+    return (ssize_t)n;
+}
+
+static bool is_conn_specific(fy_str_t n)
+{
+    return fy_str_ieq(n, "connection", 10) || fy_str_ieq(n, "keep-alive", 10) ||
+           fy_str_ieq(n, "transfer-encoding", 17) || fy_str_ieq(n, "upgrade", 7) ||
+           fy_str_ieq(n, "proxy-connection", 16);
+}
+
+#define NV_LIT(n, v, vl)                                                                           \
+    ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl),                             \
+                  NGHTTP2_NV_FLAG_NO_COPY_NAME})
+
+static void submit_head(h2_stream_t *s, bool no_body)
+{
+    fy_exchange_t *ex = &s->ex;
+    fy_response_t *res = &ex->res;
+    size_t n = res->headers.n + 4;
+    nghttp2_nv *nv = fy_arena_alloc(&s->arena, n * sizeof *nv);
+    size_t k = 0;
+    char *st = fy_arena_alloc(&s->arena, 4);
+    int status = res->status;
+    st[0] = (char)('0' + status / 100 % 10);
+    st[1] = (char)('0' + status / 10 % 10);
+    st[2] = (char)('0' + status % 10);
+    nv[k++] = NV_LIT(":status", st, 3);
+    nv[k++] = NV_LIT("server", "ferry", 5);
+    nv[k++] = NV_LIT("date", fy_http_date(s->c->loop->now_sec), 29);
+    if (res->content_length >= 0 && status != 204 && status != 304) {
+        char *cl = fy_arena_alloc(&s->arena, 24);
+        int l = snprintf(cl, 24, "%lld", (long long)res->content_length);
+        nv[k++] = NV_LIT("content-length", cl, (size_t)l);
+    }
+    for (size_t i = 0; i < res->headers.n; i++) {
+        const fy_header_t *h = &res->headers.v[i];
+        if (is_conn_specific(h->name)) continue;
+        uint8_t *name = (uint8_t *)h->name.p;
+        for (size_t j = 0; j < h->name.len; j++)
+            if (h->name.p[j] >= 'A' && h->name.p[j] <= 'Z') {
+                char *lc = fy_arena_strndup(&s->arena, h->name.p, h->name.len);
+                for (size_t q = 0; q < h->name.len; q++) lc[q] = fy_lower(lc[q]);
+                name = (uint8_t *)lc;
+                break;
+            }
+        nv[k++] = (nghttp2_nv){name, (uint8_t *)h->value.p, h->name.len, h->value.len,
+                               NGHTTP2_NV_FLAG_NONE};
+    }
+    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
+    int r = nghttp2_submit_response(s->c->ng, s->id, nv, k, no_body ? NULL : &prd);
+    if (r != 0) fy_error("h2: submit response: %s", nghttp2_strerror(r));
+    s->head_submitted = true;
+}
+
+static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state)
+{
+    h2_stream_t *s = ex->codec;
+    h2_conn_t *c = s->c;
+    if (s->ex_done || s->final) return;
+    if (s->closed) {
+        if (state != FY_SEND_MORE) stream_done(s);
+        return;
+    }
+    s->want_proceed = false;
+    if (state == FY_SEND_ERROR) {
+        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+        stream_done(s);
+        schedule_flush(c);
+        return;
+    }
+    bool head_only =
+        ex->req.method_id == FY_M_HEAD || ex->res.status == 204 || ex->res.status == 304;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += bufs[i].iov_len;
+        if (head_only || bufs[i].iov_len == 0) continue;
+        if (s->npend == MAX_PEND) {
+            fy_error("h2: too many buffers in one send");
+            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+            stream_done(s);
+            schedule_flush(c);
+            return;
+        }
+        s->pend[s->npend++] = bufs[i];
+    }
+    ex->bytes_sent += total;
+    if (state == FY_SEND_FINAL) s->final = true;
+    if (!s->head_submitted) {
+        bool no_body = head_only || (s->final && total == 0 && ex->res_trailers.n == 0);
+        submit_head(s, no_body);
+        if (no_body) {
+            /* HEAD, 204, 304 or an empty final body: the HEADERS frame ends the stream */
+            s->npend = 0;
+            s->final = true;
+            stream_done(s);
+        }
+    } else if (s->deferred) {
+        s->deferred = false;
+        nghttp2_session_resume_data(c->ng, s->id);
+    }
+    schedule_flush(c);
+}
+
+static void h2_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state)
+{
+    h2_stream_t *s = ex->codec;
+    if (s->ex_done || s->final) return;
+    if (ex->req.method_id == FY_M_HEAD || len == 0) {
+        h2_send(ex, NULL, 0, state);
+        return;
+    }
+    s->file_fd = fd;
+    s->file_off = off;
+    s->file_left = len;
+    ex->bytes_sent += len;
+    h2_send(ex, NULL, 0, state); /* submits the head or resumes the data provider */
+}
+
+static void deliver_body(h2_stream_t *s)
+{
+    if (!s->body_wanted || s->closed) return;
+    size_t avail = s->body_len - s->body_given;
+    if (avail == 0 && !s->body_end) return;
+    s->body_wanted = false;
+    s->body_delivered = true;
+    size_t at = s->body_given;
+    s->body_given = s->body_len;
+    s->ex.on_body(&s->ex, s->body ? s->body + at : NULL, avail, s->body_end);
+}
+
+static void h2_read_body(fy_exchange_t *ex)
+{
+    h2_stream_t *s = ex->codec;
+    h2_conn_t *c = s->c;
+    if (s->closed) return;
+    /* what the handler had is consumed: drop it and reopen the window by that much */
+    if (s->body_given) {
+        size_t given = s->body_given;
+        memmove(s->body, s->body + given, s->body_len - given);
+        s->body_len -= given;
+        s->body_given = 0;
+        if (s->unconsumed >= given) {
+            nghttp2_session_consume(c->ng, s->id, given);
+            s->unconsumed -= given;
+            schedule_flush(c);
+        }
+    }
+    if (s->body_delivered && s->body_end && s->body_len == 0) return; /* end already given */
+    s->body_delivered = false;
+    s->body_wanted = true;
+    deliver_body(s);
+}
+
+static const fy_sink_ops_t h2_sink = {
+    .name = "h2",
+    .send = h2_send,
+    .send_file = h2_send_file,
+    .read_body = h2_read_body,
+};
+
+/* ---- streams ---- */
+
+static void stream_free(h2_stream_t *s)
+{
+    h2_conn_t *c = s->c;
+    fy_defer_cancel(c->loop, &s->defer);
+    fy_list_remove(&s->link);
+    c->nstreams--;
+    fy_arena_free(&s->arena);
+    free(s->body);
+    free(s);
+    if (c->nstreams == 0 && !c->closed)
+        fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+}
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn_t *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    h2_stream_t *s = calloc(1, sizeof *s);
+    if (!s) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    s->c = c;
+    s->id = f->hd.stream_id;
+    s->file_fd = -1;
+    fy_arena_init(&s->arena, s->arena_first, sizeof s->arena_first, 4096);
+    fy_exchange_t *ex = &s->ex;
+    ex->arena = &s->arena;
+    ex->ctx = c->ctx;
+    ex->codec = s;
+    ex->sink = &h2_sink;
+    ex->remote = (struct sockaddr *)&c->remote;
+    ex->start_ms = c->loop->now_ms;
+    ex->req.version = 20;
+    ex->req.scheme = c->ctx->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
+    fy_list_insert_tail(&c->streams, &s->link);
+    c->nstreams++;
+    fy_timer_stop(c->loop, &c->timer);
+    nghttp2_session_set_stream_user_data(ng, s->id, s);
+    return 0;
+}
+
+static fy_str_t hdup(h2_stream_t *s, const uint8_t *p, size_t n)
+{
+    return fy_str(fy_arena_strndup(&s->arena, (const char *)p, n), n);
+}
+
+static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (!s || s->closed) return 0;
+    /* HPACK bombs: the decoded size counts, as in SETTINGS_MAX_HEADER_LIST_SIZE (+32 each) */
+    s->hdr_bytes += namelen + valuelen + 32;
+    if (s->hdr_bytes > c->ctx->limits->max_header_bytes) {
+        s->hdr_too_large = true;
+        return 0;
+    }
+    fy_request_t *q = &s->ex.req;
+    if (f->headers.cat == NGHTTP2_HCAT_HEADERS) { /* trailers */
+        fy_str_t n = hdup(s, name, namelen), v = hdup(s, value, valuelen);
+        fy_headers_add(&s->arena, &s->ex.req_trailers, n.p, n.len, v.p, v.len);
+        return 0;
+    }
+    if (namelen && name[0] == ':') {
+        fy_str_t v = hdup(s, value, valuelen);
+        if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
+            q->method = v;
+            q->method_id = fy_http_method_id(v);
+        } else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
+            q->target = v;
+        } else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
+            q->authority = v;
+        } else if (namelen == 7 && memcmp(name, ":scheme", 7) == 0) {
+            q->scheme = v;
+        }
+        return 0;
+    }
+    if ((int64_t)q->headers.n >= c->ctx->limits->max_headers) {
+        s->hdr_too_large = true;
+        return 0;
+    }
+    fy_str_t n = hdup(s, name, namelen), v = hdup(s, value, valuelen);
+    if (namelen == 4 && memcmp(name, "host", 4) == 0 && q->authority.len == 0) q->authority = v;
+    if (namelen == 14 && memcmp(name, "content-length", 14) == 0) {
+        /* nghttp2 has validated it against the DATA it will see */
+        int64_t cl = 0;
+        for (size_t i = 0; i < valuelen; i++) cl = cl * 10 + (value[i] - '0');
+        q->content_length = cl;
+    }
+    fy_headers_add(&s->arena, &q->headers, n.p, n.len, v.p, v.len);
+    return 0;
+}
+
+static void dispatch(h2_stream_t *s, bool end_stream)
+{
+    fy_exchange_t *ex = &s->ex;
+    fy_request_t *q = &ex->req;
+    h2_conn_t *c = s->c;
+    if (end_stream) {
+        s->body_end = true;
+        q->content_length = 0;
+    } else if (!FY_HDR_FIND(&q->headers, "content-length")) {
+        q->content_length = -1;
+    }
+    if (s->hdr_too_large) {
+        fy_exchange_fail(ex, 431, "request header list over limits");
+        return;
+    }
+    if (q->method_id == FY_M_CONNECT) {
+        fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
+        return;
+    }
+    const char *qm = memchr(q->target.p, '?', q->target.len);
+    if (qm) {
+        q->path = fy_str(q->target.p, (size_t)(qm - q->target.p));
+        q->query = fy_str(qm + 1, q->target.len - q->path.len - 1);
+    } else {
+        q->path = q->target;
+    }
+    if (q->path.len == 0 || q->path.p[0] != '/') {
+        if (q->method_id == FY_M_OPTIONS && fy_str_eq(q->target, "*", 1)) {
+            FY_HDR_ADD(ex->arena, &ex->res.headers, "allow", "GET, HEAD, POST, OPTIONS", 24);
+            fy_exchange_respond(ex, 204, NULL, NULL, 0);
+            return;
+        }
+        fy_exchange_fail(ex, 400, "bad :path");
+        return;
+    }
+    if (q->content_length > 0 && (uint64_t)q->content_length > c->ctx->limits->max_body) {
+        fy_exchange_fail(ex, 413, "content-length over limits.body-size");
+        return;
+    }
+    fy_exchange_dispatch(ex);
+}
+
+static void glitch(h2_conn_t *c, const char *what)
+{
+    if (++c->glitches <= (uint64_t)c->conf->max_glitches || c->goaway) return;
+    char a[64];
+    fy_warn("client %s: h2 %s flood: GOAWAY ENHANCE_YOUR_CALM",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), what);
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    c->goaway = true;
+}
+
+static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s =
+        f->hd.stream_id ? nghttp2_session_get_stream_user_data(ng, f->hd.stream_id) : NULL;
+    bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
+    switch (f->hd.type) {
+    case NGHTTP2_HEADERS:
+        if (!s) return 0;
+        if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            dispatch(s, end);
+        } else if (end) {
+            s->body_end = true; /* trailers end the body */
+            deliver_body(s);
+        }
+        break;
+    case NGHTTP2_DATA:
+        if (f->hd.length == 0 && !end) glitch(c, "empty DATA");
+        if (!s) return 0;
+        if (end) {
+            s->body_end = true;
+            deliver_body(s);
+        }
+        break;
+    case NGHTTP2_PING:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) glitch(c, "PING");
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) glitch(c, "SETTINGS");
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (!s || s->ex_done || s->closed) {
+        /* nobody will read it: give the window back at once */
+        nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    s->ex.body_received += len;
+    if (s->ex.body_received > c->ctx->limits->max_body) {
+        if (!s->ex.response_started)
+            fy_exchange_fail(&s->ex, 413, "request body over limits.body-size");
+        else
+            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+        nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    if (!s->body) {
+        /* never reallocated: the handler may hold slices of it (echo sends them back). The
+           peer cannot send more than the stream window before we consume, so this is enough:
+           our window, or the protocol default before the client has seen our SETTINGS. */
+        s->body_cap = c->conf->initial_window_size > 65535 ? c->conf->initial_window_size : 65535;
+        s->body = malloc(s->body_cap);
+        if (!s->body) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    if (s->body_len + len > s->body_cap) return NGHTTP2_ERR_CALLBACK_FAILURE; /* not possible */
+    memcpy(s->body + s->body_len, data, len);
+    s->body_len += len;
+    s->unconsumed += len;
+    deliver_body(s);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
+{
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (!s) return 0;
+    s->closed = true;
+    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    if (!s->ex_done) {
+        if (!s->ex.error) s->ex.error = code ? "stream reset by client" : "stream closed";
+        if (s->ex.producer && s->ex.producer->stop && s->ex.response_started)
+            s->ex.producer->stop(&s->ex);
+        stream_done(s); /* frees */
+    } else {
+        stream_free(s);
+    }
+    return 0;
+}
+
+/* ---- connection ---- */
+
+static void on_timer(fy_timer_t *t)
+{
+    h2_conn_t *c = t->data;
+    char a[64];
+    fy_info("client %s: h2 %s timeout, closing connection",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+            c->timer_send ? "send" : "keep-alive idle");
+    if (!c->timer_send && !c->goaway) {
+        /* idle: say goodbye properly, then close */
+        nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->ng), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+        c->goaway = true;
+        conn_flush(c);
+        if (!c->closed) conn_close(c);
+        return;
+    }
+    conn_close(c);
+}
+
+static void free_conn(fy_defer_t *d)
+{
+    h2_conn_t *c = d->data;
+    fy_http_ctx_t *ctx = c->ctx;
+    free(c);
+    if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
+}
+
+static void conn_close(h2_conn_t *c)
+{
+    if (c->closed) return;
+    c->closed = true;
+    /* streams still running: their handlers stop; memory goes with the session */
+    while (!fy_list_empty(&c->streams)) {
+        h2_stream_t *s = fy_container_of(c->streams.next, h2_stream_t, link);
+        s->closed = true;
+        if (!s->ex_done) {
+            if (!s->ex.error) s->ex.error = "connection closed";
+            if (s->ex.producer && s->ex.producer->stop && s->ex.response_started)
+                s->ex.producer->stop(&s->ex);
+            s->ex_done = true;
+            if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+        }
+        stream_free(s);
+    }
+    nghttp2_session_del(c->ng);
+    c->ng = NULL;
+    fy_timer_stop(c->loop, &c->timer);
+    fy_io_set(c->loop, &c->io, 0);
+    if (c->t != &c->sock) c->t->ops->destroy(c->t);
+    close(c->sock.fd);
+    if (c->rbuf) fy_pool_put(fy_chunk_pool(), c->rbuf);
+    free(c->wbuf);
+    fy_list_remove(&c->node.link);
+    c->ctx->nconns--;
+    fy_defer_cancel(c->loop, &c->flush_defer);
+    c->free_defer.cb = free_conn;
+    c->free_defer.data = c;
+    fy_defer(c->loop, &c->free_defer);
+}
+
+static void update_events(h2_conn_t *c)
+{
+    uint32_t ev = EPOLLIN;
+    if (c->wlen > c->wsent || (c->t->want & FY_WANT_WRITE)) ev |= EPOLLOUT;
+    if (fy_io_set(c->loop, &c->io, ev) < 0) conn_close(c);
+}
+
+/* Pull frames from nghttp2 into wbuf and write them; stops when the socket is full. */
+static void conn_flush(h2_conn_t *c)
+{
+    for (;;) {
+        while (c->wlen > c->wsent) {
+            struct iovec iov = {c->wbuf + c->wsent, c->wlen - c->wsent};
+            ssize_t w = c->t->ops->writev(c->t, &iov, 1);
+            if (w == 0) {
+                c->timer_send = true;
+                fy_timer_start(c->loop, &c->timer, c->ctx->limits->send_timeout_ms);
+                update_events(c);
+                return;
+            }
+            if (w < 0) {
+                conn_close(c);
+                return;
+            }
+            c->wsent += (size_t)w;
+        }
+        c->wlen = c->wsent = 0;
+        if (c->timer_send) {
+            c->timer_send = false;
+            if (c->nstreams)
+                fy_timer_stop(c->loop, &c->timer);
+            else
+                fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+        }
+        while (c->wlen < WBUF_SOFT) {
+            const uint8_t *d;
+            ssize_t n = nghttp2_session_mem_send(c->ng, &d);
+            if (n < 0) {
+                fy_info("h2: %s", nghttp2_strerror((int)n));
+                conn_close(c);
+                return;
+            }
+            if (n == 0) break;
+            if (c->wlen + (size_t)n > c->wcap) {
+                size_t cap = c->wcap ? c->wcap : 16384;
+                while (cap < c->wlen + (size_t)n) cap *= 2;
+                c->wbuf = fy_xrealloc(c->wbuf, cap);
+                c->wcap = cap;
+            }
+            memcpy(c->wbuf + c->wlen, d, (size_t)n);
+            c->wlen += (size_t)n;
+        }
+        if (c->wlen == 0) break;
+    }
+    if (!nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng)) {
+        conn_close(c);
+        return;
+    }
+    if (c->ctx->draining && c->nstreams == 0 && c->goaway) {
+        conn_close(c);
+        return;
+    }
+    update_events(c);
+}
+
+static int feed(h2_conn_t *c, const char *data, size_t len)
+{
+    ssize_t r = nghttp2_session_mem_recv(c->ng, (const uint8_t *)data, len);
+    if (r < 0) {
+        char a[64];
+        fy_info("client %s: h2: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                nghttp2_strerror((int)r));
+        return -1;
+    }
+    return 0;
+}
+
+static void on_io(fy_io_t *io, uint32_t ev)
+{
+    h2_conn_t *c = io->data;
+    if (c->closed) return;
+    c->in_io = true;
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (!c->rbuf) c->rbuf = fy_pool_get(fy_chunk_pool());
+        for (int i = 0; i < 8; i++) {
+            ssize_t n = c->t->ops->read(c->t, c->rbuf, FY_CHUNK_SIZE);
+            if (n == 0) break;
+            if (n < 0) {
+                c->in_io = false;
+                conn_close(c);
+                return;
+            }
+            c->t->want = 0;
+            if (feed(c, c->rbuf, (size_t)n) < 0) {
+                /* nghttp2 queued a GOAWAY where it could: send it, then close */
+                c->in_io = false;
+                conn_flush(c);
+                if (!c->closed) conn_close(c);
+                return;
+            }
+            if (c->closed) return;
+            if ((size_t)n < FY_CHUNK_SIZE && !c->t->ops->pending(c->t)) break;
+        }
+        if (c->rbuf) {
+            fy_pool_put(fy_chunk_pool(), c->rbuf);
+            c->rbuf = NULL;
+        }
+    }
+    c->in_io = false;
+    if (!c->closed) conn_flush(c);
+}
+
+static void node_drain(fy_conn_node_t *n)
+{
+    h2_conn_t *c = fy_container_of(n, h2_conn_t, node);
+    if (c->closed) return;
+    if (!c->goaway) {
+        nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->ng), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+        c->goaway = true;
+    }
+    conn_flush(c);
+}
+
+static void node_close(fy_conn_node_t *n)
+{
+    conn_close(fy_container_of(n, h2_conn_t, node));
+}
+
+/* nghttp2 allocates through the C allocator; sanitizer builds see every block either way. */
+
+int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
+                     socklen_t salen, const char *data, size_t len)
+{
+    static __thread nghttp2_session_callbacks *cbs;
+    static __thread nghttp2_option *opt;
+    const fy_h2_conf_t *conf = ctx->h2conf;
+    if (!cbs) {
+        nghttp2_session_callbacks_new(&cbs);
+        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        nghttp2_option_new(&opt);
+        nghttp2_option_set_no_auto_window_update(opt, 1);
+        nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)conf->reset_burst,
+                                                   (uint64_t)conf->reset_rate);
+        nghttp2_option_set_max_continuations(opt, (size_t)conf->max_continuations);
+        nghttp2_option_set_max_outbound_ack(opt, (size_t)conf->max_glitches);
+        nghttp2_option_set_max_settings(opt, 32);
+    }
+    h2_conn_t *c = calloc(1, sizeof *c);
+    if (!c) goto fail;
+    c->ctx = ctx;
+    c->conf = conf;
+    c->loop = ctx->loop;
+    memcpy(&c->remote, sa, salen < sizeof c->remote ? salen : sizeof c->remote);
+    fy_sock_transport_init(&c->sock, fd);
+    c->t = tls ? tls : &c->sock;
+    fy_list_init(&c->streams);
+    fy_timer_init(&c->timer, on_timer, c);
+    c->flush_defer.cb = flush_cb;
+    c->flush_defer.data = c;
+    c->io.fd = fd;
+    c->io.cb = on_io;
+    c->io.data = c;
+    c->node.drain = node_drain;
+    c->node.close = node_close;
+    if (nghttp2_session_server_new2(&c->ng, cbs, c, opt) != 0) {
+        free(c);
+        c = NULL;
+        goto fail;
+    }
+    fy_list_insert_tail(&ctx->conns, &c->node.link);
+    ctx->nconns++;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)conf->max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)conf->initial_window_size},
+        {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)conf->max_frame_size},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)ctx->limits->max_header_bytes},
+    };
+    nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+    nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
+                                          (int32_t)conf->connection_window_size);
+    fy_timer_start(c->loop, &c->timer, ctx->limits->keepalive_timeout_ms);
+    if (fy_io_set(c->loop, &c->io, EPOLLIN) < 0) {
+        conn_close(c);
+        return -EIO;
+    }
+    if (ctx->draining) node_drain(&c->node);
+    if (c->closed) return 0;
+    c->in_io = true;
+    if (len && feed(c, data, len) < 0) {
+        c->in_io = false;
+        conn_flush(c);
+        if (!c->closed) conn_close(c);
+        return 0;
+    }
+    c->in_io = false;
+    if (!c->closed) conn_flush(c);
+    return 0;
+fail:
+    if (tls) tls->ops->destroy(tls);
+    close(fd);
+    return -ENOMEM;
+}

@@ -1,0 +1,19 @@
+/* HTTP/2 server codec (nghttp2 1.52 for framing and HPACK, driven with mem_recv/mem_send
+ * from our loop): streams map to exchanges through the same sink ops as h1, request bodies
+ * are flow-controlled by the handler's pace, and abuse (rapid reset, floods, CONTINUATION
+ * floods, oversized header lists) is bounded by `http2:` and `limits:`. */
+#ifndef FY_H2_H2_SERVER_H
+#define FY_H2_H2_SERVER_H
+
+#include <sys/socket.h>
+
+#include "http/exchange.h"
+
+/* Serve HTTP/2 on `fd` (ownership passes here): `tls` is the TLS transport that negotiated
+ * ALPN h2 (owned from now on) or NULL for h2c; `data[0..len)` are bytes already read (the
+ * client preface and beyond). Matches fy_http_ctx_t.start_h2. Returns 0 or -errno (the fd
+ * and transport are released on failure too). */
+int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
+                     socklen_t salen, const char *data, size_t len);
+
+#endif
