@@ -14,6 +14,7 @@
 #include "h2/h2_server.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,9 +195,12 @@ static bool is_conn_specific(fy_str_t n)
            fy_str_ieq(n, "proxy-connection", 16);
 }
 
+/* Names and values live in the stream's arena, the config or static storage, all of which
+ * outlive the HEADERS frame (the arena goes only after nghttp2 closes the stream), so
+ * nghttp2 need not copy them. */
+#define NV_NOCOPY (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
 #define NV_LIT(n, v, vl)                                                                           \
-    ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl),                             \
-                  NGHTTP2_NV_FLAG_NO_COPY_NAME})
+    ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NV_NOCOPY})
 
 static void submit_head(h2_stream_t *s, bool no_body)
 {
@@ -212,11 +216,19 @@ static void submit_head(h2_stream_t *s, bool no_body)
     st[2] = (char)('0' + status % 10);
     nv[k++] = NV_LIT(":status", st, 3);
     nv[k++] = NV_LIT("server", "ferry", 5);
-    nv[k++] = NV_LIT("date", fy_http_date(s->c->loop->now_sec), 29);
+    char *date = fy_arena_alloc(&s->arena, 32);
+    memcpy(date, fy_http_date(s->c->loop->now_sec), 29);
+    nv[k++] = NV_LIT("date", date, 29);
     if (res->content_length >= 0 && status != 204 && status != 304) {
-        char *cl = fy_arena_alloc(&s->arena, 24);
-        int l = snprintf(cl, 24, "%lld", (long long)res->content_length);
-        nv[k++] = NV_LIT("content-length", cl, (size_t)l);
+        char tmp[24], *cl = fy_arena_alloc(&s->arena, 24);
+        uint64_t v = (uint64_t)res->content_length;
+        size_t l = 0, d = 0;
+        do {
+            tmp[d++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        while (d) cl[l++] = tmp[--d];
+        nv[k++] = NV_LIT("content-length", cl, l);
     }
     for (size_t i = 0; i < res->headers.n; i++) {
         const fy_header_t *h = &res->headers.v[i];
@@ -229,8 +241,7 @@ static void submit_head(h2_stream_t *s, bool no_body)
                 name = (uint8_t *)lc;
                 break;
             }
-        nv[k++] = (nghttp2_nv){name, (uint8_t *)h->value.p, h->name.len, h->value.len,
-                               NGHTTP2_NV_FLAG_NONE};
+        nv[k++] = (nghttp2_nv){name, (uint8_t *)h->value.p, h->name.len, h->value.len, NV_NOCOPY};
     }
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     int r = nghttp2_submit_response(s->c->ng, s->id, nv, k, no_body ? NULL : &prd);
@@ -346,6 +357,13 @@ static const fy_sink_ops_t h2_sink = {
 
 /* ---- streams ---- */
 
+static fy_pool_t *stream_pool(void)
+{
+    static __thread fy_pool_t pool;
+    if (!pool.size) fy_pool_init(&pool, sizeof(h2_stream_t), 256);
+    return &pool;
+}
+
 static void stream_free(h2_stream_t *s)
 {
     h2_conn_t *c = s->c;
@@ -354,7 +372,7 @@ static void stream_free(h2_stream_t *s)
     c->nstreams--;
     fy_arena_free(&s->arena);
     free(s->body);
-    free(s);
+    fy_pool_put(stream_pool(), s);
     if (c->nstreams == 0 && !c->closed)
         fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
 }
@@ -363,8 +381,8 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
 {
     h2_conn_t *c = ud;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    h2_stream_t *s = calloc(1, sizeof *s);
-    if (!s) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    h2_stream_t *s = fy_pool_get(stream_pool());
+    memset(s, 0, offsetof(h2_stream_t, arena_first)); /* the inline arena block needs none */
     s->c = c;
     s->id = f->hd.stream_id;
     s->file_fd = -1;
@@ -651,6 +669,7 @@ static void update_events(h2_conn_t *c)
 /* Pull frames from nghttp2 into wbuf and write them; stops when the socket is full. */
 static void conn_flush(h2_conn_t *c)
 {
+    bool drained = false;
     for (;;) {
         while (c->wlen > c->wsent) {
             struct iovec iov = {c->wbuf + c->wsent, c->wlen - c->wsent};
@@ -675,6 +694,7 @@ static void conn_flush(h2_conn_t *c)
             else
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
         }
+        if (drained) break; /* nghttp2 had nothing more last time: no empty round */
         while (c->wlen < WBUF_SOFT) {
             const uint8_t *d;
             ssize_t n = nghttp2_session_mem_send(c->ng, &d);
@@ -683,7 +703,10 @@ static void conn_flush(h2_conn_t *c)
                 conn_close(c);
                 return;
             }
-            if (n == 0) break;
+            if (n == 0) {
+                drained = true;
+                break;
+            }
             if (c->wlen + (size_t)n > c->wcap) {
                 size_t cap = c->wcap ? c->wcap : 16384;
                 while (cap < c->wlen + (size_t)n) cap *= 2;
