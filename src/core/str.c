@@ -30,3 +30,35 @@ bool fy_str_list_has(fy_str_t s, const char *tok, size_t n)
     }
     return false;
 }
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '-' || c == '+') return 62;
+    if (c == '_' || c == '/') return 63;
+    return -1;
+}
+
+int fy_base64url_decode(const char *in, size_t len, unsigned char *out, size_t cap)
+{
+    while (len && in[len - 1] == '=') len--;
+    if (len % 4 == 1) return -1;
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64val(in[i]);
+        if (v < 0) return -1;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o == cap) return -1;
+            out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    return (int)o;
+}

@@ -42,4 +42,8 @@ static inline bool fy_str_eq(fy_str_t s, const char *p, size_t n)
  * Parameters are ignored, except that "tok;q=0" counts as absent (refused). */
 bool fy_str_list_has(fy_str_t s, const char *tok, size_t n);
 
+/* Decode base64url (RFC 4648 §5; '=' padding optional) into out[0..cap). Returns the decoded
+ * length, or -1 on an invalid character, bad length or overflow of `cap`. */
+int fy_base64url_decode(const char *in, size_t len, unsigned char *out, size_t cap);
+
 #endif

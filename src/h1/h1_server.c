@@ -263,7 +263,7 @@ static void free_conn(fy_defer_t *d)
 
 /* The client speaks HTTP/2 (ALPN h2, or the h2c preface): give the fd, the transport and
  * the bytes read so far to the h2 codec, and go away quietly. */
-static void handoff_h2(h1_conn_t *c)
+static void handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)
 {
     fy_http_ctx_t *ctx = c->ctx;
     fy_transport_t *tls = c->t != &c->sock ? c->t : NULL;
@@ -271,9 +271,34 @@ static void handoff_h2(h1_conn_t *c)
     size_t len = c->rbuf ? c->rlen - c->rstart : 0;
     fy_io_set(c->loop, &c->io, 0);
     c->handed_off = true;
-    ctx->start_h2(ctx, c->sock.fd, tls, (struct sockaddr *)&c->remote, sizeof c->remote, data, len);
+    ctx->start_h2(ctx, c->sock.fd, tls, (struct sockaddr *)&c->remote, sizeof c->remote, data, len,
+                  up);
     c->t = &c->sock;
+    c->ex_active = false; /* an upgraded request lives on as h2 stream 1 */
     conn_close(c);
+}
+
+/* `Upgrade: h2c` with HTTP2-Settings on a bodiless request, on a listener that serves h2c and
+ * with nothing of ours in flight: continue in HTTP/2 (RFC 7540 §3.2). Returns true if the
+ * connection was handed over. Anything else about the request keeps it on HTTP/1.1. */
+static bool try_upgrade_h2c(h1_conn_t *c)
+{
+    fy_http_ctx_t *ctx = c->ctx;
+    if (!c->req.conn_upgrade || ctx->is_tls || !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 ||
+        c->body_mode != B_NONE || output_pending(c) || c->ex.req.version < 11)
+        return false;
+    const fy_headers_t *hs = &c->ex.req.headers;
+    const fy_header_t *up = FY_HDR_FIND(hs, "upgrade"), *cn = FY_HDR_FIND(hs, "connection");
+    const fy_header_t *st = FY_HDR_FIND(hs, "http2-settings");
+    if (!up || !st || !cn || !fy_str_list_has(up->value, "h2c", 3) ||
+        !fy_str_list_has(cn->value, "http2-settings", 14))
+        return false;
+    unsigned char settings[1024];
+    int n = fy_base64url_decode(st->value.p, st->value.len, settings, sizeof settings);
+    if (n < 0 || n % 6) return false;
+    fy_h2_upgrade_t u = {&c->ex.req, settings, (size_t)n};
+    handoff_h2(c, &u);
+    return true;
 }
 
 static void conn_close(h1_conn_t *c)
@@ -863,7 +888,7 @@ static void process(h1_conn_t *c)
             size_t have = c->rlen - c->rstart, cmp = have < 24 ? have : 24;
             if (memcmp(c->rbuf + c->rstart, preface, cmp) == 0) {
                 if (have < 24) return; /* wait for the whole preface */
-                handoff_h2(c);
+                handoff_h2(c, NULL);
                 return;
             }
         }
@@ -927,6 +952,7 @@ static void process(h1_conn_t *c)
             reject(c, 400, "request-target is not origin-form");
             return;
         }
+        if (try_upgrade_h2c(c)) return;
         c->read_paused = true; /* the handler pulls the body; pipelined input waits */
         if (c->timer_kind != T_SEND) fy_timer_stop(c->loop, &c->timer);
         fy_exchange_dispatch(ex);
@@ -1127,7 +1153,7 @@ static void do_handshake(h1_conn_t *c)
     c->handshaking = false;
     c->t->want = 0;
     if (c->t->alpn && c->t->alpn[0] == 'h' && c->t->alpn[1] == '2' && c->ctx->start_h2) {
-        handoff_h2(c);
+        handoff_h2(c, NULL);
         return;
     }
     set_timer(c, T_HEADER);

@@ -377,14 +377,12 @@ static void stream_free(h2_stream_t *s)
         fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
 }
 
-static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
 {
-    h2_conn_t *c = ud;
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     h2_stream_t *s = fy_pool_get(stream_pool());
     memset(s, 0, offsetof(h2_stream_t, arena_first)); /* the inline arena block needs none */
     s->c = c;
-    s->id = f->hd.stream_id;
+    s->id = id;
     s->file_fd = -1;
     fy_arena_init(&s->arena, s->arena_first, sizeof s->arena_first, 4096);
     fy_exchange_t *ex = &s->ex;
@@ -399,7 +397,15 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
     fy_timer_stop(c->loop, &c->timer);
-    nghttp2_session_set_stream_user_data(ng, s->id, s);
+    nghttp2_session_set_stream_user_data(c->ng, id, s);
+    return s;
+}
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn_t *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    stream_new(c, f->hd.stream_id);
     return 0;
 }
 
@@ -794,10 +800,48 @@ static void node_close(fy_conn_node_t *n)
     conn_close(fy_container_of(n, h2_conn_t, node));
 }
 
+/* h2c upgrade: 101 first, then the HTTP/1.1 request is stream 1 (half-closed remote). */
+static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
+{
+    const fy_request_t *q = up->req;
+    int r = nghttp2_session_upgrade2(c->ng, up->settings, up->settings_len,
+                                     q->method_id == FY_M_HEAD, NULL);
+    if (r != 0) {
+        fy_info("h2c upgrade refused: %s", nghttp2_strerror(r));
+        return -1;
+    }
+    static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                             "Upgrade: h2c\r\n\r\n";
+    c->wcap = 16384;
+    c->wbuf = fy_xmalloc(c->wcap);
+    memcpy(c->wbuf, sw, sizeof sw - 1);
+    c->wlen = sizeof sw - 1;
+    h2_stream_t *s = stream_new(c, 1);
+    fy_request_t *d = &s->ex.req;
+    d->method = hdup(s, (const uint8_t *)q->method.p, q->method.len);
+    d->method_id = q->method_id;
+    d->target = hdup(s, (const uint8_t *)q->target.p, q->target.len);
+    d->authority = hdup(s, (const uint8_t *)q->authority.p, q->authority.len);
+    for (size_t i = 0; i < q->headers.n; i++) {
+        fy_str_t n = q->headers.v[i].name;
+        /* the upgrade's own hop-by-hop fields stay behind */
+        if (fy_str_ieq(n, "connection", 10) || fy_str_ieq(n, "upgrade", 7) ||
+            fy_str_ieq(n, "http2-settings", 14) || fy_str_ieq(n, "keep-alive", 10))
+            continue;
+        fy_str_t nn = hdup(s, (const uint8_t *)n.p, n.len);
+        fy_str_t v = hdup(s, (const uint8_t *)q->headers.v[i].value.p, q->headers.v[i].value.len);
+        fy_headers_add(&s->arena, &d->headers, nn.p, nn.len, v.p, v.len);
+    }
+    c->in_io = true;
+    dispatch(s, true);
+    c->in_io = false;
+    return 0;
+}
+
 /* nghttp2 allocates through the C allocator; sanitizer builds see every block either way. */
 
 int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
-                     socklen_t salen, const char *data, size_t len)
+                     socklen_t salen, const char *data, size_t len, const fy_h2_upgrade_t *upgrade)
 {
     static __thread nghttp2_session_callbacks *cbs;
     static __thread nghttp2_option *opt;
@@ -851,6 +895,10 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)conf->connection_window_size);
     fy_timer_start(c->loop, &c->timer, ctx->limits->keepalive_timeout_ms);
+    if (upgrade && start_upgraded(c, upgrade) < 0) {
+        conn_close(c);
+        return -EPROTO;
+    }
     if (fy_io_set(c->loop, &c->io, EPOLLIN) < 0) {
         conn_close(c);
         return -EIO;

@@ -11,9 +11,12 @@
 
 /* Serve HTTP/2 on `fd` (ownership passes here): `tls` is the TLS transport that negotiated
  * ALPN h2 (owned from now on) or NULL for h2c; `data[0..len)` are bytes already read (the
- * client preface and beyond). Matches fy_http_ctx_t.start_h2. Returns 0 or -errno (the fd
+ * client preface and beyond). `upgrade`, if not NULL, is the HTTP/1.1 request that asked for
+ * h2c: 101 Switching Protocols goes out first and the request is served as stream 1.
+ * Matches fy_http_ctx_t.start_h2. Returns 0 or -errno (the fd
  * and transport are released on failure too). */
 int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
-                     socklen_t salen, const char *data, size_t len);
+                     socklen_t salen, const char *data, size_t len,
+                     const fy_h2_upgrade_t *upgrade);
 
 #endif

@@ -91,6 +91,14 @@ typedef struct fy_sink_ops {
 
 typedef struct fy_router fy_router_t;
 
+/* An HTTP/1.1 request that asked to continue in h2c (`Upgrade: h2c`, RFC 7540 §3.2): the
+ * h2 codec answers 101 and serves it as stream 1. */
+typedef struct fy_h2_upgrade {
+    const fy_request_t *req;       /* borrowed for the call: the h2 codec copies it */
+    const unsigned char *settings; /* decoded HTTP2-Settings payload */
+    size_t settings_len;
+} fy_h2_upgrade_t;
+
 /* What every server connection (h1, h2) puts in its context's list, so that shutdown can
  * reach it without knowing its codec. */
 typedef struct fy_conn_node {
@@ -114,8 +122,9 @@ typedef struct fy_http_ctx {
     const void *h2conf; /* const fy_h2_conf_t* (h2 settings and limits) */
     /* Hand a connection that speaks HTTP/2 (ALPN h2, or the h2c preface) to the h2 codec:
        `fd` and `tls` (NULL for plain) pass to it, with `len` bytes already read. */
-    int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
-                    socklen_t salen, const char *data, size_t len);
+    int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls,
+                    const struct sockaddr *sa, socklen_t salen, const char *data, size_t len,
+                    const fy_h2_upgrade_t *upgrade);
     /* connections of this listener on this worker (owned by the codecs) */
     fy_list_t conns;
     size_t nconns;
