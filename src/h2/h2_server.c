@@ -443,6 +443,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
             q->authority = v;
         } else if (namelen == 7 && memcmp(name, ":scheme", 7) == 0) {
             q->scheme = v;
+        } else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
+            q->protocol = v;
         }
         return 0;
     }
@@ -478,8 +480,13 @@ static void dispatch(h2_stream_t *s, bool end_stream)
         return;
     }
     if (q->method_id == FY_M_CONNECT) {
-        fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
-        return;
+        if (q->protocol.len == 0) {
+            fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
+            return;
+        }
+        /* extended CONNECT (nghttp2 checked :protocol, :path, :scheme): a tunnel exchange;
+           the handler answers 2xx and the DATA both ways are the tunnel */
+        q->content_length = -1;
     }
     const char *qm = memchr(q->target.p, '?', q->target.len);
     if (qm) {
@@ -890,6 +897,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)conf->initial_window_size},
         {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)conf->max_frame_size},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)ctx->limits->max_header_bytes},
+        {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
     };
     nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,

@@ -6,7 +6,7 @@
 #include "http/exchange.h"
 
 typedef struct echo_state {
-    bool end;      /* the last body slice was sent */
+    bool end; /* the last body slice was sent */
     bool stopped;
 } echo_state_t;
 
@@ -55,6 +55,10 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     else
         FY_HDR_ADD(ex->arena, &ex->res.headers, "content-type", "application/octet-stream", 24);
     fy_exchange_start_response(ex, &echo_producer);
+    if (ex->req.protocol.len) {
+        /* a tunnel (extended CONNECT): the 2xx opens it before any byte flows */
+        fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
+    }
     fy_exchange_read_body(ex, on_body);
 }
 

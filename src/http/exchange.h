@@ -58,6 +58,8 @@ typedef struct fy_request {
     fy_str_t target;    /* origin-form path?query as received */
     fy_str_t path;      /* target before '?' (still percent-encoded) */
     fy_str_t query;     /* after '?', without it; empty if none */
+    fy_str_t protocol;  /* :protocol of an extended CONNECT (RFC 8441/9220): a tunnel
+                           exchange whose bodies are the tunnel's two directions */
     int version;        /* 10, 11, 20, 30 */
     fy_headers_t headers;
     int64_t content_length; /* -1: unknown length (chunked); 0: no body */
@@ -122,9 +124,8 @@ typedef struct fy_http_ctx {
     const void *h2conf; /* const fy_h2_conf_t* (h2 settings and limits) */
     /* Hand a connection that speaks HTTP/2 (ALPN h2, or the h2c preface) to the h2 codec:
        `fd` and `tls` (NULL for plain) pass to it, with `len` bytes already read. */
-    int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls,
-                    const struct sockaddr *sa, socklen_t salen, const char *data, size_t len,
-                    const fy_h2_upgrade_t *upgrade);
+    int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
+                    socklen_t salen, const char *data, size_t len, const fy_h2_upgrade_t *upgrade);
     /* connections of this listener on this worker (owned by the codecs) */
     fy_list_t conns;
     size_t nconns;
