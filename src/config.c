@@ -164,11 +164,11 @@ static const fy_conf_directive_t match_table[] = {
 static int check_route(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
     const fy_route_conf_t *r = obj;
-    int n = (r->static_ != NULL) + (r->respond != NULL) + (r->echo != NULL);
+    int n = (r->static_ != NULL) + (r->respond != NULL) + (r->echo != NULL) + (r->proxy != NULL);
     if (n == 1) return 0;
     fy_conf_error(ctx, map, NULL,
-                  n ? "has more than one handler (static, respond, echo); use one per route"
-                    : "needs a handler: one of static, respond, echo");
+                  n ? "has more than one handler (static, respond, echo, proxy); use one per route"
+                    : "needs a handler: one of static, respond, echo, proxy");
     return -1;
 }
 
@@ -202,6 +202,13 @@ static const fy_conf_directive_t route_table[] = {
      .sub = echo_table,
      .sub_size = sizeof(struct fy_echo_conf),
      .doc = "Stream the request body back as the response body; written `echo: {}`."},
+    {.key = "proxy",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, proxy),
+     .sub = fy_proxy_conf_table,
+     .sub_size = sizeof(fy_proxy_conf_t),
+     .shorthand_key = "upstream",
+     .doc = "Reverse-proxy to an upstream; shorthand `proxy: NAME`."},
     {.key = NULL, .check = check_route},
 };
 
@@ -228,7 +235,27 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
 {
     fy_config_t *cfg = obj;
     if (!cfg->data_dir) cfg->data_dir = default_data_dir(fy_conf_ctx_arena(ctx));
-    return 0;
+    int rc = 0;
+    const fy_upstream_conf_t *ups = cfg->upstreams.v;
+    for (size_t i = 0; i < cfg->upstreams.n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (ups[i].name && ups[j].name && strcmp(ups[i].name, ups[j].name) == 0) {
+                fy_conf_error(ctx, map, "upstreams", "two upstreams are named '%s'", ups[i].name);
+                rc = -1;
+            }
+    fy_route_conf_t *routes = cfg->routes.v;
+    for (size_t i = 0; i < cfg->routes.n; i++) {
+        if (!routes[i].proxy) continue;
+        for (size_t j = 0; j < cfg->upstreams.n; j++)
+            if (ups[j].name && strcmp(ups[j].name, routes[i].proxy->upstream) == 0)
+                routes[i].proxy_upstream = &ups[j];
+        if (!routes[i].proxy_upstream) {
+            fy_conf_error(ctx, map, "routes", "route %zu: no upstream named '%s'", i,
+                          routes[i].proxy->upstream);
+            rc = -1;
+        }
+    }
+    return rc;
 }
 
 #define C(f) offsetof(fy_config_t, f)
@@ -255,6 +282,12 @@ const fy_conf_directive_t fy_config_table[] = {
      .sub = route_table,
      .sub_size = sizeof(fy_route_conf_t),
      .doc = "Request routing: the first route whose `match` fits answers; 404 when none does."},
+    {.key = "upstreams",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(upstreams),
+     .sub = fy_upstream_conf_table,
+     .sub_size = sizeof(fy_upstream_conf_t),
+     .doc = "Origin server groups that `proxy` routes send requests to."},
     {.key = "limits",
      .type = FY_CT_TABLE,
      .offset = C(limits),

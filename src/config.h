@@ -9,11 +9,13 @@
 
 #include "conf/conf.h"
 #include "h2/h2_conf.h"
+#include "handler/proxy_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
 #include "http/http_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "upstream/upstream_conf.h"
 
 typedef struct fy_route_match {
     fy_conf_strlist_t host;    /* `host`: exact names or "*.example.com" wildcards; empty = any.
@@ -23,9 +25,11 @@ typedef struct fy_route_match {
 } fy_route_match_t;
 
 typedef struct fy_route_conf {
-    fy_route_match_t match;     /* `match` (optional: absent = everything) */
-    fy_static_conf_t *static_;  /* `static` */
-    fy_respond_conf_t *respond; /* `respond` */
+    fy_route_match_t match;                   /* `match` (optional: absent = everything) */
+    fy_static_conf_t *static_;                /* `static` */
+    fy_respond_conf_t *respond;               /* `respond` */
+    fy_proxy_conf_t *proxy;                   /* `proxy` */
+    const fy_upstream_conf_t *proxy_upstream; /* resolved from proxy->upstream */
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
@@ -36,6 +40,7 @@ typedef struct fy_config {
     int64_t workers;          /* `workers`: "auto" (= online CPUs) or 1..256 */
     fy_conf_list_t listeners; /* of fy_listener_conf_t; at least one */
     fy_conf_list_t routes;    /* of fy_route_conf_t; first match wins */
+    fy_conf_list_t upstreams; /* of fy_upstream_conf_t */
     fy_http_limits_t limits;  /* `limits` */
     fy_h2_conf_t http2;       /* `http2` */
     fy_log_conf_t log;        /* `log` */

@@ -15,6 +15,7 @@
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
 #include "handler/echo.h"
+#include "handler/proxy.h"
 #include "handler/respond.h"
 #include "handler/static.h"
 #include "http/router.h"
@@ -49,7 +50,8 @@ struct fy_server {
     int nworkers;
     struct fy_worker *workers;
     fy_router_t router;
-    fy_tls_ctx_t **tls; /* per listener, NULL for plain */
+    fy_upstream_t **upstreams; /* per cfg->upstreams entry */
+    fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
     int access_fd;
 };
 
@@ -79,6 +81,12 @@ static int build_router(fy_server_t *s)
             r->handler = fy_respond_handler_new(rc[i].respond);
         else if (rc[i].echo)
             r->handler = fy_echo_handler_new();
+        else if (rc[i].proxy) {
+            const fy_upstream_conf_t *ups = cfg->upstreams.v;
+            for (size_t j = 0; j < cfg->upstreams.n; j++)
+                if (&ups[j] == rc[i].proxy_upstream)
+                    r->handler = fy_proxy_handler_new(rc[i].proxy, s->upstreams[j]);
+        }
         s->router.n = i + 1;
         if (!r->handler) return -1;
     }
@@ -93,6 +101,12 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
+    s->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *s->upstreams);
+    const fy_upstream_conf_t *ups = cfg->upstreams.v;
+    for (size_t i = 0; i < cfg->upstreams.n; i++) {
+        s->upstreams[i] = fy_upstream_new(&ups[i], s->nworkers);
+        if (!s->upstreams[i]) goto fail;
+    }
     if (build_router(s) < 0) goto fail;
     s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
     const fy_listener_conf_t *lc = cfg->listeners.v;
@@ -277,6 +291,7 @@ static void *worker_main(void *arg)
     fy_access_log_free(w->alog);
     w->alog = NULL;
     fy_static_thread_cleanup();
+    for (size_t i = 0; i < cfg->upstreams.n; i++) fy_upstream_worker_close(s->upstreams[i], w->id);
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }
@@ -321,6 +336,9 @@ void fy_server_free(fy_server_t *s)
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
     free(s->tls);
     fy_router_free(&s->router);
+    for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
+        fy_upstream_free(s->upstreams[i]);
+    free(s->upstreams);
     if (s->access_fd > 2) close(s->access_fd);
     free(s);
 }

@@ -11,7 +11,7 @@ fi
 rank() {
   case "$1" in
     core) echo 0;; conf) echo 1;; tls) echo 2;; net) echo 3;; http) echo 4;;
-    h1|h2) echo 5;; handler) echo 6;; ops) echo 7;; *) echo 9;;
+    h1|h2) echo 5;; upstream) echo 6;; handler) echo 7;; ops) echo 8;; *) echo 9;;
   esac
 }
 for f in $(find src -mindepth 2 -name '*.[ch]'); do

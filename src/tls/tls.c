@@ -372,3 +372,67 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
     tt->t.is_tls = true;
     return &tt->t;
 }
+
+/* ---- client side ---- */
+
+struct fy_tls_client_ctx {
+    SSL_CTX *ctx;
+    bool insecure;
+};
+
+fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) return NULL;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                                 SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn - 1);
+    if (!insecure) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        int ok = ca ? SSL_CTX_load_verify_locations(ctx, ca, NULL)
+                    : SSL_CTX_set_default_verify_paths(ctx);
+        if (ok != 1) {
+            fy_tls_log_errors(FY_LOG_EMERG, ca ? ca : "system CA store");
+            fy_log(FY_LOG_EMERG, "cannot load CA certificates from %s", ca ? ca : "the system");
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+    }
+    fy_tls_client_ctx_t *c = fy_xcalloc(1, sizeof *c);
+    c->ctx = ctx;
+    c->insecure = insecure;
+    return c;
+}
+
+void fy_tls_client_ctx_free(fy_tls_client_ctx_t *c)
+{
+    if (!c) return;
+    SSL_CTX_free(c->ctx);
+    free(c);
+}
+
+fy_transport_t *fy_tls_client_transport_new(fy_tls_client_ctx_t *ctx, int fd, const char *sni)
+{
+    tls_transport_t *tt = calloc(1, sizeof *tt);
+    if (!tt) return NULL;
+    tt->ssl = SSL_new(ctx->ctx);
+    if (!tt->ssl) {
+        free(tt);
+        return NULL;
+    }
+    SSL_set_fd(tt->ssl, fd);
+    SSL_set_connect_state(tt->ssl);
+    /* SNI only for names, not IP literals (RFC 6066 §3) */
+    bool is_ip = strspn(sni, "0123456789.") == strlen(sni) || strchr(sni, ':');
+    if (!is_ip) SSL_set_tlsext_host_name(tt->ssl, sni);
+    if (!ctx->insecure) SSL_set1_host(tt->ssl, sni); /* checks DNS names and IP addresses */
+    tt->t.ops = &tls_ops;
+    tt->t.fd = fd;
+    tt->t.is_tls = true;
+    return &tt->t;
+}

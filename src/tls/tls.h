@@ -26,6 +26,19 @@ uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
  * t->ops->destroy(t). The handshake runs in t->ops->handshake. */
 fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
 
+/* ---- client side (origins) ---- */
+
+typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
+
+/* A client context: verification against `ca` (PEM file) or the system store, unless
+ * `insecure`; ALPN http/1.1. Returns NULL after logging (bad CA file). Thread-safe once built. */
+fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure);
+void fy_tls_client_ctx_free(fy_tls_client_ctx_t *ctx);
+
+/* A client TLS transport over `fd` (borrowed) that sends `sni` and, unless the context is
+ * insecure, verifies the certificate for that name. Handshake in t->ops->handshake. */
+fy_transport_t *fy_tls_client_transport_new(fy_tls_client_ctx_t *ctx, int fd, const char *sni);
+
 /* Make sure `dir` holds selfsigned.crt/selfsigned.key (ECDSA P-256, SAN localhost, 127.0.0.1,
  * ::1, valid 1 year), generating them (key mode 0600) when missing or expired.
  * Writes the paths into cert/key (each `len` bytes). Returns 0 or -1 after logging. */

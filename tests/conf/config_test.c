@@ -168,7 +168,7 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, limits, http2, log, data-dir\n"
+               "routes, upstreams, limits, http2, log, data-dir\n"
                "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content\n");
@@ -460,12 +460,12 @@ static void test_routes(void)
     CHECK_FAIL(L1 "routes:\n  - static: {root: /, index: [a/b]}\n",
                "c.yaml:3:30: routes[0].static.index: index 'a/b' must be a plain file name\n");
     CHECK_FAIL(L1 "routes:\n  - match: {path: /}\n",
-               "c.yaml:3:5: routes[0]: needs a handler: one of static, respond, echo\n");
+               "c.yaml:3:5: routes[0]: needs a handler: one of static, respond, echo, proxy\n");
     CHECK_FAIL(L1 "routes:\n  - static: /\n    respond: {}\n",
-               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo); use one "
+               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
                "per route\n");
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n    static: /\n",
-               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo); use one "
+               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
                "per route\n");
     CHECK_FAIL(L1 "routes:\n  - echo: {x: 1}\n",
                "c.yaml:3:12: routes[0].echo.x: unknown key 'x'; this map takes no keys\n");

@@ -1,0 +1,719 @@
+#include "handler/proxy.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "core/pool.h"
+#include "h1/h1_resp.h"
+#include "http/exchange.h"
+#include "net/sock.h"
+
+typedef struct proxy_handler {
+    fy_handler_t h;
+    const fy_proxy_conf_t *conf;
+    fy_upstream_t *up;
+} proxy_handler_t;
+
+enum { R_HEAD = 0, R_BODY, R_DONE };
+enum { T_FIRST_BYTE = 1, T_IDLE };
+
+typedef struct proxy_req {
+    fy_exchange_t *ex;
+    proxy_handler_t *ph;
+    fy_origin_conn_t *oc;
+    fy_loop_t *loop;
+    int worker;
+    int server;
+    uint64_t tried;
+    int attempts;
+    bool reused_conn;
+    fy_timer_t timer;
+    int timer_kind;
+    /* to the origin */
+    char *head;
+    size_t head_len;
+    struct iovec out[4];
+    int nout;
+    char pre[24], post[8];
+    bool req_chunked;
+    bool req_body_done;
+    bool req_body_waiting; /* asked the client codec for body, not given yet */
+    bool sent_any;         /* request bytes reached the origin: no more retry */
+    bool inflight;
+    /* from the origin */
+    char *ibuf; /* a pool chunk */
+    size_t ilen, ipos;
+    fy_h1_resp_t resp;
+    fy_h1_header_t *hdrs;
+    int rstate;
+    int body_kind;
+    uint64_t body_left;
+    fy_h1_chunked_t chunked;
+    size_t dec_out;     /* chunked: end of the decoded bytes compacted at ipos */
+    size_t sending_len; /* bytes handed to the client codec, waiting for proceed */
+    bool res_sending;
+    bool origin_eof;
+    bool finished;
+    bool stopped;
+} proxy_req_t;
+
+static void attempt(proxy_req_t *pr);
+static void do_write(proxy_req_t *pr);
+static void do_read(proxy_req_t *pr);
+static void deliver(proxy_req_t *pr);
+
+/* ---- helpers ---- */
+
+static bool is_hop_by_hop(fy_str_t n)
+{
+    return fy_str_ieq(n, "connection", 10) || fy_str_ieq(n, "keep-alive", 10) ||
+           fy_str_ieq(n, "proxy-connection", 16) || fy_str_ieq(n, "te", 2) ||
+           fy_str_ieq(n, "trailer", 7) || fy_str_ieq(n, "transfer-encoding", 17) ||
+           fy_str_ieq(n, "upgrade", 7) || fy_str_ieq(n, "http2-settings", 14) ||
+           fy_str_ieq(n, "proxy-authorization", 19) || fy_str_ieq(n, "proxy-authenticate", 18);
+}
+
+/* Is `n` named in a Connection header of `hs` (those are hop-by-hop too)? */
+static bool named_in_connection(const fy_headers_t *hs, fy_str_t n)
+{
+    char low[64];
+    if (n.len >= sizeof low) return false;
+    for (size_t i = 0; i < n.len; i++) low[i] = fy_lower(n.p[i]);
+    for (size_t i = 0; i < hs->n; i++)
+        if (fy_str_ieq(hs->v[i].name, "connection", 10) &&
+            fy_str_list_has(hs->v[i].value, low, n.len))
+            return true;
+    return false;
+}
+
+static bool in_list(const fy_conf_strlist_t *l, fy_str_t n)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strlen(l->v[i]) == n.len && strncasecmp(l->v[i], n.p, n.len) == 0) return true;
+    return false;
+}
+
+static bool in_map(const fy_conf_strmap_t *m, fy_str_t n)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (strlen(m->keys[i]) == n.len && strncasecmp(m->keys[i], n.p, n.len) == 0) return true;
+    return false;
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    fy_arena_t *a;
+} sbuf_t;
+
+static void sb_put(sbuf_t *b, const char *s, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap * 2;
+        while (cap < b->len + n) cap *= 2;
+        char *p = fy_arena_alloc(b->a, cap);
+        memcpy(p, b->p, b->len);
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+#define SB_LIT(b, lit) sb_put((b), (lit), sizeof(lit) - 1)
+static void sb_str(sbuf_t *b, fy_str_t s)
+{
+    sb_put(b, s.p, s.len);
+}
+static void sb_cstr(sbuf_t *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+static void build_head(proxy_req_t *pr)
+{
+    fy_exchange_t *ex = pr->ex;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    const fy_request_t *q = &ex->req;
+    sbuf_t b = {fy_arena_alloc(ex->arena, 1024), 0, 1024, ex->arena};
+    sb_str(&b, q->method);
+    SB_LIT(&b, " ");
+    fy_str_t path = q->target;
+    if (pc->strip_prefix) {
+        size_t sl = strlen(pc->strip_prefix);
+        if (sl > 1 && pc->strip_prefix[sl - 1] == '/') sl--; /* "/api/" strips "/api" */
+        if (path.len >= sl && memcmp(path.p, pc->strip_prefix, sl) == 0 &&
+            (path.len == sl || path.p[sl] == '/' || path.p[sl] == '?')) {
+            path.p += sl;
+            path.len -= sl;
+        }
+    }
+    if (pc->add_prefix) {
+        size_t al = strlen(pc->add_prefix);
+        if (al && pc->add_prefix[al - 1] == '/' && path.len && path.p[0] == '/') al--;
+        sb_put(&b, pc->add_prefix, al);
+    }
+    if (path.len == 0 || path.p[0] == '?') SB_LIT(&b, "/");
+    sb_str(&b, path);
+    SB_LIT(&b, " HTTP/1.1\r\nHost: ");
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
+    if (pc->preserve_host && q->authority.len)
+        sb_str(&b, q->authority);
+    else
+        sb_cstr(&b, sv->authority);
+    SB_LIT(&b, "\r\n");
+    const fy_header_t *xff = NULL;
+    for (size_t i = 0; i < q->headers.n; i++) {
+        const fy_header_t *h = &q->headers.v[i];
+        if (fy_str_ieq(h->name, "host", 4) || fy_str_ieq(h->name, "content-length", 14) ||
+            is_hop_by_hop(h->name) || named_in_connection(&q->headers, h->name) ||
+            in_list(&pc->remove_headers, h->name) || in_map(&pc->set_headers, h->name))
+            continue;
+        if (pc->forwarded && fy_str_ieq(h->name, "x-forwarded-for", 15)) {
+            xff = h;
+            continue;
+        }
+        if (pc->forwarded && (fy_str_ieq(h->name, "x-forwarded-proto", 17) ||
+                              fy_str_ieq(h->name, "x-forwarded-host", 16)))
+            continue; /* ours replace what the client claims */
+        sb_str(&b, h->name);
+        SB_LIT(&b, ": ");
+        sb_str(&b, h->value);
+        SB_LIT(&b, "\r\n");
+    }
+    for (size_t i = 0; i < pc->set_headers.n; i++) {
+        sb_cstr(&b, pc->set_headers.keys[i]);
+        SB_LIT(&b, ": ");
+        sb_cstr(&b, pc->set_headers.values[i]);
+        SB_LIT(&b, "\r\n");
+    }
+    if (pc->forwarded) {
+        char ip[64];
+        fy_sock_host_str(ex->remote, ip, sizeof ip);
+        SB_LIT(&b, "X-Forwarded-For: ");
+        if (xff) {
+            sb_str(&b, xff->value);
+            SB_LIT(&b, ", ");
+        }
+        sb_cstr(&b, ip);
+        SB_LIT(&b, "\r\nX-Forwarded-Proto: ");
+        sb_str(&b, q->scheme);
+        if (q->authority.len) {
+            SB_LIT(&b, "\r\nX-Forwarded-Host: ");
+            sb_str(&b, q->authority);
+        }
+        SB_LIT(&b, "\r\n");
+    }
+    if (pc->via) SB_LIT(&b, "Via: 1.1 ferry\r\n");
+    if (q->content_length > 0) {
+        char cl[32];
+        int n = snprintf(cl, sizeof cl, "Content-Length: %lld\r\n", (long long)q->content_length);
+        sb_put(&b, cl, (size_t)n);
+    } else if (q->content_length < 0) {
+        SB_LIT(&b, "Transfer-Encoding: chunked\r\n");
+        pr->req_chunked = true;
+    }
+    SB_LIT(&b, "\r\n");
+    pr->head = b.p;
+    pr->head_len = b.len;
+}
+
+static void set_timer(proxy_req_t *pr, int kind)
+{
+    const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
+    pr->timer_kind = kind;
+    fy_timer_start(pr->loop, &pr->timer,
+                   kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms);
+}
+
+static void drop_origin(proxy_req_t *pr, bool reusable)
+{
+    if (!pr->oc) return;
+    if (pr->inflight) {
+        fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
+        pr->inflight = false;
+    }
+    fy_origin_release(pr->oc, reusable);
+    pr->oc = NULL;
+}
+
+static void cleanup(void *arg)
+{
+    proxy_req_t *pr = arg;
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, false);
+    if (pr->ibuf) fy_pool_put(fy_chunk_pool(), pr->ibuf);
+    pr->ibuf = NULL;
+}
+
+static bool retryable(const proxy_req_t *pr)
+{
+    const fy_request_t *q = &pr->ex->req;
+    bool idempotent = q->method_id == FY_M_GET || q->method_id == FY_M_HEAD ||
+                      q->method_id == FY_M_OPTIONS || q->method_id == FY_M_PUT ||
+                      q->method_id == FY_M_DELETE || q->method_id == FY_M_TRACE;
+    return idempotent && q->content_length == 0 && pr->rstate == R_HEAD && pr->ilen == 0 &&
+           !pr->ex->response_started && pr->attempts <= fy_upstream_conf(pr->ph->up)->retries;
+}
+
+/* The origin failed us. Before any response byte: another attempt, or 502/504. After: the
+ * client sees an aborted response (h1: closed connection; h2: RST_STREAM), never a short 200. */
+static void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail)
+{
+    char a[64];
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
+    fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
+            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
+    if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
+    bool stale = pr->reused_conn && pr->rstate == R_HEAD && pr->ilen == 0;
+    drop_origin(pr, false);
+    fy_timer_stop(pr->loop, &pr->timer);
+    /* a pooled connection the origin had already closed: try again on a fresh one */
+    if (stale && pr->ex->req.content_length == 0 && !pr->ex->response_started) {
+        pr->tried &= ~(1ull << pr->server);
+        attempt(pr);
+        return;
+    }
+    if (retryable(pr)) {
+        attempt(pr);
+        return;
+    }
+    pr->finished = true;
+    fy_exchange_fail(pr->ex, status, why);
+}
+
+static void on_timer(fy_timer_t *t)
+{
+    proxy_req_t *pr = t->data;
+    if (pr->timer_kind == T_FIRST_BYTE)
+        origin_failed(pr, 504, "origin first-byte timeout", true);
+    else
+        origin_failed(pr, 504, "origin idle timeout", false);
+}
+
+static void update_interest(proxy_req_t *pr)
+{
+    if (!pr->oc) return;
+    uint32_t ev = 0;
+    if (pr->nout) ev |= EPOLLOUT;
+    if (pr->rstate != R_DONE && !pr->res_sending) ev |= EPOLLIN;
+    if (fy_origin_want(pr->oc, ev) < 0) origin_failed(pr, 502, "origin socket error", false);
+}
+
+/* ---- request body: client -> origin ---- */
+
+static void on_req_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
+{
+    proxy_req_t *pr = ex->handler_data;
+    pr->req_body_waiting = false;
+    if (pr->stopped || pr->finished || !pr->oc) return;
+    pr->nout = 0;
+    if (pr->req_chunked) {
+        if (n) {
+            int l = snprintf(pr->pre, sizeof pr->pre, "%zx\r\n", n);
+            pr->out[pr->nout++] = (struct iovec){pr->pre, (size_t)l};
+            pr->out[pr->nout++] = (struct iovec){(void *)p, n};
+            pr->out[pr->nout++] = (struct iovec){(void *)"\r\n", 2};
+        }
+        if (end) {
+            /* the client's trailers go on to the origin */
+            sbuf_t b = {fy_arena_alloc(ex->arena, 256), 0, 256, ex->arena};
+            SB_LIT(&b, "0\r\n");
+            for (size_t i = 0; i < ex->req_trailers.n; i++) {
+                sb_str(&b, ex->req_trailers.v[i].name);
+                SB_LIT(&b, ": ");
+                sb_str(&b, ex->req_trailers.v[i].value);
+                SB_LIT(&b, "\r\n");
+            }
+            SB_LIT(&b, "\r\n");
+            pr->out[pr->nout++] = (struct iovec){b.p, b.len};
+        }
+    } else if (n) {
+        pr->out[pr->nout++] = (struct iovec){(void *)p, n};
+    }
+    if (end) pr->req_body_done = true;
+    if (pr->nout)
+        do_write(pr);
+    else if (!end) {
+        pr->req_body_waiting = true;
+        fy_exchange_read_body(ex, on_req_body);
+    }
+}
+
+static void do_write(proxy_req_t *pr)
+{
+    while (pr->nout && pr->oc) {
+        ssize_t w = pr->oc->t->ops->writev(pr->oc->t, pr->out, pr->nout);
+        if (w == 0) break;
+        if (w < 0) {
+            origin_failed(pr, 502, "writing to the origin failed", false);
+            return;
+        }
+        pr->sent_any = true;
+        size_t left = (size_t)w;
+        int i = 0;
+        while (i < pr->nout && left >= pr->out[i].iov_len) left -= pr->out[i++].iov_len;
+        memmove(pr->out, pr->out + i, (size_t)(pr->nout - i) * sizeof pr->out[0]);
+        pr->nout -= i;
+        if (pr->nout && left) {
+            pr->out[0].iov_base = (char *)pr->out[0].iov_base + left;
+            pr->out[0].iov_len -= left;
+        }
+    }
+    if (!pr->oc) return;
+    if (pr->nout == 0 && !pr->req_body_done && !pr->req_body_waiting && !pr->finished) {
+        /* everything so far is with the origin: pull more of the client's body */
+        pr->req_body_waiting = true;
+        fy_exchange_read_body(pr->ex, on_req_body);
+        if (!pr->oc) return;
+    }
+    update_interest(pr);
+}
+
+/* ---- response: origin -> client ---- */
+
+static void proceed(fy_exchange_t *ex);
+static void stop(fy_exchange_t *ex);
+static const fy_producer_ops_t proxy_producer = {proceed, stop};
+
+static void on_chunk(void *ud, const char *p, size_t n)
+{
+    proxy_req_t *pr = ud;
+    if (pr->ibuf + pr->dec_out != p) memmove(pr->ibuf + pr->dec_out, p, n);
+    pr->dec_out += n;
+}
+
+static void on_trailer(void *ud, fy_h1_str_t name, fy_h1_str_t value)
+{
+    proxy_req_t *pr = ud;
+    fy_arena_t *a = pr->ex->arena;
+    fy_headers_add(a, &pr->ex->res_trailers, fy_arena_strndup(a, name.p, name.len), name.len,
+                   fy_arena_strndup(a, value.p, value.len), value.len);
+}
+
+static void start_response(proxy_req_t *pr, int headlen)
+{
+    fy_exchange_t *ex = pr->ex;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    fy_h1_resp_t *r = &pr->resp;
+    for (size_t i = 0; i < r->nheaders; i++) {
+        fy_str_t n = fy_str(r->headers[i].name.p, r->headers[i].name.len);
+        fy_str_t v = fy_str(r->headers[i].value.p, r->headers[i].value.len);
+        if (is_hop_by_hop(n) || fy_str_ieq(n, "content-length", 14) || fy_str_ieq(n, "date", 4) ||
+            fy_str_ieq(n, "server", 6) || in_list(&pc->response_remove_headers, n) ||
+            in_map(&pc->response_set_headers, n))
+            continue;
+        bool listed = false;
+        for (size_t k = 0; k < r->nheaders && !listed; k++)
+            if (fy_h1_str_eq_lit(r->headers[k].name, "connection")) {
+                char low[64];
+                if (n.len < sizeof low) {
+                    for (size_t j = 0; j < n.len; j++) low[j] = fy_lower(n.p[j]);
+                    listed = fy_str_list_has(fy_str(r->headers[k].value.p, r->headers[k].value.len),
+                                             low, n.len);
+                }
+            }
+        if (listed) continue;
+        /* copied: the input buffer is reused for the body */
+        fy_headers_add(ex->arena, &ex->res.headers, fy_arena_strndup(ex->arena, n.p, n.len), n.len,
+                       fy_arena_strndup(ex->arena, v.p, v.len), v.len);
+    }
+    for (size_t i = 0; i < pc->response_set_headers.n; i++)
+        fy_headers_add(ex->arena, &ex->res.headers, pc->response_set_headers.keys[i],
+                       strlen(pc->response_set_headers.keys[i]), pc->response_set_headers.values[i],
+                       strlen(pc->response_set_headers.values[i]));
+    if (pc->via) FY_HDR_ADD(ex->arena, &ex->res.headers, "via", "1.1 ferry", 9);
+    ex->res.status = r->status;
+    pr->body_kind = r->body_kind;
+    if (r->body_kind == FY_H1_RESP_LENGTH) {
+        ex->res.content_length = (int64_t)r->content_length;
+        pr->body_left = r->content_length;
+    } else if (r->body_kind == FY_H1_RESP_NONE) {
+        /* HEAD / 204 / 304: pass the origin's length through for HEAD */
+        ex->res.content_length = -1;
+        for (size_t i = 0; i < r->nheaders; i++)
+            if (fy_h1_str_eq_lit(r->headers[i].name, "content-length")) {
+                int64_t cl = 0;
+                for (size_t j = 0; j < r->headers[i].value.len; j++)
+                    cl = cl * 10 + (r->headers[i].value.p[j] - '0');
+                ex->res.content_length = cl;
+            }
+        if (r->status == 204 || r->status == 304) ex->res.content_length = -1;
+        if (ex->req.method_id != FY_M_HEAD && r->status != 204 && r->status != 304)
+            ex->res.content_length = 0;
+    } else {
+        ex->res.content_length = -1;
+        if (r->body_kind == FY_H1_RESP_CHUNKED) fy_h1_chunked_init(&pr->chunked);
+    }
+    pr->ipos = (size_t)headlen;
+    pr->rstate = r->body_kind == FY_H1_RESP_NONE ? R_DONE : R_BODY;
+    fy_upstream_report(pr->ph->up, pr->worker, pr->server, r->status < 500, pr->loop->now_ms);
+    fy_exchange_start_response(ex, &proxy_producer);
+}
+
+/* The response is complete: give the origin connection back (or close it) first, then the
+ * last send (which may end the exchange at once). */
+static void finish(proxy_req_t *pr, const char *p, size_t n)
+{
+    pr->finished = true;
+    fy_timer_stop(pr->loop, &pr->timer);
+    /* reusable only if both messages are complete and the origin sent nothing extra */
+    bool reusable = pr->req_body_done && pr->nout == 0 && !pr->resp.conn_close &&
+                    pr->body_kind != FY_H1_RESP_CLOSE && pr->ipos >= pr->ilen &&
+                    pr->resp.status != 101;
+    if (pr->oc) pr->oc->requests++;
+    drop_origin(pr, reusable);
+    struct iovec iov = {(void *)p, n};
+    fy_exchange_send(pr->ex, &iov, n ? 1 : 0, FY_SEND_FINAL);
+}
+
+static void deliver(proxy_req_t *pr)
+{
+    if (pr->res_sending || pr->finished || pr->stopped) return;
+    if (pr->rstate == R_DONE) {
+        finish(pr, NULL, 0);
+        return;
+    }
+    size_t avail = pr->ilen - pr->ipos;
+    const char *p = pr->ibuf + pr->ipos;
+    size_t take = 0;
+    bool end = false;
+    if (pr->body_kind == FY_H1_RESP_LENGTH) {
+        take = avail < pr->body_left ? avail : (size_t)pr->body_left;
+        pr->body_left -= take;
+        end = pr->body_left == 0;
+        pr->sending_len = take;
+    } else if (pr->body_kind == FY_H1_RESP_CHUNKED) {
+        size_t consumed = 0;
+        pr->dec_out = pr->ipos;
+        int r =
+            fy_h1_chunked_decode(&pr->chunked, pr->ibuf + pr->ipos, avail, &consumed,
+                                 pr->ex->ctx->limits->max_header_bytes, on_chunk, on_trailer, pr);
+        if (r < 0) {
+            origin_failed(pr, 502, "invalid chunked body from the origin", true);
+            return;
+        }
+        take = pr->dec_out - pr->ipos;
+        /* the decoded bytes sit at ipos; the undecoded rest starts at ipos + consumed */
+        pr->sending_len = consumed;
+        end = r == 1;
+    } else { /* until close */
+        take = avail;
+        pr->sending_len = take;
+        end = pr->origin_eof;
+    }
+    if (end) {
+        pr->rstate = R_DONE;
+        pr->ipos += pr->sending_len;
+        finish(pr, p, take);
+        return;
+    }
+    if (take == 0) {
+        /* need more from the origin; keep a partial chunk line, drop what is consumed */
+        if (pr->body_kind == FY_H1_RESP_CHUNKED) pr->ipos += pr->sending_len;
+        if (pr->ipos > 0 && pr->ipos < pr->ilen) {
+            memmove(pr->ibuf, pr->ibuf + pr->ipos, pr->ilen - pr->ipos);
+            pr->ilen -= pr->ipos;
+            pr->ipos = 0;
+        } else if (pr->ipos >= pr->ilen) {
+            pr->ipos = pr->ilen = 0;
+        }
+        update_interest(pr);
+        return;
+    }
+    pr->res_sending = true;
+    update_interest(pr); /* no reading while the client holds our buffer */
+    struct iovec iov = {(void *)p, take};
+    fy_exchange_send(pr->ex, &iov, 1, FY_SEND_MORE);
+}
+
+static void proceed(fy_exchange_t *ex)
+{
+    proxy_req_t *pr = ex->handler_data;
+    if (!pr->res_sending) return;
+    pr->res_sending = false;
+    pr->ipos += pr->sending_len;
+    pr->sending_len = 0;
+    if (pr->ipos >= pr->ilen) pr->ipos = pr->ilen = 0;
+    set_timer(pr, T_IDLE);
+    deliver(pr);
+    if (!pr->finished && !pr->res_sending && pr->oc) do_read(pr);
+}
+
+static void stop(fy_exchange_t *ex)
+{
+    proxy_req_t *pr = ex->handler_data;
+    pr->stopped = true;
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, false); /* the client went away mid-response */
+}
+
+static void do_read(proxy_req_t *pr)
+{
+    while (pr->oc && !pr->res_sending && !pr->finished) {
+        if (!pr->ibuf) {
+            pr->ibuf = fy_pool_get(fy_chunk_pool());
+            pr->ilen = pr->ipos = 0;
+        }
+        if (pr->ilen == FY_CHUNK_SIZE) {
+            if (pr->rstate == R_HEAD) {
+                origin_failed(pr, 502, "response head from the origin too large", true);
+                return;
+            }
+            if (pr->ipos == 0) {
+                origin_failed(pr, 502, "chunk framing line from the origin too long", true);
+                return;
+            }
+            memmove(pr->ibuf, pr->ibuf + pr->ipos, pr->ilen - pr->ipos);
+            pr->ilen -= pr->ipos;
+            pr->ipos = 0;
+        }
+        ssize_t n = pr->oc->t->ops->read(pr->oc->t, pr->ibuf + pr->ilen, FY_CHUNK_SIZE - pr->ilen);
+        if (n == 0) break;
+        if (n < 0) {
+            if (n == FY_EEOF && pr->rstate == R_BODY && pr->body_kind == FY_H1_RESP_CLOSE) {
+                pr->origin_eof = true;
+                deliver(pr);
+                return;
+            }
+            origin_failed(pr, 502,
+                          pr->rstate == R_HEAD ? "origin closed the connection before responding"
+                                               : "origin closed the connection mid-response",
+                          pr->rstate == R_HEAD);
+            return;
+        }
+        pr->ilen += (size_t)n;
+        if (pr->rstate == R_HEAD) {
+            for (;;) {
+                fy_h1_limits_t lim = {pr->ex->ctx->limits->max_request_line,
+                                      pr->ex->ctx->limits->max_header_bytes,
+                                      (size_t)pr->ex->ctx->limits->max_headers};
+                fy_h1_resp_init(&pr->resp, pr->hdrs);
+                int r = fy_h1_parse_response(&pr->resp, pr->ibuf + pr->ipos, pr->ilen - pr->ipos,
+                                             pr->ex->req.method_id == FY_M_HEAD, &lim);
+                if (r == FY_H1_INCOMPLETE) break;
+                if (r < 0) {
+                    origin_failed(pr, 502, "invalid response head from the origin", true);
+                    return;
+                }
+                if (pr->resp.status >= 100 && pr->resp.status < 200 && pr->resp.status != 101) {
+                    pr->ipos += (size_t)r; /* interim (100, 103): not relayed yet */
+                    continue;
+                }
+                int headlen = (int)pr->ipos + r;
+                set_timer(pr, T_IDLE);
+                start_response(pr, headlen);
+                break;
+            }
+            if (pr->rstate == R_HEAD) {
+                if (pr->ipos == pr->ilen) pr->ipos = pr->ilen = 0;
+                continue;
+            }
+        }
+        set_timer(pr, T_IDLE);
+        deliver(pr);
+    }
+    update_interest(pr);
+}
+
+/* ---- origin connection events ---- */
+
+static void origin_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
+{
+    proxy_req_t *pr = ud;
+    if (ev & FY_ORIGIN_ERROR) {
+        pr->oc = NULL;
+        if (pr->inflight) {
+            fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
+            pr->inflight = false;
+        }
+        origin_failed(pr, 502, oc->error ? oc->error : "origin connect failed", true);
+        return;
+    }
+    if (ev & FY_ORIGIN_READY) {
+        set_timer(pr, T_FIRST_BYTE);
+        pr->out[0] = (struct iovec){pr->head, pr->head_len};
+        pr->nout = 1;
+        do_write(pr);
+        return;
+    }
+    if ((ev & EPOLLOUT) && pr->nout) do_write(pr);
+    if (!pr->oc) return;
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) do_read(pr);
+}
+
+static void attempt(proxy_req_t *pr)
+{
+    pr->attempts++;
+    fy_upstream_t *up = pr->ph->up;
+    pr->server = fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
+    pr->tried |= 1ull << (pr->server & 63);
+    pr->sent_any = false;
+    pr->req_chunked = false;
+    pr->rstate = R_HEAD;
+    pr->ilen = pr->ipos = 0;
+    pr->nout = 0;
+    build_head(pr); /* Host may depend on the server */
+    const char *err = "origin connect failed";
+    bool ready = false;
+    pr->oc =
+        fy_origin_acquire(up, pr->worker, pr->server, pr->loop, origin_event, pr, &ready, &err);
+    if (!pr->oc) {
+        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
+        if (retryable(pr)) {
+            attempt(pr);
+            return;
+        }
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 502, err);
+        return;
+    }
+    fy_upstream_inflight(up, pr->worker, pr->server, 1);
+    pr->inflight = true;
+    pr->reused_conn = ready;
+    if (ready) origin_event(pr->oc, FY_ORIGIN_READY, pr);
+}
+
+static void on_request(fy_handler_t *h, fy_exchange_t *ex)
+{
+    proxy_handler_t *ph = (proxy_handler_t *)h;
+    if (ex->req.protocol.len || ex->req.method_id == FY_M_CONNECT) {
+        fy_exchange_fail(ex, 501, "tunnels through the proxy are not supported yet");
+        return;
+    }
+    proxy_req_t *pr = fy_arena_calloc(ex->arena, sizeof *pr);
+    pr->ex = ex;
+    pr->ph = ph;
+    pr->loop = ex->ctx->loop;
+    pr->worker = ex->ctx->worker_id;
+    pr->hdrs =
+        fy_arena_alloc(ex->arena, sizeof(fy_h1_header_t) * (size_t)ex->ctx->limits->max_headers);
+    pr->req_body_done = ex->req.content_length == 0;
+    fy_timer_init(&pr->timer, on_timer, pr);
+    ex->handler_data = pr;
+    fy_arena_on_reset(ex->arena, cleanup, pr);
+    attempt(pr);
+}
+
+static void destroy(fy_handler_t *h)
+{
+    free(h);
+}
+
+static const fy_handler_ops_t proxy_ops = {"proxy", on_request, destroy};
+
+fy_handler_t *fy_proxy_handler_new(const fy_proxy_conf_t *conf, fy_upstream_t *up)
+{
+    proxy_handler_t *ph = fy_xcalloc(1, sizeof *ph);
+    ph->h.ops = &proxy_ops;
+    ph->conf = conf;
+    ph->up = up;
+    return &ph->h;
+}

@@ -1,0 +1,17 @@
+/* Reverse proxy handler: glue between an exchange (from any client codec: h1, h1+TLS, h2c, h2)
+ * and an HTTP/1.1 origin (plain or TLS) from an upstream's pool. Bodies stream both ways with
+ * backpressure (the origin is read only as fast as the client takes the response, and the
+ * client's body is pulled only as fast as the origin takes it); hop-by-hop headers are
+ * removed; X-Forwarded-* added; connect errors are retried on another server for idempotent
+ * bodiless requests; connect/first-byte/idle timeouts map to 502/504. */
+#ifndef FY_HANDLER_PROXY_H
+#define FY_HANDLER_PROXY_H
+
+#include "handler/proxy_conf.h"
+#include "http/handler.h"
+#include "upstream/upstream.h"
+
+/* `conf` and `up` are borrowed and must outlive the handler. */
+fy_handler_t *fy_proxy_handler_new(const fy_proxy_conf_t *conf, fy_upstream_t *up);
+
+#endif

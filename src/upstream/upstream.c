@@ -1,0 +1,398 @@
+#include "upstream/upstream.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "net/sock.h"
+#include "tls/tls.h"
+
+enum { OC_CONNECTING = 1, OC_HANDSHAKE, OC_IDLE, OC_BUSY };
+
+typedef struct srv_state {
+    fy_origin_conn_t *idle; /* pool: most recently used first */
+    size_t nidle;
+    int inflight;
+    int64_t cur_weight; /* smooth weighted round robin */
+    unsigned fails;
+    uint64_t ejected_until;
+} srv_state_t;
+
+typedef struct up_worker {
+    srv_state_t *srv;
+    uint64_t rnd;
+} up_worker_t;
+
+struct fy_upstream {
+    const fy_upstream_conf_t *conf;
+    const fy_upstream_server_conf_t *servers;
+    size_t nservers;
+    int64_t total_weight;
+    fy_tls_client_ctx_t *tls;
+    up_worker_t *workers;
+    int nworkers;
+};
+
+fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
+{
+    fy_upstream_t *u = fy_xcalloc(1, sizeof *u);
+    u->conf = conf;
+    u->servers = conf->servers.v;
+    u->nservers = conf->servers.n;
+    bool any_tls = false;
+    for (size_t i = 0; i < u->nservers; i++) {
+        u->total_weight += u->servers[i].weight;
+        any_tls |= u->servers[i].tls;
+    }
+    if (any_tls) {
+        u->tls = fy_tls_client_ctx_new(conf->ca, conf->insecure);
+        if (!u->tls) {
+            fy_log(FY_LOG_EMERG, "upstream %s: TLS setup failed", conf->name);
+            free(u);
+            return NULL;
+        }
+    }
+    u->nworkers = nworkers;
+    u->workers = fy_xcalloc((size_t)nworkers, sizeof *u->workers);
+    for (int w = 0; w < nworkers; w++) {
+        u->workers[w].srv = fy_xcalloc(u->nservers, sizeof(srv_state_t));
+        u->workers[w].rnd = 0x9e3779b97f4a7c15ull * (uint64_t)(w + 1);
+    }
+    return u;
+}
+
+static void oc_close(fy_origin_conn_t *oc);
+
+void fy_upstream_free(fy_upstream_t *u)
+{
+    if (!u) return;
+    for (int w = 0; w < u->nworkers; w++) {
+        for (size_t i = 0; i < u->nservers; i++)
+            while (u->workers[w].srv[i].idle) {
+                fy_origin_conn_t *oc = u->workers[w].srv[i].idle;
+                oc_close(oc);
+                free(oc); /* no loop turn left to run its deferred free */
+            }
+        free(u->workers[w].srv);
+    }
+    free(u->workers);
+    fy_tls_client_ctx_free(u->tls);
+    free(u);
+}
+
+void fy_upstream_worker_close(fy_upstream_t *u, int w)
+{
+    for (size_t i = 0; i < u->nservers; i++)
+        while (u->workers[w].srv[i].idle) {
+            fy_origin_conn_t *oc = u->workers[w].srv[i].idle;
+            oc_close(oc);
+            free(oc);
+        }
+}
+
+const fy_upstream_conf_t *fy_upstream_conf(const fy_upstream_t *u)
+{
+    return u->conf;
+}
+
+size_t fy_upstream_nservers(const fy_upstream_t *u)
+{
+    return u->nservers;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
+{
+    up_worker_t *uw = &u->workers[w];
+    size_t n = u->nservers;
+    if (n == 1) return 0;
+    /* candidates: not excluded and not ejected; relax in that order when none is left */
+    bool ok[64];
+    size_t nok = 0;
+    for (int pass = 0; pass < 3 && nok == 0; pass++)
+        for (size_t i = 0; i < n && i < 64; i++) {
+            bool excluded = (exclude >> i) & 1, ejected = uw->srv[i].ejected_until > now_ms;
+            ok[i] = pass == 0 ? !excluded && !ejected : pass == 1 ? !excluded : true;
+            nok += ok[i];
+        }
+    int best = -1;
+    switch (u->conf->balance) {
+    case FY_BALANCE_RANDOM: {
+        int64_t total = 0;
+        for (size_t i = 0; i < n && i < 64; i++)
+            if (ok[i]) total += u->servers[i].weight;
+        int64_t r = (int64_t)(xorshift(&uw->rnd) % (uint64_t)total);
+        for (size_t i = 0; i < n && i < 64; i++) {
+            if (!ok[i]) continue;
+            r -= u->servers[i].weight;
+            if (r < 0) return (int)i;
+        }
+        break;
+    }
+    case FY_BALANCE_LEAST_REQUESTS: {
+        /* fewest in flight per unit of weight; ties broken by a rotating start */
+        size_t start = (size_t)(xorshift(&uw->rnd) % n);
+        for (size_t k = 0; k < n && k < 64; k++) {
+            size_t i = (start + k) % n;
+            if (!ok[i]) continue;
+            if (best < 0 || (int64_t)uw->srv[i].inflight * u->servers[best].weight <
+                                (int64_t)uw->srv[best].inflight * u->servers[i].weight)
+                best = (int)i;
+        }
+        return best;
+    }
+    default: { /* smooth weighted round robin (as nginx): even spread, weights respected */
+        int64_t total = 0;
+        for (size_t i = 0; i < n && i < 64; i++) {
+            if (!ok[i]) continue;
+            uw->srv[i].cur_weight += u->servers[i].weight;
+            total += u->servers[i].weight;
+            if (best < 0 || uw->srv[i].cur_weight > uw->srv[best].cur_weight) best = (int)i;
+        }
+        uw->srv[best].cur_weight -= total;
+        return best;
+    }
+    }
+    return 0;
+}
+
+void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms)
+{
+    srv_state_t *s = &u->workers[w].srv[server];
+    if (ok) {
+        s->fails = 0;
+        return;
+    }
+    if (++s->fails >= (unsigned)u->conf->max_fails) {
+        if (s->ejected_until <= now_ms) {
+            char a[64];
+            fy_warn(
+                "upstream %s: server %s ejected for %llu ms after %u failures", u->conf->name,
+                fy_sock_addr_str((const struct sockaddr *)&u->servers[server].addr, a, sizeof a),
+                (unsigned long long)u->conf->fail_timeout_ms, s->fails);
+        }
+        s->ejected_until = now_ms + u->conf->fail_timeout_ms;
+        s->fails = 0;
+    }
+}
+
+void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta)
+{
+    u->workers[w].srv[server].inflight += delta;
+}
+
+/* ---- connections ---- */
+
+static void free_cb(fy_defer_t *d)
+{
+    free(d->data);
+}
+
+static void pool_unlink(fy_origin_conn_t *oc)
+{
+    srv_state_t *s = &oc->up->workers[oc->worker].srv[oc->server];
+    if (oc->pool_prev)
+        oc->pool_prev->pool_next = oc->pool_next;
+    else if (s->idle == oc)
+        s->idle = oc->pool_next;
+    if (oc->pool_next) oc->pool_next->pool_prev = oc->pool_prev;
+    oc->pool_next = oc->pool_prev = NULL;
+    s->nidle--;
+}
+
+static void oc_close(fy_origin_conn_t *oc)
+{
+    if (oc->closed) return;
+    oc->closed = true;
+    if (oc->state == OC_IDLE) pool_unlink(oc);
+    fy_timer_stop(oc->loop, &oc->timer);
+    fy_io_set(oc->loop, &oc->io, 0);
+    if (oc->t != &oc->sock) oc->t->ops->destroy(oc->t);
+    close(oc->sock.fd);
+}
+
+static void oc_fail(fy_origin_conn_t *oc, const char *why)
+{
+    oc->error = why;
+    fy_origin_cb cb = oc->cb;
+    void *ud = oc->ud;
+    oc_close(oc);
+    oc->defer.cb = free_cb;
+    oc->defer.data = oc;
+    fy_defer(oc->loop, &oc->defer);
+    cb(oc, FY_ORIGIN_ERROR, ud);
+}
+
+static void on_timer(fy_timer_t *t)
+{
+    fy_origin_conn_t *oc = t->data;
+    if (oc->state == OC_IDLE) {
+        fy_origin_release(oc, false); /* keep-alive timeout in the pool */
+        return;
+    }
+    oc_fail(oc,
+            oc->state == OC_HANDSHAKE ? "origin TLS handshake timeout" : "origin connect timeout");
+}
+
+static void handshake(fy_origin_conn_t *oc)
+{
+    int r = oc->t->ops->handshake(oc->t);
+    if (r == 0) {
+        fy_io_set(oc->loop, &oc->io, oc->t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN);
+        return;
+    }
+    if (r < 0) {
+        oc_fail(oc, "origin TLS handshake failed (certificate or protocol)");
+        return;
+    }
+    oc->t->want = 0;
+    oc->state = OC_BUSY;
+    fy_timer_stop(oc->loop, &oc->timer);
+    fy_io_set(oc->loop, &oc->io, 0);
+    oc->cb(oc, FY_ORIGIN_READY, oc->ud);
+}
+
+static void on_io(fy_io_t *io, uint32_t ev)
+{
+    fy_origin_conn_t *oc = io->data;
+    if (oc->closed) return;
+    switch (oc->state) {
+    case OC_CONNECTING: {
+        int err = 0;
+        socklen_t el = sizeof err;
+        getsockopt(oc->sock.fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err) {
+            oc_fail(oc, err == ECONNREFUSED ? "origin refused the connection"
+                                            : "origin connect failed");
+            return;
+        }
+        if (oc->t != &oc->sock) {
+            oc->state = OC_HANDSHAKE;
+            handshake(oc);
+            return;
+        }
+        oc->state = OC_BUSY;
+        fy_timer_stop(oc->loop, &oc->timer);
+        fy_io_set(oc->loop, &oc->io, 0);
+        oc->cb(oc, FY_ORIGIN_READY, oc->ud);
+        return;
+    }
+    case OC_HANDSHAKE:
+        handshake(oc);
+        return;
+    case OC_IDLE:
+        /* the origin closed (or sent garbage) while idle: drop it */
+        fy_origin_release(oc, false);
+        return;
+    default:
+        oc->cb(oc, ev, oc->ud);
+    }
+}
+
+fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                    fy_origin_cb cb, void *ud, bool *ready, const char **err)
+{
+    srv_state_t *s = &u->workers[w].srv[server];
+    if (s->idle) {
+        fy_origin_conn_t *oc = s->idle;
+        pool_unlink(oc);
+        fy_timer_stop(loop, &oc->timer);
+        fy_io_set(loop, &oc->io, 0);
+        oc->state = OC_BUSY;
+        oc->cb = cb;
+        oc->ud = ud;
+        *ready = true;
+        return oc;
+    }
+    *ready = false;
+    const fy_upstream_server_conf_t *sv = &u->servers[server];
+    int fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *err = "cannot create a socket to the origin";
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (const struct sockaddr *)&sv->addr, sv->addrlen) < 0 && errno != EINPROGRESS) {
+        *err = errno == ECONNREFUSED ? "origin refused the connection" : "origin connect failed";
+        close(fd);
+        return NULL;
+    }
+    fy_origin_conn_t *oc = fy_xcalloc(1, sizeof *oc);
+    oc->up = u;
+    oc->server = server;
+    oc->worker = w;
+    oc->loop = loop;
+    oc->cb = cb;
+    oc->ud = ud;
+    fy_sock_transport_init(&oc->sock, fd);
+    oc->t = &oc->sock;
+    if (sv->tls) {
+        oc->t = fy_tls_client_transport_new(u->tls, fd, u->conf->sni ? u->conf->sni : sv->host);
+        if (!oc->t) {
+            close(fd);
+            free(oc);
+            *err = "out of memory";
+            return NULL;
+        }
+    }
+    oc->io.fd = fd;
+    oc->io.cb = on_io;
+    oc->io.data = oc;
+    oc->state = OC_CONNECTING;
+    fy_timer_init(&oc->timer, on_timer, oc);
+    fy_timer_start(loop, &oc->timer, u->conf->connect_timeout_ms);
+    fy_io_set(loop, &oc->io, EPOLLOUT);
+    return oc;
+}
+
+int fy_origin_want(fy_origin_conn_t *oc, uint32_t events)
+{
+    if (oc->t->want & FY_WANT_WRITE) events |= EPOLLOUT;
+    return fy_io_set(oc->loop, &oc->io, events);
+}
+
+void fy_origin_release(fy_origin_conn_t *oc, bool reusable)
+{
+    if (oc->closed) return;
+    srv_state_t *s = &oc->up->workers[oc->worker].srv[oc->server];
+    if (oc->state == OC_IDLE) {
+        /* closing a pooled connection (keep-alive timeout, or the origin closed it) */
+        pool_unlink(oc);
+        oc->state = OC_BUSY;
+        reusable = false;
+    }
+    if (reusable && oc->state == OC_BUSY && s->nidle < (size_t)oc->up->conf->keepalive &&
+        !oc->t->ops->pending(oc->t)) {
+        oc->state = OC_IDLE;
+        oc->cb = NULL;
+        oc->ud = NULL;
+        oc->pool_prev = NULL;
+        oc->pool_next = s->idle;
+        if (s->idle) s->idle->pool_prev = oc;
+        s->idle = oc;
+        s->nidle++;
+        /* watch for the origin closing it while idle */
+        fy_io_set(oc->loop, &oc->io, EPOLLIN);
+        fy_timer_start(oc->loop, &oc->timer, oc->up->conf->keepalive_timeout_ms);
+        return;
+    }
+    oc_close(oc);
+    oc->defer.cb = free_cb;
+    oc->defer.data = oc;
+    fy_defer(oc->loop, &oc->defer);
+}

@@ -1,0 +1,74 @@
+/* Upstreams at run time: server choice (weighted round robin, random, least requests),
+ * passive health (consecutive failures eject a server for a while), and per-worker pools of
+ * idle keep-alive connections to each server, with non-blocking connect and TLS to origins.
+ * All state is per worker: no locks on the request path. */
+#ifndef FY_UPSTREAM_UPSTREAM_H
+#define FY_UPSTREAM_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/loop.h"
+#include "core/transport.h"
+#include "upstream/upstream_conf.h"
+
+typedef struct fy_upstream fy_upstream_t;
+typedef struct fy_origin_conn fy_origin_conn_t;
+
+/* Events delivered to the connection's owner. */
+#define FY_ORIGIN_READY 0x100u /* connected (and TLS done): the request may be written */
+#define FY_ORIGIN_ERROR 0x200u /* connect/handshake failed or timed out; see oc->error */
+/* plus EPOLLIN / EPOLLOUT / EPOLLHUP / EPOLLERR readiness while the owner holds it */
+
+typedef void (*fy_origin_cb)(fy_origin_conn_t *oc, unsigned events, void *ud);
+
+struct fy_origin_conn {
+    fy_io_t io;
+    fy_transport_t sock;
+    fy_transport_t *t; /* &sock or TLS over it (owned) */
+    fy_upstream_t *up;
+    int server;
+    int worker;
+    fy_loop_t *loop;
+    int state;
+    fy_timer_t timer; /* connect timeout; keep-alive timeout while pooled */
+    fy_origin_conn_t *pool_next, *pool_prev;
+    fy_origin_cb cb;
+    void *ud;
+    unsigned requests; /* served on this connection */
+    const char *error; /* static reason after FY_ORIGIN_ERROR */
+    bool closed;
+    fy_defer_t defer;
+};
+
+/* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
+fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers);
+/* After every worker is joined. */
+void fy_upstream_free(fy_upstream_t *u);
+/* Close worker w's pooled connections (on the worker's thread, before its loop goes). */
+void fy_upstream_worker_close(fy_upstream_t *u, int w);
+const fy_upstream_conf_t *fy_upstream_conf(const fy_upstream_t *u);
+size_t fy_upstream_nservers(const fy_upstream_t *u);
+
+/* Choose a server for worker `w`, avoiding the servers whose bit is set in `exclude` when
+ * another one is available, and ejected servers unless all are. Returns its index. */
+int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms);
+/* Passive health: a success resets the server's failure count; max-fails consecutive failures
+ * eject it for fail-timeout. */
+void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+/* Requests in flight on a server from worker w (least-requests bookkeeping). */
+void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta);
+
+/* A connection to `server` for worker `w`: an idle pooled one (then *ready = true and the
+ * caller writes at once) or a new one being connected (FY_ORIGIN_READY or FY_ORIGIN_ERROR
+ * arrive through cb). Returns NULL (with *err set to a static reason) when even the socket
+ * could not be made. */
+fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                    fy_origin_cb cb, void *ud, bool *ready, const char **err);
+/* Interest in readiness while held: EPOLLIN and/or EPOLLOUT. Returns 0 or -errno. */
+int fy_origin_want(fy_origin_conn_t *oc, uint32_t events);
+/* Give a held connection back: to the pool when `reusable` and there is room, else closed.
+ * The owner's callback is not called again. */
+void fy_origin_release(fy_origin_conn_t *oc, bool reusable);
+
+#endif

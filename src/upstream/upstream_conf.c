@@ -1,0 +1,206 @@
+/* Directive tables of `upstreams:` and their `servers:`. */
+#include "upstream/upstream_conf.h"
+
+#include <netdb.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define U(f) offsetof(fy_upstream_conf_t, f)
+#define S(f) offsetof(fy_upstream_server_conf_t, f)
+
+/* http://HOST[:PORT][/] or https://...; the host is resolved once, now (boot time). */
+static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    fy_upstream_server_conf_t *sv = obj;
+    const char *url = *(char **)field;
+    const char *rest;
+    if (strncmp(url, "http://", 7) == 0) {
+        sv->tls = false;
+        rest = url + 7;
+    } else if (strncmp(url, "https://", 8) == 0) {
+        sv->tls = true;
+        rest = url + 8;
+    } else if (strncmp(url, "h2c://", 6) == 0 || strncmp(url, "h2://", 5) == 0 ||
+               strncmp(url, "h3://", 5) == 0) {
+        fy_conf_error(ctx, node, NULL,
+                      "'%s': HTTP/2 and HTTP/3 origins are not supported yet; use http:// or "
+                      "https://",
+                      url);
+        return -1;
+    } else {
+        fy_conf_error(ctx, node, NULL, "expected a URL like http://127.0.0.1:8080, got '%s'", url);
+        return -1;
+    }
+    size_t alen = strcspn(rest, "/?#");
+    if (rest[alen] == '/' && rest[alen + 1] != '\0') {
+        fy_conf_error(ctx, node, NULL, "'%s': a server URL has no path (use add-prefix)", url);
+        return -1;
+    }
+    if (alen == 0 || alen > 255) {
+        fy_conf_error(ctx, node, NULL, "'%s': missing host", url);
+        return -1;
+    }
+    char auth[256], host[256], port[8];
+    memcpy(auth, rest, alen);
+    auth[alen] = '\0';
+    const char *h = auth, *p = NULL;
+    size_t hl;
+    if (auth[0] == '[') {
+        const char *rb = strchr(auth, ']');
+        if (!rb) goto bad;
+        h = auth + 1;
+        hl = (size_t)(rb - h);
+        if (rb[1] == ':')
+            p = rb + 2;
+        else if (rb[1])
+            goto bad;
+    } else {
+        const char *colon = strchr(auth, ':');
+        hl = colon ? (size_t)(colon - auth) : alen;
+        if (colon) p = colon + 1;
+    }
+    if (hl == 0 || hl >= sizeof host) goto bad;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    if (p) {
+        long pn = strtol(p, NULL, 10);
+        if (!*p || strlen(p) > 5 || strspn(p, "0123456789") != strlen(p) || pn > 65535 || pn == 0)
+            goto bad;
+        snprintf(port, sizeof port, "%s", p);
+    } else {
+        snprintf(port, sizeof port, "%s", sv->tls ? "443" : "80");
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int r = getaddrinfo(host, port, &hints, &res);
+    if (r != 0 || !res) {
+        fy_conf_error(ctx, node, NULL, "'%s': cannot resolve '%s': %s", url, host, gai_strerror(r));
+        return -1;
+    }
+    memcpy(&sv->addr, res->ai_addr, res->ai_addrlen);
+    sv->addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    fy_conf_arena_t *a = fy_conf_ctx_arena(ctx);
+    sv->host = fy_conf_strdup(a, host);
+    sv->authority = fy_conf_strdup(a, auth);
+    return 0;
+bad:
+    fy_conf_error(ctx, node, NULL, "'%s': expected http://HOST:PORT", url);
+    return -1;
+}
+
+static const fy_conf_directive_t server_table[] = {
+    {.key = "url",
+     .type = FY_CT_STRING,
+     .offset = S(url),
+     .required = true,
+     .validate = validate_url,
+     .doc = "`http://HOST:PORT` or `https://HOST:PORT` (resolved once at start)."},
+    {.key = "weight",
+     .type = FY_CT_INT,
+     .offset = S(weight),
+     .dflt = "1",
+     .min = 1,
+     .max = 1000,
+     .doc = "Share of the requests for balancing."},
+    {.key = NULL},
+};
+
+static const char *const balance_names[] = {"round-robin", "random", "least-requests", NULL};
+
+static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    fy_upstream_conf_t *u = obj;
+    if (u->servers.n == 0 && u->name) {
+        fy_conf_error(ctx, map, "servers", "needs at least one server");
+        return -1;
+    }
+    return 0;
+}
+
+const fy_conf_directive_t fy_upstream_conf_table[] = {
+    {.key = "name",
+     .type = FY_CT_STRING,
+     .offset = U(name),
+     .required = true,
+     .doc = "Name that routes use in `proxy: {upstream: NAME}`."},
+    {.key = "servers",
+     .type = FY_CT_TABLE_LIST,
+     .offset = U(servers),
+     .required = true,
+     .sub = server_table,
+     .sub_size = sizeof(fy_upstream_server_conf_t),
+     .shorthand_key = "url",
+     .doc = "Origin servers; each a URL or `{url, weight}`."},
+    {.key = "balance",
+     .type = FY_CT_ENUM,
+     .offset = U(balance),
+     .dflt = "round-robin",
+     .enums = balance_names,
+     .doc = "How a server is chosen: `round-robin` (weighted), `random` (weighted), "
+            "`least-requests`."},
+    {.key = "connect-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(connect_timeout_ms),
+     .dflt = "5s",
+     .doc = "Connecting (and the TLS handshake); past it the next server is tried, else 502."},
+    {.key = "first-byte-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(first_byte_timeout_ms),
+     .dflt = "60s",
+     .doc = "From the request sent to the response head; past it: 504."},
+    {.key = "idle-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(idle_timeout_ms),
+     .dflt = "60s",
+     .doc = "No byte in either direction in the middle of an exchange; past it the exchange is "
+            "aborted (504 if no response started)."},
+    {.key = "keepalive",
+     .type = FY_CT_INT,
+     .offset = U(keepalive),
+     .dflt = "32",
+     .min = 0,
+     .max = 100000,
+     .doc = "Idle connections kept per server and worker for reuse."},
+    {.key = "keepalive-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(keepalive_timeout_ms),
+     .dflt = "60s",
+     .doc = "How long an idle pooled connection is kept."},
+    {.key = "retries",
+     .type = FY_CT_INT,
+     .offset = U(retries),
+     .dflt = "1",
+     .min = 0,
+     .max = 10,
+     .doc = "Extra attempts for idempotent requests without a body that failed before any "
+            "response byte (on another server when there is one)."},
+    {.key = "max-fails",
+     .type = FY_CT_INT,
+     .offset = U(max_fails),
+     .dflt = "3",
+     .min = 1,
+     .max = 1000,
+     .doc = "Consecutive connect errors or 5xx after which a server is ejected."},
+    {.key = "fail-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(fail_timeout_ms),
+     .dflt = "10s",
+     .doc = "How long an ejected server sits out before it is tried again."},
+    {.key = "ca",
+     .type = FY_CT_STRING,
+     .offset = U(ca),
+     .doc = "PEM file of CAs that https origins are verified against; default: the system "
+            "store."},
+    {.key = "insecure",
+     .type = FY_CT_BOOL,
+     .offset = U(insecure),
+     .dflt = "false",
+     .doc = "Skip origin certificate verification (only when asked)."},
+    {.key = "sni",
+     .type = FY_CT_STRING,
+     .offset = U(sni),
+     .doc = "Server name sent to https origins and verified; default: the URL's host."},
+    {.key = NULL, .check = check_upstream},
+};

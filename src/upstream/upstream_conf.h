@@ -1,0 +1,46 @@
+/* Typed configuration of upstreams (`upstreams:`): origin servers and how to reach them.
+ * Table: upstream/upstream_conf.c. */
+#ifndef FY_UPSTREAM_UPSTREAM_CONF_H
+#define FY_UPSTREAM_UPSTREAM_CONF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "conf/conf.h"
+
+enum fy_balance { FY_BALANCE_ROUND_ROBIN = 0, FY_BALANCE_RANDOM, FY_BALANCE_LEAST_REQUESTS };
+
+typedef struct fy_upstream_server_conf {
+    char *url;      /* `url`: http://HOST:PORT or https://HOST:PORT (shorthand: the URL alone) */
+    int64_t weight; /* `weight`, default 1 */
+    /* resolved while loading */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    bool tls;
+    char *host;      /* host part, for SNI and certificate checks */
+    char *authority; /* host[:port] as in the URL, for Host when not preserved */
+} fy_upstream_server_conf_t;
+
+typedef struct fy_upstream_conf {
+    char *name;                     /* required, unique */
+    fy_conf_list_t servers;         /* of fy_upstream_server_conf_t, at least one */
+    int balance;                    /* enum fy_balance; default round-robin */
+    uint64_t connect_timeout_ms;    /* default 5s: then 502 (or the next server) */
+    uint64_t first_byte_timeout_ms; /* default 60s: request sent, no response head: 504 */
+    uint64_t idle_timeout_ms;       /* default 60s: no byte either way mid-exchange: abort */
+    int64_t keepalive;              /* idle connections kept per server and worker, default 32 */
+    uint64_t keepalive_timeout_ms;  /* default 60s */
+    int64_t retries;                /* default 1: extra attempts (another server when there is one)
+                                       for idempotent bodiless requests that failed before any
+                                       response byte */
+    int64_t max_fails;              /* default 3 consecutive connect errors or 5xx: ejected */
+    uint64_t fail_timeout_ms;       /* default 10s: how long an ejected server sits out */
+    char *ca;                       /* PEM bundle to verify https origins; default: system store */
+    bool insecure;                  /* default false: do not verify origin certificates */
+    char *sni;                      /* server name sent and verified; default: the URL's host */
+} fy_upstream_conf_t;
+
+extern const fy_conf_directive_t fy_upstream_conf_table[];
+
+#endif
