@@ -291,6 +291,7 @@ static void *worker_main(void *arg)
     fy_access_log_free(w->alog);
     w->alog = NULL;
     fy_static_thread_cleanup();
+    fy_h2_thread_cleanup();
     for (size_t i = 0; i < cfg->upstreams.n; i++) fy_upstream_worker_close(s->upstreams[i], w->id);
     fy_pool_drain(fy_chunk_pool());
     return NULL;

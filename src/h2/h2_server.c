@@ -807,6 +807,19 @@ static void node_close(fy_conn_node_t *n)
     conn_close(fy_container_of(n, h2_conn_t, node));
 }
 
+/* nghttp2 callbacks and options, made once per worker thread */
+static __thread nghttp2_session_callbacks *cbs;
+static __thread nghttp2_option *opt;
+
+void fy_h2_thread_cleanup(void)
+{
+    if (cbs) nghttp2_session_callbacks_del(cbs);
+    if (opt) nghttp2_option_del(opt);
+    cbs = NULL;
+    opt = NULL;
+    fy_pool_drain(stream_pool());
+}
+
 /* h2c upgrade: 101 first, then the HTTP/1.1 request is stream 1 (half-closed remote). */
 static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
 {
@@ -850,8 +863,6 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
 int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
                      socklen_t salen, const char *data, size_t len, const fy_h2_upgrade_t *upgrade)
 {
-    static __thread nghttp2_session_callbacks *cbs;
-    static __thread nghttp2_option *opt;
     const fy_h2_conf_t *conf = ctx->h2conf;
     if (!cbs) {
         nghttp2_session_callbacks_new(&cbs);

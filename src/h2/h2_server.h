@@ -16,7 +16,9 @@
  * Matches fy_http_ctx_t.start_h2. Returns 0 or -errno (the fd
  * and transport are released on failure too). */
 int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
-                     socklen_t salen, const char *data, size_t len,
-                     const fy_h2_upgrade_t *upgrade);
+                     socklen_t salen, const char *data, size_t len, const fy_h2_upgrade_t *upgrade);
+
+/* Free the calling worker thread's nghttp2 callbacks, options and stream pool (at exit). */
+void fy_h2_thread_cleanup(void);
 
 #endif
