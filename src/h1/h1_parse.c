@@ -3,44 +3,15 @@
  * The request parser works in two steps. find_head_end() searches for the empty line that
  * ends the head, resuming where the previous call stopped (req->scanned), and enforces the two
  * size limits. Only when the whole head is present does parse_head() validate it, in one pass.
- * Because the head is known to end with '\n', and none of the byte classes below contains '\n',
- * the per-byte loops of parse_head() need no bounds checks: they always stop at or before the
+ * Because the head is known to end with '\n', and none of the byte classes (h1_fields.h) contains
+ * '\n', the per-byte loops of parse_head() need no bounds checks: they always stop at or before the
  * final LF, and p[1] is read only after *p == '\r', which is never the last byte.
  */
 #include "h1/h1_parse.h"
+#include "h1/h1_fields.h"
 
 #include <limits.h>
 #include <string.h>
-
-enum {
-    C_TCHAR = 1,   /* RFC 9110 tchar */
-    C_VALUE = 2,   /* field-vchar, SP, HTAB, obs-text */
-    C_TARGET = 4,  /* request-target byte: VCHAR except '#' */
-    C_HOST = 8,    /* reg-name byte: unreserved / sub-delims */
-    C_HEX = 16,    /* HEXDIG */
-    C_QDTEXT = 32, /* qdtext of a quoted-string */
-    C_DIGIT = 64,  /* DIGIT */
-};
-
-/* Generated from the RFC 9110 / RFC 3986 grammar; h1_parse_test.c checks every entry. */
-static const uint8_t cls[256] = {
-    0,   0,   0,   0,   0,   0,   0,   0,   0,   34,  0,  0,  0,  0,  0,  0,  /* 0x00 */
-    0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,  0,  0,  0,  0,  0,  /* 0x10 */
-    34,  47,  6,   35,  47,  39,  47,  47,  46,  46,  47, 47, 46, 47, 47, 38, /* 0x20 */
-    127, 127, 127, 127, 127, 127, 127, 127, 127, 127, 38, 46, 38, 46, 38, 38, /* 0x30 */
-    38,  63,  63,  63,  63,  63,  63,  47,  47,  47,  47, 47, 47, 47, 47, 47, /* 0x40 */
-    47,  47,  47,  47,  47,  47,  47,  47,  47,  47,  47, 38, 6,  38, 39, 47, /* 0x50 */
-    39,  63,  63,  63,  63,  63,  63,  47,  47,  47,  47, 47, 47, 47, 47, 47, /* 0x60 */
-    47,  47,  47,  47,  47,  47,  47,  47,  47,  47,  47, 38, 39, 38, 47, 0,  /* 0x70 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0x80 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0x90 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xa0 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xb0 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xc0 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xd0 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xe0 */
-    34,  34,  34,  34,  34,  34,  34,  34,  34,  34,  34, 34, 34, 34, 34, 34, /* 0xf0 */
-};
 
 #define HEADERS_PHASE SIZE_MAX /* req->line_start once the request line is complete */
 #define MAX_PORT_DIGITS 5
@@ -52,11 +23,6 @@ typedef const unsigned char uchar;
 static inline int lower(int c)
 {
     return (unsigned)(c - 'A') < 26u ? c + ('a' - 'A') : c;
-}
-
-static inline bool is_ows(int c)
-{
-    return c == ' ' || c == '\t';
 }
 
 /* Case-insensitive compare of s[0..n) with the lowercase literal lit[0..n). */
@@ -71,25 +37,6 @@ bool fy_h1_str_eq_lit(fy_h1_str_t s, const char *lower_lit)
 {
     return s.len == strlen(lower_lit) && eq_ci(s.p, lower_lit, s.len);
 }
-
-/* Faster eq_ci for s made of request-target or field-value bytes (no control byte but HTAB)
- * and lit of lowercase letters, digits, '-', ':' and '/': then c | 0x20 equals a byte of lit
- * only if c matches it case-insensitively (the other candidates, c ^ 0x20, are control bytes,
- * and HTAB | 0x20 is ')'). */
-static bool eq_lc(const char *s, const char *lit, size_t n)
-{
-    size_t i = 0;
-    for (uint64_t a, b; i + 8 <= n; i += 8) {
-        memcpy(&a, s + i, 8);
-        memcpy(&b, lit + i, 8);
-        if ((a | 0x2020202020202020ull) != b) return false;
-    }
-    for (; i < n; i++)
-        if (((uchar)s[i] | 0x20) != (uchar)lit[i]) return false;
-    return true;
-}
-
-#define EQ_LIT(p, n, lit) ((n) == sizeof(lit) - 1 && eq_lc((p), (lit), sizeof(lit) - 1))
 
 void fy_h1_req_init(fy_h1_req_t *req, fy_h1_header_t *headers)
 {
@@ -117,7 +64,8 @@ static inline uchar *skip_value(uchar *p, uchar *end)
                 break;
             }
         }
-        if (!(cls[*p] & C_VALUE)) return p; /* else an HTAB, or a byte of the short tail */
+        /* the table decides: the end, or an HTAB, or a byte of the short tail */
+        if (!(fy__h1_cls[*p] & FY__H1_C_VALUE)) return p;
     }
 }
 
@@ -139,7 +87,8 @@ static inline uchar *skip_name(uchar *p, uchar *end)
                 break;
             }
         }
-        if (!(cls[*p] & C_TCHAR)) return p; /* else a rarer tchar, or a byte of the tail */
+        /* the table decides: the end, or a rarer tchar, or a byte of the tail */
+        if (!(fy__h1_cls[*p] & FY__H1_C_TCHAR)) return p;
     }
 }
 
@@ -157,15 +106,13 @@ static inline uchar *skip_target(uchar *p, uchar *end)
                 break;
             }
         }
-        if (!(cls[*p] & C_TARGET)) return p;
+        if (!(fy__h1_cls[*p] & FY__H1_C_TARGET)) return p;
     }
 }
 #else
 static inline uchar *skip_name(uchar *p, uchar *end)
 {
-    (void)end;
-    while (cls[*p] & C_TCHAR) p++;
-    return p;
+    return fy__h1_skip_tchar(p, end);
 }
 
 /* HAS_LESS(w, n) is nonzero iff some byte of w is below n (exact for n <= 128) */
@@ -181,7 +128,7 @@ static inline uchar *skip_value(uchar *p, uchar *end)
             if (HAS_LESS(w, 0x20) | HAS_LESS(w ^ (ONES * 0x7f), 1)) break; /* CTL, HTAB, DEL */
         }
         for (int i = 0; i < 8; i++, p++)
-            if (!(cls[*p] & C_VALUE)) return p;
+            if (!(fy__h1_cls[*p] & FY__H1_C_VALUE)) return p;
     }
 }
 
@@ -195,7 +142,7 @@ static inline uchar *skip_target(uchar *p, uchar *end)
                 break;
         }
         for (int i = 0; i < 8; i++, p++)
-            if (!(cls[*p] & C_TARGET)) return p;
+            if (!(fy__h1_cls[*p] & FY__H1_C_TARGET)) return p;
     }
 }
 #endif
@@ -247,16 +194,8 @@ static int find_head_end(fy_h1_req_t *req, const char *buf, size_t len, const fy
         pos = stop + 1;
         req->line_start = HEADERS_PHASE;
     }
-    while (pos < end) {
-        const char *nl = memchr(buf + pos, '\n', end - pos);
-        if (!nl) {
-            pos = end;
-            break;
-        }
-        size_t p = (size_t)(nl - buf);
-        if (buf[p - 1] == '\n' || (buf[p - 1] == '\r' && buf[p - 2] == '\n')) return (int)(p + 1);
-        pos = p + 1;
-    }
+    size_t head = fy__h1_find_empty_line(buf, &pos, end);
+    if (head) return (int)head;
     req->scanned = pos;
 incomplete:
     return len >= maxh ? FY_H1_EHDR_TOO_LARGE : FY_H1_INCOMPLETE;
@@ -274,14 +213,15 @@ static bool valid_host(const char *s, size_t n, bool need_port)
     if (n == 0) return !need_port;
     if (*p == '[') { /* IP-literal: IPv6address / IPvFuture, checked loosely */
         uchar *b = ++p;
-        while (p < e && ((cls[*p] & C_HOST) || *p == ':')) p++;
+        while (p < e && ((fy__h1_cls[*p] & FY__H1_C_HOST) || *p == ':')) p++;
         if (p == b || p == e || *p != ']') return false;
         p++;
     } else { /* reg-name; the loop needs no bound, as s[n] is not a host byte */
         uchar *b = p;
         for (;;) {
-            while (cls[*p] & C_HOST) p++;
-            if (*p != '%' || e - p < 3 || !(cls[p[1]] & cls[p[2]] & C_HEX)) break;
+            while (fy__h1_cls[*p] & FY__H1_C_HOST) p++;
+            if (*p != '%' || e - p < 3 || !(fy__h1_cls[p[1]] & fy__h1_cls[p[2]] & FY__H1_C_HEX))
+                break;
             p += 3;
         }
         if (p == b) return false;
@@ -289,7 +229,7 @@ static bool valid_host(const char *s, size_t n, bool need_port)
     if (p == e) return !need_port;
     if (*p++ != ':' || e - p > MAX_PORT_DIGITS || (need_port && p == e)) return false;
     for (; p < e; p++)
-        if (!(cls[*p] & C_DIGIT)) return false;
+        if (!(fy__h1_cls[*p] & FY__H1_C_DIGIT)) return false;
     return true;
 }
 
@@ -302,9 +242,9 @@ static int check_target(fy_h1_str_t m, fy_h1_str_t t)
     if (t.len == 1 && t.p[0] == '*')
         return m.len == 7 && memcmp(m.p, "OPTIONS", 7) == 0 ? 0 : FY_H1_EBADTARGET;
     size_t skip;
-    if (t.len > 7 && eq_lc(t.p, "http://", 7))
+    if (t.len > 7 && fy__h1_eq_lc(t.p, "http://", 7))
         skip = 7;
-    else if (t.len > 8 && eq_lc(t.p, "https://", 8))
+    else if (t.len > 8 && fy__h1_eq_lc(t.p, "https://", 8))
         skip = 8;
     else
         return FY_H1_EBADTARGET;
@@ -313,63 +253,11 @@ static int check_target(fy_h1_str_t m, fy_h1_str_t t)
     return ae > a && valid_host(a, (size_t)(ae - a), false) ? 0 : FY_H1_EBADTARGET;
 }
 
-/* Content-Length = 1#DIGIT; a list must repeat one value (RFC 9110 §8.6). Empty list elements
- * are refused: they have no business in a framing header. */
-static int parse_content_length(fy_h1_str_t v, uint64_t *out)
-{
-    uchar *p = (uchar *)v.p, *e = p + v.len;
-    bool have = false;
-    uint64_t val = 0;
-    for (;;) {
-        if (p == e || !(cls[*p] & C_DIGIT)) return FY_H1_EBADCL;
-        uint64_t x = 0;
-        for (; p < e && (cls[*p] & C_DIGIT); p++) {
-            unsigned d = *p - '0';
-            if (x > ((uint64_t)INT64_MAX - d) / 10) return FY_H1_EBADCL;
-            x = x * 10 + d;
-        }
-        if (have && x != val) return FY_H1_EBADCL;
-        val = x;
-        have = true;
-        while (p < e && is_ows(*p)) p++;
-        if (p == e) break;
-        if (*p++ != ',') return FY_H1_EBADCL;
-        while (p < e && is_ows(*p)) p++;
-    }
-    *out = val;
-    return 0;
-}
-
 struct head_state {
     unsigned nhost;
-    bool have_cl, have_te, tok_close, tok_keep_alive, tok_upgrade, have_upgrade;
-    uint64_t cl;
+    bool have_upgrade;
+    struct fy__h1_framing fr;
 };
-
-/* Connection = #connection-option; empty list elements are allowed (RFC 9110 §5.6.1). */
-static int parse_connection(struct head_state *st, fy_h1_str_t v)
-{
-    const char *p = v.p, *e = p + v.len;
-    while (p < e) {
-        if (*p == ',' || is_ows(*p)) {
-            p++;
-            continue;
-        }
-        const char *t = p;
-        while (p < e && (cls[(uchar)*p] & C_TCHAR)) p++;
-        size_t n = (size_t)(p - t);
-        if (n == 0) return FY_H1_EBADHDR;
-        while (p < e && is_ows(*p)) p++;
-        if (p < e && *p != ',') return FY_H1_EBADHDR;
-        if (EQ_LIT(t, n, "close"))
-            st->tok_close = true;
-        else if (EQ_LIT(t, n, "keep-alive"))
-            st->tok_keep_alive = true;
-        else if (EQ_LIT(t, n, "upgrade"))
-            st->tok_upgrade = true;
-    }
-    return 0;
-}
 
 /* Records what the server codec needs from one header field. */
 static int on_header(fy_h1_req_t *req, struct head_state *st, const fy_h1_header_t *h)
@@ -378,64 +266,28 @@ static int on_header(fy_h1_req_t *req, struct head_state *st, const fy_h1_header
     fy_h1_str_t v = h->value;
     switch (h->name.len) {
     case 4:
-        if (!eq_lc(n, "host", 4)) break;
+        if (!fy__h1_eq_lc(n, "host", 4)) break;
         if (++st->nhost > 1) return FY_H1_ENOHOST;
         if (!valid_host(v.p, v.len, false)) return FY_H1_EBADHDR;
         req->host = v;
         break;
     case 6:
-        if (eq_lc(n, "expect", 6) && EQ_LIT(v.p, v.len, "100-continue"))
+        if (fy__h1_eq_lc(n, "expect", 6) && FY__H1_EQ_LIT(v.p, v.len, "100-continue"))
             req->expect_continue = true;
         break;
     case 7:
-        if (eq_lc(n, "upgrade", 7) && v.len > 0) st->have_upgrade = true;
+        if (fy__h1_eq_lc(n, "upgrade", 7) && v.len > 0) st->have_upgrade = true;
         break;
-    case 10:
-        if (eq_lc(n, "connection", 10)) return parse_connection(st, v);
-        break;
-    case 14: {
-        if (!eq_lc(n, "content-length", 14)) break;
-        uint64_t cl;
-        if (parse_content_length(v, &cl) < 0 || (st->have_cl && cl != st->cl)) return FY_H1_EBADCL;
-        st->have_cl = true;
-        st->cl = cl;
-        break;
-    }
-    case 17:
-        /* Only a lone "chunked" is supported; a repeated header is a list too (RFC 9110 §5.3) */
-        if (!eq_lc(n, "transfer-encoding", 17)) break;
-        if (st->have_te || !EQ_LIT(v.p, v.len, "chunked")) return FY_H1_EBADTE;
-        st->have_te = true;
-        break;
+    default:
+        return fy__h1_framing_field(&st->fr, h);
     }
     return 0;
 }
 
-/* field-line = field-name ":" OWS field-value OWS CRLF, starting at *pp and ending at or before
- * the LF known to precede `end`. Advances *pp past the line ending. */
+/* fy__h1_parse_field_line with the vectorised skippers above. */
 static int parse_field_line(uchar **pp, uchar *end, fy_h1_header_t *h)
 {
-    uchar *p = *pp, *name = p;
-    p = skip_name(p, end);
-    if (p == name || *p != ':') return FY_H1_EBADHDR;
-    h->name.p = (const char *)name;
-    h->name.len = (size_t)(p - name);
-    p++;
-    while (is_ows(*p)) p++;
-    uchar *v = p;
-    p = skip_value(p, end);
-    uchar *ve = p;
-    if (*p == '\r' && p[1] == '\n')
-        p += 2;
-    else if (*p == '\n')
-        p++;
-    else
-        return FY_H1_EBADHDR; /* NUL, bare CR, DEL or another control byte */
-    while (ve > v && is_ows(ve[-1])) ve--;
-    h->value.p = (const char *)v;
-    h->value.len = (size_t)(ve - v);
-    *pp = p;
-    return 0;
+    return fy__h1_parse_field_line(pp, end, h, skip_name, skip_value);
 }
 
 /* Validates the complete head buf[0..head_len) and fills req. */
@@ -456,7 +308,7 @@ static int parse_head(fy_h1_req_t *req, const char *buf, size_t head_len, const 
 
     /* request-line = method SP request-target SP HTTP-version */
     uchar *m = p;
-    while (cls[*p] & C_TCHAR) p++;
+    while (fy__h1_cls[*p] & FY__H1_C_TCHAR) p++;
     if (p == m || *p != ' ') return FY_H1_EBADREQ;
     req->method.p = (const char *)m;
     req->method.len = (size_t)(p - m);
@@ -470,48 +322,38 @@ static int parse_head(fy_h1_req_t *req, const char *buf, size_t head_len, const 
     if (end - p >= 9 && memcmp(p, "HTTP/1.", 7) == 0 && (p[7] == '0' || p[7] == '1')) {
         req->minor_version = p[7] - '0';
         p += 8;
-    } else if (end - p >= 9 && memcmp(p, "HTTP/", 5) == 0 && (cls[p[5]] & C_DIGIT) && p[6] == '.' &&
-               (cls[p[7]] & C_DIGIT) && (p[8] == '\r' || p[8] == '\n')) {
+    } else if (end - p >= 9 && memcmp(p, "HTTP/", 5) == 0 && (fy__h1_cls[p[5]] & FY__H1_C_DIGIT) &&
+               p[6] == '.' && (fy__h1_cls[p[7]] & FY__H1_C_DIGIT) &&
+               (p[8] == '\r' || p[8] == '\n')) {
         return FY_H1_EVERSION;
     } else {
         return FY_H1_EBADREQ;
     }
-    if (*p == '\r' && p[1] == '\n')
-        p += 2;
-    else if (*p == '\n')
-        p++;
-    else
-        return FY_H1_EBADREQ;
+    if (!(p = fy__h1_eol(p))) return FY_H1_EBADREQ;
     if ((r = check_target(req->method, req->target)) < 0) return r;
 
     /* *( field-line CRLF ) CRLF */
-    if (is_ows(*p)) return FY_H1_EBADREQ; /* whitespace after the start-line, RFC 9112 §2.2 */
-    for (;;) {
-        if (*p == '\n') break;
-        if (*p == '\r') {
-            if (p[1] == '\n') break;
-            return FY_H1_EBADHDR;
-        }
-        if (is_ows(*p)) return FY_H1_EOBSFOLD;
+    /* whitespace after the start-line, RFC 9112 §2.2 */
+    if (fy__h1_is_ows(*p)) return FY_H1_EBADREQ;
+    while ((r = fy__h1_line_kind(p)) == 0) {
         if (req->nheaders == lim->max_headers) return FY_H1_ETOO_MANY_HDRS;
         fy_h1_header_t *h = &req->headers[req->nheaders++];
         if ((r = parse_field_line(&p, end, h)) < 0) return r;
         if ((r = on_header(req, &st, h)) < 0) return r;
     }
+    if (r < 0) return r;
 
-    if (st.have_cl && st.have_te) return FY_H1_ECL_TE;
-    /* Transfer-Encoding in HTTP/1.0 means faulty framing (RFC 9112 §6.1) */
-    if (st.have_te && req->minor_version == 0) return FY_H1_EBADTE;
+    if ((r = fy__h1_framing_check(&st.fr, req->minor_version)) < 0) return r;
     if (req->minor_version == 1 && st.nhost != 1) return FY_H1_ENOHOST;
-    if (st.have_te) {
+    if (st.fr.have_te) {
         req->body_kind = FY_H1_BODY_CHUNKED;
-    } else if (st.have_cl) {
+    } else if (st.fr.have_cl) {
         req->body_kind = FY_H1_BODY_LENGTH;
-        req->content_length = st.cl;
+        req->content_length = st.fr.cl;
     }
-    req->conn_keep_alive = st.tok_keep_alive;
-    req->conn_close = st.tok_close || (req->minor_version == 0 && !st.tok_keep_alive);
-    req->conn_upgrade = st.tok_upgrade && st.have_upgrade;
+    req->conn_keep_alive = st.fr.tok_keep_alive;
+    req->conn_close = fy__h1_conn_close(&st.fr, req->minor_version);
+    req->conn_upgrade = st.fr.tok_upgrade && st.have_upgrade;
     /* a 100-continue expectation in HTTP/1.0 is ignored (RFC 9110 §10.1.1) */
     if (req->minor_version == 0) req->expect_continue = false;
     return (int)head_len;
@@ -617,7 +459,7 @@ static int trailer_line(const char *in, size_t n, fy_h1_str_t *name, fy_h1_str_t
 {
     fy_h1_header_t h;
     uchar *p = (uchar *)in;
-    if (is_ows(*p) || parse_field_line(&p, (uchar *)in + n, &h) < 0 || p != (uchar *)in + n)
+    if (fy__h1_is_ows(*p) || parse_field_line(&p, (uchar *)in + n, &h) < 0 || p != (uchar *)in + n)
         return FY_H1_EBADTRAILER;
     *name = h.name;
     *value = h.value;
@@ -682,13 +524,13 @@ int fy_h1_chunked_decode(fy_h1_chunked_t *c, const char *in, size_t len, size_t 
         if (st < CK_SIZE_LF && ch != '\r' && ch != '\n' && ++c->line_len > MAX_SIZE_LINE) goto bad;
         switch (st) {
         case CK_SIZE0:
-            if (!(cls[ch] & C_HEX)) goto bad;
+            if (!(fy__h1_cls[ch] & FY__H1_C_HEX)) goto bad;
             c->remaining = hexval(ch);
             c->nhex = 1;
             c->state = CK_SIZE;
             continue;
         case CK_SIZE:
-            if (cls[ch] & C_HEX) {
+            if (fy__h1_cls[ch] & FY__H1_C_HEX) {
                 if (++c->nhex > MAX_CHUNK_HEX || (c->remaining >> 59) != 0) {
                     r = FY_H1_ECHUNK_OVERFLOW;
                     goto fail;
@@ -698,28 +540,28 @@ int fy_h1_chunked_decode(fy_h1_chunked_t *c, const char *in, size_t len, size_t 
             }
             break;
         case CK_BWS:
-            if (is_ows(ch)) continue;
+            if (fy__h1_is_ows(ch)) continue;
             if (ch != ';') goto bad;
             c->state = CK_EXT_NAME0;
             continue;
         case CK_EXT_NAME0:
-            if (is_ows(ch)) continue;
-            if (!(cls[ch] & C_TCHAR)) goto bad;
+            if (fy__h1_is_ows(ch)) continue;
+            if (!(fy__h1_cls[ch] & FY__H1_C_TCHAR)) goto bad;
             c->state = CK_EXT_NAME;
             continue;
         case CK_EXT_NAME:
-            if (cls[ch] & C_TCHAR) continue;
+            if (fy__h1_cls[ch] & FY__H1_C_TCHAR) continue;
             if (ch == '=') {
                 c->state = CK_EXT_VAL0;
                 continue;
             }
-            if (is_ows(ch)) {
+            if (fy__h1_is_ows(ch)) {
                 c->state = CK_EXT_NAME_BWS;
                 continue;
             }
             break;
         case CK_EXT_NAME_BWS:
-            if (is_ows(ch)) continue;
+            if (fy__h1_is_ows(ch)) continue;
             if (ch == '=')
                 c->state = CK_EXT_VAL0;
             else if (ch == ';')
@@ -728,27 +570,27 @@ int fy_h1_chunked_decode(fy_h1_chunked_t *c, const char *in, size_t len, size_t 
                 goto bad;
             continue;
         case CK_EXT_VAL0:
-            if (is_ows(ch)) continue;
+            if (fy__h1_is_ows(ch)) continue;
             if (ch == '"')
                 c->state = CK_EXT_QS;
-            else if (cls[ch] & C_TCHAR)
+            else if (fy__h1_cls[ch] & FY__H1_C_TCHAR)
                 c->state = CK_EXT_TOKEN;
             else
                 goto bad;
             continue;
         case CK_EXT_TOKEN:
-            if (cls[ch] & C_TCHAR) continue;
+            if (fy__h1_cls[ch] & FY__H1_C_TCHAR) continue;
             break;
         case CK_EXT_QS:
             if (ch == '"')
                 c->state = CK_EXT_QS_END;
             else if (ch == '\\')
                 c->state = CK_EXT_QP;
-            else if (!(cls[ch] & C_QDTEXT))
+            else if (!(fy__h1_cls[ch] & FY__H1_C_QDTEXT))
                 goto bad;
             continue;
         case CK_EXT_QP:
-            if (!(cls[ch] & C_VALUE)) goto bad;
+            if (!(fy__h1_cls[ch] & FY__H1_C_VALUE)) goto bad;
             c->state = CK_EXT_QS;
             continue;
         case CK_EXT_QS_END:
@@ -775,7 +617,7 @@ int fy_h1_chunked_decode(fy_h1_chunked_t *c, const char *in, size_t len, size_t 
         /* the end of chunk-size or of an extension: what may follow it */
         if (ch == ';') {
             c->state = CK_EXT_NAME0;
-        } else if (is_ows(ch)) {
+        } else if (fy__h1_is_ows(ch)) {
             c->state = CK_BWS;
         } else if (ch == '\r') {
             c->state = CK_SIZE_LF;
