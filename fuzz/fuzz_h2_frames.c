@@ -124,13 +124,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctx.start_h2 = fy_h2_conn_start;
     fy_list_init(&ctx.conns);
 
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(40000),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(40000), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     /* split: the first part as bytes already read by the h1 sniffer, the rest from the socket */
     size_t at = size ? (size_t)data[size - 1] * 257 % (size + 1) : 0;
     fy_loop_update_time(&loop);
-    fy_h2_conn_start(&ctx, sv[0], NULL, (const struct sockaddr *)&sa, sizeof sa,
-                     (const char *)data, at, NULL);
+    fy_h2_conn_start(&ctx, sv[0], NULL, (const struct sockaddr *)&sa, sizeof sa, (const char *)data,
+                     at, NULL);
     run_deferred();
     size_t off = at;
     for (int i = 0; i < 64 && ctx.nconns; i++) {

@@ -892,7 +892,21 @@ static void process(h1_conn_t *c)
                 return;
             }
         }
-        if (c->req.scanned == 0) fy_h1_req_init(&c->req, c->hdrs);
+        if (!(c->ctx->protocols & FY_PROTO_H1) && c->ctx->protocols) {
+            /* an h2c-only listener: nothing but the HTTP/2 preface is served */
+            reject(c, 505, "HTTP/1.1 is not served on this listener (protocols)");
+            return;
+        }
+        if (c->req.scanned == 0) {
+            /* a new request: move its first bytes to the front so that its head and body get
+               the whole buffer (pipelined leftovers are few bytes) */
+            if (c->rstart > 0) {
+                memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
+                c->rlen -= c->rstart;
+                c->rstart = 0;
+            }
+            fy_h1_req_init(&c->req, c->hdrs);
+        }
         fy_h1_limits_t lim = {c->ctx->limits->max_request_line, c->ctx->limits->max_header_bytes,
                               (size_t)c->ctx->limits->max_headers};
         int r = fy_h1_parse_request(&c->req, c->rbuf + c->rstart, c->rlen - c->rstart, &lim);

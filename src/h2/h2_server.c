@@ -57,7 +57,8 @@ typedef struct h2_stream {
     char *body; /* owned (malloc), at most the stream window */
     size_t body_cap, body_len, body_given;
     bool body_end, body_wanted, body_delivered;
-    size_t unconsumed; /* bytes received but not yet given back as window */
+    bool end_delivered; /* on_body(end=true) was called */
+    size_t unconsumed;  /* bytes received but not yet given back as window */
     fy_defer_t defer;
     fy_list_t link; /* in c->streams */
     _Alignas(16) char arena_first[1024];
@@ -81,15 +82,19 @@ struct h2_conn {
     fy_list_t streams;
     size_t nstreams;
     uint64_t glitches;
+    double rst_tokens; /* rapid-reset budget */
+    uint64_t rst_at;
     bool closed;
     bool in_io; /* inside a callback from the loop: flush once at the end */
     bool goaway;
     fy_defer_t flush_defer;
     fy_defer_t free_defer;
+    fy_defer_t reread; /* TLS holds decrypted bytes that epoll cannot signal */
 };
 
 static void conn_close(h2_conn_t *c);
 static void conn_flush(h2_conn_t *c);
+static void reread_cb(fy_defer_t *d);
 static void stream_free(h2_stream_t *s);
 
 static void schedule_flush(h2_conn_t *c)
@@ -283,7 +288,8 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     ex->bytes_sent += total;
     if (state == FY_SEND_FINAL) s->final = true;
     if (!s->head_submitted) {
-        bool no_body = head_only || (s->final && total == 0 && ex->res_trailers.n == 0);
+        bool no_body =
+            head_only || (s->final && total == 0 && s->file_left == 0 && ex->res_trailers.n == 0);
         submit_head(s, no_body);
         if (no_body) {
             /* HEAD, 204, 304 or an empty final body: the HEADERS frame ends the stream */
@@ -322,6 +328,7 @@ static void deliver_body(h2_stream_t *s)
     s->body_delivered = true;
     size_t at = s->body_given;
     s->body_given = s->body_len;
+    if (s->body_end) s->end_delivered = true;
     s->ex.on_body(&s->ex, s->body ? s->body + at : NULL, avail, s->body_end);
 }
 
@@ -342,7 +349,7 @@ static void h2_read_body(fy_exchange_t *ex)
             schedule_flush(c);
         }
     }
-    if (s->body_delivered && s->body_end && s->body_len == 0) return; /* end already given */
+    if (s->end_delivered) return; /* the end was given already */
     s->body_delivered = false;
     s->body_wanted = true;
     deliver_body(s);
@@ -545,6 +552,26 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
             deliver_body(s);
         }
         break;
+    case NGHTTP2_RST_STREAM: {
+        /* rapid reset (CVE-2023-44487): a token bucket of reset-burst tokens regained at
+           reset-rate per second; nghttp2's own limit stays behind it as a backstop */
+        uint64_t now = c->loop->now_ms;
+        double tokens =
+            c->rst_tokens + (double)(now - c->rst_at) * (double)c->conf->reset_rate / 1000.0;
+        if (tokens > (double)c->conf->reset_burst) tokens = (double)c->conf->reset_burst;
+        c->rst_at = now;
+        c->rst_tokens = tokens - 1;
+        if (c->rst_tokens < 0 && !c->goaway) {
+            char a[64];
+            fy_warn("client %s: h2 rapid reset (more than %lld RST_STREAM): GOAWAY "
+                    "ENHANCE_YOUR_CALM",
+                    fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                    (long long)c->conf->reset_burst);
+            nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+            c->goaway = true;
+        }
+        break;
+    }
     case NGHTTP2_PING:
         if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) glitch(c, "PING");
         break;
@@ -667,6 +694,7 @@ static void conn_close(h2_conn_t *c)
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
     fy_defer_cancel(c->loop, &c->flush_defer);
+    fy_defer_cancel(c->loop, &c->reread);
     c->free_defer.cb = free_conn;
     c->free_defer.data = c;
     fy_defer(c->loop, &c->free_defer);
@@ -784,9 +812,16 @@ static void on_io(fy_io_t *io, uint32_t ev)
             fy_pool_put(fy_chunk_pool(), c->rbuf);
             c->rbuf = NULL;
         }
+        if (c->t->ops->pending(c->t)) fy_defer(c->loop, &c->reread);
     }
     c->in_io = false;
     if (!c->closed) conn_flush(c);
+}
+
+static void reread_cb(fy_defer_t *d)
+{
+    h2_conn_t *c = d->data;
+    if (!c->closed) on_io(&c->io, EPOLLIN);
 }
 
 static void node_drain(fy_conn_node_t *n)
@@ -873,8 +908,9 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
         nghttp2_option_new(&opt);
         nghttp2_option_set_no_auto_window_update(opt, 1);
-        nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)conf->reset_burst,
-                                                   (uint64_t)conf->reset_rate);
+        /* backstop only: our own budget (on_frame_recv) answers ENHANCE_YOUR_CALM first */
+        nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)conf->reset_burst * 2 + 16,
+                                                   (uint64_t)conf->reset_rate * 2 + 16);
         nghttp2_option_set_max_continuations(opt, (size_t)conf->max_continuations);
         nghttp2_option_set_max_outbound_ack(opt, (size_t)conf->max_glitches);
         nghttp2_option_set_max_settings(opt, 32);
@@ -896,6 +932,10 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     c->io.data = c;
     c->node.drain = node_drain;
     c->node.close = node_close;
+    c->rst_tokens = (double)conf->reset_burst;
+    c->rst_at = ctx->loop->now_ms;
+    c->reread.cb = reread_cb;
+    c->reread.data = c;
     if (nghttp2_session_server_new2(&c->ng, cbs, c, opt) != 0) {
         free(c);
         c = NULL;

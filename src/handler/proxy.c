@@ -168,15 +168,32 @@ static void build_head(proxy_req_t *pr)
     else
         sb_cstr(&b, sv->authority);
     SB_LIT(&b, "\r\n");
-    const fy_header_t *xff = NULL;
+    bool any_xff = false, cookies_done = false;
     for (size_t i = 0; i < q->headers.n; i++) {
         const fy_header_t *h = &q->headers.v[i];
+        if (fy_str_ieq(h->name, "cookie", 6) && !in_list(&pc->remove_headers, h->name) &&
+            !in_map(&pc->set_headers, h->name)) {
+            /* h2 clients split cookies into crumbs; HTTP/1.1 wants one field (RFC 9113
+               §8.2.3), joined with "; " */
+            if (cookies_done) continue;
+            cookies_done = true;
+            SB_LIT(&b, "Cookie: ");
+            bool first = true;
+            for (size_t k = i; k < q->headers.n; k++) {
+                if (!fy_str_ieq(q->headers.v[k].name, "cookie", 6)) continue;
+                if (!first) SB_LIT(&b, "; ");
+                sb_str(&b, q->headers.v[k].value);
+                first = false;
+            }
+            SB_LIT(&b, "\r\n");
+            continue;
+        }
         if (fy_str_ieq(h->name, "host", 4) || fy_str_ieq(h->name, "content-length", 14) ||
             is_hop_by_hop(h->name) || named_in_connection(&q->headers, h->name) ||
             in_list(&pc->remove_headers, h->name) || in_map(&pc->set_headers, h->name))
             continue;
         if (pc->forwarded && fy_str_ieq(h->name, "x-forwarded-for", 15)) {
-            xff = h;
+            any_xff = true; /* every one of them is kept, in order, below */
             continue;
         }
         if (pc->forwarded && (fy_str_ieq(h->name, "x-forwarded-proto", 17) ||
@@ -197,10 +214,11 @@ static void build_head(proxy_req_t *pr)
         char ip[64];
         fy_sock_host_str(ex->remote, ip, sizeof ip);
         SB_LIT(&b, "X-Forwarded-For: ");
-        if (xff) {
-            sb_str(&b, xff->value);
-            SB_LIT(&b, ", ");
-        }
+        for (size_t i = 0; any_xff && i < q->headers.n; i++)
+            if (fy_str_ieq(q->headers.v[i].name, "x-forwarded-for", 15)) {
+                sb_str(&b, q->headers.v[i].value);
+                SB_LIT(&b, ", ");
+            }
         sb_cstr(&b, ip);
         SB_LIT(&b, "\r\nX-Forwarded-Proto: ");
         sb_str(&b, q->scheme);
