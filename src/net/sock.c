@@ -13,8 +13,27 @@
 #include "core/errors.h"
 #include "core/log.h"
 
+/* "a.b.c.d" without inet_ntop (which costs ~1,900 instructions: X-Forwarded-For and the
+ * access log format it on every request). Needs 16 bytes. */
+static void ipv4_str(const struct in_addr *a, char *buf)
+{
+    const unsigned char *b = (const unsigned char *)&a->s_addr;
+    char *p = buf;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = b[i];
+        if (v >= 100) *p++ = (char)('0' + v / 100);
+        if (v >= 10) *p++ = (char)('0' + v / 10 % 10);
+        *p++ = (char)('0' + v % 10);
+        *p++ = i < 3 ? '.' : '\0';
+    }
+}
+
 const char *fy_sock_host_str(const struct sockaddr *sa, char *buf, size_t len)
 {
+    if (sa->sa_family == AF_INET && len >= 16) {
+        ipv4_str(&((const struct sockaddr_in *)sa)->sin_addr, buf);
+        return buf;
+    }
     if (sa->sa_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)len);
     else if (sa->sa_family == AF_INET)
@@ -106,9 +125,7 @@ static int sock_shutdown(fy_transport_t *t)
     return shutdown(t->fd, SHUT_WR) < 0 ? -errno : 0;
 }
 
-static void sock_destroy(fy_transport_t *t)
-{
-}
+static void sock_destroy(fy_transport_t *t) {}
 
 const struct fy_transport_ops fy_sock_transport_ops = {
     .name = "tcp",
