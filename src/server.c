@@ -271,6 +271,9 @@ static void *worker_main(void *arg)
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
     }
+    if (w->id == 0) /* one worker probes; every worker reads the verdicts */
+        for (size_t i = 0; i < cfg->upstreams.n; i++)
+            fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
     fy_timer_init(&w->tick, on_tick, w);
     fy_timer_init(&w->drain_timer, on_drain_timeout, w);
     if (w->alog) fy_timer_start(&w->loop, &w->tick, 1000);
@@ -292,7 +295,10 @@ static void *worker_main(void *arg)
     w->alog = NULL;
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
-    for (size_t i = 0; i < cfg->upstreams.n; i++) fy_upstream_worker_close(s->upstreams[i], w->id);
+    for (size_t i = 0; i < cfg->upstreams.n; i++) {
+        if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);
+        fy_upstream_worker_close(s->upstreams[i], w->id);
+    }
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }

@@ -1632,3 +1632,59 @@ def test_pool_keepalive_timeout(server, nginx):
     lines = nginx.access_lines(marker, expect=3)
     assert len(lines) == 3
     assert lines[0][0] == lines[1][0] and lines[2][0] != lines[1][0], lines
+
+
+def test_least_time_skews_to_the_faster_without_starving(server, origins):
+    """least-time: most requests go to the faster server, the slower one keeps getting probes
+    (never starved), and every request succeeds."""
+    slow = origins(name="slow", delay=0.05)
+    fast = origins(name="fast")
+    srv = start(server, [slow.url, fast.url], upstream={"balance": "least-time"})
+    res = []
+    for batch in range(3):
+        res += h1_get_many(srv.port, [f"/slow-lt{batch}-{i}" for i in range(40)])  # delayed on `slow` only
+        time.sleep(1.1)  # a second without a pick: the slow server is probed again
+    assert [s for s, _, _ in res] == [200] * 120
+    assert slow.count() + fast.count() == 120
+    assert fast.count() >= 90, (slow.count(), fast.count())
+    assert slow.count() >= 3, (slow.count(), fast.count())  # probed in every batch
+
+
+def test_active_health_check_takes_a_dead_server_out(server, origins):
+    """With health-check on, a server that refuses connections is marked down by the probes,
+    so requests go to the healthy one even with retries: 0; the log says so."""
+    a = origins(name="a")
+    dead = dead_url()
+    srv = start(server, [dead, a.url],
+                upstream={"retries": 0, "health-check": {"path": "/health", "interval": "100ms",
+                                                         "fall": 1, "rise": 1}})
+    deadline = time.time() + 10
+    while "is down (health check" not in srv.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "is down (health check" in srv.log()
+    res = h1_get_many(srv.port, [f"/hc{i}" for i in range(10)])
+    assert [s for s, _, _ in res] == [200] * 10
+    assert a.count() >= 10  # the probes and all ten requests
+
+
+def test_active_health_check_brings_a_server_back(server, origins):
+    """A server that answers the probe path with 500 is taken out, and comes back once the
+    probes pass again."""
+    a = origins(name="a")
+    b = origins(name="b", status=500)
+    srv = start(server, [a.url, b.url],
+                upstream={"health-check": {"path": "/hc", "interval": "100ms", "fall": 1,
+                                           "rise": 1}})
+    deadline = time.time() + 10
+    while "is down (health check" not in srv.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "is down (health check: unexpected status)" in srv.log()
+    b.status = 200
+    deadline = time.time() + 10
+    while "is up (health check)" not in srv.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "is up (health check)" in srv.log()
+    before = b.count()
+    res = h1_get_many(srv.port, [f"/back{i}" for i in range(10)])
+    assert [s for s, _, _ in res] == [200] * 10
+    assert b.count() > before  # it serves requests again

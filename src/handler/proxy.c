@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/errors.h"
@@ -33,6 +34,7 @@ typedef struct proxy_req {
     uint64_t tried;
     int attempts;
     bool reused_conn;
+    uint64_t sent_us; /* request head handed to the origin (least-time) */
     fy_timer_t timer;
     int timer_kind;
     /* to the origin */
@@ -69,6 +71,15 @@ static void do_read(proxy_req_t *pr);
 static void deliver(proxy_req_t *pr);
 
 /* ---- helpers ---- */
+
+/* Microseconds, finer than the loop's cached clock: time to first byte on loopback is well
+ * under the coarse clock's tick. */
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 static bool is_hop_by_hop(fy_str_t n)
 {
@@ -473,6 +484,8 @@ static void start_response(proxy_req_t *pr, int headlen)
     pr->ipos = (size_t)headlen;
     pr->rstate = r->body_kind == FY_H1_RESP_NONE ? R_DONE : R_BODY;
     fy_upstream_report(pr->ph->up, pr->worker, pr->server, r->status < 500, pr->loop->now_ms);
+    if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
+        fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
     fy_exchange_start_response(ex, &proxy_producer);
 }
 
@@ -657,6 +670,7 @@ static void origin_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
     }
     if (ev & FY_ORIGIN_READY) {
         set_timer(pr, T_FIRST_BYTE);
+        pr->sent_us = now_us();
         pr->out[0] = (struct iovec){pr->head, pr->head_len};
         pr->nout = 1;
         do_write(pr);

@@ -1,6 +1,9 @@
 #include "upstream/upstream.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "h1/h1_resp.h"
 #include "net/sock.h"
 #include "tls/tls.h"
 
@@ -19,6 +23,9 @@ typedef struct srv_state {
     fy_origin_conn_t *idle; /* pool: most recently used first */
     size_t nidle;
     int inflight;
+    double ewma_us; /* least-time: decaying average of time to first byte */
+    uint64_t samples;
+    uint64_t last_pick_ms;
     int64_t cur_weight; /* smooth weighted round robin */
     unsigned fails;
     uint64_t ejected_until;
@@ -29,8 +36,23 @@ typedef struct up_worker {
     uint64_t rnd;
 } up_worker_t;
 
+typedef struct hc_probe {
+    fy_upstream_t *u;
+    int server;
+    fy_origin_conn_t *oc;
+    fy_timer_t timeout;
+    char buf[2048];
+    size_t len;
+    unsigned fails, oks;
+} hc_probe_t;
+
 struct fy_upstream {
     const fy_upstream_conf_t *conf;
+    atomic_bool *down;  /* per server, set by the health checker, read by every worker */
+    hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
+    fy_timer_t hc_tick;
+    fy_loop_t *hc_loop;
+    int hc_worker;
     const fy_upstream_server_conf_t *servers;
     size_t nservers;
     int64_t total_weight;
@@ -58,6 +80,7 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
             return NULL;
         }
     }
+    u->down = fy_xcalloc(u->nservers, sizeof *u->down);
     u->nworkers = nworkers;
     u->workers = fy_xcalloc((size_t)nworkers, sizeof *u->workers);
     for (int w = 0; w < nworkers; w++) {
@@ -82,6 +105,8 @@ void fy_upstream_free(fy_upstream_t *u)
         free(u->workers[w].srv);
     }
     free(u->workers);
+    free(u->down);
+    free(u->probes);
     fy_tls_client_ctx_free(u->tls);
     free(u);
 }
@@ -125,8 +150,10 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
     size_t nok = 0;
     for (int pass = 0; pass < 3 && nok == 0; pass++)
         for (size_t i = 0; i < n && i < 64; i++) {
-            bool excluded = (exclude >> i) & 1, ejected = uw->srv[i].ejected_until > now_ms;
-            ok[i] = pass == 0 ? !excluded && !ejected : pass == 1 ? !excluded : true;
+            bool excluded = (exclude >> i) & 1,
+                 out = uw->srv[i].ejected_until > now_ms ||
+                       atomic_load_explicit(&u->down[i], memory_order_relaxed);
+            ok[i] = pass == 0 ? !excluded && !out : pass == 1 ? !excluded : true;
             nok += ok[i];
         }
     int best = -1;
@@ -142,6 +169,40 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
             if (r < 0) return (int)i;
         }
         break;
+    }
+    case FY_BALANCE_LEAST_TIME: {
+        /* a server never measured, or not chosen for a second, is probed: a slow node gets
+           another chance and a new one gets measured, so nobody starves */
+        size_t start = (size_t)(xorshift(&uw->rnd) % n);
+        for (size_t k = 0; k < n && k < 64; k++) {
+            size_t i = (start + k) % n;
+            if (ok[i] && (uw->srv[i].samples == 0 || now_ms - uw->srv[i].last_pick_ms > 1000)) {
+                uw->srv[i].last_pick_ms = now_ms;
+                return (int)i;
+            }
+        }
+        /* power of two choices on ewma x (inflight + 1) / weight */
+        int cand[2] = {-1, -1};
+        for (int c = 0; c < 2; c++)
+            for (int tries = 0; tries < 8 && cand[c] < 0; tries++) {
+                int i = (int)(xorshift(&uw->rnd) % n);
+                if (i < 64 && ok[i] && i != cand[0]) cand[c] = i;
+            }
+        if (cand[0] < 0) cand[0] = (int)start;
+        best = cand[0];
+        if (cand[1] >= 0) {
+            double a = uw->srv[cand[0]].ewma_us * (uw->srv[cand[0]].inflight + 1) /
+                       (double)u->servers[cand[0]].weight;
+            double b = uw->srv[cand[1]].ewma_us * (uw->srv[cand[1]].inflight + 1) /
+                       (double)u->servers[cand[1]].weight;
+            if (b < a) best = cand[1];
+        }
+        if (!ok[best]) {
+            for (size_t i = 0; i < n && i < 64; i++)
+                if (ok[i]) best = (int)i;
+        }
+        uw->srv[best].last_pick_ms = now_ms;
+        return best;
     }
     case FY_BALANCE_LEAST_REQUESTS: {
         /* fewest in flight per unit of weight; ties broken by a rotating start */
@@ -188,6 +249,14 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
         s->ejected_until = now_ms + u->conf->fail_timeout_ms;
         s->fails = 0;
     }
+}
+
+void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
+{
+    srv_state_t *s = &u->workers[w].srv[server];
+    /* the newest sample weighs 20%: about the last ten responses count */
+    s->ewma_us = s->samples ? s->ewma_us * 0.8 + (double)us * 0.2 : (double)us;
+    s->samples++;
 }
 
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta)
@@ -319,6 +388,12 @@ fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop
         return oc;
     }
     *ready = false;
+    return fy_origin_connect(u, w, server, loop, cb, ud, err);
+}
+
+fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                    fy_origin_cb cb, void *ud, const char **err)
+{
     const fy_upstream_server_conf_t *sv = &u->servers[server];
     int fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -395,4 +470,138 @@ void fy_origin_release(fy_origin_conn_t *oc, bool reusable)
     oc->defer.cb = free_cb;
     oc->defer.data = oc;
     fy_defer(oc->loop, &oc->defer);
+}
+
+/* ---- active health checks (run by one worker) ---- */
+
+static void hc_start_probe(hc_probe_t *p);
+
+static void hc_result(hc_probe_t *p, bool ok, const char *why)
+{
+    fy_upstream_t *u = p->u;
+    fy_timer_stop(u->hc_loop, &p->timeout);
+    if (p->oc) {
+        fy_origin_release(p->oc, false);
+        p->oc = NULL;
+    }
+    const fy_health_conf_t *hc = u->conf->health;
+    bool down = atomic_load(&u->down[p->server]);
+    char a[64];
+    fy_sock_addr_str((const struct sockaddr *)&u->servers[p->server].addr, a, sizeof a);
+    if (ok) {
+        p->fails = 0;
+        if (down && ++p->oks >= (unsigned)hc->rise) {
+            atomic_store(&u->down[p->server], false);
+            fy_notice("upstream %s: server %s is up (health check)", u->conf->name, a);
+        }
+    } else {
+        p->oks = 0;
+        if (!down && ++p->fails >= (unsigned)hc->fall) {
+            atomic_store(&u->down[p->server], true);
+            fy_warn("upstream %s: server %s is down (health check: %s)", u->conf->name, a, why);
+        }
+    }
+}
+
+static void hc_on_timeout(fy_timer_t *t)
+{
+    hc_result(t->data, false, "timeout");
+}
+
+static void hc_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
+{
+    hc_probe_t *p = ud;
+    fy_upstream_t *u = p->u;
+    const fy_health_conf_t *hc = u->conf->health;
+    if (ev & FY_ORIGIN_ERROR) {
+        p->oc = NULL; /* already closed */
+        hc_result(p, false, oc->error ? oc->error : "connect failed");
+        return;
+    }
+    if (ev & FY_ORIGIN_READY) {
+        const fy_upstream_server_conf_t *sv = &u->servers[p->server];
+        char req[1024];
+        int n = snprintf(req, sizeof req,
+                         "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: ferry-health-check\r\n"
+                         "Connection: close\r\n\r\n",
+                         hc->path, sv->authority);
+        struct iovec iov = {req, (size_t)n};
+        if (oc->t->ops->writev(oc->t, &iov, 1) != n) {
+            hc_result(p, false, "request not written");
+            return;
+        }
+        p->len = 0;
+        fy_origin_want(oc, EPOLLIN);
+        return;
+    }
+    ssize_t r = oc->t->ops->read(oc->t, p->buf + p->len, sizeof p->buf - p->len);
+    if (r == 0) {
+        fy_origin_want(oc, EPOLLIN);
+        return;
+    }
+    if (r < 0) {
+        hc_result(p, false, "connection closed before a response");
+        return;
+    }
+    p->len += (size_t)r;
+    fy_h1_header_t hdrs[64];
+    fy_h1_resp_t resp;
+    fy_h1_resp_init(&resp, hdrs);
+    fy_h1_limits_t lim = {sizeof p->buf, sizeof p->buf, 64};
+    int pr = fy_h1_parse_response(&resp, p->buf, p->len, false, &lim);
+    if (pr == FY_H1_INCOMPLETE && p->len < sizeof p->buf) return;
+    if (pr < 0) {
+        hc_result(p, false, "invalid response");
+        return;
+    }
+    bool ok = hc->expect_status ? resp.status == hc->expect_status
+                                : resp.status >= 200 && resp.status < 400;
+    hc_result(p, ok, ok ? "" : "unexpected status");
+}
+
+static void hc_start_probe(hc_probe_t *p)
+{
+    fy_upstream_t *u = p->u;
+    if (p->oc) return; /* the previous probe is still running */
+    const char *err = "connect failed";
+    p->oc = fy_origin_connect(u, u->hc_worker, p->server, u->hc_loop, hc_event, p, &err);
+    if (!p->oc) {
+        hc_result(p, false, err);
+        return;
+    }
+    fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
+}
+
+static void hc_on_tick(fy_timer_t *t)
+{
+    fy_upstream_t *u = t->data;
+    for (size_t i = 0; i < u->nservers; i++) hc_start_probe(&u->probes[i]);
+    fy_timer_start(u->hc_loop, &u->hc_tick, u->conf->health->interval_ms);
+}
+
+void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w)
+{
+    if (!u->conf->health) return;
+    u->hc_loop = loop;
+    u->hc_worker = w;
+    u->probes = fy_xcalloc(u->nservers, sizeof *u->probes);
+    for (size_t i = 0; i < u->nservers; i++) {
+        u->probes[i].u = u;
+        u->probes[i].server = (int)i;
+        fy_timer_init(&u->probes[i].timeout, hc_on_timeout, &u->probes[i]);
+    }
+    fy_timer_init(&u->hc_tick, hc_on_tick, u);
+    fy_timer_start(loop, &u->hc_tick, 0);
+}
+
+void fy_upstream_health_stop(fy_upstream_t *u)
+{
+    if (!u->probes) return;
+    fy_timer_stop(u->hc_loop, &u->hc_tick);
+    for (size_t i = 0; i < u->nservers; i++) {
+        hc_probe_t *p = &u->probes[i];
+        fy_timer_stop(u->hc_loop, &p->timeout);
+        if (p->oc) fy_origin_release(p->oc, false);
+        p->oc = NULL;
+    }
 }

@@ -56,6 +56,8 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
 /* Passive health: a success resets the server's failure count; max-fails consecutive failures
  * eject it for fail-timeout. */
 void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+/* Time to first byte of a response from `server` (least-time). */
+void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us);
 /* Requests in flight on a server from worker w (least-requests bookkeeping). */
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta);
 
@@ -65,6 +67,16 @@ void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta);
  * could not be made. */
 fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
                                     fy_origin_cb cb, void *ud, bool *ready, const char **err);
+/* A new connection to `server`, never from the pool (health checks). Same events as above. */
+fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                    fy_origin_cb cb, void *ud, const char **err);
+
+/* Active health checks (`health-check:`), run on worker `w`'s loop for every worker: servers
+ * that fail `fall` probes in a row are skipped by fy_upstream_pick until `rise` probes pass.
+ * No-ops without health-check config. Stop before the loop goes away. */
+void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w);
+void fy_upstream_health_stop(fy_upstream_t *u);
+
 /* Interest in readiness while held: EPOLLIN and/or EPOLLOUT. Returns 0 or -errno. */
 int fy_origin_want(fy_origin_conn_t *oc, uint32_t events);
 /* Give a held connection back: to the pool when `reusable` and there is room, else closed.

@@ -107,7 +107,70 @@ static const fy_conf_directive_t server_table[] = {
     {.key = NULL},
 };
 
-static const char *const balance_names[] = {"round-robin", "random", "least-requests", NULL};
+static const char *const balance_names[] = {"round-robin", "random", "least-requests", "least-time",
+                                            NULL};
+
+#define H(f) offsetof(fy_health_conf_t, f)
+
+static int validate_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const char *p = *(char **)field;
+    for (const char *q = p; *q; q++)
+        if ((unsigned char)*q <= 0x20 || *q == 0x7f) {
+            fy_conf_error(ctx, node, NULL, "must be a request path without spaces, got '%s'", p);
+            return -1;
+        }
+    if (p[0] != '/') {
+        fy_conf_error(ctx, node, NULL, "must start with '/', got '%s'", p);
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t health_table[] = {
+    {.key = "path",
+     .type = FY_CT_STRING,
+     .offset = H(path),
+     .dflt = "/",
+     .validate = validate_path,
+     .doc = "Path requested with GET on every server."},
+    {.key = "interval",
+     .type = FY_CT_DURATION,
+     .offset = H(interval_ms),
+     .dflt = "5s",
+     .min = 100,
+     .max = 3600000,
+     .doc = "Time between two probes of one server."},
+    {.key = "timeout",
+     .type = FY_CT_DURATION,
+     .offset = H(timeout_ms),
+     .dflt = "2s",
+     .min = 10,
+     .max = 600000,
+     .doc = "A probe without a response head by then fails."},
+    {.key = "expect-status",
+     .type = FY_CT_INT,
+     .offset = H(expect_status),
+     .dflt = "0",
+     .min = 0,
+     .max = 599,
+     .doc = "Status that counts as healthy; 0 means any 2xx or 3xx."},
+    {.key = "fall",
+     .type = FY_CT_INT,
+     .offset = H(fall),
+     .dflt = "3",
+     .min = 1,
+     .max = 100,
+     .doc = "Consecutive failed probes that take a server out."},
+    {.key = "rise",
+     .type = FY_CT_INT,
+     .offset = H(rise),
+     .dflt = "2",
+     .min = 1,
+     .max = 100,
+     .doc = "Consecutive good probes that bring it back."},
+    {.key = NULL},
+};
 
 static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
@@ -139,7 +202,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .dflt = "round-robin",
      .enums = balance_names,
      .doc = "How a server is chosen: `round-robin` (weighted), `random` (weighted), "
-            "`least-requests`."},
+            "`least-requests`, `least-time` (two random choices compared by a decaying average "
+            "of time to first byte x requests in flight; unmeasured servers are probed)."},
     {.key = "connect-timeout",
      .type = FY_CT_DURATION,
      .offset = U(connect_timeout_ms),
@@ -202,5 +266,13 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .type = FY_CT_STRING,
      .offset = U(sni),
      .doc = "Server name sent to https origins and verified; default: the URL's host."},
+    {.key = "health-check",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(health),
+     .sub = health_table,
+     .sub_size = sizeof(fy_health_conf_t),
+     .shorthand_key = "path",
+     .doc = "Active health checks (one worker probes, all workers obey); shorthand "
+            "`health-check: /health`."},
     {.key = NULL, .check = check_upstream},
 };

@@ -9,7 +9,22 @@
 
 #include "conf/conf.h"
 
-enum fy_balance { FY_BALANCE_ROUND_ROBIN = 0, FY_BALANCE_RANDOM, FY_BALANCE_LEAST_REQUESTS };
+enum fy_balance {
+    FY_BALANCE_ROUND_ROBIN = 0,
+    FY_BALANCE_RANDOM,
+    FY_BALANCE_LEAST_REQUESTS,
+    FY_BALANCE_LEAST_TIME,
+};
+
+/* `health-check:` active probes (HTTP GET over a fresh connection) */
+typedef struct fy_health_conf {
+    char *path;            /* default "/" */
+    uint64_t interval_ms;  /* default 5s */
+    uint64_t timeout_ms;   /* default 2s */
+    int64_t expect_status; /* default 0: any 2xx or 3xx; else exactly this status */
+    int64_t fall;          /* consecutive failures that mark a server down, default 3 */
+    int64_t rise;          /* consecutive successes that bring it back, default 2 */
+} fy_health_conf_t;
 
 typedef struct fy_upstream_server_conf {
     char *url;      /* `url`: http://HOST:PORT or https://HOST:PORT (shorthand: the URL alone) */
@@ -39,6 +54,7 @@ typedef struct fy_upstream_conf {
     char *ca;                       /* PEM bundle to verify https origins; default: system store */
     bool insecure;                  /* default false: do not verify origin certificates */
     char *sni;                      /* server name sent and verified; default: the URL's host */
+    fy_health_conf_t *health;       /* `health-check`; NULL: no active checks */
 } fy_upstream_conf_t;
 
 extern const fy_conf_directive_t fy_upstream_conf_table[];
