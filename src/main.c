@@ -24,6 +24,9 @@ static const char usage[] =
     "  ferry serve DIR [--listen ADDR] [--tls self-signed|CERT:KEY] [--protocols h1,...]\n"
     "                  [--workers N] [--access-log stdout|FILE]\n"
     "                                serve the files in DIR (default 127.0.0.1:8080)\n"
+    "  ferry proxy URL [--listen ADDR] [--tls ...] [--protocols ...] [--upstream-ca FILE]\n"
+    "                  [--workers N] [--access-log stdout|FILE]\n"
+    "                                reverse-proxy to URL (http:// or https://)\n"
     "  ferry doc-config              print the configuration reference (Markdown)\n"
     "  ferry --version | --help\n"
     "options for run and the default: --workers N overrides `workers`\n";
@@ -96,8 +99,12 @@ static fy_config_t *load(const char *file)
                                       stderr);
 }
 
-static int cmd_serve(int argc, char **argv)
+/* The one-liners: `serve DIR` (static files) and `proxy URL` (reverse proxy). Both build a
+ * YAML config from the flags and load it through the same checks as a config file. */
+static int cmd_oneliner(const char *cmd, int argc, char **argv)
 {
+    bool proxy = strcmp(cmd, "proxy") == 0;
+    const char *upstream_ca = NULL;
     const char *dir = NULL, *listen = "127.0.0.1:8080", *tls = NULL, *protocols = NULL;
     const char *workers = NULL, *access = NULL;
     for (int i = 0; i < argc; i++) {
@@ -120,11 +127,11 @@ static int cmd_serve(int argc, char **argv)
         else
             return bad_usage("serve: unexpected argument '%s'", a);
         if (dst) {
-            if (i + 1 >= argc) return bad_usage("serve: option '%s' needs a value", a);
+            if (i + 1 >= argc) return bad_usage("%s: option '%s' needs a value", cmd, a);
             *dst = argv[++i];
         }
     }
-    if (!dir) return bad_usage("serve: missing %s", "DIR");
+    if (!dir) return bad_usage("%s: missing %s", cmd, proxy ? "URL" : "DIR");
     char y[8192], q1[2048], q2[2048], q3[2048];
     size_t o = 0;
 #define ADD(...) o += (size_t)snprintf(y + o, sizeof y - o, __VA_ARGS__)
@@ -158,7 +165,16 @@ static int cmd_serve(int argc, char **argv)
         }
     }
     yaml_quote(q1, sizeof q1, dir);
-    ADD("routes:\n  - static: {root: %s}\n", q1);
+    if (proxy) {
+        ADD("upstreams:\n  - name: origin\n    servers: [%s]\n", q1);
+        if (upstream_ca) {
+            yaml_quote(q2, sizeof q2, upstream_ca);
+            ADD("    ca: %s\n", q2);
+        }
+        ADD("routes:\n  - proxy: origin\n");
+    } else {
+        ADD("routes:\n  - static: {root: %s}\n", q1);
+    }
     if (access) {
         yaml_quote(q1, sizeof q1, access);
         ADD("log: {access: %s}\n", q1);
@@ -182,7 +198,8 @@ int main(int argc, char **argv)
         printf("ferry %s\n", FERRY_VERSION);
         return 0;
     }
-    if (cmd && strcmp(cmd, "serve") == 0) return cmd_serve(argc - 2, argv + 2);
+    if (cmd && (strcmp(cmd, "serve") == 0 || strcmp(cmd, "proxy") == 0))
+        return cmd_oneliner(cmd, argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "doc-config") == 0) {
         fy_config_doc(stdout);
         return 0;

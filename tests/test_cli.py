@@ -54,6 +54,8 @@ def test_cli_version():
     (["serve", ".", "--frobnicate"], ["--frobnicate"]),
     (["serve", ".", "--listen"], ["--listen"]),
     (["serve"], ["DIR"]),
+    (["proxy"], ["URL"]),
+    (["proxy", "http://127.0.0.1:1", "--frobnicate"], ["--frobnicate"]),
     (["serve", "a", "b"], ["'b'"]),
     (["serve", ".", "--tls", "nonsense"], ["--tls", "nonsense"]),
     (["run"], ["-c"]),
@@ -385,3 +387,23 @@ def test_cli_default_embedded(server, monkeypatch):
                        capture_output=True, timeout=20)
     assert p.stdout == b"ok\n"
     assert (f.tmp / ".local" / "share" / "ferry" / "selfsigned.crt").is_file()
+
+
+# ---- proxy one-liner ----
+
+def test_cli_proxy_to_a_ferry_origin(server):
+    """`ferry proxy URL --listen ADDR` in front of `ferry serve`: the file comes through."""
+    origin = start_serve(server)
+    origin.start(wait_ports=[origin.port])
+    front = server(args=None, start=False)
+    port = free_port()
+    front.args = ["proxy", f"http://127.0.0.1:{origin.port}", "--listen", f"127.0.0.1:{port}"]
+    front.start(wait_ports=[port])
+    st, hdrs, body = http_request(port, "/hello.txt")
+    assert st == 200 and body == b"hello serve\n"
+
+
+def test_cli_proxy_bad_url_names_it():
+    p = ferry("proxy", "ftp://example.test")
+    assert p.returncode == 2
+    assert "url" in p.stderr and "ftp://example.test" in p.stderr
