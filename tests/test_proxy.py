@@ -1688,3 +1688,32 @@ def test_active_health_check_brings_a_server_back(server, origins):
     res = h1_get_many(srv.port, [f"/back{i}" for i in range(10)])
     assert [s for s, _, _ in res] == [200] * 10
     assert b.count() > before  # it serves requests again
+
+
+def test_interim_103_relayed_to_h1_client(server, origins):
+    """103 Early Hints from the origin reach an HTTP/1.1 client before the final 200."""
+    o = origins(name="hints")
+    srv = start(server, [o.url])
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=SOCK_TIMEOUT) as s:
+        s.sendall(b"GET /hints HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    assert data.startswith(b"HTTP/1.1 103 Early Hints\r\n"), data[:200]
+    hints, _, rest = data.partition(b"\r\n\r\n")
+    assert b"link: </a.css>; rel=preload" in hints.lower()
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest.endswith(b"after hints\n")
+
+
+def test_interim_103_relayed_to_h2_client(server, origins):
+    """Over h2 the hints are an extra HEADERS frame with :status 103 before the response."""
+    o = origins(name="hints")
+    srv = start(server, [o.url])
+    r = curl(srv, "h2c", "/hints", "-v")
+    assert r.rc == 0 and r.status == 200 and r.body == b"after hints\n", r
+    assert "< HTTP/2 103" in r.stderr, r.stderr[-2000:]
+    assert "< link: </a.css>; rel=preload" in r.stderr.lower()

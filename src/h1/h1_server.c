@@ -115,11 +115,14 @@ static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int s
 static void h1_read_body(fy_exchange_t *ex);
 static void deliver_body(h1_conn_t *c);
 
+static void h1_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs);
+
 static const fy_sink_ops_t h1_sink = {
     .name = "h1",
     .send = h1_send,
     .send_file = h1_send_file,
     .read_body = h1_read_body,
+    .send_informational = h1_send_informational,
 };
 
 static void set_timer(h1_conn_t *c, int kind)
@@ -1149,6 +1152,34 @@ static void h1_read_body(fy_exchange_t *ex)
         }
     }
     deliver_body(c);
+}
+
+static void h1_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs)
+{
+    h1_conn_t *c = ex->codec;
+    if (c->closed || c->head_written || ex->req.version < 11 || status < 102 || status > 199)
+        return;
+    size_t need = 64;
+    for (size_t i = 0; i < hs->n; i++) need += hs->v[i].name.len + hs->v[i].value.len + 4;
+    wbuf_get(c);
+    wbuf_compact(c);
+    if (need > wfree(c)) return; /* hints are optional: drop what does not fit */
+    char *p = c->wbuf + c->wlen;
+    p = PUT_LIT(p, "HTTP/1.1 ");
+    p = put_u64(p, (uint64_t)status);
+    *p++ = ' ';
+    const char *reason = status == 103 ? "Early Hints" : fy_http_reason(status);
+    p = put(p, reason, strlen(reason));
+    p = PUT_LIT(p, "\r\n");
+    for (size_t i = 0; i < hs->n; i++) {
+        p = put(p, hs->v[i].name.p, hs->v[i].name.len);
+        p = PUT_LIT(p, ": ");
+        p = put(p, hs->v[i].value.p, hs->v[i].value.len);
+        p = PUT_LIT(p, "\r\n");
+    }
+    p = PUT_LIT(p, "\r\n");
+    c->wlen = (size_t)(p - c->wbuf);
+    if (!c->in_read) flush(c);
 }
 
 /* ---- events ---- */

@@ -355,11 +355,36 @@ static void h2_read_body(fy_exchange_t *ex)
     deliver_body(s);
 }
 
+static void h2_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs)
+{
+    h2_stream_t *s = ex->codec;
+    if (s->closed || s->ex_done || s->head_submitted || status < 102 || status > 199) return;
+    nghttp2_nv *nv = fy_arena_alloc(&s->arena, (hs->n + 1) * sizeof *nv);
+    char *st = fy_arena_alloc(&s->arena, 4);
+    st[0] = (char)('0' + status / 100);
+    st[1] = (char)('0' + status / 10 % 10);
+    st[2] = (char)('0' + status % 10);
+    size_t k = 0;
+    nv[k++] = NV_LIT(":status", st, 3);
+    for (size_t i = 0; i < hs->n; i++) {
+        if (is_conn_specific(hs->v[i].name)) continue;
+        char *name = fy_arena_strndup(&s->arena, hs->v[i].name.p, hs->v[i].name.len);
+        for (char *q = name; *q; q++) *q = fy_lower(*q);
+        /* the caller's strings may not outlive this call (the proxy reuses its buffer) */
+        char *value = fy_arena_strndup(&s->arena, hs->v[i].value.p, hs->v[i].value.len);
+        nv[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, hs->v[i].name.len,
+                               hs->v[i].value.len, NV_NOCOPY};
+    }
+    nghttp2_submit_headers(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NULL, nv, k, NULL);
+    schedule_flush(s->c);
+}
+
 static const fy_sink_ops_t h2_sink = {
     .name = "h2",
     .send = h2_send,
     .send_file = h2_send_file,
     .read_body = h2_read_body,
+    .send_informational = h2_send_informational,
 };
 
 /* ---- streams ---- */

@@ -635,7 +635,20 @@ static void do_read(proxy_req_t *pr)
                     return;
                 }
                 if (pr->resp.status >= 100 && pr->resp.status < 200 && pr->resp.status != 101) {
-                    pr->ipos += (size_t)r; /* interim (100, 103): not relayed yet */
+                    /* interim: 100 is ours to give (the client codec answers Expect); 103
+                       Early Hints and others go on to the client */
+                    if (pr->resp.status != 100) {
+                        fy_headers_t hs = {0};
+                        for (size_t i = 0; i < pr->resp.nheaders; i++) {
+                            fy_h1_header_t *h = &pr->resp.headers[i];
+                            fy_str_t hn = fy_str(h->name.p, h->name.len);
+                            if (is_hop_by_hop(hn)) continue;
+                            fy_headers_add(pr->ex->arena, &hs, hn.p, hn.len, h->value.p,
+                                           h->value.len);
+                        }
+                        fy_exchange_send_informational(pr->ex, pr->resp.status, &hs);
+                    }
+                    pr->ipos += (size_t)r;
                     continue;
                 }
                 int headlen = (int)pr->ipos + r;

@@ -89,6 +89,10 @@ typedef struct fy_sink_ops {
     void (*send_file)(fy_exchange_t *ex, int fd, off_t off, size_t len, int state);
     /* The handler is ready for (more) request body. */
     void (*read_body)(fy_exchange_t *ex);
+    /* An interim response (103 Early Hints, 102...) before the final one; ignored for
+       clients that cannot take it (HTTP/1.0) or once the final head left. `headers` are
+       borrowed for the call only (codecs copy what they keep). */
+    void (*send_informational)(fy_exchange_t *ex, int status, const fy_headers_t *headers);
 } fy_sink_ops_t;
 
 typedef struct fy_router fy_router_t;
@@ -183,6 +187,13 @@ static inline void fy_exchange_send_file(fy_exchange_t *ex, int fd, off_t off, s
                                          int state)
 {
     ex->sink->send_file(ex, fd, off, len, state);
+}
+
+/* Send an interim 1xx response (not 100 or 101: the codecs own those) before the final one. */
+static inline void fy_exchange_send_informational(fy_exchange_t *ex, int status,
+                                                  const fy_headers_t *headers)
+{
+    if (ex->sink->send_informational) ex->sink->send_informational(ex, status, headers);
 }
 
 /* Ask for (more) request body; on_body gets it. Call again after each on_body to continue. */
