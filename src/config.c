@@ -1,6 +1,8 @@
 /* The top-level directive table, the embedded default config, and load/dump/doc. */
 #include "config.h"
 
+#include "http/router.h"
+
 #include <ctype.h>
 #include <pwd.h>
 #include <stddef.h>
@@ -140,6 +142,17 @@ static int validate_methods(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void
     return 0;
 }
 
+static int validate_regex(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const char *re = *(char **)field;
+    char msg[256];
+    if (fy_regex_check(re, msg, sizeof msg) < 0) {
+        fy_conf_error(ctx, node, NULL, "invalid regular expression '%s': %s", re, msg);
+        return -1;
+    }
+    return 0;
+}
+
 static const fy_conf_directive_t match_table[] = {
     {.key = "host",
      .type = FY_CT_STRLIST,
@@ -158,6 +171,26 @@ static const fy_conf_directive_t match_table[] = {
      .offset = offsetof(fy_route_match_t, methods),
      .validate = validate_methods,
      .doc = "Request methods, e.g. `[GET, HEAD]`; any method when unset."},
+    {.key = "path-exact",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_route_match_t, path_exact),
+     .validate = validate_path,
+     .doc = "The whole path (without the query) must equal this."},
+    {.key = "path-regex",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_route_match_t, path_regex),
+     .validate = validate_regex,
+     .doc = "PCRE2 pattern the path (without the query) must match (JIT-compiled at start)."},
+    {.key = "header",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_route_match_t, headers),
+     .doc = "Request headers that must be present with exactly this value (`\"*\"`: any "
+            "value), e.g. `{x-canary: \"1\"}`."},
+    {.key = "query",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_route_match_t, query),
+     .doc = "Query parameters that must be present with exactly this raw value (`\"*\"`: any "
+            "value)."},
     {.key = NULL},
 };
 

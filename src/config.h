@@ -22,6 +22,10 @@ typedef struct fy_route_match {
                                   One scalar or a list. Compared case-insensitively, port ignored */
     char *path;                /* `path`: prefix, must start with "/"; default "/" */
     fy_conf_strlist_t methods; /* `method`: optional list, e.g. [GET, HEAD] */
+    char *path_exact;          /* `path-exact`: the whole path must be this */
+    char *path_regex;          /* `path-regex`: PCRE2 pattern the path must match */
+    fy_conf_strmap_t headers;  /* `header`: name -> exact value, or "*" for present */
+    fy_conf_strmap_t query;    /* `query`: parameter -> exact (raw) value, or "*" */
 } fy_route_match_t;
 
 typedef struct fy_route_conf {

@@ -70,6 +70,20 @@ static int build_router(fy_server_t *s)
         r->nhosts = rc[i].match.host.n;
         r->path = rc[i].match.path ? rc[i].match.path : "/";
         r->path_len = strlen(r->path);
+        r->path_exact = rc[i].match.path_exact;
+        r->header_names = rc[i].match.headers.keys;
+        r->header_values = rc[i].match.headers.values;
+        r->n_headers = rc[i].match.headers.n;
+        r->query_names = rc[i].match.query.keys;
+        r->query_values = rc[i].match.query.values;
+        r->n_query = rc[i].match.query.n;
+        if (rc[i].match.path_regex) {
+            char err[256];
+            if (fy_route_set_regex(r, rc[i].match.path_regex, err, sizeof err) < 0) {
+                fy_log(FY_LOG_EMERG, "route %zu: path-regex: %s", i, err);
+                return -1;
+            }
+        }
         for (size_t k = 0; k < rc[i].match.methods.n; k++) {
             const char *m = rc[i].match.methods.v[k];
             int id = fy_http_method_id(fy_str(m, strlen(m)));

@@ -1,6 +1,10 @@
 #include "http/router.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 bool fy_route_host_matches(const fy_route_t *r, fy_str_t host)
@@ -42,6 +46,87 @@ static bool path_matches(const fy_route_t *r, fy_str_t path)
     return path.len == r->path_len || r->path[r->path_len - 1] == '/' || path.p[r->path_len] == '/';
 }
 
+int fy_regex_check(const char *pattern, char *err, size_t errlen)
+{
+    int ec;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &ec, &off, NULL);
+    if (!re) {
+        PCRE2_UCHAR buf[200];
+        pcre2_get_error_message(ec, buf, sizeof buf);
+        snprintf(err, errlen, "%s at offset %zu", (const char *)buf, (size_t)off);
+        return -1;
+    }
+    pcre2_code_free(re);
+    return 0;
+}
+
+int fy_route_set_regex(fy_route_t *r, const char *pattern, char *err, size_t errlen)
+{
+    int ec;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &ec, &off, NULL);
+    if (!re) {
+        PCRE2_UCHAR buf[200];
+        pcre2_get_error_message(ec, buf, sizeof buf);
+        snprintf(err, errlen, "%s at offset %zu", (const char *)buf, (size_t)off);
+        return -1;
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter */
+    r->regex = re;
+    return 0;
+}
+
+static bool regex_matches(const fy_route_t *r, fy_str_t path)
+{
+    /* one match-data block per thread, reused: we never need the captures */
+    static __thread pcre2_match_data *md;
+    if (!md) md = pcre2_match_data_create(1, NULL);
+    if (!md) return false;
+    return pcre2_match(r->regex, (PCRE2_SPTR)path.p, path.len, 0, 0, md, NULL) >= 0;
+}
+
+static bool headers_match(const fy_route_t *r, const fy_exchange_t *ex)
+{
+    for (size_t i = 0; i < r->n_headers; i++) {
+        const char *name = r->header_names[i], *want = r->header_values[i];
+        size_t nl = strlen(name), wl = strlen(want);
+        bool found = false;
+        for (size_t k = 0; k < ex->req.headers.n && !found; k++) {
+            const fy_header_t *h = &ex->req.headers.v[k];
+            if (h->name.len != nl || strncasecmp(h->name.p, name, nl) != 0) continue;
+            found = (wl == 1 && want[0] == '*') || fy_str_eq(h->value, want, wl);
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
+/* `name=value` pairs of the raw query; a parameter without '=' has an empty value. */
+static bool query_matches(const fy_route_t *r, fy_str_t q)
+{
+    for (size_t i = 0; i < r->n_query; i++) {
+        const char *name = r->query_names[i], *want = r->query_values[i];
+        size_t nl = strlen(name), wl = strlen(want);
+        bool found = false;
+        size_t p = 0;
+        while (p <= q.len && !found) {
+            size_t e = p;
+            while (e < q.len && q.p[e] != '&') e++;
+            fy_str_t item = fy_str(q.p + p, e - p);
+            const char *eq = memchr(item.p, '=', item.len);
+            size_t kl = eq ? (size_t)(eq - item.p) : item.len;
+            if (kl == nl && memcmp(item.p, name, nl) == 0) {
+                fy_str_t v = eq ? fy_str(eq + 1, item.len - kl - 1) : FY_STR_LIT("");
+                found = (wl == 1 && want[0] == '*') || fy_str_eq(v, want, wl);
+            }
+            p = e + 1;
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
 const fy_route_t *fy_router_match(const fy_router_t *rt, const fy_exchange_t *ex)
 {
     for (size_t i = 0; i < rt->n; i++) {
@@ -49,6 +134,11 @@ const fy_route_t *fy_router_match(const fy_router_t *rt, const fy_exchange_t *ex
         if (r->methods && !(r->methods & (1u << ex->req.method_id))) continue;
         if (!path_matches(r, ex->req.path)) continue;
         if (!fy_route_host_matches(r, ex->req.authority)) continue;
+        if (r->path_exact && !fy_str_eq(ex->req.path, r->path_exact, strlen(r->path_exact)))
+            continue;
+        if (r->regex && !regex_matches(r, ex->req.path)) continue;
+        if (r->n_headers && !headers_match(r, ex)) continue;
+        if (r->n_query && !query_matches(r, ex->req.query)) continue;
         return r;
     }
     return NULL;
@@ -56,6 +146,7 @@ const fy_route_t *fy_router_match(const fy_router_t *rt, const fy_exchange_t *ex
 
 void fy_router_free(fy_router_t *rt)
 {
+    for (size_t i = 0; i < rt->n; i++) pcre2_code_free(rt->routes[i].regex);
     for (size_t i = 0; i < rt->n; i++)
         if (rt->routes[i].handler && rt->routes[i].handler->ops->destroy)
             rt->routes[i].handler->ops->destroy(rt->routes[i].handler);

@@ -13,9 +13,21 @@ typedef struct fy_route {
     size_t nhosts;
     const char *path; /* prefix; "/" = everything */
     size_t path_len;
-    unsigned methods; /* bit (1 << enum fy_method); 0 = any */
+    unsigned methods;       /* bit (1 << enum fy_method); 0 = any */
+    const char *path_exact; /* borrowed; NULL = not checked */
+    void *regex;            /* owned pcre2_code (JIT), NULL = none; made by fy_route_set_regex */
+    char **header_names, **header_values; /* borrowed, n_headers pairs; value "*" = present */
+    size_t n_headers;
+    char **query_names, **query_values; /* borrowed, n_query pairs; value "*" = present */
+    size_t n_query;
     fy_handler_t *handler; /* owned by the router */
 } fy_route_t;
+
+/* Compile `pattern` (PCRE2, JIT when available) into r->regex. Returns 0, or -1 with the
+ * reason in err. */
+int fy_route_set_regex(fy_route_t *r, const char *pattern, char *err, size_t errlen);
+/* Is `pattern` a valid PCRE2 pattern? 0, or -1 with the reason (config validation). */
+int fy_regex_check(const char *pattern, char *err, size_t errlen);
 
 struct fy_router {
     fy_route_t *routes; /* owned */

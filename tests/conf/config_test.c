@@ -486,7 +486,7 @@ static void test_routes(void)
                "c.yaml:3:21: routes[0].match.method: bad method 'GE T'\n");
     CHECK_FAIL(L1 "routes:\n  - match: {uri: /}\n    respond: {}\n",
                "c.yaml:3:13: routes[0].match.uri: unknown key 'uri'; expected one of: host, "
-               "path, method\n");
+               "path, method, path-exact, path-regex, header, query\n");
     CHECK_FAIL(L1 "routes:\n  - respond: {status: 100}\n",
                "c.yaml:3:23: routes[0].respond.status: must be between 200 and 599, got 100\n");
     CHECK_FAIL(L1 "routes:\n  - respond: {status: 600}\n",
