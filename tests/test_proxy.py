@@ -28,7 +28,7 @@ import h2.connection
 import h2.events
 import pytest
 
-from conftest import free_port, http_request, wait_port
+from conftest import FERRY as FERRY_BIN, free_port, http_request, wait_port
 
 CURL_TIMEOUT = 10
 SOCK_TIMEOUT = 10.0
@@ -1717,3 +1717,136 @@ def test_interim_103_relayed_to_h2_client(server, origins):
     assert r.rc == 0 and r.status == 200 and r.body == b"after hints\n", r
     assert "< HTTP/2 103" in r.stderr, r.stderr[-2000:]
     assert "< link: </a.css>; rel=preload" in r.stderr.lower()
+
+
+# ---- session affinity and mTLS ----
+
+def test_sticky_cookie_pins_a_client(server, origins):
+    """sticky cookie: the first response sets the cookie; requests carrying it go to the same
+    server every time, and a client without it is balanced as usual."""
+    a, b = origins(name="a"), origins(name="b")
+    srv = start(server, [a.url, b.url], upstream={"sticky": {"cookie": "fsrv"}})
+    st, h, _ = http_request(srv.port, "/first")
+    assert st == 200
+    cookie = h["set-cookie"]
+    assert cookie.startswith("fsrv=") and "HttpOnly" in cookie
+    pinned = a if a.count() == 1 else b
+    value = cookie.split(";")[0]
+    for i in range(10):
+        st, h, _ = http_request(srv.port, f"/again{i}", headers={"Cookie": f"x=1; {value}; y=2"})
+        assert st == 200
+        assert "set-cookie" not in h  # already pinned: no new cookie
+    assert pinned.count() == 11
+    # a bogus id is ignored: balanced, and re-pinned with a fresh cookie
+    st, h, _ = http_request(srv.port, "/bogus", headers={"Cookie": "fsrv=0123456789abcdef"})
+    assert st == 200 and h["set-cookie"].startswith("fsrv=")
+
+
+def test_sticky_cookie_falls_back_when_the_server_is_gone(server, origins):
+    a, b = origins(name="a"), origins(name="b")
+    srv = start(server, [a.url, b.url],
+                upstream={"sticky": {"cookie": "fsrv"}, "max-fails": 1, "fail-timeout": "30s"})
+    st, h, _ = http_request(srv.port, "/first")
+    value = h["set-cookie"].split(";")[0]
+    pinned, other = (a, b) if a.count() == 1 else (b, a)
+    pinned.stop()
+    # the pinned server refuses: retried elsewhere, then ejected and replaced for this client
+    for i in range(3):
+        st, h, _ = http_request(srv.port, f"/after{i}", headers={"Cookie": value})
+        assert st == 200
+    assert other.count() == 3
+
+
+def test_sticky_header_same_value_same_server(server, origins):
+    a, b, c = origins(name="a"), origins(name="b"), origins(name="c")
+    srv = start(server, [a.url, b.url, c.url], upstream={"sticky": {"header": "x-user"}})
+    for user in ("alice", "bob", "carol", "dave"):
+        before = (a.count(), b.count(), c.count())
+        for i in range(5):
+            st, _, _ = http_request(srv.port, f"/u{i}", headers={"X-User": user})
+            assert st == 200
+        after = (a.count(), b.count(), c.count())
+        grown = [x - y for x, y in zip(after, before)]
+        assert sorted(grown) == [0, 0, 5], (user, grown)  # all five on one server
+
+
+def test_sticky_needs_exactly_one_key(server):
+    srv = server(args=None, start=False)
+    cfg = srv.tmp / "bad.yaml"
+    cfg.write_text(proxy_config(["http://127.0.0.1:1"],
+                                upstream={"sticky": {"cookie": "a", "header": "b"}}).format(
+        port=1, port2=2, data=srv.tmp))
+    p = subprocess.run([FERRY_BIN, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 1 and "sticky: needs exactly one of cookie, header" in p.stderr
+
+
+class MtlsOrigin:
+    """An HTTPS origin that demands a client certificate signed by the test CA and answers
+    with the client certificate's CN."""
+
+    def __init__(self, certs):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certs["cert"], certs["key"])
+        ctx.load_verify_locations(certs["ca"])
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.ctx = ctx
+        self.results = []
+        self.stopped = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        self.sock.settimeout(0.2)
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            c.settimeout(5)
+            try:
+                s = self.ctx.wrap_socket(c, server_side=True)
+                s.recv(65536)
+                cn = dict(x[0] for x in s.getpeercert()["subject"])["commonName"]
+                body = f"hello {cn}\n".encode()
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                          % len(body) + body)
+                s.close()
+                self.results.append("ok")
+            except (ssl.SSLError, OSError) as e:
+                self.results.append(f"refused: {e}")
+                c.close()
+
+    def stop(self):
+        self.stopped = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_mtls_client_certificate_to_origin(server, certs, tmp_path):
+    d = tmp_path
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=ferry-client", cwd=d)
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    _openssl("x509", "-req", "-in", "client.csr", "-CA", str(certs["ca"]), "-CAkey",
+             str(certs["ca"]).replace("ca.pem", "ca.key"), "-CAcreateserial", "-out",
+             "client.pem", "-days", "2", "-extfile", "client.ext", cwd=d)
+    o = MtlsOrigin(certs)
+    try:
+        srv = start(server, [o.url], upstream={"ca": str(certs["ca"]),
+                                               "cert": str(d / "client.pem"),
+                                               "key": str(d / "client.key")})
+        st, _, body = http_request(srv.port, "/m")
+        assert st == 200 and body == b"hello ferry-client\n"
+        # without the client certificate the origin refuses the handshake: 502
+        srv2 = start(server, [o.url], upstream={"ca": str(certs["ca"])})
+        st, _, _ = http_request(srv2.port, "/m")
+        assert st == 502
+        assert any(r.startswith("refused") for r in o.results)
+    finally:
+        o.stop()

@@ -1,6 +1,7 @@
 #include "handler/proxy.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ typedef struct proxy_req {
     uint64_t tried;
     int attempts;
     bool reused_conn;
+    int sticky_hit;   /* the server the sticky cookie/header named, or -1 */
     uint64_t sent_us; /* request head handed to the origin (least-time) */
     fy_timer_t timer;
     int timer_kind;
@@ -459,6 +461,15 @@ static void start_response(proxy_req_t *pr, int headlen)
                        strlen(pc->response_set_headers.keys[i]), pc->response_set_headers.values[i],
                        strlen(pc->response_set_headers.values[i]));
     if (pc->via) FY_HDR_ADD(ex->arena, &ex->res.headers, "via", "1.1 ferry", 9);
+    const fy_sticky_conf_t *sc = fy_upstream_conf(pr->ph->up)->sticky;
+    if (sc && sc->cookie && pr->sticky_hit != pr->server) {
+        /* pin this client to the server that answered */
+        size_t n = strlen(sc->cookie) + 16 + 32;
+        char *v = fy_arena_alloc(ex->arena, n);
+        int l = snprintf(v, n, "%s=%s; Path=/; HttpOnly", sc->cookie,
+                         fy_upstream_server_id(pr->ph->up, pr->server));
+        FY_HDR_ADD(ex->arena, &ex->res.headers, "set-cookie", v, (size_t)l);
+    }
     ex->res.status = r->status;
     pr->body_kind = r->body_kind;
     if (r->body_kind == FY_H1_RESP_LENGTH) {
@@ -694,11 +705,50 @@ static void origin_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) do_read(pr);
 }
 
+/* Session affinity: the server the client is pinned to, or -1. */
+static int sticky_server(proxy_req_t *pr)
+{
+    fy_upstream_t *up = pr->ph->up;
+    const fy_sticky_conf_t *sc = fy_upstream_conf(up)->sticky;
+    const fy_headers_t *hs = &pr->ex->req.headers;
+    if (sc->header) {
+        const fy_header_t *h = fy_headers_find(hs, sc->header, strlen(sc->header));
+        if (!h) return -1;
+        uint64_t x = 1469598103934665603ull;
+        for (size_t i = 0; i < h->value.len; i++)
+            x = (x ^ (unsigned char)h->value.p[i]) * 1099511628211ull;
+        return (int)(x % fy_upstream_nservers(up));
+    }
+    size_t nl = strlen(sc->cookie);
+    for (size_t i = 0; i < hs->n; i++) {
+        if (!fy_str_ieq(hs->v[i].name, "cookie", 6)) continue;
+        /* "a=1; NAME=id; b=2" */
+        const char *p = hs->v[i].value.p, *e = p + hs->v[i].value.len;
+        while (p < e) {
+            while (p < e && (*p == ' ' || *p == ';')) p++;
+            const char *q = p;
+            while (q < e && *q != ';') q++;
+            if ((size_t)(q - p) > nl && memcmp(p, sc->cookie, nl) == 0 && p[nl] == '=')
+                return fy_upstream_find_id(up, p + nl + 1, (size_t)(q - p - (ptrdiff_t)nl - 1));
+            p = q;
+        }
+    }
+    return -1;
+}
+
 static void attempt(proxy_req_t *pr)
 {
     pr->attempts++;
     fy_upstream_t *up = pr->ph->up;
-    pr->server = fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
+    int pinned = -1;
+    if (pr->attempts == 1 && fy_upstream_conf(up)->sticky) {
+        pinned = sticky_server(pr);
+        pr->sticky_hit = pinned;
+        if (pinned >= 0 && !fy_upstream_usable(up, pr->worker, pinned, pr->loop->now_ms))
+            pinned = -1;
+    }
+    pr->server =
+        pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
     pr->tried |= 1ull << (pr->server & 63);
     pr->sent_any = false;
     pr->req_chunked = false;
@@ -741,6 +791,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->hdrs =
         fy_arena_alloc(ex->arena, sizeof(fy_h1_header_t) * (size_t)ex->ctx->limits->max_headers);
     pr->req_body_done = ex->req.content_length == 0;
+    pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
     ex->handler_data = pr;
     fy_arena_on_reset(ex->arena, cleanup, pr);

@@ -380,7 +380,8 @@ struct fy_tls_client_ctx {
     bool insecure;
 };
 
-fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure)
+fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure, const char *cert,
+                                           const char *key)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (!ctx) return NULL;
@@ -402,6 +403,14 @@ fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure)
             SSL_CTX_free(ctx);
             return NULL;
         }
+    }
+    if (cert && (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+                 SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+                 SSL_CTX_check_private_key(ctx) != 1)) {
+        fy_tls_log_errors(FY_LOG_EMERG, cert);
+        fy_log(FY_LOG_EMERG, "cannot use client certificate %s with key %s", cert, key);
+        SSL_CTX_free(ctx);
+        return NULL;
     }
     fy_tls_client_ctx_t *c = fy_xcalloc(1, sizeof *c);
     c->ctx = ctx;

@@ -31,8 +31,10 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
 typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
 
 /* A client context: verification against `ca` (PEM file) or the system store, unless
- * `insecure`; ALPN http/1.1. Returns NULL after logging (bad CA file). Thread-safe once built. */
-fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure);
+ * `insecure`; a client certificate `cert`/`key` (PEM) for mTLS when not NULL; ALPN http/1.1.
+ * Returns NULL after logging (bad CA, certificate or key file). Thread-safe once built. */
+fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure, const char *cert,
+                                           const char *key);
 void fy_tls_client_ctx_free(fy_tls_client_ctx_t *ctx);
 
 /* A client TLS transport over `fd` (borrowed) that sends `sni` and, unless the context is

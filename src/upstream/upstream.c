@@ -49,6 +49,7 @@ typedef struct hc_probe {
 struct fy_upstream {
     const fy_upstream_conf_t *conf;
     atomic_bool *down;  /* per server, set by the health checker, read by every worker */
+    char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
     fy_loop_t *hc_loop;
@@ -73,7 +74,7 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         any_tls |= u->servers[i].tls;
     }
     if (any_tls) {
-        u->tls = fy_tls_client_ctx_new(conf->ca, conf->insecure);
+        u->tls = fy_tls_client_ctx_new(conf->ca, conf->insecure, conf->cert, conf->key);
         if (!u->tls) {
             fy_log(FY_LOG_EMERG, "upstream %s: TLS setup failed", conf->name);
             free(u);
@@ -81,6 +82,13 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         }
     }
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
+    u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
+    for (size_t i = 0; i < u->nservers; i++) {
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = u->servers[i].url; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        snprintf(u->ids[i], sizeof u->ids[i], "%016llx", (unsigned long long)h);
+    }
     u->nworkers = nworkers;
     u->workers = fy_xcalloc((size_t)nworkers, sizeof *u->workers);
     for (int w = 0; w < nworkers; w++) {
@@ -106,6 +114,7 @@ void fy_upstream_free(fy_upstream_t *u)
     }
     free(u->workers);
     free(u->down);
+    free(u->ids);
     free(u->probes);
     fy_tls_client_ctx_free(u->tls);
     free(u);
@@ -249,6 +258,24 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
         s->ejected_until = now_ms + u->conf->fail_timeout_ms;
         s->fails = 0;
     }
+}
+
+const char *fy_upstream_server_id(const fy_upstream_t *u, int server)
+{
+    return u->ids[server];
+}
+
+int fy_upstream_find_id(const fy_upstream_t *u, const char *id, size_t len)
+{
+    for (size_t i = 0; i < u->nservers; i++)
+        if (len == 16 && memcmp(u->ids[i], id, 16) == 0) return (int)i;
+    return -1;
+}
+
+bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_ms)
+{
+    return u->workers[w].srv[server].ejected_until <= now_ms &&
+           !atomic_load_explicit(&u->down[server], memory_order_relaxed);
 }
 
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)

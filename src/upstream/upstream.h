@@ -56,6 +56,12 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
 /* Passive health: a success resets the server's failure count; max-fails consecutive failures
  * eject it for fail-timeout. */
 void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+/* Sticky sessions: a server's opaque id (16 hex digits, stable across restarts), the server
+ * with a given id (-1: none), and whether a server may take requests now. */
+const char *fy_upstream_server_id(const fy_upstream_t *u, int server);
+int fy_upstream_find_id(const fy_upstream_t *u, const char *id, size_t len);
+bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_ms);
+
 /* Time to first byte of a response from `server` (least-time). */
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us);
 /* Requests in flight on a server from worker w (least-requests bookkeeping). */

@@ -172,9 +172,35 @@ static const fy_conf_directive_t health_table[] = {
     {.key = NULL},
 };
 
+static int check_sticky(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_sticky_conf_t *sc = obj;
+    if (!sc->cookie == !sc->header) {
+        fy_conf_error(ctx, map, NULL, "needs exactly one of cookie, header");
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t sticky_table[] = {
+    {.key = "cookie",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_sticky_conf_t, cookie),
+     .doc = "Cookie that pins a client to the server that answered it first (set by Ferry)."},
+    {.key = "header",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_sticky_conf_t, header),
+     .doc = "Request header whose value picks the server (same value, same server)."},
+    {.key = NULL, .check = check_sticky},
+};
+
 static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
     fy_upstream_conf_t *u = obj;
+    if (!u->cert != !u->key) {
+        fy_conf_error(ctx, map, u->cert ? "key" : "cert", "cert and key go together");
+        return -1;
+    }
     if (u->servers.n == 0 && u->name) {
         fy_conf_error(ctx, map, "servers", "needs at least one server");
         return -1;
@@ -266,6 +292,19 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .type = FY_CT_STRING,
      .offset = U(sni),
      .doc = "Server name sent to https origins and verified; default: the URL's host."},
+    {.key = "cert",
+     .type = FY_CT_STRING,
+     .offset = U(cert),
+     .doc = "Client certificate chain (PEM) presented to https origins (mTLS); with `key`."},
+    {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
+    {.key = "sticky",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(sticky),
+     .sub = sticky_table,
+     .sub_size = sizeof(fy_sticky_conf_t),
+     .doc = "Session affinity: `{cookie: NAME}` (Ferry sets NAME to an opaque server id on the "
+            "first response) or `{header: NAME}` (hash of the header's value). An ejected or "
+            "unhealthy server is replaced by the balancer's choice."},
     {.key = "health-check",
      .type = FY_CT_TABLE_PTR,
      .offset = U(health),

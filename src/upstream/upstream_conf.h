@@ -16,6 +16,12 @@ enum fy_balance {
     FY_BALANCE_LEAST_TIME,
 };
 
+/* `sticky:` session affinity: exactly one of the two */
+typedef struct fy_sticky_conf {
+    char *cookie; /* pin a client by a cookie Ferry sets (an opaque server id) */
+    char *header; /* pin by the hash of a request header's value */
+} fy_sticky_conf_t;
+
 /* `health-check:` active probes (HTTP GET over a fresh connection) */
 typedef struct fy_health_conf {
     char *path;            /* default "/" */
@@ -54,6 +60,9 @@ typedef struct fy_upstream_conf {
     char *ca;                       /* PEM bundle to verify https origins; default: system store */
     bool insecure;                  /* default false: do not verify origin certificates */
     char *sni;                      /* server name sent and verified; default: the URL's host */
+    char *cert;                     /* client certificate (PEM) for mTLS to https origins */
+    char *key;                      /* its private key */
+    fy_sticky_conf_t *sticky;       /* `sticky`; NULL: no session affinity */
     fy_health_conf_t *health;       /* `health-check`; NULL: no active checks */
 } fy_upstream_conf_t;
 
