@@ -8,7 +8,7 @@ PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
 
 # Everything the build, the tests and the benchmark use, from Debian 12.
 BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-dev libpcre2-dev
-TEST_PKGS  = python3 python3-pytest python3-h2 curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev
+TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev
 BENCH_PKGS = wrk nginx-light valgrind strace
 PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 

@@ -1850,3 +1850,146 @@ def test_mtls_client_certificate_to_origin(server, certs, tmp_path):
         assert any(r.startswith("refused") for r in o.results)
     finally:
         o.stop()
+
+
+# ---- WebSocket through the proxy (HTTP/1.1 Upgrade to the origin) ----
+
+class WsEchoOrigin:
+    """python3-websockets echo server in its own thread and event loop."""
+
+    def __init__(self):
+        import asyncio
+        import websockets
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def echo(ws, path=None):
+            async for m in ws:
+                await ws.send(m)
+
+        async def main():
+            self.stop_fut = self.loop.create_future()
+            async with websockets.serve(echo, "127.0.0.1", self.port):
+                ready.set()
+                await self.stop_fut
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),),
+                                       daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.stop_fut.set_result, None)
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def ws_origin():
+    o = WsEchoOrigin()
+    yield o
+    o.stop()
+
+
+def test_websocket_h1_to_h1(server, ws_origin):
+    """python3-websockets client -> Ferry (HTTP/1.1 Upgrade, 101) -> python3-websockets echo:
+    text, a 100 KB message and binary frames come back exactly; the close handshake passes."""
+    import asyncio
+    import websockets
+    srv = start(server, [ws_origin.url])
+
+    async def run():
+        async with websockets.connect(f"ws://127.0.0.1:{srv.port}/chat",
+                                      open_timeout=5, close_timeout=5) as ws:
+            for m in ["hello", "x" * 100000, b"\x00\x01binary\xff"]:
+                await ws.send(m)
+                assert await asyncio.wait_for(ws.recv(), 5) == m
+
+    asyncio.run(run())
+
+
+def test_websocket_h1_upgrade_refused_by_origin_is_relayed(server, origins):
+    """An origin that answers the Upgrade with a plain response: relayed as is (no tunnel)."""
+    o = origins(name="plain")
+    srv = start(server, [o.url])
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=SOCK_TIMEOUT)
+    conn.request("GET", "/nows", headers={
+        "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("upgrade") is None
+    r.read()
+    # no tunnel was opened: the connection still serves plain requests
+    conn.request("GET", "/after")
+    r = conn.getresponse()
+    assert r.status == 200
+    r.read()
+    conn.close()
+
+
+def _ws_frame(payload, opcode=1):
+    mask = os.urandom(4)
+    n = len(payload)
+    hdr = bytes([0x80 | opcode])
+    if n < 126:
+        hdr += bytes([0x80 | n])
+    elif n < 65536:
+        hdr += bytes([0x80 | 126]) + struct.pack("!H", n)
+    else:
+        hdr += bytes([0x80 | 127]) + struct.pack("!Q", n)
+    return hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _ws_parse(buf):
+    out = []
+    while len(buf) >= 2:
+        n, o = buf[1] & 0x7f, 2
+        if n == 126:
+            n, o = struct.unpack("!H", buf[2:4])[0], 4
+        elif n == 127:
+            n, o = struct.unpack("!Q", buf[2:10])[0], 10
+        if len(buf) < o + n:
+            break
+        out.append((buf[0] & 0x0f, buf[o:o + n]))
+        buf = buf[o + n:]
+    return out, buf
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "h2"])
+def test_websocket_h2_extended_connect_to_h1_origin(server, ws_origin, tls):
+    """RFC 8441 extended CONNECT from an h2 client becomes an HTTP/1.1 Upgrade to the origin
+    (Ferry supplies the Sec-WebSocket-Key h2 clients do not send); 200 to the client, then
+    WebSocket frames both ways inside DATA."""
+    import h2.events
+    srv = start(server, [ws_origin.url])
+    port = srv.ports[1] if tls else srv.port
+    s, c = _h2_connect(port, tls)
+    try:
+        while not c.remote_settings.enable_connect_protocol:
+            c.receive_data(s.recv(65535))
+            s.sendall(c.data_to_send())
+        c.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"),
+                           (":scheme", "https" if tls else "http"), (":path", "/chat"),
+                           (":authority", "127.0.0.1"), ("sec-websocket-version", "13")])
+        out = _ws_frame(b"hello over h2") + _ws_frame(b"y" * 30000)
+        for i in range(0, len(out), 16384):  # DATA frames of at most the default max size
+            c.send_data(1, out[i:i + 16384])
+        s.sendall(c.data_to_send())
+        status, buf, msgs = None, b"", []
+        while len(msgs) < 2:
+            data = s.recv(65535)
+            assert data, "connection closed"
+            for e in c.receive_data(data):
+                if isinstance(e, h2.events.ResponseReceived):
+                    status = dict(e.headers)[b":status"]
+                if isinstance(e, h2.events.DataReceived):
+                    buf += e.data
+                    c.acknowledge_received_data(e.flow_controlled_length, 1)
+            s.sendall(c.data_to_send())
+            got, buf = _ws_parse(buf)
+            msgs += got
+        assert status == b"200"
+        assert msgs == [(1, b"hello over h2"), (1, b"y" * 30000)]
+    finally:
+        s.close()

@@ -34,6 +34,7 @@ enum body_mode {
     B_NONE = 0, /* no (more) request body */
     B_LENGTH,   /* Content-Length bytes left in body_left */
     B_CHUNKED,  /* chunked decoder running */
+    B_TUNNEL,   /* after 101: every byte until the client ends its side */
 };
 
 #define MAX_REFS 8
@@ -101,6 +102,8 @@ typedef struct h1_conn {
     bool closed;
     bool lingering;
     bool handed_off; /* the fd and transport now belong to the h2 codec */
+    bool tunnel;     /* 101 sent: raw bytes both ways until either side ends */
+    bool peer_eof;   /* the client half-closed (tunnel) */
     _Alignas(16) char arena_first[2048];
 } h1_conn_t;
 
@@ -438,8 +441,10 @@ static bool write_head(h1_conn_t *c)
     }
     if (c->requests + 1 >= (unsigned)c->ctx->limits->keepalive_requests || c->ctx->draining)
         c->keepalive = false;
-    c->res_no_body = ex->req.method_id == FY_M_HEAD || status == 204 || status == 304 ||
-                     (status >= 100 && status < 200);
+    /* 101 to an Upgrade request: the connection becomes a tunnel for this exchange */
+    bool tunnel = status == 101 && ex->req.protocol.len && c->req.conn_upgrade;
+    c->res_no_body = !tunnel && (ex->req.method_id == FY_M_HEAD || status == 204 || status == 304 ||
+                                 (status >= 100 && status < 200));
     c->res_chunked = false;
     char *p = c->wbuf + c->wlen;
     p = PUT_LIT(p, "HTTP/1.1 ");
@@ -468,12 +473,22 @@ static bool write_head(h1_conn_t *c)
     }
     for (size_t i = 0; i < res->headers.n; i++) {
         const fy_header_t *h = &res->headers.v[i];
+        if (tunnel && (fy_str_ieq(h->name, "connection", 10) || fy_str_ieq(h->name, "upgrade", 7)))
+            continue;
         p = put(p, h->name.p, h->name.len);
         p = PUT_LIT(p, ": ");
         p = put(p, h->value.p, h->value.len);
         p = PUT_LIT(p, "\r\n");
     }
-    if (!c->keepalive)
+    if (tunnel) {
+        /* hop-by-hop: ours to write, whatever the handler had */
+        p = PUT_LIT(p, "Connection: Upgrade\r\nUpgrade: ");
+        p = put(p, ex->req.protocol.p, ex->req.protocol.len);
+        p = PUT_LIT(p, "\r\n");
+        c->tunnel = true;
+        c->keepalive = false;
+        c->body_mode = B_TUNNEL;
+    } else if (!c->keepalive)
         p = PUT_LIT(p, "Connection: close\r\n");
     else if (ex->req.version == 10)
         p = PUT_LIT(p, "Connection: keep-alive\r\n");
@@ -834,6 +849,16 @@ static void begin_exchange(h1_conn_t *c, int headlen)
     q->headers.v = (fy_header_t *)c->hdrs; /* same layout: two slices */
     q->headers.n = q->headers.cap = r->nheaders;
     q->expect_continue = r->expect_continue && q->version >= 11;
+    if (r->conn_upgrade && q->version >= 11) {
+        /* `Connection: upgrade` + `Upgrade: websocket`: a tunnel request, like an extended
+           CONNECT on h2 (h2c upgrades are the codec's own business) */
+        const fy_header_t *up = FY_HDR_FIND(&q->headers, "upgrade");
+        if (up && !fy_str_list_has(up->value, "h2c", 3)) {
+            size_t l = 0;
+            while (l < up->value.len && up->value.p[l] != ',' && up->value.p[l] != ' ') l++;
+            q->protocol = fy_str(up->value.p, l);
+        }
+    }
     if (r->body_kind == FY_H1_BODY_LENGTH) {
         q->content_length = (int64_t)r->content_length;
         c->body_mode = r->content_length ? B_LENGTH : B_NONE;
@@ -1045,6 +1070,11 @@ static void deliver_body(h1_conn_t *c)
             c->body_pos += take;
             c->body_out = c->body_pos;
             end = c->body_left == 0;
+        } else if (c->body_mode == B_TUNNEL) {
+            take = avail;
+            c->body_pos += take;
+            c->body_out = c->body_pos;
+            end = c->peer_eof && c->body_pos == c->rlen;
         } else if (c->body_mode == B_CHUNKED) {
             size_t consumed = 0;
             c->body_out = c->body_pos;
@@ -1068,7 +1098,7 @@ static void deliver_body(h1_conn_t *c)
             end = true;
         }
         ex->body_received += take;
-        if (ex->body_received > c->ctx->limits->max_body) {
+        if (c->body_mode != B_TUNNEL && ex->body_received > c->ctx->limits->max_body) {
             c->body_mode = B_NONE;
             if (!c->head_written && !c->discarding) {
                 c->ex.response_started = false;
@@ -1118,7 +1148,7 @@ static void deliver_body(h1_conn_t *c)
             return;
         }
         c->read_paused = false;
-        set_timer(c, T_BODY);
+        if (c->body_mode != B_TUNNEL) set_timer(c, T_BODY); /* tunnels idle as they like */
         update_events(c);
         return;
     }
@@ -1242,6 +1272,12 @@ static void on_readable(h1_conn_t *c)
         }
         ssize_t n = c->t->ops->read(c->t, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n == 0) break;
+        if (n == FY_EEOF && c->tunnel && c->ex_active && !c->peer_eof) {
+            /* the client ended its side of the tunnel: tell the handler, keep writing */
+            c->peer_eof = true;
+            if (c->body_wanted) deliver_body(c);
+            break;
+        }
         if (n < 0) {
             c->in_read = false;
             if (n != FY_EEOF && n != -ECONNRESET) fy_debug("read: %zd", n);

@@ -301,6 +301,13 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
         s->deferred = false;
         nghttp2_session_resume_data(c->ng, s->id);
     }
+    if (state == FY_SEND_MORE && total == 0 && s->npend == 0 && s->file_left == 0 && !s->closed) {
+        /* nothing to copy (a head-only send that opens a tunnel): proceed at once */
+        s->want_proceed = true;
+        s->defer.cb = proceed_cb;
+        s->defer.data = s;
+        fy_defer(c->loop, &s->defer);
+    }
     schedule_flush(c);
 }
 

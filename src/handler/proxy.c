@@ -65,6 +65,9 @@ typedef struct proxy_req {
     bool origin_eof;
     bool finished;
     bool stopped;
+    bool tunnel;      /* Upgrade / extended CONNECT: raw bytes both ways after 101 */
+    bool tunnel_open; /* the origin said 101 */
+    bool shut_origin; /* the client's side ended: FIN sent to the origin */
 } proxy_req_t;
 
 static void attempt(proxy_req_t *pr);
@@ -154,7 +157,10 @@ static void build_head(proxy_req_t *pr)
     const fy_proxy_conf_t *pc = pr->ph->conf;
     const fy_request_t *q = &ex->req;
     sbuf_t b = {fy_arena_alloc(ex->arena, 1024), 0, 1024, ex->arena};
-    sb_str(&b, q->method);
+    if (pr->tunnel && q->method_id == FY_M_CONNECT)
+        SB_LIT(&b, "GET"); /* extended CONNECT (h2) becomes an HTTP/1.1 Upgrade */
+    else
+        sb_str(&b, q->method);
     SB_LIT(&b, " ");
     fy_str_t path = q->target;
     if (pc->strip_prefix) {
@@ -242,7 +248,38 @@ static void build_head(proxy_req_t *pr)
         SB_LIT(&b, "\r\n");
     }
     if (pc->via) SB_LIT(&b, "Via: 1.1 ferry\r\n");
-    if (q->content_length > 0) {
+    if (pr->tunnel) {
+        SB_LIT(&b, "Connection: Upgrade\r\nUpgrade: ");
+        sb_str(&b, q->protocol);
+        SB_LIT(&b, "\r\n");
+        if (fy_str_ieq(q->protocol, "websocket", 9) &&
+            !FY_HDR_FIND(&q->headers, "sec-websocket-key")) {
+            /* RFC 8441 clients send no key; an HTTP/1.1 origin needs one */
+            unsigned char raw[16];
+            char key[32];
+            uint64_t x = now_us() ^ (uint64_t)(uintptr_t)pr;
+            for (int i = 0; i < 16; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                raw[i] = (unsigned char)x;
+            }
+            static const char b64[] =
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            size_t o = 0;
+            for (int i = 0; i < 16; i += 3) {
+                unsigned v = (unsigned)raw[i] << 16 | (i + 1 < 16 ? raw[i + 1] << 8 : 0) |
+                             (i + 2 < 16 ? raw[i + 2] : 0);
+                key[o++] = b64[v >> 18 & 63];
+                key[o++] = b64[v >> 12 & 63];
+                key[o++] = i + 1 < 16 ? b64[v >> 6 & 63] : '=';
+                key[o++] = i + 2 < 16 ? b64[v & 63] : '=';
+            }
+            SB_LIT(&b, "Sec-WebSocket-Key: ");
+            sb_put(&b, key, o);
+            SB_LIT(&b, "\r\n");
+            if (!FY_HDR_FIND(&q->headers, "sec-websocket-version"))
+                SB_LIT(&b, "Sec-WebSocket-Version: 13\r\n");
+        }
+    } else if (q->content_length > 0) {
         char cl[32];
         int n = snprintf(cl, sizeof cl, "Content-Length: %lld\r\n", (long long)q->content_length);
         sb_put(&b, cl, (size_t)n);
@@ -399,7 +436,13 @@ static void do_write(proxy_req_t *pr)
         }
     }
     if (!pr->oc) return;
-    if (pr->nout == 0 && !pr->req_body_done && !pr->req_body_waiting && !pr->finished) {
+    if (pr->nout == 0 && pr->tunnel && pr->req_body_done && !pr->shut_origin && pr->tunnel_open) {
+        /* the client ended its side of the tunnel: pass the FIN on, keep reading */
+        pr->shut_origin = true;
+        pr->oc->t->ops->shutdown(pr->oc->t);
+    }
+    if (pr->nout == 0 && !pr->req_body_done && !pr->req_body_waiting && !pr->finished &&
+        (!pr->tunnel || pr->tunnel_open)) {
         /* everything so far is with the origin: pull more of the client's body */
         pr->req_body_waiting = true;
         fy_exchange_read_body(pr->ex, on_req_body);
@@ -472,6 +515,30 @@ static void start_response(proxy_req_t *pr, int headlen)
     }
     ex->res.status = r->status;
     pr->body_kind = r->body_kind;
+    if (pr->tunnel && r->status == 101) {
+        /* the tunnel is open: h1 clients get 101, h2 clients 200 (RFC 8441) */
+        pr->tunnel_open = true;
+        ex->res.status = ex->req.version >= 20 ? 200 : 101;
+        pr->body_kind = FY_H1_RESP_CLOSE;
+        ex->res.content_length = -1;
+        if (ex->req.version >= 20) {
+            size_t k = 0; /* no handshake proof for a client that sent no key */
+            for (size_t i = 0; i < ex->res.headers.n; i++)
+                if (!fy_str_ieq(ex->res.headers.v[i].name, "sec-websocket-accept", 20))
+                    ex->res.headers.v[k++] = ex->res.headers.v[i];
+            ex->res.headers.n = k;
+        }
+        pr->ipos = (size_t)headlen;
+        pr->rstate = R_BODY;
+        fy_upstream_report(pr->ph->up, pr->worker, pr->server, true, pr->loop->now_ms);
+        fy_exchange_start_response(ex, &proxy_producer);
+        /* the 101/200 goes out now, before any tunnel byte; proceed then reads on */
+        pr->res_sending = true;
+        pr->sending_len = 0;
+        fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
+        if (pr->oc) do_write(pr); /* and the client's bytes may flow to the origin */
+        return;
+    }
     if (r->body_kind == FY_H1_RESP_LENGTH) {
         ex->res.content_length = (int64_t)r->content_length;
         pr->body_left = r->content_length;
@@ -779,8 +846,8 @@ static void attempt(proxy_req_t *pr)
 static void on_request(fy_handler_t *h, fy_exchange_t *ex)
 {
     proxy_handler_t *ph = (proxy_handler_t *)h;
-    if (ex->req.protocol.len || ex->req.method_id == FY_M_CONNECT) {
-        fy_exchange_fail(ex, 501, "tunnels through the proxy are not supported yet");
+    if (ex->req.method_id == FY_M_CONNECT && !ex->req.protocol.len) {
+        fy_exchange_fail(ex, 405, "CONNECT is not proxied (use the intercepting proxy)");
         return;
     }
     proxy_req_t *pr = fy_arena_calloc(ex->arena, sizeof *pr);
@@ -790,7 +857,9 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->worker = ex->ctx->worker_id;
     pr->hdrs =
         fy_arena_alloc(ex->arena, sizeof(fy_h1_header_t) * (size_t)ex->ctx->limits->max_headers);
-    pr->req_body_done = ex->req.content_length == 0;
+    pr->tunnel = ex->req.protocol.len > 0;
+    pr->req_body_done = ex->req.content_length == 0 && !pr->tunnel; /* a tunnel's bytes are
+                                                                        its body */
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
     ex->handler_data = pr;
