@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Ferry HTTP/1.1 benchmark: ferry vs nginx vs the bare epoll floor.
+"""Ferry benchmark: HTTP/1.1 (ferry vs nginx vs the bare epoll floor) and
+HTTP/2 (h2c and h2 over TLS: ferry vs nginx vs h2o vs lighttpd).
 
-Throughput (default): wrk -t1 -c64 keep-alive, server pinned to CPU 0 with ONE
+Throughput (default): HTTP/1.1 rows with wrk -t1 -c64 keep-alive; HTTP/2 rows
+with h2load -t1 -c16 -m16 and -c64 -m1. Server pinned to CPU 0 with ONE
 worker, load pinned to CPU 1, warm-up then median of N runs, zero-error gate.
 
 Cost (--cost): marginal per-request instructions (callgrind), syscalls
@@ -10,6 +12,7 @@ Cost (--cost): marginal per-request instructions (callgrind), syscalls
 Python 3 standard library only.  See bench/README.md.
 """
 import argparse
+import collections
 import datetime
 import hashlib
 import http.client
@@ -34,20 +37,29 @@ LOAD_CPU = "1"
 HELLO = b"Hello, world!"
 FILE_NAME = "file-4k.bin"
 FILE_SIZE = 4096
-ARMS = ("ferry", "nginx", "bare")
-# row id -> (content, transport)
+ARMS = ("ferry", "nginx", "h2o", "lighttpd", "bare")
+# the arms each protocol's tables compare (h2o and lighttpd are HTTP/2 peers only)
+PROTO_ARMS = {"h1": ("ferry", "nginx", "bare"), "h2": ("ferry", "nginx", "h2o", "lighttpd", "bare")}
+PEERS = ("nginx", "h2o", "lighttpd")
+# row id -> (content, transport, protocol)
 ROWS = {
-    "static": ("static", "plain"),
-    "static-tls": ("static", "tls"),
-    "file-4k": ("file-4k", "plain"),
-    "file-4k-tls": ("file-4k", "tls"),
+    "static": ("static", "plain", "h1"),
+    "static-tls": ("static", "tls", "h1"),
+    "file-4k": ("file-4k", "plain", "h1"),
+    "file-4k-tls": ("file-4k", "tls", "h1"),
+    "static-h2c": ("static", "plain", "h2"),
+    "static-h2-tls": ("static", "tls", "h2"),
 }
 ROW_LABEL = {
     "static": "static 13 B · h1",
     "static-tls": "static 13 B · h1 + TLS 1.3",
     "file-4k": "file 4 KiB · h1",
     "file-4k-tls": "file 4 KiB · h1 + TLS 1.3",
+    "static-h2c": "static 13 B · h2c",
+    "static-h2-tls": "static 13 B · h2 + TLS",
 }
+# HTTP/2 throughput loads: variant id -> (connections, max concurrent streams per connection)
+H2_LOADS = {"c16m16": (16, 16), "c64m1": (64, 1)}
 TOOLS = {  # binary -> Debian package
     "wrk": "wrk",
     "h2load": "nghttp2-client",
@@ -56,8 +68,11 @@ TOOLS = {  # binary -> Debian package
     "openssl": "openssl",
     "cc": "gcc",
     "taskset": "util-linux",
+    "nghttp": "nghttp2-client",
 }
 NGINX_BIN = "/usr/sbin/nginx"
+H2O_BIN = "/usr/bin/h2o"
+LIGHTTPD_BIN = "/usr/sbin/lighttpd"
 
 
 def log(msg):
@@ -70,13 +85,19 @@ def run(argv, timeout, **kw):
                           text=True, timeout=timeout, **kw)
 
 
-def ensure_tools(need_nginx, need_cost):
+def ensure_tools(arms, need_h2, need_cost):
     needed = ["wrk", "openssl", "cc", "taskset"]
+    if need_cost or need_h2:
+        needed += ["h2load", "nghttp"]
     if need_cost:
-        needed += ["h2load", "valgrind", "strace"]
-    pkgs = [TOOLS[t] for t in needed if shutil.which(t) is None]
-    if need_nginx and not os.path.exists(NGINX_BIN):
+        needed += ["valgrind", "strace"]
+    pkgs = sorted({TOOLS[t] for t in needed if shutil.which(t) is None})
+    if "nginx" in arms and not os.path.exists(NGINX_BIN):
         pkgs.append("nginx-light")
+    if need_h2 and "h2o" in arms and not os.path.exists(H2O_BIN):
+        pkgs.append("h2o")
+    if need_h2 and "lighttpd" in arms and not os.path.exists(LIGHTTPD_BIN):
+        pkgs.append("lighttpd")
     if not pkgs:
         return
     if os.geteuid() != 0:
@@ -104,6 +125,18 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}×"
 
 
+def row_proto(key):
+    return ROWS[key.split("@")[0]][2]
+
+
+def key_label(key):
+    row, _, variant = key.partition("@")
+    if not variant:
+        return ROW_LABEL[row]
+    c, m = H2_LOADS[variant]
+    return f"{ROW_LABEL[row]} · -c{c} -m{m}"
+
+
 # --------------------------------------------------------------------------- environment
 
 class Env:
@@ -121,8 +154,12 @@ class Env:
         self.file_body = blob
         with open(os.path.join(self.docroot, FILE_NAME), "wb") as f:
             f.write(blob)
-        self.port = {"plain": free_port(), "tls": free_port(),
-                     "bare-static": free_port(), "bare-file": free_port()}
+        # the 13 bytes as a file, for the arms that have no fixed-response directive
+        with open(os.path.join(self.docroot, "hello"), "wb") as f:
+            f.write(HELLO)
+        self.port = {k: free_port() for k in
+                     ("plain", "tls", "bare-static", "bare-file", "nginx-h2c", "nginx-h2",
+                      "h2o-h2c", "h2o-h2", "lighttpd-h2c", "lighttpd-h2")}
         self._cert()
         self.bare = self._build_bare()
 
@@ -154,9 +191,15 @@ class Env:
 
 # --------------------------------------------------------------------------- arms
 
+class Named:
+    def __init__(self, name):
+        self.name = name
+
+
 class Arm:
     name = ""
     tls = True
+    protos = ("h1",)
 
     def __init__(self, env):
         self.env = env
@@ -165,7 +208,12 @@ class Arm:
         return True, ""
 
     def supports(self, row):
-        return self.tls or ROWS[row][1] == "plain"
+        content, transport, proto = ROWS[row]
+        return proto in self.protos and (self.tls or transport == "plain")
+
+    def check_unchanged(self):
+        """None, or why the measured binary can no longer be trusted (ferry only)."""
+        return None
 
     def instances(self):
         """name -> (argv, [ports])"""
@@ -175,8 +223,11 @@ class Arm:
         return "main"
 
     def url(self, row):
-        content, transport = ROWS[row]
+        content, transport, _ = ROWS[row]
         path = "/hello" if content == "static" else "/" + FILE_NAME
+        if ROWS[row][2] == "h2" and hasattr(self, "h2_ports"):
+            return (f"https://127.0.0.1:{self.h2_ports[1]}{path}" if transport == "tls"
+                    else f"http://127.0.0.1:{self.h2_ports[0]}{path}")
         if transport == "tls":
             return f"https://127.0.0.1:{self.env.port['tls']}{path}"
         return f"http://127.0.0.1:{self.env.port['plain']}{path}"
@@ -187,10 +238,23 @@ class Arm:
 
 class Ferry(Arm):
     name = "ferry"
+    protos = ("h1", "h2")
 
     def __init__(self, env, binary):
         super().__init__(env)
+        # Measure a copy taken now: others rebuild build/ferry while the benchmark runs,
+        # and the K=200 and K=2200 runs must be the same binary.
+        self.source = binary
         self.binary = binary
+        self.sha256 = None
+        if os.access(binary, os.X_OK):
+            self.binary = env.path("ferry")
+            shutil.copy2(binary, self.binary)
+            with open(self.binary, "rb") as f:
+                self.sha256 = hashlib.sha256(f.read()).hexdigest()
+            self.built = datetime.datetime.fromtimestamp(
+                os.stat(binary).st_mtime).isoformat(timespec="seconds")
+        self.stamp = self._stamp()
         self.conf = env.path("ferry.yaml")
         with open(self.conf, "w") as f:
             f.write(f"""workers: 1
@@ -205,21 +269,36 @@ routes:
 log: {{level: warn}}
 """)
 
+    def _stamp(self):
+        try:
+            st = os.stat(self.binary)
+            return (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            return None
+
+    def check_unchanged(self):
+        if self._stamp() != self.stamp:
+            return f"{self.binary} changed during the run: re-run this row"
+        return None
+
     def available(self):
         if not os.access(self.binary, os.X_OK):
-            return False, f"not built ({self.binary} missing)"
+            return False, f"not built ({self.source} missing)"
         return True, ""
 
     def instances(self):
+        # the listeners keep their default protocols: h1,h2c plain and h1,h2 on TLS
         return {"main": ([self.binary, "run", "-c", self.conf],
                          [self.env.port["plain"], self.env.port["tls"]])}
 
 
 class Nginx(Arm):
     name = "nginx"
+    protos = ("h1", "h2")
 
     def __init__(self, env):
         super().__init__(env)
+        self.h2_ports = (env.port["nginx-h2c"], env.port["nginx-h2"])
         d = env.path("nginx")
         os.makedirs(d, exist_ok=True)
         self.prefix = d
@@ -249,6 +328,10 @@ http {{
     server {{
         listen 127.0.0.1:{env.port['plain']};
         listen 127.0.0.1:{env.port['tls']} ssl;
+        # HTTP/2 on their own ports, so the HTTP/1.1 listeners stay as they were:
+        # h2c by prior knowledge (a plain `http2` listener speaks only h2c) and h2 by ALPN
+        listen 127.0.0.1:{env.port['nginx-h2c']} http2;
+        listen 127.0.0.1:{env.port['nginx-h2']} ssl http2;
         ssl_certificate {env.cert};
         ssl_certificate_key {env.key};
         root {env.docroot};
@@ -267,7 +350,86 @@ http {{
 
     def instances(self):
         return {"main": ([NGINX_BIN, "-p", self.prefix, "-e", os.path.join(self.prefix, "error.log"),
-                          "-c", self.conf], [self.env.port["plain"], self.env.port["tls"]])}
+                          "-c", self.conf], [self.env.port["plain"], self.env.port["tls"],
+                                             self.env.port["nginx-h2c"], self.env.port["nginx-h2"]])}
+
+
+class H2o(Arm):
+    name = "h2o"
+    protos = ("h2",)
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.h2_ports = (env.port["h2o-h2c"], env.port["h2o-h2"])
+        self.conf = env.path("h2o.yaml")
+        with open(self.conf, "w") as f:
+            f.write(f"""# generated by bench/run.py: one worker thread, /hello = a 13-byte file
+user: root
+num-threads: 1
+listen:
+  host: 127.0.0.1
+  port: {self.h2_ports[0]}
+listen:
+  host: 127.0.0.1
+  port: {self.h2_ports[1]}
+  ssl:
+    certificate-file: {env.cert}
+    key-file: {env.key}
+    ocsp-update-interval: 0
+file.mime.setdefaulttype: text/plain
+hosts:
+  default:
+    paths:
+      /hello:
+        file.file: {os.path.join(env.docroot, "hello")}
+""")
+
+    def available(self):
+        if not os.access(H2O_BIN, os.X_OK):
+            return False, "h2o not installed"
+        return True, ""
+
+    def instances(self):
+        return {"main": ([H2O_BIN, "-m", "worker", "-c", self.conf], list(self.h2_ports))}
+
+
+class Lighttpd(Arm):
+    name = "lighttpd"
+    protos = ("h2",)
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.h2_ports = (env.port["lighttpd-h2c"], env.port["lighttpd-h2"])
+        d = env.path("lighttpd")
+        os.makedirs(d, exist_ok=True)
+        self.conf = os.path.join(d, "lighttpd.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""# generated by bench/run.py: one process, /hello = a 13-byte file (static file handler)
+server.document-root = "{env.docroot}"
+server.bind = "127.0.0.1"
+server.port = {self.h2_ports[0]}
+server.max-worker = 0
+server.errorlog = "{d}/error.log"
+server.max-keep-alive-requests = 100000000
+server.max-keep-alive-idle = 75
+server.feature-flags += ("server.h2proto" => "enable", "server.h2c" => "enable")
+server.modules += ("mod_openssl")
+mimetype.assign = ("" => "text/plain")
+$SERVER["socket"] == "127.0.0.1:{self.h2_ports[1]}" {{
+    ssl.engine = "enable"
+    ssl.pemfile = "{env.cert}"
+    ssl.privkey = "{env.key}"
+    ssl.openssl.ssl-conf-cmd = ("MinProtocol" => "TLSv1.3")
+}}
+""")
+
+    def available(self):
+        if not os.access(LIGHTTPD_BIN, os.X_OK):
+            return False, "lighttpd not installed"
+        return True, ""
+
+    def instances(self):
+        return {"main": ([LIGHTTPD_BIN, "-D", "-f", self.conf], list(self.h2_ports))}
 
 
 class Bare(Arm):
@@ -334,6 +496,15 @@ def cpu_ticks(pid):
     return total
 
 
+def proc_alive(pid):
+    """True while pid exists and is not a zombie (an orphan nobody reaps stays a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 class Server:
     """A server process pinned to CPU 0, optionally wrapped (valgrind, strace)."""
 
@@ -381,7 +552,9 @@ class Server:
     def stop(self):
         if self.proc is None:
             return None
+        kids = []
         if self.proc.poll() is None:
+            kids = [p for p in tree(self.proc.pid) if p != self.proc.pid]
             try:
                 os.kill(self.target_pid(), signal.SIGTERM)
             except ProcessLookupError:
@@ -410,12 +583,25 @@ class Server:
                 except ProcessLookupError:
                     pass
                 self.proc.wait(timeout=30)
+        # helpers the server forked (h2o: its key-signing process and a crash-log
+        # filter) write their callgrind/strace output when they exit: wait for them
+        deadline = time.monotonic() + 20
+        while kids and time.monotonic() < deadline:
+            kids = [p for p in kids if proc_alive(p)]
+            if kids:
+                time.sleep(0.1)
+        for p in kids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.logf.close()
         return self.proc.returncode
 
     def log_tail(self, n=400):
         try:
-            self.logf.flush()
+            if not self.logf.closed:
+                self.logf.flush()
             with open(self.logpath, "rb") as f:
                 data = f.read()[-n:]
             return data.decode(errors="replace").strip().replace("\n", " | ")
@@ -457,6 +643,43 @@ def preflight(url, expected, cafile):
         return f"preflight: {type(e).__name__}: {e}", info
     if scheme == "https" and info.get("tls_version") != "TLSv1.3":
         return f"preflight: negotiated {info.get('tls_version')}, not TLSv1.3", info
+    return None, info
+
+
+def preflight_h2(url, expected):
+    """h2c (prior knowledge) or h2 (ALPN): status 200, exact body bytes (nghttp), then
+    4 requests on one connection (h2load). Returns (error, info)."""
+    info = {}
+    tls = url.startswith("https")
+    try:
+        r = run(["nghttp", "-v", "-n", url], timeout=20)
+        out = r.stdout + r.stderr
+        heads = re.findall(r"recv \(stream_id=\d+\) (\S+): (.*)", out)
+        if r.returncode != 0 or not heads:
+            return f"preflight: nghttp exit {r.returncode}: {out.strip()[-200:]}", info
+        info["headers"] = [f"{k}: {v}" for k, v in heads]
+        status = dict(heads).get(":status")
+        if status != "200":
+            return f"preflight: status {status}", info
+        if tls:
+            m = re.search(r"The negotiated protocol: (\S+)", out)
+            info["alpn"] = m.group(1) if m else None
+            if info["alpn"] != "h2":
+                return f"preflight: ALPN negotiated {info['alpn']}, not h2", info
+        r = subprocess.run(["nghttp", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=20)
+        if r.returncode != 0 or r.stdout != expected:
+            return (f"preflight: body differs ({len(r.stdout)} bytes, want {len(expected)}; "
+                    f"nghttp exit {r.returncode})"), info
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"preflight: nghttp: {e}", info
+    res = h2load(url, 4, 1, timeout=30, proto="h2")
+    if "error" in res:
+        return "preflight: " + res["error"], info
+    info["application_protocol"] = res.get("app_proto")
+    if tls:
+        info["tls_version"] = res.get("tls_protocol")
+        info["tls_cipher"] = res.get("tls_cipher")
     return None, info
 
 
@@ -516,9 +739,15 @@ def wrk(url, duration, conns, server):
     return res
 
 
-def h2load(url, n, clients, timeout):
-    cmd = ["taskset", "-c", LOAD_CPU, "h2load", "--h1", "-n", str(n), "-c", str(clients),
-           "-m1", "-t1", url]
+def h2load(url, n, clients, timeout, proto="h1", streams=1, duration=None, warmup=None):
+    """h2load; n requests, or (n=None) a timed run of `duration` s after `warmup` s.
+    proto h1 adds --h1; h2 means h2c by prior knowledge on http://, ALPN h2 on https://."""
+    cmd = ["taskset", "-c", LOAD_CPU, "h2load"] + (["--h1"] if proto == "h1" else [])
+    if n is None:
+        cmd += ["-t1", f"-c{clients}", f"-m{streams}", "-D", str(duration),
+                "--warm-up-time", str(warmup), url]
+    else:
+        cmd += ["-n", str(n), "-c", str(clients), f"-m{streams}", "-t1", url]
     try:
         r = run(cmd, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -530,8 +759,40 @@ def h2load(url, n, clients, timeout):
     st = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     fin = re.search(r"finished in ([\d.]+)(\w+), ([\d.]+) req/s", out)
     res["rps"] = float(fin.group(3)) if fin else None
+    ap = re.search(r"Application protocol: (\S+)", out)
+    res["app_proto"] = ap.group(1) if ap else None
+    tp = re.search(r"TLS Protocol: (\S+)", out)
+    res["tls_protocol"] = tp.group(1) if tp else None
+    tc = re.search(r"Cipher: (\S+)", out)
+    res["tls_cipher"] = tc.group(1) if tc else None
+    if m:
+        res["requests"] = dict(zip(("total", "started", "done", "succeeded", "failed", "errored",
+                                    "timeout"), map(int, m.groups())))
+    if st:
+        res["status"] = dict(zip(("2xx", "3xx", "4xx", "5xx"), map(int, st.groups())))
+    lat = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out)
+    if lat:
+        res["latency_mean_ms"] = to_ms(lat.group(3))
+        res["latency_max_ms"] = to_ms(lat.group(2))
+    want_proto = ("http/1.1" if proto == "h1" else "h2" if url.startswith("https") else "h2c")
     if r.returncode != 0 or not m or not st:
         res["error"] = f"h2load exit {r.returncode}: {(r.stderr or out).strip()[-200:]}"
+    elif res["app_proto"] != want_proto:
+        res["error"] = f"negotiated {res['app_proto']}, not {want_proto}"
+    elif n is None:
+        # h2load counts a status when the headers arrive in the measured phase, and a success
+        # when the stream closes in it: a request straddling the start (or the end) of the
+        # measured phase is a success without a status (or a status without a success).
+        # So allow that many (≤ clients × streams) either way.
+        q, s2 = res["requests"], res["status"]
+        res["status_uncounted"] = q["succeeded"] - s2["2xx"]
+        if q["succeeded"] == 0:
+            res["error"] = "no requests completed"
+        elif (q["failed"] or q["errored"] or q["timeout"] or s2["3xx"] or s2["4xx"] or s2["5xx"]
+              or abs(q["succeeded"] - s2["2xx"]) > clients * streams):
+            res["error"] = (f"{q['succeeded']} succeeded, {q['failed']} failed, {q['errored']} errored, "
+                            f"{q['timeout']} timeout; status {s2['2xx']} 2xx, {s2['3xx']} 3xx, "
+                            f"{s2['4xx']} 4xx, {s2['5xx']} 5xx")
     elif int(m.group(4)) != n or int(st.group(1)) != n:
         res["error"] = (f"{m.group(4)}/{n} succeeded ({m.group(5)} failed, {m.group(6)} errored, "
                         f"{m.group(7)} timeout); status {st.group(1)} 2xx, {st.group(2)} 3xx, "
@@ -541,26 +802,66 @@ def h2load(url, n, clients, timeout):
 
 # --------------------------------------------------------------------------- throughput
 
+def h2_run(url, clients, streams, duration, warmup, server):
+    """One timed h2load run with the same server-CPU accounting as wrk()."""
+    pid = server.target_pid()
+    b0 = cpu_busy(SERVER_CPU)
+    t0, w0 = cpu_ticks(pid), time.monotonic()
+    res = h2load(url, None, clients, timeout=duration + warmup + 60, proto="h2", streams=streams,
+                 duration=duration, warmup=warmup)
+    t1, w1 = cpu_ticks(pid), time.monotonic()
+    b1 = cpu_busy(SERVER_CPU)
+    # the server is loaded during the warm-up too: the whole run is the window
+    res["server_cpu_pct"] = 100.0 * (t1 - t0) / os.sysconf("SC_CLK_TCK") / max(w1 - w0, 1e-9)
+    if b1[1] > b0[1]:
+        busy_pct = 100.0 * (b1[0] - b0[0]) / (b1[1] - b0[1])
+        res["cpu0_busy_pct"] = busy_pct
+        res["cpu0_foreign_pct"] = max(0.0, busy_pct - res["server_cpu_pct"])
+    res["latency_p99_ms"] = None  # h2load gives no percentiles
+    if "error" not in res and not server.alive():
+        res["error"] = "server exited during the run"
+    return res
+
+
+def table_keys(rows):
+    """Throughput cells: one per HTTP/1.1 row, one per (HTTP/2 row, load variant)."""
+    keys = []
+    for row in rows:
+        if ROWS[row][2] == "h1":
+            keys.append(row)
+        else:
+            keys += [f"{row}@{v}" for v in H2_LOADS]
+    return keys
+
+
 def throughput(args, env, arms, rows):
-    cells = {}  # (row, arm) -> dict
+    cells = {}  # (key, arm) -> dict
     for arm in arms:
+        keys = [k for k in table_keys(rows) if arm.name in PROTO_ARMS[row_proto(k)]]
+        if not keys:
+            continue
         ok, why = arm.available()
         if not ok:
-            for row in rows:
-                cells[(row, arm.name)] = {"status": "absent", "reason": why}
+            for key in keys:
+                cells[(key, arm.name)] = {"status": "absent", "reason": why}
             log(f"[{arm.name}] skipped: {why}")
+            continue
+        if not any(arm.supports(k.split("@")[0]) for k in keys):
+            for key in keys:
+                cells[(key, arm.name)] = {"status": "n/a", "reason": "not possible"}
             continue
         servers = {}
         start_err = None
-        for key, (argv, ports) in arm.instances().items():
-            s = Server(f"{arm.name}-{key}", argv, ports, env.path(f"{arm.name}-{key}.log"))
-            servers[key] = s
+        for inst, (argv, ports) in arm.instances().items():
+            s = Server(f"{arm.name}-{inst}", argv, ports, env.path(f"{arm.name}-{inst}.log"))
+            servers[inst] = s
             start_err = s.start()
             if start_err:
                 break
         try:
-            for row in rows:
-                cell = cells[(row, arm.name)] = {"url": arm.url(row)}
+            for key in keys:
+                row, _, variant = key.partition("@")
+                cell = cells[(key, arm.name)] = {"url": arm.url(row)}
                 if not arm.supports(row):
                     cell.update(status="n/a", reason="not possible")
                     continue
@@ -568,35 +869,58 @@ def throughput(args, env, arms, rows):
                     cell.update(status="failed", reason=f"server {start_err}")
                     continue
                 srv = servers[arm.instance_for(row)]
-                err, info = preflight(arm.url(row), arm.expected(row), env.cert)
+                if not srv.alive():
+                    cell.update(status="failed", reason=f"server died earlier: {srv.log_tail()}")
+                    continue
+                h2 = ROWS[row][2] == "h2"
+                if h2:
+                    err, info = preflight_h2(arm.url(row), arm.expected(row))
+                else:
+                    err, info = preflight(arm.url(row), arm.expected(row), env.cert)
                 cell["preflight"] = info
                 if err:
                     cell.update(status="failed", reason=err)
-                    log(f"[{arm.name}] {row}: {err}")
+                    log(f"[{arm.name}] {key}: {err}")
                     continue
-                log(f"[{arm.name}] {row}: warm-up {args.warmup}s, {args.runs}×{args.duration}s")
-                warm = wrk(arm.url(row), args.warmup, args.connections, srv)
+                if h2:
+                    c, m = H2_LOADS[variant]
+                    log(f"[{arm.name}] {key}: {args.runs}×({args.warmup}s warm-up + {args.duration}s)")
+                    warm = {}
+                    one = lambda: h2_run(arm.url(row), c, m, args.duration, args.warmup, srv)
+                else:
+                    log(f"[{arm.name}] {key}: warm-up {args.warmup}s, {args.runs}×{args.duration}s")
+                    warm = wrk(arm.url(row), args.warmup, args.connections, srv)
+                    one = lambda: wrk(arm.url(row), args.duration, args.connections, srv)
                 samples = []
                 failure = None if "error" not in warm else "warm-up: " + warm["error"]
                 for i in range(args.runs if not failure else 0):
-                    s = wrk(arm.url(row), args.duration, args.connections, srv)
+                    s = one()
                     samples.append(s)
                     if "error" in s:
                         failure = f"run {i + 1}: {s['error']}"
                         break
-                    log(f"    run {i + 1}: {s['rps']:,.0f} req/s, p99 {s.get('latency_p99_ms')} ms, "
-                        f"server cpu {s['server_cpu_pct']:.0f}%, cpu0 busy {s.get('cpu0_busy_pct', 0):.0f}%")
+                    p99 = s.get("latency_p99_ms")
+                    log(f"    run {i + 1}: {s['rps']:,.0f} req/s, "
+                        + (f"p99 {p99} ms, " if p99 is not None else
+                           f"mean {s.get('latency_mean_ms')} ms, ")
+                        + f"server cpu {s['server_cpu_pct']:.0f}%, cpu0 busy {s.get('cpu0_busy_pct', 0):.0f}%")
                 cell["samples"] = samples
+                if not failure:
+                    failure = arm.check_unchanged()
                 if failure:
                     cell.update(status="failed", reason=failure)
-                    log(f"[{arm.name}] {row}: FAILED {failure}")
+                    log(f"[{arm.name}] {key}: FAILED {failure}")
                 else:
                     rps = [s["rps"] for s in samples]
                     cell.update(status="ok", rps=statistics.median(rps), rps_min=min(rps),
                                 rps_max=max(rps),
-                                p99_ms=statistics.median([s["latency_p99_ms"] or 0 for s in samples]),
                                 cpu_pct=statistics.median([s["server_cpu_pct"] for s in samples]),
                                 cpu0_foreign_pct=max(s.get("cpu0_foreign_pct", 0) for s in samples))
+                    if h2:
+                        cell["latency_mean_ms"] = statistics.median(
+                            [s.get("latency_mean_ms") or 0 for s in samples])
+                    else:
+                        cell["p99_ms"] = statistics.median([s["latency_p99_ms"] or 0 for s in samples])
         finally:
             for s in servers.values():
                 s.stop()
@@ -615,31 +939,61 @@ def cell_text(cell, value_key="rps", digits=0):
     return "FAILED: " + cell.get("reason", "?").replace("|", "/")
 
 
+def ratio_pairs(names):
+    if "ferry" not in names:
+        return []
+    return [("ferry", n) for n in names if n != "ferry"]
+
+
 def throughput_md(args, cells, arms, rows):
-    names = [a.name for a in arms]
-    head = ["row"] + [f"{n} req/s" for n in names]
-    ratios = [("ferry", "nginx"), ("ferry", "bare")]
-    ratios = [r for r in ratios if r[0] in names and r[1] in names]
-    head += [f"{a}/{b}" for a, b in ratios]
-    lines = [f"## Throughput: wrk -t1 -c{args.connections}, keep-alive, median of {args.runs} × "
-             f"{args.duration}s after {args.warmup}s warm-up",
-             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cols = [ROW_LABEL[row]] + [cell_text(cells[(row, n)]) for n in names]
-        for a, b in ratios:
-            ca, cb = cells[(row, a)], cells[(row, b)]
-            cols.append(fmt_ratio(ca.get("rps"), cb.get("rps")) if ca.get("status") == "ok"
-                        and cb.get("status") == "ok" else "—")
-        lines.append("| " + " | ".join(cols) + " |")
-    lines += ["", "(N% cpu) = the server's utime+stime over the run's wall time on its one CPU; "
+    lines = []
+    for proto in ("h1", "h2"):
+        keys = [k for k in table_keys(rows) if row_proto(k) == proto]
+        names = [a.name for a in arms if a.name in PROTO_ARMS[proto]]
+        if not keys or not names:
+            continue
+        pairs = [p for p in ratio_pairs(names) if proto == "h1" or p[1] != "bare"]
+        best = proto == "h2" and "ferry" in names and any(n in PEERS for n in names)
+        head = ["row"] + [f"{n} req/s" for n in names] + [f"{a}/{b}" for a, b in pairs]
+        if best:
+            head.append("ferry/best peer")
+        if proto == "h1":
+            lines += [f"## Throughput, HTTP/1.1: wrk -t1 -c{args.connections}, keep-alive, median of "
+                      f"{args.runs} × {args.duration}s after {args.warmup}s warm-up", ""]
+        else:
+            lines += [f"## Throughput, HTTP/2: h2load -t1 -cC -mM -D {args.duration} --warm-up-time "
+                      f"{args.warmup}, median of {args.runs}", "",
+                      "h2c = prior knowledge on a plain listener; h2 + TLS = ALPN h2 over TLS 1.3. "
+                      "-c16 -m16: 16 connections × up to 16 concurrent streams each (lighttpd "
+                      "advertises at most 8). -c64 -m1: 64 connections, one stream at a time.", ""]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for key in keys:
+            cols = [key_label(key)] + [cell_text(cells[(key, n)]) for n in names]
+            ok = lambda n: cells[(key, n)].get("status") == "ok"
+            for a, b in pairs:
+                cols.append(fmt_ratio(cells[(key, a)].get("rps"), cells[(key, b)].get("rps"))
+                            if ok(a) and ok(b) else "—")
+            if best:
+                peers = [(cells[(key, n)]["rps"], n) for n in names if n in PEERS and ok(n)]
+                if ok("ferry") and peers:
+                    v, n = max(peers)
+                    cols.append(f"{fmt_ratio(cells[(key, 'ferry')]['rps'], v)} ({n})")
+                else:
+                    cols.append("—")
+            lines.append("| " + " | ".join(cols) + " |")
+        lines.append("")
+    lines += ["(N% cpu) = the server's utime+stime over the run's wall time on its one CPU; "
               "well below 100% means the cell is bound by the load generator, not the server.",
-              "", "Spread (min–max req/s of the counted runs) and median p99 latency:", ""]
-    for row in rows:
-        for n in names:
-            c = cells[(row, n)]
-            if c.get("status") == "ok":
-                lines.append(f"- {ROW_LABEL[row]}, {n}: {fmt_num(c['rps_min'])}–{fmt_num(c['rps_max'])}"
-                             f" req/s, p99 {c['p99_ms']:.2f} ms, CPU {SERVER_CPU} busy outside the server "
+              "", "Spread (min–max req/s of the counted runs), latency (wrk: median p99; "
+              "h2load: median of the mean time per request):", ""]
+    for key in table_keys(rows):
+        for a in arms:
+            c = cells.get((key, a.name))
+            if c and c.get("status") == "ok":
+                lat = (f"p99 {c['p99_ms']:.2f} ms" if "p99_ms" in c
+                       else f"mean {c.get('latency_mean_ms') or 0:.2f} ms")
+                lines.append(f"- {key_label(key)}, {a.name}: {fmt_num(c['rps_min'])}–{fmt_num(c['rps_max'])}"
+                             f" req/s, {lat}, CPU {SERVER_CPU} busy outside the server "
                              f"≤ {c['cpu0_foreign_pct']:.0f}%"
                              + (" — **disturbed: re-run**" if c["cpu0_foreign_pct"] > 10 else ""))
     return lines
@@ -699,7 +1053,7 @@ def measure_once(args, env, arm, row, k, tool, tag):
     if err:
         return None, None, f"{tool}: server {err}"
     try:
-        res = h2load(arm.url(row), k, 1, timeout=600)
+        res = h2load(arm.url(row), k, 1, timeout=600, proto=ROWS[row][2])
     finally:
         rc = srv.stop()
     if "error" in res:
@@ -714,6 +1068,10 @@ def measure_once(args, env, arm, row, k, tool, tag):
         return None, None, f"{tool} K={k}: {res['error']}{hint}"
     if tool == "callgrind":
         ir = parse_callgrind(env.dir, prefix)
+        deadline = time.monotonic() + 30
+        while ir is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # a forked helper may still be writing its output
+            ir = parse_callgrind(env.dir, prefix)
         if ir is None:
             return None, None, f"callgrind wrote no output (exit {rc}): {srv.log_tail()}"
         return ir, None, None
@@ -733,12 +1091,14 @@ def cpu_cost(args, env, arm, row, tag):
     if err:
         return None, f"cpu: server {err}"
     try:
-        warm = h2load(arm.url(row), max(args.cpu_requests // 10, 1000), args.cpu_clients, timeout=600)
+        proto = ROWS[row][2]
+        warm = h2load(arm.url(row), max(args.cpu_requests // 10, 1000), args.cpu_clients,
+                      timeout=600, proto=proto)
         if "error" in warm:
             return None, "cpu warm-up: " + warm["error"]
         pid = srv.target_pid()
         t0 = cpu_ticks(pid)
-        res = h2load(arm.url(row), args.cpu_requests, args.cpu_clients, timeout=900)
+        res = h2load(arm.url(row), args.cpu_requests, args.cpu_clients, timeout=900, proto=proto)
         t1 = cpu_ticks(pid)
         if "error" in res:
             return None, "cpu: " + res["error"]
@@ -758,6 +1118,8 @@ def cost(args, env, arms, rows):
     results = {}
     for row in rows:
         for arm in arms:
+            if arm.name not in PROTO_ARMS[ROWS[row][2]]:
+                continue
             key = (row, arm.name)
             c = results[key] = {}
             ok, why = arm.available()
@@ -777,6 +1139,8 @@ def cost(args, env, arms, rows):
                     v, calls, err = measure_once(args, env, arm, row, k, tool, tag)
                     if err:
                         errors.append(err)
+                        c.setdefault("why", {})["instr_per_req" if tool == "callgrind"
+                                                else "syscalls_per_req"] = err
                         break
                     vals[k] = (v, calls)
                 if len(vals) == 2:
@@ -797,6 +1161,13 @@ def cost(args, env, arms, rows):
             cpu, err = cpu_cost(args, env, arm, row, tag)
             if err:
                 errors.append(err)
+                c.setdefault("why", {})["cpu_us_per_req"] = err
+            changed = arm.check_unchanged()
+            if changed:
+                errors.append(changed)
+                for k in ("instr_per_req", "syscalls_per_req", "cpu_us_per_req"):
+                    c.pop(k, None)
+                    c.setdefault("why", {})[k] = changed
             else:
                 c["cpu"] = cpu
                 c["cpu_us_per_req"] = cpu["us_per_req"]
@@ -809,42 +1180,49 @@ def cost(args, env, arms, rows):
 
 
 def cost_md(args, res, arms, rows):
-    names = [a.name for a in arms]
     small, large = args.cost_k
-    ratios = [r for r in (("ferry", "nginx"), ("ferry", "bare")) if r[0] in names and r[1] in names]
     lines = [f"## Per-request cost of one worker (marginal: (X({large}) − X({small})) / {large - small})",
              "",
-             f"Instructions: `valgrind --tool=callgrind` total Ir of the server; syscalls: "
-             f"`strace -f -c` total calls; both under `h2load --h1 -n K -c1 -m1` "
-             f"(one sequential keep-alive connection). CPU: utime+stime from /proc/<pid>/stat over "
-             f"`h2load --h1 -n {args.cpu_requests} -c{args.cpu_clients} -m1` at full speed. "
-             f"Lower is better; ratios > 1 mean ferry costs more.", ""]
+             f"Instructions: `valgrind --tool=callgrind` total Ir of the server (all its processes "
+             f"and threads); syscalls: `strace -f -c` total calls; both under `h2load [--h1] -n K "
+             f"-c1 -m1` (one connection, one request at a time; --h1 for the HTTP/1.1 rows, h2c by "
+             f"prior knowledge or ALPN h2 for the HTTP/2 rows). CPU: utime+stime from "
+             f"/proc/<pid>/stat over `h2load [--h1] -n {args.cpu_requests} -c{args.cpu_clients} -m1` "
+             f"at full speed. Lower is better; ratios > 1 mean ferry costs more.", ""]
     metrics = [("instr_per_req", "instructions / request", 0),
                ("syscalls_per_req", "syscalls / request", 2),
                ("cpu_us_per_req", "CPU µs / request", 2)]
-    for key, title, digits in metrics:
-        head = ["row"] + names + [f"{a}/{b}" for a, b in ratios]
-        lines += [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for row in rows:
-            cols = [ROW_LABEL[row]]
-            for n in names:
-                c = res[(row, n)]
-                if key in c:
-                    cols.append(fmt_num(c[key], digits))
-                elif c.get("status") in ("n/a", "absent"):
-                    cols.append(c["reason"])
-                else:
-                    cols.append("FAILED: " + c.get("reason", "?").replace("|", "/"))
-            for a, b in ratios:
-                cols.append(fmt_ratio(res[(row, a)].get(key), res[(row, b)].get(key)))
-            lines.append("| " + " | ".join(cols) + " |")
-        lines.append("")
+    for proto in ("h1", "h2"):
+        prow = [r for r in rows if ROWS[r][2] == proto]
+        names = [a.name for a in arms if a.name in PROTO_ARMS[proto]]
+        if not prow or not names:
+            continue
+        ratios = [p for p in ratio_pairs(names) if proto == "h1" or p[1] != "bare"]
+        for key, title, digits in metrics:
+            head = ["row"] + names + [f"{a}/{b}" for a, b in ratios]
+            lines += [f"### {title} — {'HTTP/1.1' if proto == 'h1' else 'HTTP/2'}", "",
+                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for row in prow:
+                cols = [ROW_LABEL[row]]
+                for n in names:
+                    c = res[(row, n)]
+                    if key in c:
+                        cols.append(fmt_num(c[key], digits))
+                    elif c.get("status") in ("n/a", "absent"):
+                        cols.append(c["reason"])
+                    else:
+                        why = c.get("why", {}).get(key) or c.get("reason", "?")
+                        cols.append("FAILED: " + why.replace("|", "/"))
+                for a, b in ratios:
+                    cols.append(fmt_ratio(res[(row, a)].get(key), res[(row, b)].get(key)))
+                lines.append("| " + " | ".join(cols) + " |")
+            lines.append("")
     lines += ["### syscalls per request, by call", ""]
     for row in rows:
-        for n in names:
-            br = res[(row, n)].get("syscalls_breakdown")
+        for a in arms:
+            br = res.get((row, a.name), {}).get("syscalls_breakdown")
             if br:
-                lines.append(f"- {ROW_LABEL[row]}, {n}: " +
+                lines.append(f"- {ROW_LABEL[row]}, {a.name}: " +
                              ", ".join(f"{k} {v:.2f}" for k, v in br.items()))
     return lines
 
@@ -879,7 +1257,9 @@ def meta(args):
         "host": platform.node(), "kernel": platform.release(), "cpu": cpu,
         "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
         "ferry_binary": args.ferry, "ferry_commit": commit,
-        "nginx": version([NGINX_BIN, "-v"]), "wrk": version(["wrk", "--version"]),
+        "nginx": version([NGINX_BIN, "-v"]), "h2o": version([H2O_BIN, "-v"]),
+        "lighttpd": version([LIGHTTPD_BIN, "-v"]), "nghttp": version(["nghttp", "--version"]),
+        "wrk": version(["wrk", "--version"]),
         "h2load": version(["h2load", "--version"]), "valgrind": version(["valgrind", "--version"]),
         "strace": version(["strace", "-V"]), "openssl": version(["openssl", "version"]),
         "server_cpu": SERVER_CPU, "load_cpu": LOAD_CPU,
@@ -889,19 +1269,22 @@ def meta(args):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arms", default=",".join(ARMS), help="comma list of ferry,nginx,bare")
+    p.add_argument("--arms", default=",".join(ARMS), help="comma list of " + ",".join(ARMS))
     p.add_argument("--rows", default=",".join(ROWS), help="comma list of " + ",".join(ROWS))
-    p.add_argument("--duration", type=int, default=8, help="seconds per measured wrk run (8)")
-    p.add_argument("--warmup", type=int, default=2, help="seconds of wrk warm-up per cell (2)")
+    p.add_argument("--duration", type=int, default=8, help="seconds per measured wrk/h2load run (8)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="seconds of warm-up: one wrk run per cell, h2load --warm-up-time per run (2)")
     p.add_argument("--runs", type=int, default=3, help="measured runs per cell; the median is reported (3)")
-    p.add_argument("--connections", type=int, default=64, help="wrk connections (64)")
+    p.add_argument("--connections", type=int, default=64, help="wrk connections, HTTP/1.1 rows (64)")
     p.add_argument("--cost", action="store_true", help="also measure per-request cost")
-    p.add_argument("--no-throughput", action="store_true", help="skip the wrk part (use with --cost)")
+    p.add_argument("--no-throughput", action="store_true", help="skip the throughput part (use with --cost)")
     p.add_argument("--cost-k", default="200,2200", help="K small,large for the marginal cost (200,2200)")
     p.add_argument("--cpu-requests", type=int, default=200000, help="requests for the CPU-time run (200000)")
     p.add_argument("--cpu-clients", type=int, default=16, help="h2load clients for the CPU-time run (16)")
     p.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"), help="ferry binary")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
+    p.add_argument("--merge", action="store_true",
+                   help="replace only the re-measured cells in today's results file, keep the rest")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
     a = p.parse_args(argv)
     a.arms = [x for x in a.arms.split(",") if x]
@@ -919,40 +1302,104 @@ def parse_args(argv):
     return a
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv):
     args = parse_args(argv)
+    # SIGTERM/SIGINT (even when started in the background) unwind through the finally
+    # blocks, which stop the servers this script started
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs at least 2 CPUs (server on CPU 0, load on CPU 1)")
-    ensure_tools("nginx" in args.arms, args.cost)
+    ensure_tools(args.arms, any(ROWS[r][2] == "h2" for r in args.rows), args.cost)
     env = Env(args)
     arms = []
     for name in args.arms:
         arms.append({"ferry": lambda: Ferry(env, args.ferry), "nginx": lambda: Nginx(env),
+                     "h2o": lambda: H2o(env), "lighttpd": lambda: Lighttpd(env),
                      "bare": lambda: Bare(env)}[name]())
     info = meta(args)
+    for a in arms:
+        if isinstance(a, Ferry) and a.sha256:
+            info["ferry_sha256"] = a.sha256
+            info["ferry_built"] = a.built
     if info["loadavg"][0] > 0.5:
         log(f"warning: load average {info['loadavg'][0]:.2f}; other work on the machine skews results")
     report = {"meta": info}
-    md = [f"# Ferry HTTP/1.1 benchmark — {info['date']}", "",
-          f"Machine: {info['cpu']}, {info['cpus']} CPUs, Linux {info['kernel']}, "
-          f"load average at start {info['loadavg'][0]:.2f}. Server pinned to CPU {SERVER_CPU} "
-          f"(one worker), load generator to CPU {LOAD_CPU}.",
-          f"Ferry {info['ferry_commit']} ({args.ferry}); {info['nginx']}; {info['wrk']}; "
-          f"{info['h2load']}; {info['valgrind']}; {info['strace']}; {info['openssl']}.",
-          "Only ratios carry between machines; absolute numbers do not.", ""]
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, datetime.date.today().isoformat())
+    cells, res = {}, {}
     try:
         if not args.no_throughput:
             cells = throughput(args, env, arms, args.rows)
-            report["throughput"] = [dict(row=r, arm=a, **c) for (r, a), c in cells.items()]
-            md += throughput_md(args, cells, arms, args.rows) + [""]
         if args.cost:
             res = cost(args, env, arms, args.rows)
-            report["cost"] = [dict(row=r, arm=a, **c) for (r, a), c in res.items()]
-            md += cost_md(args, res, arms, args.rows) + [""]
     finally:
         env.cleanup()
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"h1-{datetime.date.today().isoformat()}")
+    for c in list(cells.values()) + list(res.values()):
+        c.setdefault("measured_at", info["date"])
+    rows, names = list(args.rows), list(args.arms)
+    tp_done, cost_done = not args.no_throughput, args.cost
+    merged_note = []
+    if args.merge and os.path.exists(stem + ".json"):
+        # re-measured cells replace the same cells of today's earlier run; the rest stay
+        with open(stem + ".json") as f:
+            old = json.load(f)
+        old_tp = {(c["row"] + (f"@{c['load']}" if c.get("load") else ""), c["arm"]): c
+                  for c in old.get("throughput", []) if c["row"] in ROWS}
+        old_cost = {(c["row"], c["arm"]): c for c in old.get("cost", []) if c["row"] in ROWS}
+        for k in list(old_tp) + list(old_cost):
+            for c in (old_tp.get(k), old_cost.get(k)):
+                if c is not None:
+                    c.pop("row", None), c.pop("load", None), c.pop("arm", None)
+                    c.setdefault("measured_at", old["meta"]["date"])
+        cells = {**old_tp, **cells}
+        res = {**old_cost, **res}
+        tp_done, cost_done = bool(cells), bool(res)
+        seen = {k[0].split("@")[0] for k in cells} | {k[0] for k in res}
+        rows = [r for r in ROWS if r in seen or r in rows]
+        arm_seen = {k[1] for k in cells} | {k[1] for k in res} | set(names)
+        names = [n for n in ARMS if n in arm_seen]
+        for k in ("ferry_sha256", "ferry_built", "ferry_commit"):
+            if k in old["meta"] and not any(a.name == "ferry" for a in arms):
+                info[k] = old["meta"][k]  # ferry not re-measured: its binary is the old one
+        report["meta"]["merged_into"] = old["meta"]
+        report["meta"]["merged_from_earlier"] = old["meta"].get("merged_from_earlier", []) + [old["meta"]["date"]]
+        what = " and ".join(w for w, on in (("throughput", not args.no_throughput),
+                                             ("cost", args.cost)) if on)
+        merged_note = [f"Merged: this run ({info['date']}) re-measured the {what} of "
+                       f"{', '.join(args.rows)} for {', '.join(args.arms)}; every other cell comes "
+                       f"from the earlier run(s) of {', '.join(report['meta']['merged_from_earlier'])}. "
+                       "Each cell's time is `measured_at` in the JSON.", ""]
+        if not (args.cost or not args.no_throughput):  # nothing measured: re-render only
+            report["meta"] = old["meta"]
+            info = old["meta"]
+            merged_note = old["meta"].get("merged_note", [])
+        report["meta"]["merged_note"] = merged_note
+    missing = {"status": "absent", "reason": "not measured"}
+    cells_v = collections.defaultdict(lambda: dict(missing), cells)
+    res_v = collections.defaultdict(lambda: dict(missing), res)
+    shown = [Named(n) for n in names]
+    md = [f"# Ferry benchmark (HTTP/1.1 and HTTP/2) — {info['date']}", "",
+          f"Machine: {info['cpu']}, {info['cpus']} CPUs, Linux {info['kernel']}, "
+          f"load average at start {info['loadavg'][0]:.2f}. Server pinned to CPU {SERVER_CPU} "
+          f"(one worker), load generator to CPU {LOAD_CPU}.",
+          f"Ferry {info['ferry_commit']} (HEAD at start; {info.get('ferry_binary')} built {info.get('ferry_built', '?')}, "
+          f"sha256 {info.get('ferry_sha256', '?')[:12]}, measured from a copy taken at start); "
+          f"{info['nginx']}; {info['h2o']}; "
+          f"{info['lighttpd']}; {info['wrk']}; "
+          f"{info['h2load']}; {info['valgrind']}; {info['strace']}; {info['openssl']}.",
+          "Only ratios carry between machines; absolute numbers do not.", ""] + merged_note
+    if tp_done:
+        report["throughput"] = [dict(row=r.split("@")[0], load=(r.split("@") + [None])[1],
+                                     arm=a, **c) for (r, a), c in cells.items()]
+        md += throughput_md(args, cells_v, shown, rows) + [""]
+    if cost_done:
+        report["cost"] = [dict(row=r, arm=a, **c) for (r, a), c in res.items()]
+        md += cost_md(args, res_v, shown, rows) + [""]
     text = "\n".join(md).rstrip() + "\n"
     with open(stem + ".md", "w") as f:
         f.write(text)
