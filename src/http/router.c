@@ -46,7 +46,7 @@ static bool path_matches(const fy_route_t *r, fy_str_t path)
     return path.len == r->path_len || r->path[r->path_len - 1] == '/' || path.p[r->path_len] == '/';
 }
 
-int fy_regex_check(const char *pattern, char *err, size_t errlen)
+static pcre2_code *compile(const char *pattern, char *err, size_t errlen)
 {
     int ec;
     PCRE2_SIZE off;
@@ -55,23 +55,21 @@ int fy_regex_check(const char *pattern, char *err, size_t errlen)
         PCRE2_UCHAR buf[200];
         pcre2_get_error_message(ec, buf, sizeof buf);
         snprintf(err, errlen, "%s at offset %zu", (const char *)buf, (size_t)off);
-        return -1;
     }
+    return re;
+}
+
+int fy_regex_check(const char *pattern, char *err, size_t errlen)
+{
+    pcre2_code *re = compile(pattern, err, errlen);
     pcre2_code_free(re);
-    return 0;
+    return re ? 0 : -1;
 }
 
 int fy_route_set_regex(fy_route_t *r, const char *pattern, char *err, size_t errlen)
 {
-    int ec;
-    PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, 0, &ec, &off, NULL);
-    if (!re) {
-        PCRE2_UCHAR buf[200];
-        pcre2_get_error_message(ec, buf, sizeof buf);
-        snprintf(err, errlen, "%s at offset %zu", (const char *)buf, (size_t)off);
-        return -1;
-    }
+    pcre2_code *re = compile(pattern, err, errlen);
+    if (!re) return -1;
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter */
     r->regex = re;
     return 0;
