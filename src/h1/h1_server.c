@@ -101,9 +101,10 @@ typedef struct h1_conn {
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    bool handed_off; /* the fd and transport now belong to the h2 codec */
-    bool tunnel;     /* 101 sent: raw bytes both ways until either side ends */
-    bool peer_eof;   /* the client half-closed (tunnel) */
+    bool handed_off;  /* the fd and transport now belong to the h2 codec */
+    bool tunnel;      /* 101 sent: raw bytes both ways until either side ends */
+    bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
+    bool peer_eof;    /* the client half-closed (tunnel) */
     _Alignas(16) char arena_first[2048];
 } h1_conn_t;
 
@@ -373,7 +374,15 @@ static void update_events(h1_conn_t *c)
     uint32_t ev = 0;
     if (c->t->want & FY_WANT_WRITE) ev |= EPOLLOUT;
     if (output_pending(c) && c->t->want == 0) ev |= EPOLLOUT;
-    if (!c->read_paused || (c->t->want & FY_WANT_READ && c->handshaking)) ev |= EPOLLIN;
+    if (!c->read_paused || (c->t->want & FY_WANT_READ && c->handshaking)) {
+        ev |= EPOLLIN;
+        c->in_spurious = false;
+    } else if ((c->io.events & EPOLLIN) && !c->in_spurious) {
+        /* paused, but interest is dropped lazily, only once the client actually sends while
+           we wait (nginx does the same): an exchange waiting on an origin costs no
+           epoll_ctl pair */
+        ev |= EPOLLIN;
+    }
     if (fy_io_set(c->loop, &c->io, ev) < 0) conn_close(c);
 }
 
@@ -1253,6 +1262,7 @@ static void on_readable(h1_conn_t *c)
         /* the handler holds the body or a response is in progress: don't read (backpressure),
            but notice a client that went away */
         if (!c->t->want) {
+            c->in_spurious = true; /* now drop EPOLLIN until we read again */
             update_events(c);
             return;
         }

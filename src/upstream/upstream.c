@@ -407,7 +407,7 @@ fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop
         fy_origin_conn_t *oc = s->idle;
         pool_unlink(oc);
         fy_timer_stop(loop, &oc->timer);
-        fy_io_set(loop, &oc->io, 0);
+        /* EPOLLIN stays registered (the owner sets what it needs): no epoll_ctl per reuse */
         oc->state = OC_BUSY;
         oc->cb = cb;
         oc->ud = ud;
