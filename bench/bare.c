@@ -31,11 +31,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { MAX_FDS = 65536, READ_BUF = 16384, MAX_EVENTS = 256, MAX_IOV = 64,
-       MAX_ACCEPTS_PER_EVENT = 256, MAX_BODY = 1 << 24 };
+enum {
+    MAX_FDS = 65536,
+    READ_BUF = 16384,
+    MAX_EVENTS = 256,
+    MAX_IOV = 64,
+    MAX_ACCEPTS_PER_EVENT = 256,
+    MAX_BODY = 1 << 24
+};
 
 struct conn {
-    unsigned char match;   /* bytes of "\r\n\r\n" matched so far: 0..3 */
+    unsigned char match; /* bytes of "\r\n\r\n" matched so far: 0..3 */
     unsigned char open;
     unsigned long pending; /* responses owed, including a partly written one */
     size_t off;            /* bytes of the first owed response already written */
@@ -46,7 +52,11 @@ static char *resp;
 static size_t resp_len;
 static volatile sig_atomic_t stop;
 
-static void on_signal(int sig) { (void)sig; stop = 1; }
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
 
 static void die(const char *what)
 {
@@ -197,8 +207,7 @@ static void on_accept(int ep, int lfd)
     for (int i = 0; i < MAX_ACCEPTS_PER_EVENT; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED)
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
                 perror("accept4");
             return;
         }

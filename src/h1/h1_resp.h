@@ -21,15 +21,15 @@ enum fy_h1_resp_body {
 
 typedef struct fy_h1_resp {
     /* filled on success */
-    int status;          /* 100..999 */
-    fy_h1_str_t reason;  /* may be empty */
-    int minor_version;   /* 0 or 1 */
+    int status;              /* 100..999 */
+    fy_h1_str_t reason;      /* may be empty */
+    int minor_version;       /* 0 or 1 */
     fy_h1_header_t *headers; /* caller-provided, limits->max_headers entries */
     size_t nheaders;
-    int body_kind;       /* enum fy_h1_resp_body (uses the request's method: see below) */
+    int body_kind;           /* enum fy_h1_resp_body (uses the request's method: see below) */
     uint64_t content_length; /* when body_kind == FY_H1_RESP_LENGTH */
-    bool conn_close;     /* Connection: close, or HTTP/1.0 without keep-alive */
-    bool conn_upgrade;   /* Connection: upgrade (with 101) */
+    bool conn_close;         /* Connection: close, or HTTP/1.0 without keep-alive */
+    bool conn_upgrade;       /* Connection: upgrade (with 101) */
     /* parser state; zeroed by fy_h1_resp_init */
     size_t scanned;
     size_t line_start;

@@ -7,9 +7,9 @@
 #include "conf/conf.h"
 
 typedef struct fy_respond_conf {
-    int64_t status;            /* default 200; 100..599 excluding 1xx */
-    fy_conf_strmap_t headers;  /* extra response headers */
-    char *body;                /* default "" */
+    int64_t status;           /* default 200; 100..599 excluding 1xx */
+    fy_conf_strmap_t headers; /* extra response headers */
+    char *body;               /* default "" */
     size_t body_len;
 } fy_respond_conf_t;
 

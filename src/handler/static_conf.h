@@ -8,13 +8,13 @@
 #include "conf/conf.h"
 
 typedef struct fy_static_conf {
-    char *root;            /* required; made absolute and realpath()-ed when loaded */
-    fy_conf_strlist_t index; /* `index`, default [index.html] */
-    bool listing;          /* `listing`, default false: directory listing */
-    bool precompressed;    /* `precompressed`, default true: serve .br / .gz siblings */
-    bool etag;             /* `etag`, default true */
-    char *cache_control;   /* `cache-control`, optional header value */
-    int64_t file_cache_entries; /* `file-cache`, default 1024 entries per worker; 0 disables */
+    char *root;                   /* required; made absolute and realpath()-ed when loaded */
+    fy_conf_strlist_t index;      /* `index`, default [index.html] */
+    bool listing;                 /* `listing`, default false: directory listing */
+    bool precompressed;           /* `precompressed`, default true: serve .br / .gz siblings */
+    bool etag;                    /* `etag`, default true */
+    char *cache_control;          /* `cache-control`, optional header value */
+    int64_t file_cache_entries;   /* `file-cache`, default 1024 entries per worker; 0 disables */
     uint64_t file_cache_max_size; /* `file-cache-max-size`, default 64k: files up to this size
                                      are kept in memory */
     uint64_t file_cache_ttl_ms;   /* `file-cache-ttl`, default 1s: revalidate with stat() */

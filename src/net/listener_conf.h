@@ -19,10 +19,10 @@ typedef struct fy_listener_conf {
     char *address;                /* as written: "127.0.0.1:8080", "[::1]:8443", ":8080" */
     struct sockaddr_storage addr; /* resolved from `address` while loading (numeric only) */
     socklen_t addrlen;
-    unsigned protocols;           /* FY_PROTO_* bits; default h1 (+h2c/h2 once they exist) */
-    fy_tls_conf_t *tls;           /* NULL: plain TCP */
-    int64_t backlog;              /* listen(2) backlog, default 4096 */
-    char *name;                   /* optional label used in logs; default = address */
+    unsigned protocols; /* FY_PROTO_* bits; default h1 (+h2c/h2 once they exist) */
+    fy_tls_conf_t *tls; /* NULL: plain TCP */
+    int64_t backlog;    /* listen(2) backlog, default 4096 */
+    char *name;         /* optional label used in logs; default = address */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

@@ -124,13 +124,14 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
     char *p = l->buf + l->len, *end = l->buf + l->cap;
     char host[64];
     fy_sock_host_str(ex->remote, host, sizeof host);
-    const char *proto = ex->req.version == 10 ? "HTTP/1.0" : ex->req.version == 20 ? "HTTP/2.0"
-                                                       : ex->req.version == 30 ? "HTTP/3.0"
-                                                                               : "HTTP/1.1";
+    const char *proto = ex->req.version == 10   ? "HTTP/1.0"
+                        : ex->req.version == 20 ? "HTTP/2.0"
+                        : ex->req.version == 30 ? "HTTP/3.0"
+                                                : "HTTP/1.1";
     int n;
     if (l->format == FY_ACCESS_JSON) {
-        n = snprintf(p, (size_t)(end - p), "{\"time\":\"%s\",\"remote\":\"%s\",\"method\":\"", l->tiso,
-                     host);
+        n = snprintf(p, (size_t)(end - p), "{\"time\":\"%s\",\"remote\":\"%s\",\"method\":\"",
+                     l->tiso, host);
         p += n;
         p = esc(p, end, ex->req.method, true);
         p += snprintf(p, (size_t)(end - p), "\",\"target\":\"");

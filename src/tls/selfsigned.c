@@ -71,8 +71,8 @@ static int generate(const char *cert, const char *key)
     X509_set_pubkey(x, pk);
     name = X509_get_subject_name(x);
     X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"Ferry", -1, -1, 0);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
-                               -1, 0);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1,
+                               0);
     X509_set_issuer_name(x, name);
     X509V3_CTX v3;
     X509V3_set_ctx_nodb(&v3);

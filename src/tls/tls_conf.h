@@ -26,7 +26,7 @@ typedef struct fy_tls_conf {
     int min_version;             /* enum fy_tls_version, `min-version: "1.2"|"1.3"`, default 1.2 */
     bool session_tickets;        /* default true */
     uint64_t handshake_timeout_ms; /* `handshake-timeout`, default 10s */
-    char *ciphers;               /* TLS 1.2 cipher list (OpenSSL syntax); NULL = OpenSSL default */
+    char *ciphers; /* TLS 1.2 cipher list (OpenSSL syntax); NULL = OpenSSL default */
 } fy_tls_conf_t;
 
 extern const fy_conf_directive_t fy_tls_conf_table[];

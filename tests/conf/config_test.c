@@ -461,12 +461,14 @@ static void test_routes(void)
                "c.yaml:3:30: routes[0].static.index: index 'a/b' must be a plain file name\n");
     CHECK_FAIL(L1 "routes:\n  - match: {path: /}\n",
                "c.yaml:3:5: routes[0]: needs a handler: one of static, respond, echo, proxy\n");
-    CHECK_FAIL(L1 "routes:\n  - static: /\n    respond: {}\n",
-               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
-               "per route\n");
-    CHECK_FAIL(L1 "routes:\n  - echo: {}\n    static: /\n",
-               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
-               "per route\n");
+    CHECK_FAIL(
+        L1 "routes:\n  - static: /\n    respond: {}\n",
+        "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
+        "per route\n");
+    CHECK_FAIL(
+        L1 "routes:\n  - echo: {}\n    static: /\n",
+        "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
+        "per route\n");
     CHECK_FAIL(L1 "routes:\n  - echo: {x: 1}\n",
                "c.yaml:3:12: routes[0].echo.x: unknown key 'x'; this map takes no keys\n");
     CHECK_FAIL(L1 "routes:\n  - match: {path: api}\n    respond: {}\n",
