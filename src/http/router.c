@@ -75,10 +75,17 @@ int fy_route_set_regex(fy_route_t *r, const char *pattern, char *err, size_t err
     return 0;
 }
 
+/* one match-data block per thread, reused: we never need the captures */
+static __thread pcre2_match_data *md;
+
+void fy_router_thread_cleanup(void)
+{
+    pcre2_match_data_free(md);
+    md = NULL;
+}
+
 static bool regex_matches(const fy_route_t *r, fy_str_t path)
 {
-    /* one match-data block per thread, reused: we never need the captures */
-    static __thread pcre2_match_data *md;
     if (!md) md = pcre2_match_data_create(1, NULL);
     if (!md) return false;
     return pcre2_match(r->regex, (PCRE2_SPTR)path.p, path.len, 0, 0, md, NULL) >= 0;
@@ -112,7 +119,7 @@ static bool query_matches(const fy_route_t *r, fy_str_t q)
             size_t e = p;
             while (e < q.len && q.p[e] != '&') e++;
             fy_str_t item = fy_str(q.p + p, e - p);
-            const char *eq = memchr(item.p, '=', item.len);
+            const char *eq = item.len ? memchr(item.p, '=', item.len) : NULL; /* p may be NULL */
             size_t kl = eq ? (size_t)(eq - item.p) : item.len;
             if (kl == nl && memcmp(item.p, name, nl) == 0) {
                 fy_str_t v = eq ? fy_str(eq + 1, item.len - kl - 1) : FY_STR_LIT("");

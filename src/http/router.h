@@ -38,5 +38,7 @@ struct fy_router {
 bool fy_route_host_matches(const fy_route_t *r, fy_str_t host);
 const fy_route_t *fy_router_match(const fy_router_t *rt, const fy_exchange_t *ex);
 void fy_router_free(fy_router_t *rt);
+/* Free the calling worker thread's regex match block (at worker exit). */
+void fy_router_thread_cleanup(void);
 
 #endif
