@@ -37,10 +37,13 @@ LOAD_CPU = "1"
 HELLO = b"Hello, world!"
 FILE_NAME = "file-4k.bin"
 FILE_SIZE = 4096
-ARMS = ("ferry", "nginx", "h2o", "lighttpd", "bare")
-# the arms each protocol's tables compare (h2o and lighttpd are HTTP/2 peers only)
-PROTO_ARMS = {"h1": ("ferry", "nginx", "bare"), "h2": ("ferry", "nginx", "h2o", "lighttpd", "bare")}
+ARMS = ("ferry", "nginx", "haproxy", "h2o", "lighttpd", "bare")
+# the arms each table group compares (h2o and lighttpd are HTTP/2 peers only; haproxy is a
+# reverse-proxy peer only); group "rp" = the reverse-proxy rows
+PROTO_ARMS = {"h1": ("ferry", "nginx", "bare"), "h2": ("ferry", "nginx", "h2o", "lighttpd", "bare"),
+              "rp": ("ferry", "nginx", "haproxy", "h2o", "lighttpd", "bare")}
 PEERS = ("nginx", "h2o", "lighttpd")
+ORIGIN_CPU = "1"  # the reverse rows' origin shares the load generator's CPU
 # row id -> (content, transport, protocol)
 ROWS = {
     "static": ("static", "plain", "h1"),
@@ -49,6 +52,10 @@ ROWS = {
     "file-4k-tls": ("file-4k", "tls", "h1"),
     "static-h2c": ("static", "plain", "h2"),
     "static-h2-tls": ("static", "tls", "h2"),
+    # reverse proxy: client -> arm (CPU 0) -> one shared HTTP/1.1 origin (nginx on CPU 1)
+    "reverse-h1": ("reverse", "plain", "h1"),
+    "reverse-h1-tls": ("reverse", "tls", "h1"),
+    "reverse-h2-tls": ("reverse", "tls", "h2"),
 }
 ROW_LABEL = {
     "static": "static 13 B · h1",
@@ -57,7 +64,12 @@ ROW_LABEL = {
     "file-4k-tls": "file 4 KiB · h1 + TLS 1.3",
     "static-h2c": "static 13 B · h2c",
     "static-h2-tls": "static 13 B · h2 + TLS",
+    "reverse-h1": "proxy h1 → h1 origin",
+    "reverse-h1-tls": "proxy h1 + TLS → h1 origin",
+    "reverse-h2-tls": "proxy h2 + TLS → h1 origin",
 }
+# HTTP/2 rows whose throughput uses only some of the H2_LOADS (default: all)
+ROW_LOADS = {"reverse-h2-tls": ("c16m16",)}
 # HTTP/2 throughput loads: variant id -> (connections, max concurrent streams per connection)
 H2_LOADS = {"c16m16": (16, 16), "c64m1": (64, 1)}
 TOOLS = {  # binary -> Debian package
@@ -71,6 +83,7 @@ TOOLS = {  # binary -> Debian package
     "nghttp": "nghttp2-client",
 }
 NGINX_BIN = "/usr/sbin/nginx"
+HAPROXY_BIN = "/usr/sbin/haproxy"
 H2O_BIN = "/usr/bin/h2o"
 LIGHTTPD_BIN = "/usr/sbin/lighttpd"
 
@@ -85,7 +98,7 @@ def run(argv, timeout, **kw):
                           text=True, timeout=timeout, **kw)
 
 
-def ensure_tools(arms, need_h2, need_cost):
+def ensure_tools(arms, need_h2, need_cost, need_rp=False):
     needed = ["wrk", "openssl", "cc", "taskset"]
     if need_cost or need_h2:
         needed += ["h2load", "nghttp"]
@@ -98,6 +111,10 @@ def ensure_tools(arms, need_h2, need_cost):
         pkgs.append("h2o")
     if need_h2 and "lighttpd" in arms and not os.path.exists(LIGHTTPD_BIN):
         pkgs.append("lighttpd")
+    if need_rp and "haproxy" in arms and not os.path.exists(HAPROXY_BIN):
+        pkgs.append("haproxy")
+    if need_rp and "nginx" not in arms and not os.path.exists(NGINX_BIN):
+        pkgs.append("nginx-light")  # the origin
     if not pkgs:
         return
     if os.geteuid() != 0:
@@ -125,8 +142,13 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}×"
 
 
+def row_group(row):
+    """Table group of a row: h1, h2, or rp (reverse proxy, both protocols)."""
+    return "rp" if ROWS[row][0] == "reverse" else ROWS[row][2]
+
+
 def row_proto(key):
-    return ROWS[key.split("@")[0]][2]
+    return row_group(key.split("@")[0])
 
 
 def key_label(key):
@@ -159,7 +181,9 @@ class Env:
             f.write(HELLO)
         self.port = {k: free_port() for k in
                      ("plain", "tls", "bare-static", "bare-file", "nginx-h2c", "nginx-h2",
-                      "h2o-h2c", "h2o-h2", "lighttpd-h2c", "lighttpd-h2")}
+                      "h2o-h2c", "h2o-h2", "lighttpd-h2c", "lighttpd-h2", "origin",
+                      "ferry-rp", "ferry-rpt", "nginx-rp", "nginx-rpt", "haproxy-rp",
+                      "haproxy-rpt", "h2o-rp", "h2o-rpt")}
         self._cert()
         self.bare = self._build_bare()
 
@@ -200,6 +224,8 @@ class Arm:
     name = ""
     tls = True
     protos = ("h1",)
+    reverse = None  # None: cannot proxy (reverse_why says why); else (plain port, TLS port)
+    reverse_why = "not possible"
 
     def __init__(self, env):
         self.env = env
@@ -209,7 +235,12 @@ class Arm:
 
     def supports(self, row):
         content, transport, proto = ROWS[row]
+        if content == "reverse":
+            return self.reverse is not None
         return proto in self.protos and (self.tls or transport == "plain")
+
+    def why_not(self, row):
+        return self.reverse_why if ROWS[row][0] == "reverse" else "not possible"
 
     def check_unchanged(self):
         """None, or why the measured binary can no longer be trusted (ferry only)."""
@@ -220,11 +251,14 @@ class Arm:
         raise NotImplementedError
 
     def instance_for(self, row):
-        return "main"
+        return "reverse" if ROWS[row][0] == "reverse" else "main"
 
     def url(self, row):
         content, transport, _ = ROWS[row]
-        path = "/hello" if content == "static" else "/" + FILE_NAME
+        path = "/hello" if content in ("static", "reverse") else "/" + FILE_NAME
+        if content == "reverse":
+            return (f"https://127.0.0.1:{self.reverse[1]}{path}" if transport == "tls"
+                    else f"http://127.0.0.1:{self.reverse[0]}{path}")
         if ROWS[row][2] == "h2" and hasattr(self, "h2_ports"):
             return (f"https://127.0.0.1:{self.h2_ports[1]}{path}" if transport == "tls"
                     else f"http://127.0.0.1:{self.h2_ports[0]}{path}")
@@ -233,7 +267,7 @@ class Arm:
         return f"http://127.0.0.1:{self.env.port['plain']}{path}"
 
     def expected(self, row):
-        return HELLO if ROWS[row][0] == "static" else self.env.file_body
+        return HELLO if ROWS[row][0] in ("static", "reverse") else self.env.file_body
 
 
 class Ferry(Arm):
@@ -268,6 +302,22 @@ routes:
   - static: {{root: {env.docroot}}}
 log: {{level: warn}}
 """)
+        # reverse rows: its own instance; pooled keep-alive to the origin (the default)
+        self.reverse = (env.port["ferry-rp"], env.port["ferry-rpt"])
+        self.rconf = env.path("ferry-reverse.yaml")
+        with open(self.rconf, "w") as f:
+            f.write(f"""workers: 1
+listeners:
+  - address: 127.0.0.1:{self.reverse[0]}
+  - address: 127.0.0.1:{self.reverse[1]}
+    tls: {{cert: {env.cert}, key: {env.key}}}
+upstreams:
+  - name: app
+    servers: ["http://127.0.0.1:{env.port['origin']}"]
+routes:
+  - proxy: app
+log: {{level: warn}}
+""")
 
     def _stamp(self):
         try:
@@ -289,7 +339,8 @@ log: {{level: warn}}
     def instances(self):
         # the listeners keep their default protocols: h1,h2c plain and h1,h2 on TLS
         return {"main": ([self.binary, "run", "-c", self.conf],
-                         [self.env.port["plain"], self.env.port["tls"]])}
+                         [self.env.port["plain"], self.env.port["tls"]]),
+                "reverse": ([self.binary, "run", "-c", self.rconf], list(self.reverse))}
 
 
 class Nginx(Arm):
@@ -343,6 +394,49 @@ http {{
 }}
 """)
 
+        # reverse rows: a second nginx (own prefix and conf) proxying to the shared origin
+        self.reverse = (env.port["nginx-rp"], env.port["nginx-rpt"])
+        rd = env.path("nginx-reverse")
+        os.makedirs(rd, exist_ok=True)
+        self.rprefix = rd
+        self.rconf = os.path.join(rd, "nginx.conf")
+        rtemps = "\n".join(f"    {k}_temp_path {rd}/{k};" for k in
+                           ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        with open(self.rconf, "w") as f:
+            f.write(f"""# generated by bench/run.py: one process, no master, reverse proxy to the origin
+worker_processes 1;
+daemon off;
+master_process off;
+pid {rd}/nginx.pid;
+error_log {rd}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+{rtemps}
+    tcp_nodelay on;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    ssl_protocols TLSv1.3;
+    upstream app {{
+        server 127.0.0.1:{env.port['origin']};
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{self.reverse[0]};
+        listen 127.0.0.1:{self.reverse[1]} ssl http2;
+        ssl_certificate {env.cert};
+        ssl_certificate_key {env.key};
+        location / {{
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+""")
+
     def available(self):
         if not os.access(NGINX_BIN, os.X_OK):
             return False, "nginx not installed"
@@ -351,7 +445,94 @@ http {{
     def instances(self):
         return {"main": ([NGINX_BIN, "-p", self.prefix, "-e", os.path.join(self.prefix, "error.log"),
                           "-c", self.conf], [self.env.port["plain"], self.env.port["tls"],
-                                             self.env.port["nginx-h2c"], self.env.port["nginx-h2"]])}
+                                             self.env.port["nginx-h2c"], self.env.port["nginx-h2"]]),
+                "reverse": ([NGINX_BIN, "-p", self.rprefix, "-e",
+                             os.path.join(self.rprefix, "error.log"), "-c", self.rconf],
+                            list(self.reverse))}
+
+
+class Haproxy(Arm):
+    """Reverse-proxy rows only: one thread, mode http, connection reuse to the origin."""
+    name = "haproxy"
+    protos = ()
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.reverse = (env.port["haproxy-rp"], env.port["haproxy-rpt"])
+        self.pem = env.path("haproxy-cert.pem")  # haproxy wants cert + key in one file
+        with open(self.pem, "w") as f:
+            f.write(open(env.cert).read() + open(env.key).read())
+        self.conf = env.path("haproxy.cfg")
+        with open(self.conf, "w") as f:
+            f.write(f"""# generated by bench/run.py: one thread, reverse proxy to the origin, no logging
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 75s
+    timeout server 75s
+    timeout http-keep-alive 75s
+frontend plain
+    bind 127.0.0.1:{self.reverse[0]}
+    default_backend app
+frontend tls
+    bind 127.0.0.1:{self.reverse[1]} ssl crt {self.pem} alpn h2,http/1.1 ssl-min-ver TLSv1.3
+    default_backend app
+backend app
+    server origin 127.0.0.1:{env.port['origin']}
+""")
+
+    def available(self):
+        if not os.access(HAPROXY_BIN, os.X_OK):
+            return False, "haproxy not installed"
+        return True, ""
+
+    def instances(self):
+        return {"reverse": ([HAPROXY_BIN, "-db", "-f", self.conf], list(self.reverse))}
+
+
+class Origin:
+    """The reverse rows' one shared HTTP/1.1 origin: nginx, pinned with the load generator."""
+
+    def __init__(self, env):
+        self.port = env.port["origin"]
+        d = env.path("origin")
+        os.makedirs(d, exist_ok=True)
+        self.prefix, self.conf = d, os.path.join(d, "nginx.conf")
+        temps = "\n".join(f"    {k}_temp_path {d}/{k};" for k in
+                          ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        with open(self.conf, "w") as f:
+            f.write(f"""# generated by bench/run.py: the origin of the reverse rows
+worker_processes 1;
+daemon off;
+master_process off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+{temps}
+    tcp_nodelay on;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    server {{
+        listen 127.0.0.1:{self.port} backlog=4096;
+        location / {{
+            default_type text/plain;
+            return 200 "Hello, world!";
+        }}
+    }}
+}}
+""")
+        self.server = Server("origin", [NGINX_BIN, "-p", d, "-e", os.path.join(d, "error.log"),
+                                        "-c", self.conf], [self.port], env.path("origin.log"),
+                             cpu=ORIGIN_CPU)
 
 
 class H2o(Arm):
@@ -383,6 +564,29 @@ hosts:
       /hello:
         file.file: {os.path.join(env.docroot, "hello")}
 """)
+        # reverse rows: a second h2o proxying to the origin (keep-alive to it by default)
+        self.reverse = (env.port["h2o-rp"], env.port["h2o-rpt"])
+        self.rconf = env.path("h2o-reverse.yaml")
+        with open(self.rconf, "w") as f:
+            f.write(f"""# generated by bench/run.py: one worker thread, reverse proxy to the origin
+user: root
+num-threads: 1
+listen:
+  host: 127.0.0.1
+  port: {self.reverse[0]}
+listen:
+  host: 127.0.0.1
+  port: {self.reverse[1]}
+  ssl:
+    certificate-file: {env.cert}
+    key-file: {env.key}
+    ocsp-update-interval: 0
+hosts:
+  default:
+    paths:
+      /:
+        proxy.reverse.url: http://127.0.0.1:{env.port['origin']}/
+""")
 
     def available(self):
         if not os.access(H2O_BIN, os.X_OK):
@@ -390,12 +594,15 @@ hosts:
         return True, ""
 
     def instances(self):
-        return {"main": ([H2O_BIN, "-m", "worker", "-c", self.conf], list(self.h2_ports))}
+        return {"main": ([H2O_BIN, "-m", "worker", "-c", self.conf], list(self.h2_ports)),
+                "reverse": ([H2O_BIN, "-m", "worker", "-c", self.rconf], list(self.reverse))}
 
 
 class Lighttpd(Arm):
     name = "lighttpd"
     protos = ("h2",)
+    reverse_why = ("not possible: mod_proxy in 1.4 opens a new origin connection per request "
+                   "(no keep-alive pool)")
 
     def __init__(self, env):
         super().__init__(env)
@@ -435,6 +642,7 @@ $SERVER["socket"] == "127.0.0.1:{self.h2_ports[1]}" {{
 class Bare(Arm):
     name = "bare"
     tls = False
+    reverse_why = "not possible: no proxying"
 
     def instances(self):
         p = self.env.port
@@ -508,15 +716,17 @@ def proc_alive(pid):
 class Server:
     """A server process pinned to CPU 0, optionally wrapped (valgrind, strace)."""
 
-    def __init__(self, name, argv, ports, logpath, wrap=(), ready_timeout=15.0, stop_timeout=15.0):
+    def __init__(self, name, argv, ports, logpath, wrap=(), ready_timeout=15.0, stop_timeout=15.0,
+                 cpu=SERVER_CPU):
         self.name, self.argv, self.ports, self.logpath = name, argv, ports, logpath
+        self.cpu = cpu
         self.wrap = list(wrap)
         self.ready_timeout, self.stop_timeout = ready_timeout, stop_timeout
         self.proc = None
 
     def start(self):
         self.logf = open(self.logpath, "ab")
-        cmd = ["taskset", "-c", SERVER_CPU] + self.wrap + self.argv
+        cmd = ["taskset", "-c", self.cpu] + self.wrap + self.argv
         self.logf.write(("$ " + " ".join(cmd) + "\n").encode())
         self.logf.flush()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.logf,
@@ -830,11 +1040,11 @@ def table_keys(rows):
         if ROWS[row][2] == "h1":
             keys.append(row)
         else:
-            keys += [f"{row}@{v}" for v in H2_LOADS]
+            keys += [f"{row}@{v}" for v in ROW_LOADS.get(row, H2_LOADS)]
     return keys
 
 
-def throughput(args, env, arms, rows):
+def throughput(args, env, arms, rows, origin=None):
     cells = {}  # (key, arm) -> dict
     for arm in arms:
         keys = [k for k in table_keys(rows) if arm.name in PROTO_ARMS[row_proto(k)]]
@@ -848,11 +1058,14 @@ def throughput(args, env, arms, rows):
             continue
         if not any(arm.supports(k.split("@")[0]) for k in keys):
             for key in keys:
-                cells[(key, arm.name)] = {"status": "n/a", "reason": "not possible"}
+                cells[(key, arm.name)] = {"status": "n/a", "reason": arm.why_not(key.split("@")[0])}
             continue
         servers = {}
         start_err = None
+        needed = {arm.instance_for(k.split("@")[0]) for k in keys if arm.supports(k.split("@")[0])}
         for inst, (argv, ports) in arm.instances().items():
+            if inst not in needed:
+                continue
             s = Server(f"{arm.name}-{inst}", argv, ports, env.path(f"{arm.name}-{inst}.log"))
             servers[inst] = s
             start_err = s.start()
@@ -863,7 +1076,10 @@ def throughput(args, env, arms, rows):
                 row, _, variant = key.partition("@")
                 cell = cells[(key, arm.name)] = {"url": arm.url(row)}
                 if not arm.supports(row):
-                    cell.update(status="n/a", reason="not possible")
+                    cell.update(status="n/a", reason=arm.why_not(row))
+                    continue
+                if ROWS[row][0] == "reverse" and (origin is None or not origin.server.alive()):
+                    cell.update(status="failed", reason="the origin is not running")
                     continue
                 if start_err:
                     cell.update(status="failed", reason=f"server {start_err}")
@@ -905,6 +1121,8 @@ def throughput(args, env, arms, rows):
                            f"mean {s.get('latency_mean_ms')} ms, ")
                         + f"server cpu {s['server_cpu_pct']:.0f}%, cpu0 busy {s.get('cpu0_busy_pct', 0):.0f}%")
                 cell["samples"] = samples
+                if not failure and ROWS[row][0] == "reverse" and not origin.server.alive():
+                    failure = "the origin exited during the run"
                 if not failure:
                     failure = arm.check_unchanged()
                 if failure:
@@ -933,7 +1151,7 @@ def cell_text(cell, value_key="rps", digits=0):
         txt = fmt_num(cell[value_key], digits)
         return txt + (f" ({cell['cpu_pct']:.0f}% cpu)" if "cpu_pct" in cell else "")
     if st == "n/a":
-        return "not possible"
+        return "not possible"  # the reason is in the JSON and under the table
     if st == "absent":
         return cell["reason"]
     return "FAILED: " + cell.get("reason", "?").replace("|", "/")
@@ -947,17 +1165,27 @@ def ratio_pairs(names):
 
 def throughput_md(args, cells, arms, rows):
     lines = []
-    for proto in ("h1", "h2"):
+    for proto in ("h1", "h2", "rp"):
         keys = [k for k in table_keys(rows) if row_proto(k) == proto]
         names = [a.name for a in arms if a.name in PROTO_ARMS[proto]]
         if not keys or not names:
             continue
         pairs = [p for p in ratio_pairs(names) if proto == "h1" or p[1] != "bare"]
+        if proto == "rp":
+            pairs = [p for p in pairs if p[1] not in ("bare", "lighttpd")]
         best = proto == "h2" and "ferry" in names and any(n in PEERS for n in names)
         head = ["row"] + [f"{n} req/s" for n in names] + [f"{a}/{b}" for a, b in pairs]
         if best:
             head.append("ferry/best peer")
-        if proto == "h1":
+        if proto == "rp":
+            lines += [f"## Throughput, reverse proxy: h1 rows wrk -t1 -c{args.connections}, h2 row "
+                      f"h2load -t1 -c16 -m16 -D {args.duration} --warm-up-time {args.warmup}; median "
+                      f"of {args.runs}", "",
+                      f"Client → proxy (one worker, CPU {SERVER_CPU}) → one shared HTTP/1.1 origin "
+                      f"(nginx, `return 200 \"Hello, world!\"`, CPU {ORIGIN_CPU}, the load "
+                      "generator's CPU). The origin and the load share one CPU, so req/s is capped "
+                      "for every proxy: rank by the cost tables (CPU µs / request).", ""]
+        elif proto == "h1":
             lines += [f"## Throughput, HTTP/1.1: wrk -t1 -c{args.connections}, keep-alive, median of "
                       f"{args.runs} × {args.duration}s after {args.warmup}s warm-up", ""]
         else:
@@ -982,6 +1210,11 @@ def throughput_md(args, cells, arms, rows):
                     cols.append("—")
             lines.append("| " + " | ".join(cols) + " |")
         lines.append("")
+        if proto == "rp":
+            why = sorted({f"{n}: {cells[(k, n)]['reason']}" for k in keys for n in names
+                          if cells[(k, n)].get("status") == "n/a"})
+            if why:
+                lines += ["Not possible — " + "; ".join(why) + ".", ""]
     lines += ["(N% cpu) = the server's utime+stime over the run's wall time on its one CPU; "
               "well below 100% means the cell is bound by the load generator, not the server.",
               "", "Spread (min–max req/s of the counted runs), latency (wrk: median p99; "
@@ -1112,13 +1345,13 @@ def cpu_cost(args, env, arm, row, tag):
         srv.stop()
 
 
-def cost(args, env, arms, rows):
+def cost(args, env, arms, rows, origin=None):
     small, large = args.cost_k
     span = large - small
     results = {}
     for row in rows:
         for arm in arms:
-            if arm.name not in PROTO_ARMS[ROWS[row][2]]:
+            if arm.name not in PROTO_ARMS[row_group(row)]:
                 continue
             key = (row, arm.name)
             c = results[key] = {}
@@ -1127,7 +1360,10 @@ def cost(args, env, arms, rows):
                 c.update(status="absent", reason=why)
                 continue
             if not arm.supports(row):
-                c.update(status="n/a", reason="not possible")
+                c.update(status="n/a", reason=arm.why_not(row))
+                continue
+            if ROWS[row][0] == "reverse" and (origin is None or not origin.server.alive()):
+                c.update(status="failed", reason="the origin is not running")
                 continue
             # one preflight on a normally started server (fail fast, record headers)
             tag = f"{arm.name}-{row}"
@@ -1192,15 +1428,19 @@ def cost_md(args, res, arms, rows):
     metrics = [("instr_per_req", "instructions / request", 0),
                ("syscalls_per_req", "syscalls / request", 2),
                ("cpu_us_per_req", "CPU µs / request", 2)]
-    for proto in ("h1", "h2"):
-        prow = [r for r in rows if ROWS[r][2] == proto]
+    for proto in ("h1", "h2", "rp"):
+        prow = [r for r in rows if row_group(r) == proto]
         names = [a.name for a in arms if a.name in PROTO_ARMS[proto]]
         if not prow or not names:
             continue
         ratios = [p for p in ratio_pairs(names) if proto == "h1" or p[1] != "bare"]
+        if proto == "rp":
+            ratios = [p for p in ratios if p[1] not in ("bare", "lighttpd")]
         for key, title, digits in metrics:
             head = ["row"] + names + [f"{a}/{b}" for a, b in ratios]
-            lines += [f"### {title} — {'HTTP/1.1' if proto == 'h1' else 'HTTP/2'}", "",
+            group = {"h1": "HTTP/1.1", "h2": "HTTP/2",
+                     "rp": "reverse proxy (the proxy process only; the origin is not counted)"}[proto]
+            lines += [f"### {title} — {group}", "",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for row in prow:
                 cols = [ROW_LABEL[row]]
@@ -1208,7 +1448,9 @@ def cost_md(args, res, arms, rows):
                     c = res[(row, n)]
                     if key in c:
                         cols.append(fmt_num(c[key], digits))
-                    elif c.get("status") in ("n/a", "absent"):
+                    elif c.get("status") == "n/a":
+                        cols.append("not possible")
+                    elif c.get("status") == "absent":
                         cols.append(c["reason"])
                     else:
                         why = c.get("why", {}).get(key) or c.get("reason", "?")
@@ -1257,7 +1499,7 @@ def meta(args):
         "host": platform.node(), "kernel": platform.release(), "cpu": cpu,
         "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
         "ferry_binary": args.ferry, "ferry_commit": commit,
-        "nginx": version([NGINX_BIN, "-v"]), "h2o": version([H2O_BIN, "-v"]),
+        "nginx": version([NGINX_BIN, "-v"]), "haproxy": version([HAPROXY_BIN, "-v"]), "h2o": version([H2O_BIN, "-v"]),
         "lighttpd": version([LIGHTTPD_BIN, "-v"]), "nghttp": version(["nghttp", "--version"]),
         "wrk": version(["wrk", "--version"]),
         "h2load": version(["h2load", "--version"]), "valgrind": version(["valgrind", "--version"]),
@@ -1306,6 +1548,22 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def ferry_binaries_note(cells, res, old_meta):
+    """Which ferry binary each kept ferry cell measured (cells carry ferry_sha256; older
+    untagged cells are attributed to the earlier run's header binary)."""
+    by = collections.defaultdict(set)
+    for (key, arm), c in list(cells.items()) + list(res.items()):
+        if arm == "ferry" and c.get("status") == "ok" or (arm == "ferry" and "instr_per_req" in c):
+            sha = c.get("ferry_sha256") or old_meta.get("ferry_sha256")
+            if sha:
+                by[sha[:12]].add(key.split("@")[0])
+    if len(by) < 2:
+        return ""
+    return (" Ferry's cells come from different binaries (the tree is rebuilt during the day): "
+            + "; ".join(f"{sha}: {', '.join(r for r in ROWS if r in rows)}" for sha, rows in by.items())
+            + ".")
+
+
 def main(argv):
     args = parse_args(argv)
     # SIGTERM/SIGINT (even when started in the background) unwind through the finally
@@ -1314,11 +1572,13 @@ def main(argv):
     signal.signal(signal.SIGINT, _interrupt)
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs at least 2 CPUs (server on CPU 0, load on CPU 1)")
-    ensure_tools(args.arms, any(ROWS[r][2] == "h2" for r in args.rows), args.cost)
+    need_rp = any(ROWS[r][0] == "reverse" for r in args.rows)
+    ensure_tools(args.arms, any(ROWS[r][2] == "h2" for r in args.rows), args.cost, need_rp)
     env = Env(args)
     arms = []
     for name in args.arms:
         arms.append({"ferry": lambda: Ferry(env, args.ferry), "nginx": lambda: Nginx(env),
+                     "haproxy": lambda: Haproxy(env),
                      "h2o": lambda: H2o(env), "lighttpd": lambda: Lighttpd(env),
                      "bare": lambda: Bare(env)}[name]())
     info = meta(args)
@@ -1332,15 +1592,27 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, datetime.date.today().isoformat())
     cells, res = {}, {}
+    origin = None
     try:
+        if need_rp:
+            origin = Origin(env)
+            err = origin.server.start()
+            if err:
+                log(f"origin: {err}")
+            else:
+                info["origin"] = f"nginx on CPU {ORIGIN_CPU}, 127.0.0.1:{origin.port}"
         if not args.no_throughput:
-            cells = throughput(args, env, arms, args.rows)
+            cells = throughput(args, env, arms, args.rows, origin)
         if args.cost:
-            res = cost(args, env, arms, args.rows)
+            res = cost(args, env, arms, args.rows, origin)
     finally:
+        if origin is not None:
+            origin.server.stop()
         env.cleanup()
-    for c in list(cells.values()) + list(res.values()):
+    for (_, arm_name), c in list(cells.items()) + list(res.items()):
         c.setdefault("measured_at", info["date"])
+        if arm_name == "ferry" and info.get("ferry_sha256"):
+            c.setdefault("ferry_sha256", info["ferry_sha256"])  # others rebuild it during the day
     rows, names = list(args.rows), list(args.arms)
     tp_done, cost_done = not args.no_throughput, args.cost
     merged_note = []
@@ -1373,7 +1645,8 @@ def main(argv):
         merged_note = [f"Merged: this run ({info['date']}) re-measured the {what} of "
                        f"{', '.join(args.rows)} for {', '.join(args.arms)}; every other cell comes "
                        f"from the earlier run(s) of {', '.join(report['meta']['merged_from_earlier'])}. "
-                       "Each cell's time is `measured_at` in the JSON.", ""]
+                       "Each cell's time is `measured_at` in the JSON."
+                       + ferry_binaries_note(cells, res, old["meta"]), ""]
         if not (args.cost or not args.no_throughput):  # nothing measured: re-render only
             report["meta"] = old["meta"]
             info = old["meta"]
@@ -1389,7 +1662,7 @@ def main(argv):
           f"(one worker), load generator to CPU {LOAD_CPU}.",
           f"Ferry {info['ferry_commit']} (HEAD at start; {info.get('ferry_binary')} built {info.get('ferry_built', '?')}, "
           f"sha256 {info.get('ferry_sha256', '?')[:12]}, measured from a copy taken at start); "
-          f"{info['nginx']}; {info['h2o']}; "
+          f"{info['nginx']}; {info.get('haproxy', '?')}; {info['h2o']}; "
           f"{info['lighttpd']}; {info['wrk']}; "
           f"{info['h2load']}; {info['valgrind']}; {info['strace']}; {info['openssl']}.",
           "Only ratios carry between machines; absolute numbers do not.", ""] + merged_note

@@ -50,7 +50,7 @@ typedef struct fy_upstream_conf {
     uint64_t connect_timeout_ms;    /* default 5s: then 502 (or the next server) */
     uint64_t first_byte_timeout_ms; /* default 60s: request sent, no response head: 504 */
     uint64_t idle_timeout_ms;       /* default 60s: no byte either way mid-exchange: abort */
-    int64_t keepalive;              /* idle connections kept per server and worker, default 32 */
+    int64_t keepalive;              /* idle connections kept per server and worker, default 512 */
     uint64_t keepalive_timeout_ms;  /* default 60s */
     int64_t retries;                /* default 1: extra attempts (another server when there is one)
                                        for idempotent bodiless requests that failed before any
