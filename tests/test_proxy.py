@@ -1252,7 +1252,7 @@ def test_least_requests_prefers_idle_server(server, origins):
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert not errors, errors
+    assert not errors, (errors, srv.log()[-4000:])
     assert results == [200] * 20
     # round robin would send 10 to each; least-requests sends the slow one only what arrives
     # while both are idle

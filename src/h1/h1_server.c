@@ -504,6 +504,7 @@ static bool write_head(h1_conn_t *c)
     p = PUT_LIT(p, "\r\n");
     c->wlen = (size_t)(p - c->wbuf);
     c->head_written = true;
+    ex->head_sent = true;
     return true;
 }
 

@@ -252,6 +252,7 @@ static void submit_head(h2_stream_t *s, bool no_body)
     int r = nghttp2_submit_response(s->c->ng, s->id, nv, k, no_body ? NULL : &prd);
     if (r != 0) fy_error("h2: submit response: %s", nghttp2_strerror(r));
     s->head_submitted = true;
+    ex->head_sent = true;
 }
 
 static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state)

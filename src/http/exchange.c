@@ -138,10 +138,13 @@ void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type
 void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason)
 {
     ex->error = reason;
-    if (ex->response_started) {
+    if (ex->head_sent) {
         fy_exchange_send(ex, NULL, 0, FY_SEND_ERROR);
         return;
     }
+    /* nothing has reached the client yet: it gets a proper error response */
+    ex->response_started = false;
+    ex->res.content_length = 0;
     char *body = fy_arena_alloc(ex->arena, 160);
     int n = snprintf(body, 160,
                      "<html><head><title>%d %s</title></head><body><h1>%d %s</h1></body></html>\n",

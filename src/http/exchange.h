@@ -156,6 +156,7 @@ struct fy_exchange {
     void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
     /* state and accounting */
     bool response_started;
+    bool head_sent; /* set by the codec once the response head is on its way to the client */
     bool done;
     uint64_t start_ms;
     uint64_t bytes_sent;    /* response body bytes */
@@ -205,10 +206,11 @@ void fy_exchange_read_body(fy_exchange_t *ex,
 void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type, const char *body,
                          size_t len);
 
-/* Fail the exchange with one call: before the response started, a small error page with
- * `status` (of the headers set so far only Allow, WWW-Authenticate, Retry-After and Location
- * are kept); after, the codec aborts the stream (h1: closes the connection). `reason` is a
- * static string for the log. */
+/* Fail the exchange with one call: while no response head has left (even if the handler had
+ * started its response), a small error page with `status` (of the headers set so far only
+ * Allow, WWW-Authenticate, Retry-After and Location are kept); after, the codec aborts the
+ * stream (h1: closes the connection; h2: RST_STREAM). `reason` is a static string for the
+ * log. */
 void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason);
 
 /* Standard reason phrase ("Not Found"), or "Unknown". */
