@@ -10,8 +10,8 @@ fi
 # layer rank: a file may include only its own folder or lower ranks
 rank() {
   case "$1" in
-    core) echo 0;; conf) echo 1;; tls) echo 2;; net) echo 3;; http) echo 4;;
-    h1|h2) echo 5;; upstream) echo 6;; handler) echo 7;; ops) echo 8;; *) echo 9;;
+    core) echo 0;; conf) echo 1;; tls) echo 2;; net) echo 3;; quic) echo 4;; http) echo 5;;
+    h1|h2|h3) echo 6;; upstream) echo 7;; handler|l4) echo 8;; ops) echo 9;; *) echo 10;;
   esac
 }
 for f in $(find src -mindepth 2 -name '*.[ch]'); do
