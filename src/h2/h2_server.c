@@ -12,6 +12,7 @@
  * (automatic window updates are off): a slow handler stalls only its own stream.
  */
 #include "h2/h2_server.h"
+#include "h2/h2_client.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -886,6 +887,7 @@ void fy_h2_thread_cleanup(void)
     cbs = NULL;
     opt = NULL;
     fy_pool_drain(stream_pool());
+    fy_h2_client_thread_cleanup();
 }
 
 /* h2c upgrade: 101 first, then the HTTP/1.1 request is stream 1 (half-closed remote). */

@@ -429,6 +429,12 @@ void fy_tls_client_ctx_free(fy_tls_client_ctx_t *c)
     free(c);
 }
 
+void fy_tls_client_ctx_alpn_h2(fy_tls_client_ctx_t *c)
+{
+    static const unsigned char alpn[] = "\x02h2";
+    SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);
+}
+
 fy_transport_t *fy_tls_client_transport_new(fy_tls_client_ctx_t *ctx, int fd, const char *sni)
 {
     tls_transport_t *tt = calloc(1, sizeof *tt);

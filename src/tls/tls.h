@@ -36,6 +36,8 @@ typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
 fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure, const char *cert,
                                            const char *key);
 void fy_tls_client_ctx_free(fy_tls_client_ctx_t *ctx);
+/* Offer ALPN "h2" only (HTTP/2 origins) instead of "http/1.1". Call before any transport. */
+void fy_tls_client_ctx_alpn_h2(fy_tls_client_ctx_t *ctx);
 
 /* A client TLS transport over `fd` (borrowed) that sends `sni` and, unless the context is
  * insecure, verifies the certificate for that name. Handshake in t->ops->handshake. */

@@ -22,11 +22,18 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     } else if (strncmp(url, "https://", 8) == 0) {
         sv->tls = true;
         rest = url + 8;
-    } else if (strncmp(url, "h2c://", 6) == 0 || strncmp(url, "h2://", 5) == 0 ||
-               strncmp(url, "h3://", 5) == 0) {
+    } else if (strncmp(url, "h2c://", 6) == 0) {
+        sv->tls = false; /* HTTP/2 with prior knowledge */
+        sv->h2 = true;
+        rest = url + 6;
+    } else if (strncmp(url, "h2://", 5) == 0) {
+        sv->tls = true; /* HTTP/2 over TLS, ALPN h2 */
+        sv->h2 = true;
+        rest = url + 5;
+    } else if (strncmp(url, "h3://", 5) == 0) {
         fy_conf_error(ctx, node, NULL,
-                      "'%s': HTTP/2 and HTTP/3 origins are not supported yet; use http:// or "
-                      "https://",
+                      "'%s': HTTP/3 origins are not supported yet; use http://, https://, h2c:// "
+                      "or h2://",
                       url);
         return -1;
     } else {
@@ -86,7 +93,7 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     sv->authority = fy_conf_strdup(a, auth);
     return 0;
 bad:
-    fy_conf_error(ctx, node, NULL, "'%s': expected http://HOST:PORT", url);
+    fy_conf_error(ctx, node, NULL, "'%s': expected SCHEME://HOST:PORT", url);
     return -1;
 }
 
@@ -96,7 +103,8 @@ static const fy_conf_directive_t server_table[] = {
      .offset = S(url),
      .required = true,
      .validate = validate_url,
-     .doc = "`http://HOST:PORT` or `https://HOST:PORT` (resolved once at start)."},
+     .doc = "`http://`, `https://`, `h2c://` (HTTP/2, prior knowledge) or `h2://` (HTTP/2 over "
+            "TLS, ALPN h2) `HOST:PORT` (resolved once at start)."},
     {.key = "weight",
      .type = FY_CT_INT,
      .offset = S(weight),
