@@ -262,12 +262,14 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .max = 100000,
      .doc = "Idle connections kept per server and worker for reuse; keep it at least the "
             "number of requests in flight, or connections churn (32 halved throughput at 64 "
-            "concurrent clients)."},
+            "concurrent clients). For `h2c://`/`h2://` servers: idle HTTP/2 connections "
+            "(each carries many exchanges at once, up to the origin's stream limit)."},
     {.key = "keepalive-timeout",
      .type = FY_CT_DURATION,
      .offset = U(keepalive_timeout_ms),
      .dflt = "60s",
-     .doc = "How long an idle pooled connection is kept."},
+     .doc = "How long an idle pooled connection (or HTTP/2 connection without streams) is "
+            "kept; no PINGs are sent meanwhile."},
     {.key = "retries",
      .type = FY_CT_INT,
      .offset = U(retries),
@@ -275,7 +277,9 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .min = 0,
      .max = 10,
      .doc = "Extra attempts for idempotent requests without a body that failed before any "
-            "response byte (on another server when there is one)."},
+            "response byte (on another server when there is one); HTTP/2 origins' refused "
+            "streams (REFUSED_STREAM, past a GOAWAY) are retried for any request whose body "
+            "had not started."},
     {.key = "max-fails",
      .type = FY_CT_INT,
      .offset = U(max_fails),
@@ -291,8 +295,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "ca",
      .type = FY_CT_STRING,
      .offset = U(ca),
-     .doc = "PEM file of CAs that https origins are verified against; default: the system "
-            "store."},
+     .doc = "PEM file of CAs that `https://` and `h2://` origins are verified against; "
+            "default: the system store."},
     {.key = "insecure",
      .type = FY_CT_BOOL,
      .offset = U(insecure),
@@ -301,11 +305,11 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "sni",
      .type = FY_CT_STRING,
      .offset = U(sni),
-     .doc = "Server name sent to https origins and verified; default: the URL's host."},
+     .doc = "Server name sent to TLS origins and verified; default: the URL's host."},
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = U(cert),
-     .doc = "Client certificate chain (PEM) presented to https origins (mTLS); with `key`."},
+     .doc = "Client certificate chain (PEM) presented to TLS origins (mTLS); with `key`."},
     {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
     {.key = "sticky",
      .type = FY_CT_TABLE_PTR,
@@ -322,6 +326,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .sub_size = sizeof(fy_health_conf_t),
      .shorthand_key = "path",
      .doc = "Active health checks (one worker probes, all workers obey); shorthand "
-            "`health-check: /health`."},
+            "`health-check: /health`. The probe speaks HTTP/1.1: `h2c://`/`h2://` servers "
+            "are not probed (passive ejection still applies)."},
     {.key = NULL, .check = check_upstream},
 };
