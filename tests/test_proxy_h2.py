@@ -62,6 +62,7 @@ http {{
     server {{ listen 127.0.0.1:{h2} ssl http2; ssl_certificate {cert};
               ssl_certificate_key {key}; root {d}/www; }}
     server {{ listen 127.0.0.1:{h2c1} http2; http2_max_concurrent_streams 1; root {d}/www; }}
+    server {{ listen 127.0.0.1:{h2c20} http2; keepalive_requests 20; root {d}/www; }}
 }}
 """
 
@@ -69,7 +70,7 @@ http {{
 class Nginx2:
     def __init__(self, d, certs):
         self.d = d
-        self.ports = {k: free_port() for k in ("http", "https", "h2c", "h2", "h2c1")}
+        self.ports = {k: free_port() for k in ("http", "https", "h2c", "h2", "h2c1", "h2c20")}
         www = d / "www"
         www.mkdir()
         (www / "tiny.txt").write_bytes(TINY)
@@ -89,7 +90,8 @@ class Nginx2:
             raise AssertionError("nginx did not start: " + (d / "err").read_text())
 
     def url(self, kind):
-        scheme = {"http": "http", "https": "https", "h2c": "h2c", "h2": "h2", "h2c1": "h2c"}[kind]
+        scheme = {"http": "http", "https": "https", "h2c": "h2c", "h2": "h2", "h2c1": "h2c",
+                  "h2c20": "h2c"}[kind]
         return f"{scheme}://127.0.0.1:{self.ports[kind]}"
 
     def conns(self, kind, marker, expect):
@@ -738,6 +740,19 @@ def test_idle_origin_connection_is_reused_then_timed_out(server, h2origins):
     time.sleep(1.6)
     assert curl(srv, "h1", "/info").status == 200
     assert o.nconns == 2
+
+
+def test_origin_rotating_connections_with_goaway(server, nginx2):
+    """nginx ends every connection after 20 requests (GOAWAY, then close): with 40 requests in
+    flight, streams past each GOAWAY are refused and retried on a new connection; every one of
+    2000 requests succeeds."""
+    srv = start(server, [nginx2.url("h2c20")])
+    p = subprocess.run(["h2load", "-n", "2000", "-c", "4", "-m", "10",
+                        f"http://127.0.0.1:{srv.port}/tiny.txt?rot"],
+                       capture_output=True, text=True, timeout=60)
+    assert "2000 succeeded" in p.stdout and " 0 failed" in p.stdout, p.stdout + srv.log()[-3000:]
+    lines = nginx2.conns("h2c20", "rot", 2000)
+    assert len({c for c, _ in lines}) >= 100
 
 
 # =============================================================================================

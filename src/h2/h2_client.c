@@ -33,6 +33,8 @@ struct fy_h2_client {
     fy_list_t streams;
     size_t nopen; /* streams nghttp2 still has open */
     bool got_settings;
+    bool goaway;            /* the origin sent GOAWAY */
+    int32_t goaway_last_id; /* streams above it were not processed */
     bool dead;
     bool in_recv;
 };
@@ -116,6 +118,8 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         return 0;
     }
     if (f->hd.type == NGHTTP2_GOAWAY) {
+        c->goaway = true;
+        c->goaway_last_id = f->goaway.last_stream_id;
         c->ops->on_goaway(c->ud);
         return 0;
     }
@@ -273,7 +277,11 @@ void fy_h2_client_fail_all(fy_h2_client_t *c, const char *why)
             }
         }
         if (!hit) break;
-        stream_error(hit, FY_H2C_CONN, NGHTTP2_INTERNAL_ERROR, why);
+        if (c->goaway && hit->id > c->goaway_last_id)
+            stream_error(hit, FY_H2C_REFUSED, NGHTTP2_REFUSED_STREAM,
+                         "origin went away before the stream (GOAWAY)");
+        else
+            stream_error(hit, FY_H2C_CONN, NGHTTP2_INTERNAL_ERROR, why);
     }
 }
 

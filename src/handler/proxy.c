@@ -84,7 +84,13 @@ typedef struct proxy_req {
     size_t qn;
     bool q_end;
     bool in_read_body;
+    int refusals; /* streams the origin refused (not processed): retried apart from `retries` */
 } proxy_req_t;
+
+/* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
+ * this many times more than `retries` (an origin rotating connections, like nginx after
+ * keepalive_requests, refuses whole batches). */
+#define FY_PROXY_REFUSED_EXTRA 2
 
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);
@@ -1121,9 +1127,9 @@ static void h2_on_error(void *ud, int kind, uint32_t code, const char *why)
     (void)code;
     if (!pr->h2_head) {
         if (kind == FY_H2C_REFUSED && !pr->sent_any &&
-            pr->attempts <= fy_upstream_conf(pr->ph->up)->retries) {
+            ++pr->refusals <= fy_upstream_conf(pr->ph->up)->retries + FY_PROXY_REFUSED_EXTRA) {
             /* not processed (RST REFUSED_STREAM or past GOAWAY's last stream): try again */
-            fy_info("upstream %s: %s; retrying", fy_upstream_conf(pr->ph->up)->name, why);
+            fy_debug("upstream %s: %s; retrying", fy_upstream_conf(pr->ph->up)->name, why);
             fy_timer_stop(pr->loop, &pr->timer);
             drop_origin(pr, false);
             attempt(pr);

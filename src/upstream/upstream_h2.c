@@ -97,7 +97,8 @@ static void fail_waiters(fy_origin_h2_t *s, const char *why)
 static void session_close(fy_origin_h2_t *s, const char *why)
 {
     if (s->state == S_CLOSED) return;
-    bool quiet = s->state == S_READY && s->users == 0;
+    /* an idle session the origin closed, or one it drained with GOAWAY: nothing to tell */
+    bool quiet = (s->state == S_READY || s->state == S_DRAINING) && s->users == 0;
     s->state = S_CLOSED; /* stays listed (skipped) until freed */
     fy_timer_stop(s->loop, &s->timer);
     if (s->oc) {
@@ -123,7 +124,9 @@ static void update_events(fy_origin_h2_t *s)
 
 static void flush(fy_origin_h2_t *s)
 {
-    if (s->state == S_CLOSED || !s->c || !s->oc) return;
+    /* never from inside the codec's input (nghttp2 forbids mem_send there): on_event
+       flushes when its input is done */
+    if (s->state == S_CLOSED || !s->c || !s->oc || s->in_io) return;
     for (;;) {
         while (s->wsent < s->wlen) {
             struct iovec iov = {s->wbuf + s->wsent, s->wlen - s->wsent};
