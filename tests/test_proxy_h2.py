@@ -141,8 +141,11 @@ class H2Origin:
     GOAWAY(last_stream_id=0)."""
 
     def __init__(self, certs=None, refuse=False, connect_protocol=True, max_streams=100,
-                 goaway_first=False):
+                 goaway_first=False, mtls=False):
         self.certs = certs
+        self.mtls = mtls
+        self.client_cns = []
+        self.resets = 0
         self.refuse = refuse
         self.connect_protocol = connect_protocol
         self.max_streams = max_streams
@@ -183,9 +186,16 @@ class H2Origin:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 ctx.load_cert_chain(self.certs["cert"], self.certs["key"])
                 ctx.set_alpn_protocols(["h2"])
+                if self.mtls:
+                    ctx.load_verify_locations(self.certs["ca"])
+                    ctx.verify_mode = ssl.CERT_REQUIRED
                 s.settimeout(5)
                 s = ssl_sock = ctx.wrap_socket(s, server_side=True)
                 assert ssl_sock.selected_alpn_protocol() == "h2"
+                if self.mtls:
+                    cn = dict(x[0] for x in ssl_sock.getpeercert()["subject"])["commonName"]
+                    with self.lock:
+                        self.client_cns.append(cn)
                 s.settimeout(0.05)
             Conn(self, s).run()
         except (OSError, AssertionError, ssl.SSLError):
@@ -371,6 +381,10 @@ class Conn:
                 self.send_body(sid, body, trailers=[("x-origin-trailer", "t1")])
         elif isinstance(ev, h2.events.WindowUpdated):
             self.pump()
+        elif isinstance(ev, h2.events.StreamReset):
+            with o.lock:
+                o.resets += 1
+            self.out.pop(ev.stream_id, None)
 
     def ws_echo(self, sid, st):
         buf = st["ws"]
@@ -820,6 +834,77 @@ def test_goaway_before_processing_is_retried(server, h2origins):
     r = curl(srv, "h1", "/info")
     assert r.status == 200, srv.log()
     assert o.nconns >= 2
+
+
+def test_client_abort_resets_only_its_origin_stream(server, h2origins):
+    """An h2 client cancels a large download: Ferry resets that stream at the origin
+    (RST_STREAM) and keeps the origin connection for the next exchanges."""
+    o = h2origins()
+    srv = start(server, [o.url])
+    s, c = _h2_connect(srv.port, False)
+    try:
+        c.send_headers(1, [(":method", "GET"), (":path", f"/huge?n={32 << 20}"),
+                           (":scheme", "http"), (":authority", "x")], end_stream=True)
+        s.sendall(c.data_to_send())
+        got = 0
+        while got < 100000:
+            data = s.recv(65536)
+            assert data
+            for e in c.receive_data(data):
+                if isinstance(e, h2.events.DataReceived):
+                    got += len(e.data)
+                    c.acknowledge_received_data(e.flow_controlled_length, 1)
+            s.sendall(c.data_to_send())
+        c.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
+        s.sendall(c.data_to_send())
+        deadline = time.time() + 5
+        while o.resets == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert o.resets == 1
+    finally:
+        s.close()
+    for _ in range(3):
+        assert curl(srv, "h1", "/info").status == 200
+    assert o.nconns == 1
+
+
+def test_request_trailers_from_h1_chunked_client(server, h2origins):
+    o = h2origins()
+    srv = start(server, [o.url])
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=SOCK_TIMEOUT)
+    try:
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\nX-Client-Trailer: c1\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    assert data.startswith(b"HTTP/1.1 200"), data
+    assert b"x-req-trailers: x-client-trailer=c1" in data.lower(), data
+
+
+def test_mtls_client_certificate_to_h2_origin(server, certs, h2origins, tmp_path):
+    d = tmp_path
+    for args in (["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                  "-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=ferry-h2-client"],
+                 ["x509", "-req", "-in", "client.csr", "-CA", str(certs["ca"]), "-CAkey",
+                  str(certs["ca"]).replace("ca.pem", "ca.key"), "-CAcreateserial", "-out",
+                  "client.pem", "-days", "2", "-extfile", "client.ext"]):
+        (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+        subprocess.run(["openssl", *args], cwd=d, check=True, timeout=30,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    o = h2origins(tls=True, mtls=True)
+    srv = start(server, [o.url], upstream={"ca": str(certs["ca"]), "cert": str(d / "client.pem"),
+                                           "key": str(d / "client.key")})
+    r = curl(srv, "h2c", "/info")
+    assert r.status == 200, r
+    assert o.client_cns == ["ferry-h2-client"]
+    srv2 = start(server, [o.url], upstream={"ca": str(certs["ca"])})
+    assert curl(srv2, "h1", "/info").status == 502
 
 
 def test_h2_origin_refused_connection_is_502(server):
