@@ -907,6 +907,16 @@ def test_mtls_client_certificate_to_h2_origin(server, certs, h2origins, tmp_path
     assert curl(srv2, "h1", "/info").status == 502
 
 
+def test_origin_allowing_no_streams_is_502(server, h2origins):
+    """MAX_CONCURRENT_STREAMS 0: a 502 that says so, not a loop of new connections."""
+    o = h2origins(max_streams=0)
+    srv = start(server, [o.url])
+    r = curl(srv, "h1", "/info")
+    assert r.status == 502, r
+    assert "allows no streams" in srv.log()
+    assert o.nconns <= 2
+
+
 def test_h2_origin_refused_connection_is_502(server):
     srv = start(server, [f"h2c://127.0.0.1:{free_port()}"])
     r = curl(srv, "h2c", "/x")

@@ -1232,6 +1232,7 @@ static void attempt_h2(proxy_req_t *pr)
 {
     fy_upstream_t *up = pr->ph->up;
     pr->h2 = true;
+    pr->reused_conn = false;
     pr->h2_head = pr->h2_end = false;
     pr->rb_head = pr->rb_count = 0;
     pr->wait.cb = h2_session_ready;

@@ -231,6 +231,14 @@ static void on_settings(void *ud)
     if (s->state != S_SETTINGS) return;
     s->state = S_READY;
     fy_timer_stop(s->loop, &s->timer);
+    if (fy_h2_client_max_streams(s->c) == 0) {
+        /* SETTINGS_MAX_CONCURRENT_STREAMS 0: nothing can go; another connection would
+           say the same, so the waiters fail instead of looping through new connections */
+        s->state = S_DRAINING;
+        fail_waiters(s, "origin allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)");
+        if (s->users == 0) session_close(s, NULL);
+        return;
+    }
     serve_waiters(s);
 }
 
