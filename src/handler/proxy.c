@@ -76,8 +76,10 @@ typedef struct proxy_req {
     fy_origin_h2_t *hs;         /* held session */
     fy_h2_client_stream_t *st;  /* our stream (released in drop_origin) */
     fy_origin_h2_waiter_t wait; /* while the session connects */
-    char *rb;                   /* ring of response bytes (malloc, FY_H2C_STREAM_WINDOW) */
+    char *rb;                   /* ring of response bytes: a pool chunk, or malloc */
+    size_t rb_cap;              /* the content length when smaller, else the stream window */
     size_t rb_head, rb_count;
+    bool rb_pooled;
     bool h2_end;    /* the origin's END_STREAM arrived */
     bool h2_head;   /* the final head arrived */
     const char *qp; /* client body slice not yet taken by the codec */
@@ -359,7 +361,10 @@ static void cleanup(void *arg)
     drop_origin(pr, false);
     if (pr->ibuf) fy_pool_put(fy_chunk_pool(), pr->ibuf);
     pr->ibuf = NULL;
-    free(pr->rb);
+    if (pr->rb_pooled)
+        fy_pool_put(fy_chunk_pool(), pr->rb);
+    else
+        free(pr->rb);
     pr->rb = NULL;
 }
 
@@ -987,7 +992,7 @@ static void h2_deliver(proxy_req_t *pr)
     }
     struct iovec iov[2];
     int n = 0;
-    size_t first = FY_H2C_STREAM_WINDOW - pr->rb_head;
+    size_t first = pr->rb_cap - pr->rb_head;
     if (first > pr->rb_count) first = pr->rb_count;
     iov[n++] = (struct iovec){pr->rb + pr->rb_head, first};
     if (pr->rb_count > first) iov[n++] = (struct iovec){pr->rb, pr->rb_count - first};
@@ -1007,7 +1012,7 @@ static void h2_proceed(proxy_req_t *pr)
     size_t n = pr->sending_len;
     pr->sending_len = 0;
     if (n) {
-        pr->rb_head = (pr->rb_head + n) % FY_H2C_STREAM_WINDOW;
+        pr->rb_head = (pr->rb_head + n) % pr->rb_cap;
         pr->rb_count -= n;
         if (pr->rb_count == 0) pr->rb_head = 0;
         if (pr->st) fy_h2_client_consume(pr->st, n); /* the origin may send as much again */
@@ -1092,8 +1097,21 @@ static void h2_on_head(void *ud, int status, fy_headers_t *hs, bool end)
 static void h2_on_data(void *ud, const char *p, size_t n)
 {
     proxy_req_t *pr = ud;
-    if (!pr->rb) pr->rb = fy_xmalloc(FY_H2C_STREAM_WINDOW);
-    if (pr->rb_count + n > FY_H2C_STREAM_WINDOW) { /* cannot happen: the window bounds it */
+    if (!pr->rb) {
+        /* unconsumed bytes never exceed the stream window, nor (nghttp2 checks it) the
+           announced content length: a tiny response gets a tiny ring */
+        int64_t cl = pr->ex->res.content_length;
+        pr->rb_cap =
+            cl > 0 && (uint64_t)cl < FY_H2C_STREAM_WINDOW ? (size_t)cl : FY_H2C_STREAM_WINDOW;
+        pr->rb_pooled = pr->rb_cap <= FY_CHUNK_SIZE;
+        if (pr->rb_pooled) {
+            pr->rb = fy_pool_get(fy_chunk_pool());
+            pr->rb_cap = FY_CHUNK_SIZE;
+        } else {
+            pr->rb = fy_xmalloc(pr->rb_cap);
+        }
+    }
+    if (pr->rb_count + n > pr->rb_cap) { /* the window (or content length) bounds it */
         fy_h2_client_release(pr->st);
         pr->st = NULL;
         drop_origin(pr, false);
@@ -1101,8 +1119,8 @@ static void h2_on_data(void *ud, const char *p, size_t n)
         fy_exchange_fail(pr->ex, 502, "origin overran the stream window");
         return;
     }
-    size_t tail = (pr->rb_head + pr->rb_count) % FY_H2C_STREAM_WINDOW;
-    size_t first = FY_H2C_STREAM_WINDOW - tail;
+    size_t tail = (pr->rb_head + pr->rb_count) % pr->rb_cap;
+    size_t first = pr->rb_cap - tail;
     if (first > n) first = n;
     memcpy(pr->rb + tail, p, first);
     if (n > first) memcpy(pr->rb, p + first, n - first);
