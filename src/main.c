@@ -26,7 +26,7 @@ static const char usage[] =
     "                                serve the files in DIR (default 127.0.0.1:8080)\n"
     "  ferry proxy URL [--listen ADDR] [--tls ...] [--protocols ...] [--upstream-ca FILE]\n"
     "                  [--workers N] [--access-log stdout|FILE]\n"
-    "                                reverse-proxy to URL (http:// or https://)\n"
+    "                                reverse-proxy to URL (http:// https:// h2c:// h2://)\n"
     "  ferry doc-config              print the configuration reference (Markdown)\n"
     "  ferry --version | --help\n"
     "options for run and the default: --workers N overrides `workers`\n";

@@ -480,6 +480,16 @@ def test_h2_origin_head_and_404(server, nginx2, certs, client):
     assert r.status == 404, r
 
 
+def test_proxy_one_liner_to_h2c_origin(server, nginx2):
+    """`ferry proxy h2c://HOST:PORT` (DESIGN.md §6: the URL scheme picks the origin protocol)."""
+    port = free_port()
+    srv = server(args=["proxy", nginx2.url("h2c"), "--listen", f"127.0.0.1:{port}"], start=False)
+    srv.start(wait_ports=[port])
+    r = subprocess.run(["curl", "-sS", "--max-time", "10", f"http://127.0.0.1:{port}/tiny.txt"],
+                       capture_output=True, timeout=20)
+    assert r.stdout == TINY, r
+
+
 def test_h2_origin_unverified_cert_is_502(server, nginx2):
     """h2:// verifies like https://: the test CA is not in the system store."""
     srv = start(server, [nginx2.url("h2")])
