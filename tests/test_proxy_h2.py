@@ -927,6 +927,24 @@ def test_origin_allowing_no_streams_is_502(server, h2origins):
     assert o.nconns <= 2
 
 
+def test_active_health_check_over_h2(server, h2origins):
+    """health-check probes h2c servers with an HTTP/2 GET: the dead one is marked down (so
+    retries: 0 still gets every request through), the live one sees the probes."""
+    a = h2origins()
+    dead = f"h2c://127.0.0.1:{free_port()}"
+    srv = start(server, [dead, a.url],
+                upstream={"retries": 0, "health-check": {"path": "/info?probe", "interval": "100ms",
+                                                         "fall": 1, "rise": 1}})
+    deadline = time.time() + 10
+    while "is down (health check" not in srv.log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "is down (health check" in srv.log()
+    for i in range(10):
+        assert curl(srv, "h1", f"/info?n={i}").status == 200
+    probes = [r for r in a.requests if dict(r).get(":path") == "/info?probe"]
+    assert probes and dict(probes[0])["user-agent"] == "ferry-health-check"
+
+
 def test_h2_origin_refused_connection_is_502(server):
     srv = start(server, [f"h2c://127.0.0.1:{free_port()}"])
     r = curl(srv, "h2c", "/x")

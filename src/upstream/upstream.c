@@ -46,6 +46,7 @@ typedef struct hc_probe {
     char buf[2048];
     size_t len;
     unsigned fails, oks;
+    fy__h2_probe_t *h2p; /* HTTP/2 servers: the probe is a stream on a pooled session */
 } hc_probe_t;
 
 struct fy_upstream {
@@ -539,6 +540,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         fy_origin_release(p->oc, false);
         p->oc = NULL;
     }
+    if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
     const fy_health_conf_t *hc = u->conf->health;
     bool down = atomic_load(&u->down[p->server]);
     char a[64];
@@ -614,11 +616,30 @@ static void hc_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
     hc_result(p, ok, ok ? "" : "unexpected status");
 }
 
+static void hc_h2_done(void *ud, int status, const char *why)
+{
+    hc_probe_t *p = ud;
+    const fy_health_conf_t *hc = p->u->conf->health;
+    if (status == 0) {
+        hc_result(p, false, why);
+        return;
+    }
+    bool ok = hc->expect_status ? status == hc->expect_status : status >= 200 && status < 400;
+    hc_result(p, ok, ok ? "" : "unexpected status");
+}
+
 static void hc_start_probe(hc_probe_t *p)
 {
     fy_upstream_t *u = p->u;
-    if (p->oc) return;                    /* the previous probe is still running */
-    if (u->servers[p->server].h2) return; /* the probe speaks HTTP/1.1: not for h2 origins */
+    if (p->oc) return; /* the previous probe is still running */
+    if (u->servers[p->server].h2) {
+        if (!p->h2p) p->h2p = fy_xcalloc(1, sizeof *p->h2p);
+        if (p->h2p->running) return;
+        fy__h2_probe_start(p->h2p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
+                           hc_h2_done, p);
+        fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
+        return;
+    }
     const char *err = "connect failed";
     p->oc = fy_origin_connect(u, u->hc_worker, p->server, u->hc_loop, hc_event, p, &err);
     if (!p->oc) {
@@ -659,5 +680,8 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         fy_timer_stop(u->hc_loop, &p->timeout);
         if (p->oc) fy_origin_release(p->oc, false);
         p->oc = NULL;
+        if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
+        free(p->h2p);
+        p->h2p = NULL;
     }
 }

@@ -326,7 +326,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .sub_size = sizeof(fy_health_conf_t),
      .shorthand_key = "path",
      .doc = "Active health checks (one worker probes, all workers obey); shorthand "
-            "`health-check: /health`. The probe speaks HTTP/1.1: `h2c://`/`h2://` servers "
-            "are not probed (passive ejection still applies)."},
+            "`health-check: /health`. `h2c://`/`h2://` servers are probed with an HTTP/2 "
+            "stream on the checking worker's pooled connection."},
     {.key = NULL, .check = check_upstream},
 };

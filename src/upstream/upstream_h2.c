@@ -427,3 +427,125 @@ void fy__upstream_h2_worker_close(fy_upstream_t *u, int w)
         }
     }
 }
+
+/* ---- active health probes over HTTP/2 ---- */
+
+static void probe_finish(fy__h2_probe_t *p, int status, const char *why)
+{
+    if (!p->running) return;
+    p->running = false;
+    p->done(p->ud, status, why);
+}
+
+static void probe_head(void *ud, int status, fy_headers_t *hs, bool end)
+{
+    (void)hs;
+    (void)end;
+    if (status >= 200) probe_finish(ud, status, "");
+}
+static void probe_data(void *ud, const char *p, size_t n)
+{
+    fy__h2_probe_t *pr = ud;
+    (void)p;
+    if (pr->st) fy_h2_client_consume(pr->st, n);
+}
+static void probe_end(void *ud, fy_headers_t *trailers)
+{
+    (void)trailers;
+    probe_finish(ud, 0, "stream ended without a response");
+}
+static void probe_error(void *ud, int kind, uint32_t code, const char *why)
+{
+    (void)kind;
+    (void)code;
+    probe_finish(ud, 0, why);
+}
+static ssize_t probe_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+{
+    (void)ud;
+    (void)buf;
+    (void)len;
+    *trailers = NULL;
+    return 0;
+}
+static const fy_h2_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
+                                                    probe_body};
+
+static bool probe_go(fy__h2_probe_t *p, fy_origin_h2_t *s)
+{
+    p->s = s;
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(p->u)->servers.v)[p->server];
+    fy_headers_t hs = {0};
+    FY_HDR_ADD(&p->arena, &hs, ":method", "GET", 3);
+    FY_HDR_ADD(&p->arena, &hs, ":scheme", sv->tls ? "https" : "http", sv->tls ? 5 : 4);
+    FY_HDR_ADD(&p->arena, &hs, ":authority", sv->authority, strlen(sv->authority));
+    FY_HDR_ADD(&p->arena, &hs, ":path", p->path, strlen(p->path));
+    FY_HDR_ADD(&p->arena, &hs, "user-agent", "ferry-health-check", 18);
+    p->st = fy_h2_client_submit(s->c, &hs, false, &p->arena, &probe_ops, p);
+    return p->st != NULL;
+}
+
+static void probe_ready(fy_origin_h2_waiter_t *wt, fy_origin_h2_t *s, const char *err)
+{
+    fy__h2_probe_t *p = fy_container_of(wt, fy__h2_probe_t, wt);
+    if (!s) {
+        probe_finish(p, 0, err ? err : "connect failed");
+        return;
+    }
+    if (!probe_go(p, s)) probe_finish(p, 0, "cannot open a stream");
+}
+
+static void probe_later(fy_defer_t *d)
+{
+    fy__h2_probe_t *p = d->data;
+    probe_finish(p, 0, p->err);
+}
+
+void fy__h2_probe_start(fy__h2_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                        const char *path, void (*done)(void *ud, int status, const char *why),
+                        void *ud)
+{
+    p->u = u;
+    p->server = server;
+    p->path = path;
+    p->done = done;
+    p->ud = ud;
+    p->running = true;
+    if (!p->arena_live) {
+        fy_arena_init(&p->arena, p->first, sizeof p->first, 4096);
+        p->arena_live = true;
+    }
+    p->wt.cb = probe_ready;
+    bool ready = false;
+    const char *err = "connect failed";
+    fy_origin_h2_t *s = fy_origin_h2_acquire(u, w, server, loop, &p->wt, &ready, &err);
+    if (ready) {
+        if (!probe_go(p, s)) { /* report outside of start */
+            p->err = "cannot open a stream";
+            p->later.cb = probe_later;
+            p->later.data = p;
+            fy_defer(loop, &p->later);
+        }
+        return;
+    }
+    if (!p->wt.s) {
+        p->err = err;
+        p->later.cb = probe_later;
+        p->later.data = p;
+        fy_defer(loop, &p->later);
+    }
+}
+
+void fy__h2_probe_stop(fy__h2_probe_t *p, fy_loop_t *loop)
+{
+    p->running = false;
+    fy_defer_cancel(loop, &p->later);
+    fy_origin_h2_cancel_wait(&p->wt);
+    if (p->st) fy_h2_client_release(p->st);
+    p->st = NULL;
+    if (p->s) fy_origin_h2_release(p->s);
+    p->s = NULL;
+    if (p->arena_live) fy_arena_free(&p->arena);
+    p->arena_live = false;
+}
