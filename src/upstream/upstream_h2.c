@@ -191,28 +191,21 @@ static size_t capacity(fy_origin_h2_t *s)
     return 0;
 }
 
-/* Hand the session to as many waiters as it can take; the others look elsewhere. */
+/* Hand the session to as many waiters as it can take; the others look elsewhere at once
+ * (one at a time: any callback may cancel any other waiter). */
 static void serve_waiters(fy_origin_h2_t *s)
 {
-    fy_list_t rest;
-    fy_list_init(&rest);
-    s->users++;
+    s->users++; /* held while callbacks run */
     while (!fy_list_empty(&s->waiters)) {
         fy_origin_h2_waiter_t *wt = fy_container_of(s->waiters.next, fy_origin_h2_waiter_t, link);
         fy_list_remove(&wt->link);
         s->nwaiters--;
+        wt->s = NULL;
         if (s->state == S_READY && s->users - 1 < fy_h2_client_max_streams(s->c)) {
-            wt->s = NULL;
             s->users++;
             wt->cb(wt, s, NULL);
-        } else {
-            fy_list_insert_tail(&rest, &wt->link);
+            continue;
         }
-    }
-    s->users--;
-    while (!fy_list_empty(&rest)) {
-        fy_origin_h2_waiter_t *wt = fy_container_of(rest.next, fy_origin_h2_waiter_t, link);
-        fy_list_remove(&wt->link);
         bool ready = false;
         const char *err = "origin connect failed";
         fy_origin_h2_t *o = fy_origin_h2_acquire(s->u, s->w, s->server, s->loop, wt, &ready, &err);
@@ -221,7 +214,10 @@ static void serve_waiters(fy_origin_h2_t *s)
         else if (!o && !wt->s)
             wt->cb(wt, NULL, err);
     }
-    if (s->state == S_READY && s->users == 0)
+    s->users--;
+    if (s->state == S_CLOSED)
+        reap_maybe(s);
+    else if (s->state == S_READY && s->users == 0)
         fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
 }
 
