@@ -660,6 +660,29 @@ def test_slow_client_holds_the_h2_origin_back(server, h2origins):
         s.close()
 
 
+def test_slow_streams_do_not_starve_the_origin_connection(server, h2origins):
+    """70 streams whose client never reads hold their windows (256 KiB each, 17.5 MiB in
+    all): another request on the same origin connection still goes through."""
+    o = h2origins()
+    srv = start(server, [o.url])
+    s, c = _h2_connect(srv.port, False)
+    try:
+        for i in range(70):
+            sid = c.get_next_available_stream_id()
+            c.send_headers(sid, [(":method", "GET"), (":path", f"/huge?n={512 * 1024}"),
+                                 (":scheme", "http"), (":authority", "x")], end_stream=True)
+        s.sendall(c.data_to_send())
+        deadline = time.time() + 10
+        while o.sent < 70 * 256 * 1024 and time.time() < deadline:
+            time.sleep(0.05)
+        assert o.sent >= 70 * 256 * 1024, o.sent
+        r = curl(srv, "h1", "/info")
+        assert r.status == 200, r
+        assert o.nconns == 1
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("client", ["h1", "h2c"])
 def test_early_response_from_h2_origin(server, h2origins, client):
     """The origin answers 413 before the upload is finished: the client gets the 413 (the

@@ -22,10 +22,12 @@
 
 /* Per-stream receive window we advertise: the bound on response bytes buffered per stream. */
 #define FY_H2C_STREAM_WINDOW (256u * 1024u)
-/* Connection receive window. */
-#define FY_H2C_CONN_WINDOW (16u * 1024u * 1024u)
 /* Streams we open on one connection at most, whatever the origin allows. */
 #define FY_H2C_MAX_STREAMS 256u
+/* Connection receive window: every stream's window at once (64 MiB), so that slow clients
+   holding their streams' windows never starve the other streams of the connection. Memory
+   stays bounded per stream (the stream window), not by this. */
+#define FY_H2C_CONN_WINDOW (FY_H2C_MAX_STREAMS * FY_H2C_STREAM_WINDOW)
 /* read_body's "nothing now, I will call fy_h2_client_resume" */
 #define FY_H2C_DEFER (-2)
 
