@@ -247,20 +247,25 @@ static const fy_conf_directive_t route_table[] = {
 
 /* ---- top level ---- */
 
-static char *default_data_dir(fy_conf_arena_t *a)
+void fy_config_default_data_dir(char *buf, size_t len)
 {
-    char buf[4096];
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     if (xdg && xdg[0] == '/') { /* the XDG spec ignores relative values */
-        snprintf(buf, sizeof buf, "%s/ferry", xdg);
+        snprintf(buf, len, "%s/ferry", xdg);
     } else {
         if (!home || !*home) {
             struct passwd *pw = getpwuid(getuid());
             home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
         }
-        snprintf(buf, sizeof buf, "%s/.local/share/ferry", home);
+        snprintf(buf, len, "%s/.local/share/ferry", home);
     }
+}
+
+static char *default_data_dir(fy_conf_arena_t *a)
+{
+    char buf[4096];
+    fy_config_default_data_dir(buf, sizeof buf);
     return fy_conf_strdup(a, buf);
 }
 

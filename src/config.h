@@ -67,6 +67,9 @@ fy_config_t *fy_config_load_file(const char *path, FILE *errf);
 fy_config_t *fy_config_load_text(const char *name, const char *text, size_t len, FILE *errf);
 void fy_config_free(fy_config_t *cfg);
 
+/* $XDG_DATA_HOME/ferry, else ~/.local/share/ferry (the `data-dir` default). */
+void fy_config_default_data_dir(char *buf, size_t len);
+
 /* Print the effective configuration as YAML (every key, defaults included). */
 void fy_config_dump(const fy_config_t *cfg, FILE *out);
 
