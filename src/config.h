@@ -9,6 +9,7 @@
 
 #include "conf/conf.h"
 #include "h2/h2_conf.h"
+#include "handler/mitm_conf.h"
 #include "handler/proxy_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
@@ -48,6 +49,7 @@ typedef struct fy_config {
     fy_http_limits_t limits;  /* `limits` */
     fy_h2_conf_t http2;       /* `http2` */
     fy_log_conf_t log;        /* `log` */
+    fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
     char *data_dir;           /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                  ~/.local/share/ferry (self-signed certs live there) */
     fy_conf_arena_t *arena;   /* owned: everything above lives in it */

@@ -29,7 +29,7 @@ static const char usage[] =
     "                  [--workers N] [--access-log stdout|FILE]\n"
     "                                reverse-proxy to URL (http:// or https://)\n"
     "  ferry mitm [--listen ADDR] [--ca-dir DIR] [--upstream-ca FILE] [--workers N]\n"
-    "                  [--access-log stdout|FILE] [--har FILE]\n"
+    "                  [--access-log stdout|FILE]\n"
     "                                intercepting proxy (default 127.0.0.1:8888)\n"
     "  ferry ca init|show|export [--ca-dir DIR] [--out DIR]\n"
     "                                the interception CA (default dir: the data dir)\n"
@@ -193,6 +193,62 @@ static int cmd_oneliner(const char *cmd, int argc, char **argv)
     return r;
 }
 
+/* `ferry mitm`: the intercepting proxy one-liner (DESIGN.md §6). */
+static int cmd_mitm(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8888", *ca_dir = NULL, *upstream_ca = NULL;
+    const char *workers = NULL, *access = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (strcmp(a, "--listen") == 0)
+            dst = &listen;
+        else if (strcmp(a, "--ca-dir") == 0)
+            dst = &ca_dir;
+        else if (strcmp(a, "--upstream-ca") == 0)
+            dst = &upstream_ca;
+        else if (strcmp(a, "--workers") == 0)
+            dst = &workers;
+        else if (strcmp(a, "--access-log") == 0)
+            dst = &access;
+        else
+            return bad_usage("mitm: unknown option '%s'", a);
+        if (i + 1 >= argc) return bad_usage("mitm: option '%s' needs a value", a);
+        *dst = argv[++i];
+    }
+    char y[8192], q[2048];
+    size_t o = 0;
+#define ADD(...) o += (size_t)snprintf(y + o, sizeof y - o, __VA_ARGS__)
+    if (workers) {
+        char *end;
+        long wn = strtol(workers, &end, 10);
+        if (strcmp(workers, "auto") != 0 && (*end || wn < 1 || wn > 256))
+            return bad_usage("--workers: expected auto or 1..256, got '%s'", workers);
+        ADD("workers: %s\n", workers);
+    }
+    yaml_quote(q, sizeof q, listen);
+    ADD("listeners:\n  - address: %s\n    kind: intercept\n    protocols: [h1]\n", q);
+    ADD("intercept:\n");
+    if (ca_dir) {
+        yaml_quote(q, sizeof q, ca_dir);
+        ADD("  ca-dir: %s\n", q);
+    }
+    if (upstream_ca) {
+        yaml_quote(q, sizeof q, upstream_ca);
+        ADD("  upstream-ca: %s\n", q);
+    }
+    if (access) {
+        yaml_quote(q, sizeof q, access);
+        ADD("log: {access: %s}\n", q);
+    }
+#undef ADD
+    fy_config_t *cfg = fy_config_load_text("<command line>", y, o, stderr);
+    if (!cfg) return 2;
+    int r = run(cfg);
+    fy_config_free(cfg);
+    return r;
+}
+
 /* `ferry ca init|show|export [--ca-dir DIR] [--out DIR]` */
 static int cmd_ca(int argc, char **argv)
 {
@@ -258,6 +314,7 @@ int main(int argc, char **argv)
     if (cmd && (strcmp(cmd, "serve") == 0 || strcmp(cmd, "proxy") == 0))
         return cmd_oneliner(cmd, argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "ca") == 0) return cmd_ca(argc - 2, argv + 2);
+    if (cmd && strcmp(cmd, "mitm") == 0) return cmd_mitm(argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "doc-config") == 0) {
         fy_config_doc(stdout);
         return 0;

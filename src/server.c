@@ -15,6 +15,7 @@
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
 #include "handler/echo.h"
+#include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
 #include "handler/static.h"
@@ -53,6 +54,8 @@ struct fy_server {
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
     int access_fd;
+    fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;      /* owned by mitm_router */
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -107,6 +110,22 @@ static int build_router(fy_server_t *s)
     return 0;
 }
 
+/* Listeners of kind intercept share one mitm handler behind a catch-all router. */
+static int build_mitm(fy_server_t *s)
+{
+    const fy_listener_conf_t *lc = s->cfg->listeners.v;
+    bool any = false;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++) any |= lc[i].kind == FY_LISTENER_INTERCEPT;
+    if (!any) return 0;
+    s->mitm = fy_mitm_handler_new(&s->cfg->intercept, s->nworkers);
+    if (!s->mitm) return -1;
+    s->mitm_router.routes = fy_xcalloc(1, sizeof(fy_route_t));
+    s->mitm_router.routes[0].path = "";
+    s->mitm_router.routes[0].handler = s->mitm;
+    s->mitm_router.n = 1;
+    return 0;
+}
+
 fy_server_t *fy_server_new(const fy_config_t *cfg)
 {
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
@@ -124,6 +143,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     if (build_router(s) < 0) goto fail;
     s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
     const fy_listener_conf_t *lc = cfg->listeners.v;
+    if (build_mitm(s) < 0) goto fail;
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         if (lc[i].protocols & FY_PROTO_H3)
             fy_warn("listener %s: h3 is not served by this build yet", lc[i].address);
@@ -266,6 +286,10 @@ static void *worker_main(void *arg)
         wl->w = w;
         wl->conf = &lc[i];
         wl->ctx.router = &s->router;
+        if (lc[i].kind == FY_LISTENER_INTERCEPT) {
+            wl->ctx.router = &s->mitm_router;
+            wl->ctx.forward_proxy = true;
+        }
         wl->ctx.limits = &cfg->limits;
         wl->ctx.loop = &w->loop;
         wl->ctx.worker_id = w->id;
@@ -310,6 +334,7 @@ static void *worker_main(void *arg)
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
     fy_router_thread_cleanup();
+    if (s->mitm) fy_mitm_worker_close(s->mitm, w->id);
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
         if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);
         fy_upstream_worker_close(s->upstreams[i], w->id);
@@ -358,6 +383,7 @@ void fy_server_free(fy_server_t *s)
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
     free(s->tls);
     fy_router_free(&s->router);
+    fy_router_free(&s->mitm_router);
     for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);
@@ -371,7 +397,10 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
     for (size_t i = 0; i < s->cfg->listeners.n; i++) {
         char a[80];
         fy_sock_addr_str((const struct sockaddr *)&lc[i].addr, a, sizeof a);
-        fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
+        if (lc[i].kind == FY_LISTENER_INTERCEPT)
+            fprintf(out, "ferry: intercepting proxy on http://%s/\n", a);
+        else
+            fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
     fflush(out);
 }

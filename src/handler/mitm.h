@@ -1,0 +1,26 @@
+/* The intercepting proxy handler (listeners of `kind: intercept`, DESIGN.md §2 "MITM is a
+ * transport trick"):
+ *  - absolute-form requests (`GET http://host/...`) are proxied to that origin;
+ *  - `CONNECT host:port` takes the client connection over (sink `detach`), answers 200 and
+ *    peeks: a TLS ClientHello pauses at the hello, the origin is connected first (TLS, ALPN
+ *    h2,http/1.1, certificate verified), then the client handshake finishes with a leaf
+ *    forged for the SNI (or the CONNECT host) and a nested h1 server codec runs on the
+ *    decrypted stream; its exchanges carry ex->tunnel and come back here, to be proxied to
+ *    that origin through ad-hoc upstreams (upstream/upstream_dyn.h) by the ordinary proxy
+ *    handler. An origin that fails verification gets the client a 502 page per request.
+ *  - anything else inside CONNECT (plain bytes, `passthrough` hosts, hosts bypassed after
+ *    certificate pinning was detected) is relayed as bytes.
+ * Requests without a proxy form get a small page that serves the CA certificate. */
+#ifndef FY_HANDLER_MITM_H
+#define FY_HANDLER_MITM_H
+
+#include "handler/mitm_conf.h"
+#include "http/handler.h"
+
+/* Loads (creating when missing) the CA under conf->ca_dir. `conf` is borrowed. NULL after
+ * logging when the CA or the TLS contexts cannot be set up. */
+fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers);
+/* On worker w's thread before its loop goes: close its origin pools. */
+void fy_mitm_worker_close(fy_handler_t *h, int w);
+
+#endif
