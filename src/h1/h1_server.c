@@ -101,10 +101,10 @@ typedef struct h1_conn {
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    bool handed_off;  /* the fd and transport now belong to the h2 codec */
-    bool tunnel;      /* 101 sent: raw bytes both ways until either side ends */
-    bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
-    bool peer_eof;    /* the client half-closed (tunnel) */
+    bool handed_off;   /* the fd and transport now belong to the h2 codec */
+    bool tunnel;       /* 101 sent: raw bytes both ways until either side ends */
+    bool in_spurious;  /* readable while paused: EPOLLIN dropped until reading resumes */
+    bool peer_eof;     /* the client half-closed (tunnel) */
     void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
     void (*mitm_tunnel_free)(void *);
     _Alignas(16) char arena_first[2048];

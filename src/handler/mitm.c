@@ -22,6 +22,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "h1/h1_server.h"
+#include "h2/h2_server.h"
 #include "handler/proxy.h"
 #include "http/exchange.h"
 #include "net/sock.h"
@@ -62,11 +63,12 @@ typedef struct tunnel_info {
     char name[256]; /* SNI, else the CONNECT host: certificate name and origin SNI */
     bool insecure;
     char error[400]; /* origin failure: every request gets a 502 page saying this */
+    bool origin_h2;  /* the origin chose h2 in the probe: the client is offered h2 too */
 } tunnel_info_t;
 
 enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY };
-static const char *const state_names[] = {"peek",           "client hello", "origin handshake",
-                                          "client handshake", "connect",    "relay"};
+static const char *const state_names[] = {
+    "peek", "client hello", "origin handshake", "client handshake", "connect", "relay"};
 
 typedef struct tunnel {
     fy_conn_node_t node; /* in ctx->conns: drained and closed with the listener's conns */
@@ -313,7 +315,10 @@ static void hand_over(tunnel_t *t)
         free(info);
         return;
     }
-    fy_h1_conn_start(ctx, fd, tr, (struct sockaddr *)&remote, sizeof remote, info, free);
+    if (tr->alpn && strcmp(tr->alpn, "h2") == 0)
+        fy_h2_conn_start_tunnel(ctx, fd, tr, (struct sockaddr *)&remote, sizeof remote, info, free);
+    else
+        fy_h1_conn_start(ctx, fd, tr, (struct sockaddr *)&remote, sizeof remote, info, free);
 }
 
 /* why: NULL when the origin is fine; else the 502 page says "why: detail" */
@@ -332,8 +337,9 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         snprintf(t->info->error, sizeof t->info->error, "%s: %s", why, detail);
         fy_warn("mitm: origin %s:%d (%s): %s", t->host, t->port, t->info->name, t->info->error);
     }
-    /* the origin is HTTP/1.1 to the proxy handler for now: clients are offered http/1.1 */
-    if (fy_mint_resume(t->m->mint, t->cssl, t->info->name, false) < 0) {
+    /* protocol mirroring: h2 to the client only when the origin speaks it (the proxy handler
+       itself talks HTTP/1.1 to origins until h2 origins land) */
+    if (fy_mint_resume(t->m->mint, t->cssl, t->info->name, t->info->origin_h2 && !why) < 0) {
         tunnel_close(t);
         return;
     }
@@ -347,6 +353,10 @@ static void drive_probe(tunnel_t *t)
     ERR_clear_error();
     int r = SSL_do_handshake(t->ossl);
     if (r == 1) {
+        const unsigned char *p;
+        unsigned len;
+        SSL_get0_alpn_selected(t->ossl, &p, &len);
+        t->info->origin_h2 = len == 2 && memcmp(p, "h2", 2) == 0 && t->ctx->h2conf;
         probe_done(t, NULL, NULL);
         return;
     }
@@ -427,8 +437,8 @@ static void drive_client(tunnel_t *t)
         return;
     }
     if (t->state == S_FINISH) {
-        fy_info("mitm: client refused the certificate forged for %s (TLS alert %d)",
-                t->info->name, alert);
+        fy_info("mitm: client refused the certificate forged for %s (TLS alert %d)", t->info->name,
+                alert);
         pin_fail(t->m, t->info->name, t->loop->now_ms);
         if (strcmp(t->info->name, t->host) != 0) pin_fail(t->m, t->host, t->loop->now_ms);
     } else {
@@ -765,8 +775,8 @@ static SSL_CTX *probe_ctx(const char *ca, bool insecure)
     SSL_CTX_set_alpn_protos(c, alpn, sizeof alpn - 1);
     if (!insecure) {
         SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
-        if ((ca ? SSL_CTX_load_verify_locations(c, ca, NULL) : SSL_CTX_set_default_verify_paths(c)) !=
-            1) {
+        if ((ca ? SSL_CTX_load_verify_locations(c, ca, NULL)
+                : SSL_CTX_set_default_verify_paths(c)) != 1) {
             fy_tls_log_errors(FY_LOG_EMERG, ca ? ca : "system CA store");
             SSL_CTX_free(c);
             return NULL;

@@ -165,8 +165,8 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 
 #define L(f) offsetof(fy_listener_conf_t, f)
 
-static const char *const kinds[] = {[FY_LISTENER_HTTP] = "http",
-                                    [FY_LISTENER_INTERCEPT] = "intercept", NULL};
+static const char *const kinds[] = {
+    [FY_LISTENER_HTTP] = "http", [FY_LISTENER_INTERCEPT] = "intercept", NULL};
 
 const fy_conf_directive_t fy_listener_conf_table[] = {
     {.key = "address",
