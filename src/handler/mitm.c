@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
+#include "handler/mitm_rules.h"
 #include "handler/proxy.h"
 #include "http/exchange.h"
 #include "net/sock.h"
@@ -52,7 +53,8 @@ typedef struct mitm {
     SSL_CTX *probe, *probe_insecure;
     pthread_mutex_t pin_lock;
     pin_t pins[MAX_PINS];
-    char *ca_pem; /* owned: the certificate served on the info page */
+    fy_mitm_rules_t *rules; /* owned */
+    char *ca_pem;           /* owned: the certificate served on the info page */
     size_t ca_pem_len;
 } mitm_t;
 
@@ -621,15 +623,15 @@ static void release_entry(void *arg)
     e->inflight--;
 }
 
-static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls,
-                    const char *sni, bool insecure)
+static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
 {
+    mitm_t *m = ud;
     bool created = false;
     const char *err = NULL;
-    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, host, port, tls,
-                                                     sni, insecure, &created, &err);
+    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, t->host, t->port,
+                                                     t->tls, t->sni, t->insecure, &created, &err);
     if (!e) {
-        fy_info("mitm: %s:%d: %s", host, port, err);
+        fy_info("mitm: %s:%d: %s", t->host, t->port, err);
         fy_exchange_fail(ex, 502, err);
         return;
     }
@@ -638,6 +640,13 @@ static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bo
     fy_arena_on_reset(ex->arena, release_entry, e);
     fy_handler_t *ph = e->user;
     ph->ops->on_request(ph, ex);
+}
+
+static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls,
+                    const char *sni, bool insecure)
+{
+    fy_mitm_target_t t = {host, port, tls, sni, insecure};
+    fy__mitm_rules_run(m->rules, ex, &t, go, m);
 }
 
 static void error_page(fy_exchange_t *ex, const tunnel_info_t *ti)
@@ -745,6 +754,7 @@ static void destroy(fy_handler_t *h)
 {
     mitm_t *m = (mitm_t *)h;
     fy_upstream_dyn_free(m->dyn);
+    fy__mitm_rules_free(m->rules);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
     SSL_CTX_free(m->probe);
@@ -822,7 +832,8 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     m->mint = fy_mint_new(ca, (size_t)conf->cert_cache);
     m->probe = probe_ctx(conf->upstream_ca, false);
     m->probe_insecure = probe_ctx(NULL, true);
-    if (!m->mint || !m->probe || !m->probe_insecure) {
+    m->rules = fy__mitm_rules_new(conf);
+    if (!m->mint || !m->probe || !m->probe_insecure || !m->rules) {
         destroy(&m->h);
         return NULL;
     }

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+
+#include "http/router.h"
 
 int fy_cidr_parse(const char *s, fy_cidr_t *out)
 {
@@ -108,6 +111,202 @@ static int validate_auth(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *f
     return 0;
 }
 
+static int validate_regex(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    (void)obj;
+    char msg[256];
+    if (fy_regex_check(*(char **)field, msg, sizeof msg) < 0) {
+        fy_conf_error(ctx, node, NULL, "invalid regular expression: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_file(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    (void)obj;
+    if (access(*(char **)field, R_OK) < 0) {
+        fy_conf_error(ctx, node, NULL, "cannot read '%.200s'", *(char **)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_origin_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                               void *obj)
+{
+    (void)obj;
+    const char *u = *(char **)field;
+    if ((strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) ||
+        u[strlen(u) - 1] == '/' || strchr(u + 8, '/')) {
+        fy_conf_error(ctx, node, NULL,
+                      "expected http://HOST[:PORT] or https://HOST[:PORT], got '%.100s'", u);
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t hdr_edit_table[] = {
+    {.key = "set",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_mitm_hdr_edit_t, set),
+     .doc = "Fields set (replacing any of the same name)."},
+    {.key = "append",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_mitm_hdr_edit_t, append),
+     .doc = "Fields added after the existing ones."},
+    {.key = "remove",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_mitm_hdr_edit_t, remove),
+     .doc = "Field names removed."},
+    {.key = NULL},
+};
+
+static const char *const replace_in[] = {"response", "request", "both", NULL};
+
+static int check_replace(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_mitm_replace_t *r = obj;
+    if ((r->search != NULL) == (r->regex != NULL)) {
+        fy_conf_error(ctx, map, NULL, "needs exactly one of search, regex");
+        return -1;
+    }
+    if (r->search && !r->search[0]) {
+        fy_conf_error(ctx, map, "search", "must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t replace_table[] = {
+    {.key = "search",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_replace_t, search),
+     .doc = "Literal text to replace (every occurrence)."},
+    {.key = "regex",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_replace_t, regex),
+     .validate = validate_regex,
+     .doc = "PCRE2 pattern to replace (every match; `$1` in `with`)."},
+    {.key = "with",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_replace_t, with),
+     .dflt = "",
+     .doc = "Replacement text."},
+    {.key = "in",
+     .type = FY_CT_ENUM,
+     .offset = offsetof(fy_mitm_replace_t, in),
+     .dflt = "response",
+     .enums = replace_in,
+     .doc = "Which body: response, request or both."},
+    {.key = NULL, .check = check_replace},
+};
+
+static int check_respond(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_mitm_respond_t *r = obj;
+    if (r->body && r->file) {
+        fy_conf_error(ctx, map, NULL, "body and file exclude each other");
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t respond_table[] = {
+    {.key = "status",
+     .type = FY_CT_INT,
+     .offset = offsetof(fy_mitm_respond_t, status),
+     .dflt = "200",
+     .min = 200,
+     .max = 999,
+     .doc = "Status code."},
+    {.key = "body",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_respond_t, body),
+     .doc = "Fixed body."},
+    {.key = "file",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_respond_t, file),
+     .validate = validate_file,
+     .doc = "Serve this file's contents (read at start; map local)."},
+    {.key = "headers",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_mitm_respond_t, headers),
+     .doc = "Response header fields."},
+    {.key = NULL, .check = check_respond},
+};
+
+static const fy_conf_directive_t match_table[] = {
+    {.key = "host",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_mitm_match_t, host),
+     .doc = "Hosts (`example.com`, `*.example.com`); any when unset."},
+    {.key = "path",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_mitm_match_t, path),
+     .dflt = "/",
+     .doc = "Path prefix."},
+    {.key = "method",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_mitm_match_t, methods),
+     .doc = "Methods; any when unset."},
+    {.key = "header",
+     .type = FY_CT_STRMAP,
+     .offset = offsetof(fy_mitm_match_t, headers),
+     .doc = "Request fields with exactly this value (`\"*\"`: present)."},
+    {.key = NULL},
+};
+
+#define R(f) offsetof(fy_mitm_rule_t, f)
+
+static const fy_conf_directive_t rule_table[] = {
+    {.key = "match",
+     .type = FY_CT_TABLE,
+     .offset = R(match),
+     .sub = match_table,
+     .doc = "Which intercepted requests the rule applies to; all when absent."},
+    {.key = "request-headers",
+     .type = FY_CT_TABLE,
+     .offset = R(request_headers),
+     .sub = hdr_edit_table,
+     .doc = "Edit the request's header fields before it leaves."},
+    {.key = "response-headers",
+     .type = FY_CT_TABLE,
+     .offset = R(response_headers),
+     .sub = hdr_edit_table,
+     .doc = "Edit the response's header fields."},
+    {.key = "status",
+     .type = FY_CT_INT,
+     .offset = R(status),
+     .min = 0,
+     .max = 999,
+     .doc = "Override the response status (0: keep)."},
+    {.key = "respond",
+     .type = FY_CT_TABLE_PTR,
+     .offset = R(respond),
+     .sub = respond_table,
+     .sub_size = sizeof(fy_mitm_respond_t),
+     .doc = "Answer with this response; the origin is not contacted."},
+    {.key = "map-remote",
+     .type = FY_CT_STRING,
+     .offset = R(map_remote),
+     .validate = validate_origin_url,
+     .doc = "Send the request to this origin (`https://host:port`) instead."},
+    {.key = "block",
+     .type = FY_CT_BOOL,
+     .offset = R(block),
+     .dflt = "false",
+     .doc = "Answer 403 without contacting the origin."},
+    {.key = "replace",
+     .type = FY_CT_TABLE_LIST,
+     .offset = R(replace),
+     .sub = replace_table,
+     .sub_size = sizeof(fy_mitm_replace_t),
+     .doc = "Body rewriting (bodies up to `body-cap`, gzip/br/zstd decoded and re-encoded; "
+            "larger bodies stream through unchanged)."},
+    {.key = NULL},
+};
+
 #define I(f) offsetof(fy_intercept_conf_t, f)
 
 const fy_conf_directive_t fy_intercept_conf_table[] = {
@@ -180,5 +379,20 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .offset = I(tunnel_idle_ms),
      .dflt = "5m",
      .doc = "A relayed (undecrypted) tunnel with no traffic either way is closed."},
+    {.key = "rules",
+     .type = FY_CT_TABLE_LIST,
+     .offset = I(rules),
+     .sub = rule_table,
+     .sub_size = sizeof(fy_mitm_rule_t),
+     .doc = "Rules for intercepted and proxied requests, applied in order (every matching "
+            "rule's edits; the first `respond`/`block`/`map-remote`)."},
+    {.key = "body-cap",
+     .type = FY_CT_SIZE,
+     .offset = I(body_cap),
+     .dflt = "1m",
+     .min = 1,
+     .max = 1 << 30,
+     .doc = "Largest body (decoded) that `replace` rules buffer and rewrite; past it the body "
+            "streams through unchanged."},
     {.key = NULL},
 };

@@ -9,6 +9,47 @@
 
 #include "conf/conf.h"
 
+/* Header edits of a rule (`request-headers` / `response-headers`). */
+typedef struct fy_mitm_hdr_edit {
+    fy_conf_strmap_t set;     /* replace (or add) */
+    fy_conf_strmap_t append;  /* add another field */
+    fy_conf_strlist_t remove; /* drop every field of the name */
+} fy_mitm_hdr_edit_t;
+
+/* `replace:` items: body rewriting. */
+typedef struct fy_mitm_replace {
+    char *search; /* literal, or */
+    char *regex;  /* PCRE2 pattern ($1 references in `with`) */
+    char *with;   /* replacement, default "" */
+    int in;       /* enum: 0 response, 1 request, 2 both */
+} fy_mitm_replace_t;
+
+/* `respond:` a synthetic response (map local). */
+typedef struct fy_mitm_respond {
+    int64_t status;           /* default 200 */
+    char *body;               /* fixed body, or */
+    char *file;               /* a file's contents (read at start) */
+    fy_conf_strmap_t headers; /* e.g. content-type */
+} fy_mitm_respond_t;
+
+typedef struct fy_mitm_match {
+    fy_conf_strlist_t host;    /* patterns; any when empty */
+    char *path;                /* prefix, default "/" */
+    fy_conf_strlist_t methods; /* any when empty */
+    fy_conf_strmap_t headers;  /* request header -> exact value or "*" */
+} fy_mitm_match_t;
+
+typedef struct fy_mitm_rule {
+    fy_mitm_match_t match;
+    fy_mitm_hdr_edit_t request_headers;
+    fy_mitm_hdr_edit_t response_headers;
+    int64_t status;             /* `status`: override the origin's status; 0: keep */
+    fy_mitm_respond_t *respond; /* `respond`: answer without the origin */
+    char *map_remote;           /* `map-remote`: http(s)://host[:port] to send to instead */
+    bool block;                 /* `block`: 403 */
+    fy_conf_list_t replace;     /* of fy_mitm_replace_t */
+} fy_mitm_rule_t;
+
 typedef struct fy_intercept_conf {
     char *ca_dir;                  /* `ca-dir`: where ferry-ca.pem/.key live; default data-dir */
     char *upstream_ca;             /* `upstream-ca`: PEM bundle for origins; default system */
@@ -22,6 +63,8 @@ typedef struct fy_intercept_conf {
     int64_t max_origins;           /* `max-origins`: ad-hoc origins per worker (LRU) */
     uint64_t connect_timeout_ms;   /* `connect-timeout`: origin connect + TLS, client handshake */
     uint64_t tunnel_idle_ms;       /* `tunnel-idle-timeout`: relayed tunnels with no traffic */
+    fy_conf_list_t rules;          /* `rules`: of fy_mitm_rule_t, all matching ones apply */
+    uint64_t body_cap;             /* `body-cap`: bodies buffered for `replace` (decoded size) */
 } fy_intercept_conf_t;
 
 extern const fy_conf_directive_t fy_intercept_conf_table[];
