@@ -75,8 +75,8 @@ fy_mitm_rules_t *fy__mitm_rules_new(const fy_intercept_conf_t *conf)
             if (!rp[k].regex) continue;
             int ec;
             PCRE2_SIZE off;
-            rt->re[k] = pcre2_compile((PCRE2_SPTR)rp[k].regex, PCRE2_ZERO_TERMINATED, 0, &ec, &off,
-                                      NULL);
+            rt->re[k] =
+                pcre2_compile((PCRE2_SPTR)rp[k].regex, PCRE2_ZERO_TERMINATED, 0, &ec, &off, NULL);
             if (!rt->re[k]) {
                 fy_log(FY_LOG_EMERG, "intercept.rules[%zu]: regex '%s' does not compile", i,
                        rp[k].regex);
@@ -242,8 +242,7 @@ static bool rule_matches(const fy_mitm_rule_t *c, const fy_exchange_t *ex, const
     const fy_mitm_match_t *m = &c->match;
     if (m->host.n && !fy_host_list_match(&m->host, host)) return false;
     size_t pl = strlen(m->path);
-    if (pl > 1 && (ex->req.path.len < pl || memcmp(ex->req.path.p, m->path, pl) != 0))
-        return false;
+    if (pl > 1 && (ex->req.path.len < pl || memcmp(ex->req.path.p, m->path, pl) != 0)) return false;
     if (m->methods.n) {
         bool ok = false;
         for (size_t i = 0; i < m->methods.n && !ok; i++)
@@ -289,8 +288,8 @@ static void edit_headers(fy_arena_t *a, fy_headers_t *hs, const fy_mitm_hdr_edit
         fy_headers_add(a, &out, e->set.keys[i], strlen(e->set.keys[i]), e->set.values[i],
                        strlen(e->set.values[i]));
     for (size_t i = 0; i < e->append.n; i++)
-        fy_headers_add(a, &out, e->append.keys[i], strlen(e->append.keys[i]),
-                       e->append.values[i], strlen(e->append.values[i]));
+        fy_headers_add(a, &out, e->append.keys[i], strlen(e->append.keys[i]), e->append.values[i],
+                       strlen(e->append.values[i]));
     *hs = out;
 }
 
@@ -369,9 +368,8 @@ static char *replace_all(filt_t *f, int which, const char *data, size_t len, siz
                 if (!next) continue;
             } else {
                 size_t sl = strlen(rp[k].search), wl = strlen(rp[k].with), cnt = 0;
-                for (const char *p = src; (p = memmem(p, clen - (size_t)(p - src), rp[k].search,
-                                                      sl)) != NULL;
-                     p += sl)
+                for (const char *p = src;
+                     (p = memmem(p, clen - (size_t)(p - src), rp[k].search, sl)) != NULL; p += sl)
                     cnt++;
                 if (!cnt) continue;
                 nlen = clen - cnt * sl + cnt * wl;
@@ -573,9 +571,8 @@ static void respond_rule(const rule_rt_t *rt, fy_exchange_t *ex)
             ct = r->headers.values[i];
             continue;
         }
-        fy_headers_add(ex->arena, &ex->res.headers, r->headers.keys[i],
-                       strlen(r->headers.keys[i]), r->headers.values[i],
-                       strlen(r->headers.values[i]));
+        fy_headers_add(ex->arena, &ex->res.headers, r->headers.keys[i], strlen(r->headers.keys[i]),
+                       r->headers.values[i], strlen(r->headers.values[i]));
     }
     const char *body = rt->file_body ? rt->file_body : r->body ? r->body : "";
     size_t len = rt->file_body ? rt->file_len : strlen(body);
