@@ -29,7 +29,7 @@ static const char usage[] =
     "                  [--workers N] [--access-log stdout|FILE]\n"
     "                                reverse-proxy to URL (http:// or https://)\n"
     "  ferry mitm [--listen ADDR] [--ca-dir DIR] [--upstream-ca FILE] [--workers N]\n"
-    "                  [--access-log stdout|FILE]\n"
+    "                  [--access-log stdout|FILE] [--har FILE]\n"
     "                                intercepting proxy (default 127.0.0.1:8888)\n"
     "  ferry ca init|show|export [--ca-dir DIR] [--out DIR]\n"
     "                                the interception CA (default dir: the data dir)\n"
@@ -197,12 +197,14 @@ static int cmd_oneliner(const char *cmd, int argc, char **argv)
 static int cmd_mitm(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8888", *ca_dir = NULL, *upstream_ca = NULL;
-    const char *workers = NULL, *access = NULL;
+    const char *workers = NULL, *access = NULL, *har = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
         if (strcmp(a, "--listen") == 0)
             dst = &listen;
+        else if (strcmp(a, "--har") == 0)
+            dst = &har;
         else if (strcmp(a, "--ca-dir") == 0)
             dst = &ca_dir;
         else if (strcmp(a, "--upstream-ca") == 0)
@@ -236,6 +238,10 @@ static int cmd_mitm(int argc, char **argv)
     if (upstream_ca) {
         yaml_quote(q, sizeof q, upstream_ca);
         ADD("  upstream-ca: %s\n", q);
+    }
+    if (har) {
+        yaml_quote(q, sizeof q, har);
+        ADD("  capture: {har: %s}\n", q);
     }
     if (access) {
         yaml_quote(q, sizeof q, access);

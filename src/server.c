@@ -22,6 +22,7 @@
 #include "http/router.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
+#include "ops/har.h"
 #include "tls/tls.h"
 
 typedef struct worker_listener {
@@ -56,6 +57,7 @@ struct fy_server {
     int access_fd;
     fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
     fy_handler_t *mitm;      /* owned by mitm_router */
+    fy_har_t *har;           /* intercept.capture.har, or NULL */
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -123,6 +125,15 @@ static int build_mitm(fy_server_t *s)
     s->mitm_router.routes[0].path = "";
     s->mitm_router.routes[0].handler = s->mitm;
     s->mitm_router.n = 1;
+    if (s->cfg->intercept.capture.har) {
+        const char *err = "";
+        s->har = fy_har_open(s->cfg->intercept.capture.har, &err);
+        if (!s->har) {
+            fy_log(FY_LOG_EMERG, "intercept.capture.har: %s: %s", s->cfg->intercept.capture.har,
+                   err);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -272,6 +283,14 @@ static void on_wake(fy_loop_t *loop)
     fy_timer_start(loop, &w->drain_timer, w->drain_ms);
 }
 
+/* Intercept listeners with a HAR capture: access log and HAR both see each flow. */
+static void intercept_done(fy_exchange_t *ex, void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->alog) fy_access_log_exchange(ex, w->alog);
+    fy_har_exchange(ex, w->srv->har);
+}
+
 static void *worker_main(void *arg)
 {
     struct fy_worker *w = arg;
@@ -303,6 +322,10 @@ static void *worker_main(void *arg)
         if (w->alog) {
             wl->ctx.on_done = fy_access_log_exchange;
             wl->ctx.on_done_ud = w->alog;
+        }
+        if (lc[i].kind == FY_LISTENER_INTERCEPT && s->har) {
+            wl->ctx.on_done = intercept_done;
+            wl->ctx.on_done_ud = w;
         }
         fy_list_init(&wl->ctx.conns);
         wl->io.cb = on_accept;
@@ -384,6 +407,7 @@ void fy_server_free(fy_server_t *s)
     free(s->tls);
     fy_router_free(&s->router);
     fy_router_free(&s->mitm_router);
+    fy_har_close(s->har);
     for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);

@@ -441,3 +441,38 @@ def test_mitm_config_errors(tmp_path):
     assert re.search(r"f\.yaml:\d+:\d+: listeners\[0\]\.tls: an intercept listener", r.stderr)
     assert re.search(r"f\.yaml:\d+:\d+: intercept\.allow: bad CIDR '10\.0\.0\.300/8'", r.stderr)
     assert re.search(r"intercept\.auth: expected user:password", r.stderr)
+
+
+# ---- HAR capture -----------------------------------------------------------------------------
+
+
+def test_mitm_har_capture(server, certs, nginx, tmp_path):
+    import json
+    har = tmp_path / "flows.har"
+    srv = mitm(server, certs, extra=f"  capture: {{{{har: {har}}}}}\n")
+    assert json.loads(har.read_text())["log"]["entries"] == []  # valid before any flow
+    urls = [f"http://127.0.0.1:{nginx.port}/index.html",
+            f"https://localhost:{nginx.tls_port}/big.bin",
+            f"https://localhost:{nginx.h1_port}/missing"]
+    for i, (url, http) in enumerate(zip(urls, ["--http1.1", "--http2", "--http1.1"])):
+        r = curl(http, "-x", srv.proxy, "--cacert", str(srv.ca), "-A", f"agent-{i}", url)
+        assert r.returncode == 0, r.stderr
+        deadline = time.time() + 5
+        while True:  # written when the flow completes; the file is valid JSON after each
+            log = json.loads(har.read_text())["log"]
+            if len(log["entries"]) == i + 1 or time.time() > deadline:
+                break
+            time.sleep(0.02)
+        assert log["version"] == "1.2" and log["creator"]["name"] == "ferry"
+        assert len(log["entries"]) == i + 1
+    e = log["entries"]
+    assert [x["request"]["url"] for x in e] == urls
+    assert [x["response"]["status"] for x in e] == [200, 200, 404]
+    assert [x["request"]["httpVersion"] for x in e] == ["HTTP/1.1", "HTTP/2.0", "HTTP/1.1"]
+    assert e[1]["response"]["content"]["size"] == len(nginx.big)
+    ua = [h["value"] for h in e[0]["request"]["headers"] if h["name"].lower() == "user-agent"]
+    assert ua == ["agent-0"]
+    for x in e:
+        for k in ("startedDateTime", "time", "cache", "timings"):
+            assert k in x
+    assert not any(x["request"]["method"] == "CONNECT" for x in e)

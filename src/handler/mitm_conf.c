@@ -307,6 +307,15 @@ static const fy_conf_directive_t rule_table[] = {
     {.key = NULL},
 };
 
+static const fy_conf_directive_t capture_table[] = {
+    {.key = "har",
+     .type = FY_CT_STRING,
+     .offset = offsetof(struct fy_mitm_capture, har),
+     .doc = "Write every intercepted or proxied flow (heads, sizes, timings) to this HAR 1.2 "
+            "file, one complete valid document after each flow (truncated at start)."},
+    {.key = NULL},
+};
+
 #define I(f) offsetof(fy_intercept_conf_t, f)
 
 const fy_conf_directive_t fy_intercept_conf_table[] = {
@@ -394,5 +403,10 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .max = 1 << 30,
      .doc = "Largest body (decoded) that `replace` rules buffer and rewrite; past it the body "
             "streams through unchanged."},
+    {.key = "capture",
+     .type = FY_CT_TABLE,
+     .offset = I(capture),
+     .sub = capture_table,
+     .doc = "Flow capture."},
     {.key = NULL},
 };
