@@ -117,7 +117,7 @@ static int build_mitm(fy_server_t *s)
 {
     const fy_listener_conf_t *lc = s->cfg->listeners.v;
     bool any = false;
-    for (size_t i = 0; i < s->cfg->listeners.n; i++) any |= lc[i].kind == FY_LISTENER_INTERCEPT;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++) any |= lc[i].kind != FY_LISTENER_HTTP;
     if (!any) return 0;
     s->mitm = fy_mitm_handler_new(&s->cfg->intercept, s->nworkers);
     if (!s->mitm) return -1;
@@ -220,7 +220,10 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
-        fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        if (wl->conf->kind == FY_LISTENER_SOCKS5)
+            fy_mitm_socks5_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else
+            fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
     }
 }
 
@@ -305,7 +308,7 @@ static void *worker_main(void *arg)
         wl->w = w;
         wl->conf = &lc[i];
         wl->ctx.router = &s->router;
-        if (lc[i].kind == FY_LISTENER_INTERCEPT) {
+        if (lc[i].kind != FY_LISTENER_HTTP) {
             wl->ctx.router = &s->mitm_router;
             wl->ctx.forward_proxy = true;
         }
@@ -323,7 +326,7 @@ static void *worker_main(void *arg)
             wl->ctx.on_done = fy_access_log_exchange;
             wl->ctx.on_done_ud = w->alog;
         }
-        if (lc[i].kind == FY_LISTENER_INTERCEPT && s->har) {
+        if (lc[i].kind != FY_LISTENER_HTTP && s->har) {
             wl->ctx.on_done = intercept_done;
             wl->ctx.on_done_ud = w;
         }
@@ -423,6 +426,8 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
         fy_sock_addr_str((const struct sockaddr *)&lc[i].addr, a, sizeof a);
         if (lc[i].kind == FY_LISTENER_INTERCEPT)
             fprintf(out, "ferry: intercepting proxy on http://%s/\n", a);
+        else if (lc[i].kind == FY_LISTENER_SOCKS5)
+            fprintf(out, "ferry: intercepting SOCKS5 proxy on socks5h://%s\n", a);
         else
             fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }

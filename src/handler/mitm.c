@@ -25,6 +25,7 @@
 #include "h2/h2_server.h"
 #include "handler/mitm_rules.h"
 #include "handler/proxy.h"
+#include "handler/socks5.h"
 #include "http/exchange.h"
 #include "net/sock.h"
 #include "tls/mint.h"
@@ -68,9 +69,10 @@ typedef struct tunnel_info {
     bool origin_h2;  /* the origin chose h2 in the probe: the client is offered h2 too */
 } tunnel_info_t;
 
-enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY };
+enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
 static const char *const state_names[] = {
-    "peek", "client hello", "origin handshake", "client handshake", "connect", "relay"};
+    "peek",    "client hello", "origin handshake", "client handshake",
+    "connect", "relay",        "socks5 handshake"};
 
 typedef struct tunnel {
     fy_conn_node_t node; /* in ctx->conns: drained and closed with the listener's conns */
@@ -90,6 +92,7 @@ typedef struct tunnel {
     char *c2o, *o2c;     /* relay buffers (owned) */
     size_t c2o_len, c2o_off, o2c_len, o2c_off;
     bool c_eof, o_eof, c_shut, o_shut;
+    int socks_stage; /* enum fy_socks5_stage while state == S_SOCKS */
 } tunnel_t;
 
 /* ---- pinning ---- */
@@ -468,6 +471,97 @@ static void decide(tunnel_t *t, unsigned char first)
     drive_client(t);
 }
 
+/* ---- SOCKS5 (kind: socks5 listeners) ---- */
+
+static bool say(tunnel_t *t, const void *p, size_t n)
+{
+    return send(t->cio.fd, p, n, MSG_NOSIGNAL) == (ssize_t)n;
+}
+
+static void socks_read(tunnel_t *t)
+{
+    mitm_t *m = t->m;
+    for (;;) {
+        if (t->c2o_len == RELAY_BUF) {
+            tunnel_close(t);
+            return;
+        }
+        ssize_t n = read(t->cio.fd, t->c2o + t->c2o_len, RELAY_BUF - t->c2o_len);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            tunnel_close(t);
+            return;
+        }
+        if (n < 0) break;
+        t->c2o_len += (size_t)n;
+    }
+    for (;;) {
+        fy_socks5_msg_t msg;
+        int r = fy_socks5_parse(t->socks_stage, (const unsigned char *)t->c2o, t->c2o_len, &msg);
+        if (r == 0) return;
+        if (r == FY_SOCKS5_EATYP) {
+            static const unsigned char no_atyp[] = {5, 8, 0, 1, 0, 0, 0, 0, 0, 0};
+            say(t, no_atyp, sizeof no_atyp);
+        }
+        if (r < 0) {
+            fy_info("mitm: socks5: malformed %s from the client",
+                    t->socks_stage == FY_SOCKS5_GREETING ? "greeting"
+                    : t->socks_stage == FY_SOCKS5_AUTH   ? "authentication"
+                                                         : "request");
+            tunnel_close(t);
+            return;
+        }
+        memmove(t->c2o, t->c2o + r, t->c2o_len - (size_t)r);
+        t->c2o_len -= (size_t)r;
+        if (t->socks_stage == FY_SOCKS5_GREETING) {
+            unsigned want = m->auth_b64 ? FY_SOCKS5_M_USERPASS : FY_SOCKS5_M_NOAUTH;
+            unsigned char reply[2] = {5, 0xff};
+            if (msg.methods & want) reply[1] = m->auth_b64 ? 2 : 0;
+            if (!say(t, reply, 2) || reply[1] == 0xff) {
+                if (reply[1] == 0xff)
+                    fy_info("mitm: socks5: client offers no acceptable authentication method");
+                tunnel_close(t);
+                return;
+            }
+            t->socks_stage = m->auth_b64 ? FY_SOCKS5_AUTH : FY_SOCKS5_REQUEST;
+        } else if (t->socks_stage == FY_SOCKS5_AUTH) {
+            const char *a = m->conf->auth, *colon = strchr(a, ':');
+            size_t ul = (size_t)(colon - a);
+            bool ok = msg.user_len == ul && memcmp(msg.user, a, ul) == 0 &&
+                      msg.pass_len == strlen(colon + 1) &&
+                      memcmp(msg.pass, colon + 1, msg.pass_len) == 0;
+            unsigned char reply[2] = {1, ok ? 0 : 1};
+            if (!say(t, reply, 2) || !ok) {
+                if (!ok) fy_info("mitm: socks5: bad username or password");
+                tunnel_close(t);
+                return;
+            }
+            t->socks_stage = FY_SOCKS5_REQUEST;
+        } else {
+            unsigned char reply[10] = {5, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+            if (msg.cmd != FY_SOCKS5_CMD_CONNECT) {
+                reply[1] = 7; /* command not supported: CONNECT only */
+                say(t, reply, sizeof reply);
+                tunnel_close(t);
+                return;
+            }
+            snprintf(t->host, sizeof t->host, "%s", msg.host);
+            t->port = msg.port;
+            if (!say(t, reply, sizeof reply)) {
+                tunnel_close(t);
+                return;
+            }
+            /* from here on, exactly a CONNECT tunnel */
+            t->state = S_PEEK;
+            if (t->c2o_len) {
+                decide(t, (unsigned char)t->c2o[0]);
+                return;
+            }
+            fy_io_set(t->loop, &t->cio, EPOLLIN);
+            return;
+        }
+    }
+}
+
 static void on_client(fy_io_t *io, uint32_t ev)
 {
     tunnel_t *t = io->data;
@@ -489,6 +583,9 @@ static void on_client(fy_io_t *io, uint32_t ev)
         return;
     case S_RELAY:
         relay(t);
+        return;
+    case S_SOCKS:
+        socks_read(t);
         return;
     default:
         return;
@@ -561,6 +658,9 @@ static int split_authority(fy_str_t a, int dflt, char *host, size_t hlen, int *p
     return 0;
 }
 
+static tunnel_t *tunnel_new(mitm_t *m, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
+                            socklen_t salen);
+
 static void connect_start(mitm_t *m, fy_exchange_t *ex)
 {
     char host[256];
@@ -573,35 +673,25 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         fy_exchange_fail(ex, 501, "CONNECT is intercepted on HTTP/1.1 client connections only");
         return;
     }
-    tunnel_t *t = fy_xcalloc(1, sizeof *t);
-    t->m = m;
-    t->ctx = ex->ctx;
-    t->loop = ex->ctx->loop;
-    memcpy(&t->remote, ex->remote, sizeof t->remote);
-    snprintf(t->host, sizeof t->host, "%s", host);
-    t->port = port;
-    t->c2o = fy_xmalloc(RELAY_BUF);
+    char *pre = fy_xmalloc(RELAY_BUF);
+    size_t prelen = 0;
     int fd = -1;
-    if (ex->sink->detach(ex, &fd, t->c2o, RELAY_BUF, &t->c2o_len) < 0) {
-        free(t->c2o);
-        free(t);
+    fy_http_ctx_t *ctx = ex->ctx;
+    struct sockaddr_storage remote;
+    memcpy(&remote, ex->remote, sizeof remote);
+    if (ex->sink->detach(ex, &fd, pre, RELAY_BUF, &prelen) < 0) {
+        free(pre);
         fy_exchange_fail(ex, 501, "CONNECT cannot be taken over on this connection");
         return;
     }
     /* ex is gone: the codec freed itself */
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-    fy_http_ctx_t *ctx = t->ctx;
-    t->cio.fd = fd;
-    t->cio.cb = on_client;
-    t->cio.data = t;
-    t->oio.fd = -1;
-    t->oio.cb = on_origin;
-    t->oio.data = t;
-    t->node.drain = node_close;
-    t->node.close = node_close;
-    fy_list_insert_tail(&ctx->conns, &t->node.link);
-    ctx->nconns++;
-    fy_timer_init(&t->timer, on_timer, t);
+    tunnel_t *t = tunnel_new(m, ctx, fd, (struct sockaddr *)&remote, sizeof remote);
+    free(t->c2o);
+    t->c2o = pre;
+    t->c2o_len = prelen;
+    snprintf(t->host, sizeof t->host, "%s", host);
+    t->port = port;
     if (send(fd, ok, sizeof ok - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof ok - 1)) {
         tunnel_close(t);
         return;
@@ -613,6 +703,60 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         return;
     }
     fy_io_set(t->loop, &t->cio, EPOLLIN);
+}
+
+static tunnel_t *tunnel_new(mitm_t *m, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
+                            socklen_t salen)
+{
+    tunnel_t *t = fy_xcalloc(1, sizeof *t);
+    t->m = m;
+    t->ctx = ctx;
+    t->loop = ctx->loop;
+    memcpy(&t->remote, sa, salen < sizeof t->remote ? salen : sizeof t->remote);
+    t->c2o = fy_xmalloc(RELAY_BUF);
+    t->cio.fd = fd;
+    t->cio.cb = on_client;
+    t->cio.data = t;
+    t->oio.fd = -1;
+    t->oio.cb = on_origin;
+    t->oio.data = t;
+    t->node.drain = node_close;
+    t->node.close = node_close;
+    fy_list_insert_tail(&ctx->conns, &t->node.link);
+    ctx->nconns++;
+    fy_timer_init(&t->timer, on_timer, t);
+    return t;
+}
+
+static bool client_allowed(mitm_t *m, const struct sockaddr *sa)
+{
+    bool allowed = m->nallow == 0;
+    for (size_t i = 0; i < m->nallow && !allowed; i++) allowed = fy_cidr_match(&m->allow[i], sa);
+    if (!allowed) {
+        char a[64];
+        fy_warn("mitm: client %s is not in intercept.allow", fy_sock_host_str(sa, a, sizeof a));
+    }
+    return allowed;
+}
+
+int fy_mitm_socks5_accept(fy_handler_t *h, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
+                          socklen_t salen)
+{
+    mitm_t *m = (mitm_t *)h;
+    if (!client_allowed(m, sa)) {
+        close(fd);
+        return -EACCES;
+    }
+    tunnel_t *t = tunnel_new(m, ctx, fd, sa, salen);
+    snprintf(t->host, sizeof t->host, "-");
+    t->state = S_SOCKS;
+    t->socks_stage = FY_SOCKS5_GREETING;
+    fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    if (fy_io_set(t->loop, &t->cio, EPOLLIN) < 0) {
+        tunnel_close(t);
+        return -EIO;
+    }
+    return 0;
 }
 
 /* ---- exchanges ---- */
@@ -706,13 +850,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         forward(m, ex, ti->host, ti->port, true, ti->name, ti->insecure);
         return;
     }
-    bool allowed = m->nallow == 0;
-    for (size_t i = 0; i < m->nallow && !allowed; i++)
-        allowed = fy_cidr_match(&m->allow[i], ex->remote);
-    if (!allowed) {
-        char a[64];
-        fy_warn("mitm: client %s is not in intercept.allow",
-                fy_sock_host_str(ex->remote, a, sizeof a));
+    if (!client_allowed(m, ex->remote)) {
         fy_exchange_fail(ex, 403, "client address not in intercept.allow");
         return;
     }

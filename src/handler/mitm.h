@@ -15,11 +15,19 @@
 #define FY_HANDLER_MITM_H
 
 #include "handler/mitm_conf.h"
+#include <sys/socket.h>
+
 #include "http/handler.h"
 
 /* Loads (creating when missing) the CA under conf->ca_dir. `conf` is borrowed. NULL after
  * logging when the CA or the TLS contexts cannot be set up. */
 fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers);
+/* A connection accepted on a `kind: socks5` listener: SOCKS5 greeting (no auth, or
+ * username/password = intercept.auth), CONNECT request, then the same path as an HTTP
+ * CONNECT (interception or relay). Takes `fd`. Returns 0 or -errno (fd closed). */
+struct fy_http_ctx;
+int fy_mitm_socks5_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
+                          const struct sockaddr *sa, socklen_t salen);
 /* On worker w's thread before its loop goes: close its origin pools. */
 void fy_mitm_worker_close(fy_handler_t *h, int w);
 

@@ -150,10 +150,11 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
     /* DESIGN.md §6 defaults: h1,h2c without TLS, h1,h2 with TLS */
     if (l->protocols == 0)
         l->protocols = l->tls ? FY_PROTO_H1 | FY_PROTO_H2 : FY_PROTO_H1 | FY_PROTO_H2C;
-    if (l->kind == FY_LISTENER_INTERCEPT && l->tls) {
-        fy_conf_error(ctx, map, "tls",
-                      "an intercept listener is a plain-TCP proxy (clients send CONNECT); "
-                      "remove tls");
+    if (l->kind != FY_LISTENER_HTTP && l->tls) {
+        fy_conf_error(
+            ctx, map, "tls",
+            "intercept and socks5 listeners are plain-TCP proxies (clients send CONNECT); "
+            "remove tls");
         return -1;
     }
     if ((l->protocols & FY_PROTO_H2) && !l->tls) {
@@ -165,8 +166,10 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 
 #define L(f) offsetof(fy_listener_conf_t, f)
 
-static const char *const kinds[] = {
-    [FY_LISTENER_HTTP] = "http", [FY_LISTENER_INTERCEPT] = "intercept", NULL};
+static const char *const kinds[] = {[FY_LISTENER_HTTP] = "http",
+                                    [FY_LISTENER_INTERCEPT] = "intercept",
+                                    [FY_LISTENER_SOCKS5] = "socks5",
+                                    NULL};
 
 const fy_conf_directive_t fy_listener_conf_table[] = {
     {.key = "address",
@@ -208,6 +211,8 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .dflt = "http",
      .enums = kinds,
      .doc = "`http`: requests go to `routes`. `intercept`: an explicit intercepting proxy "
-            "(CONNECT and absolute-form requests, configured by `intercept:`)."},
+            "(CONNECT and absolute-form requests, configured by `intercept:`). `socks5`: a "
+            "SOCKS5 proxy (CONNECT; no auth, or username/password = `intercept.auth`) feeding "
+            "the same interception."},
     {.key = NULL, .check = check_listener},
 };
