@@ -433,3 +433,8 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
     }
     fflush(out);
 }
+
+fy_handler_t *fy_server_mitm(fy_server_t *s)
+{
+    return s->mitm;
+}

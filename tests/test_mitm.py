@@ -60,14 +60,14 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root {d}/www;
-        location /hdr {{ return 200 "ua=$http_user_agent x=$http_x_test\\n"; }}
+        location /hdr {{ return 200 "ua=$http_user_agent x=$http_x_test h=$http_x_hooked\\n"; }}
     }}
     server {{
         listen 127.0.0.1:{tls_port} ssl http2;
         ssl_certificate {cert};
         ssl_certificate_key {key};
         root {d}/www;
-        location /hdr {{ return 200 "ua=$http_user_agent x=$http_x_test\\n"; }}
+        location /hdr {{ return 200 "ua=$http_user_agent x=$http_x_test h=$http_x_hooked\\n"; }}
     }}
     server {{
         listen 127.0.0.1:{h1_port} ssl;
@@ -211,7 +211,7 @@ def test_mitm_http_absolute_form(server, certs, nginx):
     assert hashlib.sha256(r.stdout).digest() == hashlib.sha256(nginx.big).digest()
     r = curl("-x", srv.proxy, "-A", "agent/1", "-H", "X-Test: yes",
              f"http://127.0.0.1:{nginx.port}/hdr")
-    assert r.stdout == b"ua=agent/1 x=yes\n"
+    assert r.stdout == b"ua=agent/1 x=yes h=\n"
 
 
 @pytest.mark.parametrize("http", ["--http1.1", "--http2"])
@@ -226,7 +226,7 @@ def test_mitm_https_intercepted(server, certs, nginx, http):
     assert ("using HTTP/2" in err) == (http == "--http2")
     r = curl(http, "-x", srv.proxy, "--cacert", str(srv.ca), "-H", "X-Test: 1",
              f"https://localhost:{nginx.tls_port}/hdr", "-A", "a/2")
-    assert r.stdout == b"ua=a/2 x=1\n"
+    assert r.stdout == b"ua=a/2 x=1 h=\n"
 
 
 def test_mitm_alpn_mirrors_h1_only_origin(server, certs, nginx):

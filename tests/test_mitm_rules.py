@@ -125,7 +125,7 @@ def test_mitm_rule_header_edits(rsrv):
     n = rsrv.nginx
     r = curl("-D", "-", "-x", rsrv.proxy, "-A", "curl-agent", f"http://127.0.0.1:{n.port}/hdr")
     out = r.stdout.decode()
-    assert out.endswith("ua= x=from-rule\n")
+    assert out.endswith("ua= x=from-rule h=\n")
     assert "x-ferry: r1" in out and "server: rewritten" in out.lower()
     assert "x-flag-seen" not in out
     r = curl("-D", "-", "-x", rsrv.proxy, "-H", "X-Flag: 1", "--cacert", str(rsrv.ca),

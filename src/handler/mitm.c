@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
+#include "handler/mitm_hooks.h"
 #include "handler/mitm_rules.h"
 #include "handler/proxy.h"
 #include "handler/socks5.h"
@@ -55,7 +56,9 @@ typedef struct mitm {
     pthread_mutex_t pin_lock;
     pin_t pins[MAX_PINS];
     fy_mitm_rules_t *rules; /* owned */
-    char *ca_pem;           /* owned: the certificate served on the info page */
+    ferry_hooks_t hooks;    /* include/ferry/mitm.h; all NULL when not embedded */
+    bool any_hook;
+    char *ca_pem; /* owned: the certificate served on the info page */
     size_t ca_pem_len;
 } mitm_t;
 
@@ -456,6 +459,8 @@ static void decide(tunnel_t *t, unsigned char first)
 {
     mitm_t *m = t->m;
     bool pass = fy_host_list_match(&m->conf->passthrough, t->host);
+    if (!pass && first == 0x16 && m->hooks.on_tunnel)
+        pass = m->hooks.on_tunnel(t->host, t->port, m->hooks.ud) == FERRY_TUNNEL_PASS;
     bool pin = !pass && pinned(m, t->host, t->loop->now_ms);
     if (first != 0x16 || t->c2o_len || pass || pin) {
         if (pin) fy_info("mitm: %s:%d passed through (pinning bypass)", t->host, t->port);
@@ -790,6 +795,7 @@ static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bo
                     const char *sni, bool insecure)
 {
     fy_mitm_target_t t = {host, port, tls, sni, insecure};
+    if (m->any_hook && fy__mitm_hooks_begin(&m->hooks, ex)) return; /* answered: ex may be gone */
     fy__mitm_rules_run(m->rules, ex, &t, go, m);
 }
 
@@ -902,6 +908,14 @@ static void destroy(fy_handler_t *h)
     free(m->auth_b64);
     free(m->ca_pem);
     free(m);
+}
+
+void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks)
+{
+    mitm_t *m = (mitm_t *)h;
+    m->hooks = *hooks;
+    m->any_hook = hooks->on_request || hooks->on_response || hooks->on_request_body ||
+                  hooks->on_response_body;
 }
 
 void fy_mitm_worker_close(fy_handler_t *h, int w)

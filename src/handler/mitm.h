@@ -15,6 +15,7 @@
 #define FY_HANDLER_MITM_H
 
 #include "handler/mitm_conf.h"
+#include <ferry/mitm.h>
 #include <sys/socket.h>
 
 #include "http/handler.h"
@@ -28,6 +29,8 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
 struct fy_http_ctx;
 int fy_mitm_socks5_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
                           const struct sockaddr *sa, socklen_t salen);
+/* The embedding API's hooks (copied); before the workers start. */
+void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks);
 /* On worker w's thread before its loop goes: close its origin pools. */
 void fy_mitm_worker_close(fy_handler_t *h, int w);
 
