@@ -222,6 +222,8 @@ static void on_accept(fy_io_t *io, uint32_t ev)
         }
         if (wl->conf->kind == FY_LISTENER_SOCKS5)
             fy_mitm_socks5_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else if (wl->conf->kind == FY_LISTENER_TRANSPARENT)
+            fy_mitm_transparent_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
         else
             fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
     }
@@ -428,6 +430,8 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
             fprintf(out, "ferry: intercepting proxy on http://%s/\n", a);
         else if (lc[i].kind == FY_LISTENER_SOCKS5)
             fprintf(out, "ferry: intercepting SOCKS5 proxy on socks5h://%s\n", a);
+        else if (lc[i].kind == FY_LISTENER_TRANSPARENT)
+            fprintf(out, "ferry: transparent interception on %s\n", a);
         else
             fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }

@@ -438,7 +438,7 @@ def test_mitm_config_errors(tmp_path):
     r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
                        env=dict(os.environ, HOME=str(tmp_path)))
     assert r.returncode == 1
-    assert re.search(r"f\.yaml:\d+:\d+: listeners\[0\]\.tls: intercept and socks5 listeners are plain-TCP", r.stderr)
+    assert re.search(r"f\.yaml:\d+:\d+: listeners\[0\]\.tls: intercept, socks5 and transparent listeners take plain TCP", r.stderr)
     assert re.search(r"f\.yaml:\d+:\d+: intercept\.allow: bad CIDR '10\.0\.0\.300/8'", r.stderr)
     assert re.search(r"intercept\.auth: expected user:password", r.stderr)
 

@@ -269,12 +269,12 @@ int fy_h1_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *t, const struct
     /* the listener's context is plain: accept() would start no handshake */
     int r = fy_h1_conn_accept(ctx, fd, sa, salen);
     if (r < 0) {
-        t->ops->destroy(t);
+        if (t) t->ops->destroy(t);
         if (tunnel_free) tunnel_free(tunnel);
         return r;
     }
     h1_conn_t *c = fy_container_of(ctx->conns.prev, h1_conn_t, node.link);
-    c->t = t;
+    if (t) c->t = t;
     c->mitm_tunnel = tunnel;
     c->mitm_tunnel_free = tunnel_free;
     /* the client may have sent its request with its last handshake flight */

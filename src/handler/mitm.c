@@ -6,6 +6,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 #include <openssl/pem.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -56,7 +58,9 @@ typedef struct mitm {
     pthread_mutex_t pin_lock;
     pin_t pins[MAX_PINS];
     fy_mitm_rules_t *rules; /* owned */
-    ferry_hooks_t hooks;    /* include/ferry/mitm.h; all NULL when not embedded */
+    char fwd_host[256];     /* intercept.forward, split; fwd_port 0: none */
+    int fwd_port;
+    ferry_hooks_t hooks; /* include/ferry/mitm.h; all NULL when not embedded */
     bool any_hook;
     char *ca_pem; /* owned: the certificate served on the info page */
     size_t ca_pem_len;
@@ -70,6 +74,7 @@ typedef struct tunnel_info {
     bool insecure;
     char error[400]; /* origin failure: every request gets a 502 page saying this */
     bool origin_h2;  /* the origin chose h2 in the probe: the client is offered h2 too */
+    bool plain;      /* transparent plain HTTP: no TLS either side; host "" = use Host */
 } tunnel_info_t;
 
 enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
@@ -95,7 +100,8 @@ typedef struct tunnel {
     char *c2o, *o2c;     /* relay buffers (owned) */
     size_t c2o_len, c2o_off, o2c_len, o2c_off;
     bool c_eof, o_eof, c_shut, o_shut;
-    int socks_stage; /* enum fy_socks5_stage while state == S_SOCKS */
+    int socks_stage;  /* enum fy_socks5_stage while state == S_SOCKS */
+    bool transparent; /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
 } tunnel_t;
 
 /* ---- pinning ---- */
@@ -400,10 +406,21 @@ static void start_probe(tunnel_t *t)
     mitm_t *m = t->m;
     tunnel_info_t *ti = fy_xcalloc(1, sizeof *ti);
     t->info = ti;
+    const char *sni = fy_mint_sni(t->cssl);
+    if (!t->host[0]) {
+        /* transparent, pointed at directly: the SNI names the origin */
+        if (!sni[0]) {
+            fy_info("mitm: transparent client sent no SNI and there is no intercept.forward");
+            tunnel_close(t);
+            return;
+        }
+        snprintf(t->host, sizeof t->host, "%s", sni);
+        t->port = 443;
+    }
     snprintf(ti->host, sizeof ti->host, "%s", t->host);
     ti->port = t->port;
-    const char *sni = fy_mint_sni(t->cssl);
-    snprintf(ti->name, sizeof ti->name, "%s", sni[0] ? sni : t->host);
+    const char *gen = t->transparent && m->conf->generic_cert ? m->conf->generic_cert : t->host;
+    snprintf(ti->name, sizeof ti->name, "%s", sni[0] ? sni : gen);
     ti->insecure = fy_host_list_match(&m->conf->insecure, ti->name) ||
                    fy_host_list_match(&m->conf->insecure, t->host);
     t->state = S_PROBE;
@@ -455,6 +472,23 @@ static void drive_client(tunnel_t *t)
     tunnel_close(t);
 }
 
+/* Transparent plain HTTP: the h1 codec serves the socket; exchanges go to the original
+   destination (or `forward`), else to their Host. */
+static void transparent_http(tunnel_t *t)
+{
+    tunnel_info_t *ti = fy_xcalloc(1, sizeof *ti);
+    snprintf(ti->host, sizeof ti->host, "%s", t->host);
+    ti->port = t->port;
+    ti->plain = true;
+    int fd = t->cio.fd;
+    fy_io_set(t->loop, &t->cio, 0);
+    t->cio.fd = -1;
+    fy_http_ctx_t *ctx = t->ctx;
+    struct sockaddr_storage remote = t->remote;
+    tunnel_close(t);
+    fy_h1_conn_start(ctx, fd, NULL, (struct sockaddr *)&remote, sizeof remote, ti, free);
+}
+
 static void decide(tunnel_t *t, unsigned char first)
 {
     mitm_t *m = t->m;
@@ -462,6 +496,11 @@ static void decide(tunnel_t *t, unsigned char first)
     if (!pass && first == 0x16 && m->hooks.on_tunnel)
         pass = m->hooks.on_tunnel(t->host, t->port, m->hooks.ud) == FERRY_TUNNEL_PASS;
     bool pin = !pass && pinned(m, t->host, t->loop->now_ms);
+    if (t->transparent && first != 0x16) {
+        transparent_http(t);
+        return;
+    }
+    if (t->transparent && !t->host[0] && (pass || pin)) pass = pin = false; /* no name yet */
     if (first != 0x16 || t->c2o_len || pass || pin) {
         if (pin) fy_info("mitm: %s:%d passed through (pinning bypass)", t->host, t->port);
         start_relay(t);
@@ -764,6 +803,39 @@ int fy_mitm_socks5_accept(fy_handler_t *h, fy_http_ctx_t *ctx, int fd, const str
     return 0;
 }
 
+int fy_mitm_transparent_accept(fy_handler_t *h, fy_http_ctx_t *ctx, int fd,
+                               const struct sockaddr *sa, socklen_t salen)
+{
+    mitm_t *m = (mitm_t *)h;
+    if (!client_allowed(m, sa)) {
+        close(fd);
+        return -EACCES;
+    }
+    tunnel_t *t = tunnel_new(m, ctx, fd, sa, salen);
+    t->transparent = true;
+    struct sockaddr_storage dst, self;
+    socklen_t dl = sizeof dst, sl = sizeof self;
+    int r = sa->sa_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &dl)
+                                      : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl);
+    bool redirected = r == 0 && getsockname(fd, (struct sockaddr *)&self, &sl) == 0 &&
+                      (dl != sl || memcmp(&dst, &self, dl) != 0);
+    if (m->fwd_port) {
+        snprintf(t->host, sizeof t->host, "%s", m->fwd_host);
+        t->port = m->fwd_port;
+    } else if (redirected) {
+        fy_sock_host_str((struct sockaddr *)&dst, t->host, sizeof t->host);
+        t->port = ntohs(dst.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&dst)->sin6_port
+                                                  : ((struct sockaddr_in *)&dst)->sin_port);
+    } /* else: pointed at directly: SNI or Host decide */
+    t->state = S_PEEK;
+    fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    if (fy_io_set(t->loop, &t->cio, EPOLLIN) < 0) {
+        tunnel_close(t);
+        return -EIO;
+    }
+    return 0;
+}
+
 /* ---- exchanges ---- */
 
 static void release_entry(void *arg)
@@ -851,6 +923,17 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         }
         if (ti->error[0]) {
             error_page(ex, ti);
+            return;
+        }
+        if (ti->plain) {
+            char host[256];
+            int port = ti->port;
+            snprintf(host, sizeof host, "%s", ti->host);
+            if (!host[0] && split_authority(ex->req.authority, 80, host, sizeof host, &port) < 0) {
+                fy_exchange_fail(ex, 400, "no usable Host for a transparent request");
+                return;
+            }
+            forward(m, ex, host, port, false, NULL, false);
             return;
         }
         forward(m, ex, ti->host, ti->port, true, ti->name, ti->insecure);
@@ -985,6 +1068,11 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     m->probe = probe_ctx(conf->upstream_ca, false);
     m->probe_insecure = probe_ctx(NULL, true);
     m->rules = fy__mitm_rules_new(conf);
+    if (conf->forward) {
+        const char *c = strrchr(conf->forward, ':');
+        snprintf(m->fwd_host, sizeof m->fwd_host, "%.*s", (int)(c - conf->forward), conf->forward);
+        m->fwd_port = (int)strtol(c + 1, NULL, 10);
+    }
     if (!m->mint || !m->probe || !m->probe_insecure || !m->rules) {
         destroy(&m->h);
         return NULL;

@@ -29,6 +29,13 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
 struct fy_http_ctx;
 int fy_mitm_socks5_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
                           const struct sockaddr *sa, socklen_t salen);
+/* A connection accepted on a `kind: transparent` listener: its destination is
+ * intercept.forward, else the original destination of an iptables REDIRECT (SO_ORIGINAL_DST),
+ * else (pointed at directly) the SNI of its ClientHello or the Host of each request. TLS is
+ * intercepted as in CONNECT (generic-certificate names the leaf for no-SNI clients), plain
+ * HTTP is proxied. Takes `fd`. Returns 0 or -errno (fd closed). */
+int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
+                               const struct sockaddr *sa, socklen_t salen);
 /* The embedding API's hooks (copied); before the workers start. */
 void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks);
 /* On worker w's thread before its loop goes: close its origin pools. */

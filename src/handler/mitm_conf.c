@@ -100,6 +100,20 @@ static int validate_cidrs(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *
     return rc;
 }
 
+static int validate_hostport(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    (void)obj;
+    const char *v = *(char **)field;
+    const char *c = strrchr(v, ':');
+    char *end = NULL;
+    long port = c ? strtol(c + 1, &end, 10) : 0;
+    if (!c || c == v || !end || *end || port < 1 || port > 65535) {
+        fy_conf_error(ctx, node, NULL, "expected host:port, got '%.100s'", v);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate_auth(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
     (void)obj;
@@ -388,6 +402,17 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .offset = I(tunnel_idle_ms),
      .dflt = "5m",
      .doc = "A relayed (undecrypted) tunnel with no traffic either way is closed."},
+    {.key = "forward",
+     .type = FY_CT_STRING,
+     .offset = I(forward),
+     .validate = validate_hostport,
+     .doc = "`host:port`: transparent listeners send everything there (instead of the original "
+            "destination, or SNI/Host)."},
+    {.key = "generic-certificate",
+     .type = FY_CT_STRING,
+     .offset = I(generic_cert),
+     .doc = "Name of the certificate forged for transparent clients that send no SNI; default "
+            "the destination address."},
     {.key = "rules",
      .type = FY_CT_TABLE_LIST,
      .offset = I(rules),

@@ -63,6 +63,8 @@ typedef struct fy_intercept_conf {
     int64_t max_origins;           /* `max-origins`: ad-hoc origins per worker (LRU) */
     uint64_t connect_timeout_ms;   /* `connect-timeout`: origin connect + TLS, client handshake */
     uint64_t tunnel_idle_ms;       /* `tunnel-idle-timeout`: relayed tunnels with no traffic */
+    char *forward;                 /* `forward`: host:port all transparent traffic goes to */
+    char *generic_cert;            /* `generic-certificate`: name forged for no-SNI clients */
     fy_conf_list_t rules;          /* `rules`: of fy_mitm_rule_t, all matching ones apply */
     uint64_t body_cap;             /* `body-cap`: bodies buffered for `replace` (decoded size) */
     struct fy_mitm_capture {

@@ -153,8 +153,8 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
     if (l->kind != FY_LISTENER_HTTP && l->tls) {
         fy_conf_error(
             ctx, map, "tls",
-            "intercept and socks5 listeners are plain-TCP proxies (clients send CONNECT); "
-            "remove tls");
+            "intercept, socks5 and transparent listeners take plain TCP (TLS is intercepted "
+            "inside); remove tls");
         return -1;
     }
     if ((l->protocols & FY_PROTO_H2) && !l->tls) {
@@ -169,6 +169,7 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 static const char *const kinds[] = {[FY_LISTENER_HTTP] = "http",
                                     [FY_LISTENER_INTERCEPT] = "intercept",
                                     [FY_LISTENER_SOCKS5] = "socks5",
+                                    [FY_LISTENER_TRANSPARENT] = "transparent",
                                     NULL};
 
 const fy_conf_directive_t fy_listener_conf_table[] = {
@@ -213,6 +214,8 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .doc = "`http`: requests go to `routes`. `intercept`: an explicit intercepting proxy "
             "(CONNECT and absolute-form requests, configured by `intercept:`). `socks5`: a "
             "SOCKS5 proxy (CONNECT; no auth, or username/password = `intercept.auth`) feeding "
-            "the same interception."},
+            "the same interception. `transparent`: connections redirected here (iptables "
+            "REDIRECT: the original destination from SO_ORIGINAL_DST), or pointed here directly "
+            "(the destination from SNI or Host), or `intercept.forward`."},
     {.key = NULL, .check = check_listener},
 };

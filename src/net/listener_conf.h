@@ -20,6 +20,7 @@ enum fy_listener_kind {
     FY_LISTENER_HTTP = 0,  /* routes (web server, reverse proxy) */
     FY_LISTENER_INTERCEPT, /* explicit intercepting proxy (`intercept:`): CONNECT, absolute-form */
     FY_LISTENER_SOCKS5,    /* SOCKS5 proxy feeding the same interception (`intercept:`) */
+    FY_LISTENER_TRANSPARENT, /* redirected traffic (SO_ORIGINAL_DST), or SNI/Host when direct */
 };
 
 typedef struct fy_listener_conf {
