@@ -476,3 +476,24 @@ def test_mitm_har_capture(server, certs, nginx, tmp_path):
         for k in ("startedDateTime", "time", "cache", "timings"):
             assert k in x
     assert not any(x["request"]["method"] == "CONNECT" for x in e)
+
+
+def leaf_serial(proxy_port, host, port):
+    p = subprocess.run(["openssl", "s_client", "-proxy", f"127.0.0.1:{proxy_port}", "-connect",
+                        f"{host}:{port}", "-servername", host],
+                       input=b"", capture_output=True, timeout=20)
+    pem = re.search(rb"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", p.stdout, re.S)
+    assert pem, p.stdout
+    return subprocess.run(["openssl", "x509", "-noout", "-serial"], input=pem.group(0),
+                          capture_output=True, check=True).stdout
+
+
+def test_mitm_cert_disk_cache_survives_restart(server, certs, nginx):
+    srv = mitm(server, certs, extra="  cert-disk-cache: true\n")
+    first = leaf_serial(srv.port, "localhost", nginx.tls_port)
+    assert forged_count(srv, "localhost") == 1
+    assert stat.S_IMODE((srv.data / "ca" / "leaves" / "leaf-key.pem").stat().st_mode) == 0o600
+    assert srv.stop() == 0
+    srv.start()
+    assert leaf_serial(srv.port, "localhost", nginx.tls_port) == first
+    assert forged_count(srv, "localhost") == 0  # the log restarted: nothing signed again

@@ -1064,7 +1064,9 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     m->conf = conf;
     m->ca = ca;
     pthread_mutex_init(&m->pin_lock, NULL);
-    m->mint = fy_mint_new(ca, (size_t)conf->cert_cache);
+    char leaves[4200];
+    snprintf(leaves, sizeof leaves, "%s/leaves", conf->ca_dir);
+    m->mint = fy_mint_new(ca, (size_t)conf->cert_cache, conf->cert_disk ? leaves : NULL);
     m->probe = probe_ctx(conf->upstream_ca, false);
     m->probe_insecure = probe_ctx(NULL, true);
     m->rules = fy__mitm_rules_new(conf);

@@ -384,6 +384,12 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .min = 1,
      .max = 1000000,
      .doc = "Forged certificates kept in memory (LRU, shared by the workers)."},
+    {.key = "cert-disk-cache",
+     .type = FY_CT_BOOL,
+     .offset = I(cert_disk),
+     .dflt = "false",
+     .doc = "Also keep forged certificates (and their shared key, mode 0600) in "
+            "`ca-dir/leaves`, so that a restart does not sign them again."},
     {.key = "max-origins",
      .type = FY_CT_INT,
      .offset = I(max_origins),

@@ -60,6 +60,7 @@ typedef struct fy_intercept_conf {
     int64_t pin_failures;          /* `pinning-failures`: handshake failures that bypass a host */
     uint64_t pin_ttl_ms;           /* `pinning-ttl`: how long such a host is passed through */
     int64_t cert_cache;            /* `cert-cache`: forged certificates kept (LRU) */
+    bool cert_disk;                /* `cert-disk-cache`: also keep them under ca-dir/leaves */
     int64_t max_origins;           /* `max-origins`: ad-hoc origins per worker (LRU) */
     uint64_t connect_timeout_ms;   /* `connect-timeout`: origin connect + TLS, client handshake */
     uint64_t tunnel_idle_ms;       /* `tunnel-idle-timeout`: relayed tunnels with no traffic */

@@ -6,7 +6,12 @@
 #include <openssl/err.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
+#include <fcntl.h>
+#include <openssl/pem.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +38,7 @@ struct fy_mint {
     size_t nbuckets, n, max;
     leaf_t *head, *tail;
     uint64_t issued;
+    char *disk; /* owned, or NULL */
 };
 
 typedef struct hs_state {
@@ -150,6 +156,75 @@ fail:
     return NULL;
 }
 
+/* ---- disk cache ---- */
+
+static void disk_path(const fy_mint_t *m, const char *host, char *buf, size_t len)
+{
+    /* host names are [a-z0-9.-_] (SNI parser) or IP literals; ':' of IPv6 becomes '_' */
+    int n = snprintf(buf, len, "%s/", m->disk);
+    for (const char *p = host; *p && (size_t)n + 8 < len; p++) buf[n++] = *p == ':' ? '_' : *p;
+    snprintf(buf + n, len - (size_t)n, ".pem");
+}
+
+static X509 *disk_load(fy_mint_t *m, const char *host)
+{
+    char path[4400];
+    disk_path(m, host, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    time_t soon = time(NULL) + 86400;
+    /* ours, for this key, not about to expire: else forge again */
+    if (!x || X509_cmp_time(X509_get0_notAfter(x), &soon) <= 0 ||
+        X509_check_private_key(x, m->key) != 1 ||
+        X509_verify(x, X509_get0_pubkey(fy_ca_cert(m->ca))) != 1) {
+        ERR_clear_error();
+        X509_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static void disk_store(fy_mint_t *m, const char *host, X509 *x)
+{
+    char path[4400], tmp[4410];
+    disk_path(m, host, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    int ok = PEM_write_X509(f, x);
+    if (fclose(f) != 0 || !ok || rename(tmp, path) < 0) unlink(tmp);
+}
+
+static EVP_PKEY *disk_key(const char *dir)
+{
+    if (fy_ca_mkdir_p(dir) < 0) return NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/leaf-key.pem", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        EVP_PKEY *k = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+        fclose(f);
+        return k;
+    }
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    int fd = k ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    if (fd < 0 || !(f = fdopen(fd, "w"))) {
+        if (fd >= 0) close(fd);
+        EVP_PKEY_free(k);
+        return NULL;
+    }
+    if (!PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL)) {
+        fclose(f);
+        unlink(path);
+        EVP_PKEY_free(k);
+        return NULL;
+    }
+    fclose(f);
+    return k;
+}
+
 static void lru_unlink(fy_mint_t *m, leaf_t *l)
 {
     if (l->prev)
@@ -203,10 +278,13 @@ X509 *fy_mint_leaf(fy_mint_t *m, const char *host, bool *issued)
     }
     /* issued under the lock: a host is signed once even when many workers ask at once (a
        P-256 signature is tens of microseconds) */
-    X509 *x = issue(m, host);
-    if (x) {
+    X509 *x = m->disk ? disk_load(m, host) : NULL;
+    if (!x && (x = issue(m, host)) != NULL) {
         m->issued++;
         *issued = true;
+        if (m->disk) disk_store(m, host, x);
+    }
+    if (x) {
         if (m->n >= m->max) evict_tail(m);
         l = fy_xcalloc(1, sizeof *l);
         l->host = fy_xstrdup(host);
@@ -349,7 +427,7 @@ int fy_mint_resume(fy_mint_t *m, SSL *ssl, const char *name, bool allow_h2)
     return 0;
 }
 
-fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max)
+fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
 {
     pthread_once(&ex_once, make_index);
     fy_mint_t *m = fy_xcalloc(1, sizeof *m);
@@ -358,7 +436,13 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max)
     m->nbuckets = m->max < 16 ? 16 : m->max;
     m->buckets = fy_xcalloc(m->nbuckets, sizeof *m->buckets);
     pthread_mutex_init(&m->lock, NULL);
-    m->key = EVP_EC_gen("P-256");
+    if (disk) {
+        m->disk = fy_xstrdup(disk);
+        m->key = disk_key(disk);
+        if (!m->key) fy_log(FY_LOG_EMERG, "intercept: certificate cache %s: unusable", disk);
+    } else {
+        m->key = EVP_EC_gen("P-256");
+    }
     m->ctx = SSL_CTX_new(TLS_server_method());
     if (!m->key || !m->ctx || ex_index < 0) {
         fy_tls_log_errors(FY_LOG_EMERG, "interception TLS context");
@@ -383,6 +467,7 @@ void fy_mint_free(fy_mint_t *m)
     free(m->buckets);
     SSL_CTX_free(m->ctx);
     EVP_PKEY_free(m->key);
+    free(m->disk);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }

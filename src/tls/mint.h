@@ -16,16 +16,18 @@
 
 typedef struct fy_mint fy_mint_t;
 
-/* `ca` is borrowed and must outlive the minter; `max` bounds the cache (>= 1). NULL after
- * logging when the leaf key or the TLS context cannot be made. */
-fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max);
+/* `ca` is borrowed and must outlive the minter; `max` bounds the cache (>= 1). With `disk`
+ * (a directory, made 0700) forged leaves are also kept there (HOST.pem) with their shared key
+ * (leaf-key.pem, 0600), so a restart reuses them instead of signing again. NULL after logging
+ * when the leaf key or the TLS context cannot be made. */
+fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk);
 void fy_mint_free(fy_mint_t *m);
 
 /* The leaf for `host` (a DNS name or an IP literal), from the cache or issued now. The caller
  * gets a reference (X509_free it). *issued tells whether this call signed it. NULL on
  * failure (logged). Thread-safe. */
 X509 *fy_mint_leaf(fy_mint_t *m, const char *host, bool *issued);
-/* Certificates signed so far, and entries in the cache. */
+/* Certificates signed so far (disk hits are not signed), and entries in the cache. */
 uint64_t fy_mint_issued(fy_mint_t *m);
 size_t fy_mint_cached(fy_mint_t *m);
 

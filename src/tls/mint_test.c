@@ -42,7 +42,7 @@ static void test_ca_and_leaves(void)
     CHECK(X509_cmp(fy_ca_cert(ca), fy_ca_cert(again)) == 0);
     fy_ca_free(again);
 
-    fy_mint_t *m = fy_mint_new(ca, 2);
+    fy_mint_t *m = fy_mint_new(ca, 2, NULL);
     CHECK(m != NULL);
     bool issued;
     X509 *a = fy_mint_leaf(m, "example.com", &issued);
@@ -60,6 +60,24 @@ static void test_ca_and_leaves(void)
     X509 *a3 = fy_mint_leaf(m, "example.com", &issued);
     CHECK(a3 && issued && a3 != a);
     CHECK_EQ_INT(fy_mint_issued(m), 4);
+    /* disk cache: a second minter (a restart) reads what the first one forged */
+    char disk[300];
+    snprintf(disk, sizeof disk, "%s/leaves", dir);
+    fy_mint_t *d1 = fy_mint_new(ca, 4, disk);
+    X509 *l1 = fy_mint_leaf(d1, "disk.example", &issued);
+    CHECK(l1 && issued);
+    fy_mint_free(d1);
+    fy_mint_t *d2 = fy_mint_new(ca, 4, disk);
+    X509 *l2 = fy_mint_leaf(d2, "disk.example", &issued);
+    CHECK(l2 && !issued && X509_cmp(l1, l2) == 0);
+    CHECK_EQ_INT(fy_mint_issued(d2), 0);
+    char kp[400];
+    snprintf(kp, sizeof kp, "%s/leaf-key.pem", disk);
+    struct stat st;
+    CHECK(stat(kp, &st) == 0 && (st.st_mode & 0777) == 0600);
+    X509_free(l1);
+    X509_free(l2);
+    fy_mint_free(d2);
     X509_free(a);
     X509_free(a2);
     X509_free(a3);
