@@ -1,6 +1,7 @@
 """Intercepting proxy (issue 7) with real clients: curl through `--proxy` (HTTP, HTTPS over
 h1 and h2 on the client side), openssl s_client -proxy for passthrough, Python's ssl for a
 client that pins (refuses the forged certificate), against Debian's nginx with its own CA."""
+import base64
 import hashlib
 import os
 import re
@@ -476,6 +477,26 @@ def test_mitm_har_capture(server, certs, nginx, tmp_path):
         for k in ("startedDateTime", "time", "cache", "timings"):
             assert k in x
     assert not any(x["request"]["method"] == "CONNECT" for x in e)
+    assert e[0]["response"]["content"]["text"] == "hello from nginx\n"
+    big = e[1]["response"]["content"]  # binary: base64, cut at the 64k default
+    assert big["encoding"] == "base64" and "body-cap" in big["comment"]
+    assert base64.b64decode(big["text"]) == nginx.big[:65536]
+
+
+def test_mitm_har_request_body_and_cap(server, certs, nginx, tmp_path):
+    import json
+    har = tmp_path / "flows.har"
+    srv = mitm(server, certs, extra=f"  capture: {{{{har: {har}, body-cap: 10}}}}\n")
+    r = curl("-x", srv.proxy, "--data-binary", "0123456789abcdef", "-H",
+             "Content-Type: text/plain", f"http://127.0.0.1:{nginx.port}/index.html")
+    assert r.returncode == 0
+    deadline = time.time() + 5
+    while not json.loads(har.read_text())["log"]["entries"] and time.time() < deadline:
+        time.sleep(0.02)
+    e = json.loads(har.read_text())["log"]["entries"][0]
+    assert e["request"]["postData"] == {"mimeType": "text/plain", "text": "0123456789"}
+    assert e["request"]["bodySize"] == 16
+    assert e["response"]["status"] == 405  # nginx refuses POST to a static file
 
 
 def leaf_serial(proxy_port, host, port):

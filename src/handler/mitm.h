@@ -36,6 +36,12 @@ int fy_mitm_socks5_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
  * HTTP is proxied. Takes `fd`. Returns 0 or -errno (fd closed). */
 int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
                                const struct sockaddr *sa, socklen_t salen);
+/* Bodies captured for `ex` (intercept.capture): what the client sent and what it was sent,
+ * up to capture.body-cap each, and whether either was cut. False when nothing was captured.
+ * Valid until the exchange's arena is reset (call it from on_done). */
+#include "core/str.h"
+struct fy_exchange;
+bool fy_mitm_captured(const struct fy_exchange *ex, fy_str_t *req, fy_str_t *res, bool *cut);
 /* The embedding API's hooks (copied); before the workers start. */
 void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks);
 /* On worker w's thread before its loop goes: close its origin pools. */

@@ -325,8 +325,16 @@ static const fy_conf_directive_t capture_table[] = {
     {.key = "har",
      .type = FY_CT_STRING,
      .offset = offsetof(struct fy_mitm_capture, har),
-     .doc = "Write every intercepted or proxied flow (heads, sizes, timings) to this HAR 1.2 "
-            "file, one complete valid document after each flow (truncated at start)."},
+     .doc = "Write every intercepted or proxied flow (heads, bodies up to `body-cap`, sizes, "
+            "timings) to this HAR 1.2 file, one complete valid document after each flow "
+            "(truncated at start)."},
+    {.key = "body-cap",
+     .type = FY_CT_SIZE,
+     .offset = offsetof(struct fy_mitm_capture, body_cap),
+     .dflt = "64k",
+     .max = 64 << 20,
+     .doc = "Request and response body bytes kept per flow in the HAR (as sent to the client, "
+            "base64 unless printable text); 0: none."},
     {.key = NULL},
 };
 

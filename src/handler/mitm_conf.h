@@ -69,8 +69,9 @@ typedef struct fy_intercept_conf {
     fy_conf_list_t rules;          /* `rules`: of fy_mitm_rule_t, all matching ones apply */
     uint64_t body_cap;             /* `body-cap`: bodies buffered for `replace` (decoded size) */
     struct fy_mitm_capture {
-        char *har; /* `har`: HAR 1.2 file written as flows complete */
-    } capture;     /* `capture` */
+        char *har;         /* `har`: HAR 1.2 file written as flows complete */
+        uint64_t body_cap; /* `body-cap`: body bytes kept per direction (0: none) */
+    } capture;             /* `capture` */
 } fy_intercept_conf_t;
 
 extern const fy_conf_directive_t fy_intercept_conf_table[];

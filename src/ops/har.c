@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "handler/mitm.h"
 
 struct fy_har {
     int fd;
@@ -94,6 +95,43 @@ static void headers(sb_t *b, const fy_headers_t *hs)
     PUT(b, "]");
 }
 
+static bool printable(fy_str_t s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        if ((c < 0x20 && c != '\n' && c != '\r' && c != '\t') || c >= 0x7f) return false;
+    }
+    return true;
+}
+
+static void base64(sb_t *b, fy_str_t s)
+{
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < s.len; i += 3) {
+        unsigned v = (unsigned)(unsigned char)s.p[i] << 16;
+        if (i + 1 < s.len) v |= (unsigned)(unsigned char)s.p[i + 1] << 8;
+        if (i + 2 < s.len) v |= (unsigned char)s.p[i + 2];
+        char o[4] = {t[v >> 18 & 63], t[v >> 12 & 63], i + 1 < s.len ? t[v >> 6 & 63] : '=',
+                     i + 2 < s.len ? t[v & 63] : '='};
+        put(b, o, 4);
+    }
+}
+
+/* "text": the body as a JSON string, base64 with "encoding" when it is not printable text */
+static void body_text(sb_t *b, fy_str_t s, bool allow_base64)
+{
+    PUT(b, ", \"text\": \"");
+    if (printable(s)) {
+        jstr(b, s.p, s.len);
+        PUT(b, "\"");
+    } else if (allow_base64) {
+        base64(b, s);
+        PUT(b, "\", \"encoding\": \"base64\"");
+    } else {
+        PUT(b, "\", \"comment\": \"binary body not shown\"");
+    }
+}
+
 static const char *version(int v)
 {
     return v == 10 ? "HTTP/1.0" : v == 20 ? "HTTP/2.0" : v == 30 ? "HTTP/3.0" : "HTTP/1.1";
@@ -154,9 +192,20 @@ void fy_har_exchange(fy_exchange_t *ex, void *arg)
     put(&b, version(ex->req.version), 8);
     PUT(&b, "\", \"cookies\": [], \"headers\": ");
     headers(&b, &ex->req.headers);
+    fy_str_t qb, rb;
+    bool cut = false, have = fy_mitm_captured(ex, &qb, &rb, &cut);
     PUT(&b, ", \"queryString\": [], \"headersSize\": -1, \"bodySize\": ");
     putn(&b, (long long)ex->body_received);
+    if (have && qb.len) {
+        const fy_header_t *qct = FY_HDR_FIND(&ex->req.headers, "content-type");
+        PUT(&b, ", \"postData\": {\"mimeType\": \"");
+        if (qct) jstr(&b, qct->value.p, qct->value.len);
+        PUT(&b, "\"");
+        body_text(&b, qb, false); /* HAR 1.2 postData has no encoding field */
+        PUT(&b, "}");
+    }
     PUT(&b, "}, \"response\": {\"status\": ");
+
     putn(&b, ex->res.status);
     PUT(&b, ", \"statusText\": \"");
     const char *r = fy_http_reason(ex->res.status);
@@ -170,7 +219,11 @@ void fy_har_exchange(fy_exchange_t *ex, void *arg)
     PUT(&b, ", \"mimeType\": \"");
     const fy_header_t *ct = FY_HDR_FIND(&ex->res.headers, "content-type");
     if (ct) jstr(&b, ct->value.p, ct->value.len);
-    PUT(&b, "\"}, \"redirectURL\": \"\", \"headersSize\": -1, \"bodySize\": ");
+    PUT(&b, "\"");
+    if (have) body_text(&b, rb, true);
+    if (have && cut) PUT(&b, ", \"comment\": \"bodies cut at intercept.capture.body-cap\"");
+    PUT(&b, "}, \"redirectURL\": \"\", \"headersSize\": -1, \"bodySize\": ");
+
     putn(&b, (long long)ex->bytes_sent);
     PUT(&b, "}, \"cache\": {}, \"timings\": {\"send\": 0, \"wait\": ");
     putn(&b, (long long)total);
