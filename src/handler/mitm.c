@@ -36,6 +36,8 @@
 #include "upstream/upstream_dyn.h"
 
 #define MAX_PINS 256
+#define PROBE_CACHE 512    /* origins whose probe succeeded, remembered (shared) */
+#define PROBE_TTL_MS 60000 /* for this long: later tunnels skip the probe connection */
 #define RELAY_BUF 16384
 
 typedef struct pin {
@@ -43,6 +45,12 @@ typedef struct pin {
     int fails;
     uint64_t until_ms; /* passed through until then; 0: not bypassed */
 } pin_t;
+
+typedef struct probed {
+    uint64_t hash;
+    uint64_t until_ms;
+    bool h2;
+} probed_t;
 
 typedef struct mitm {
     fy_handler_t h;
@@ -57,8 +65,9 @@ typedef struct mitm {
     SSL_CTX *probe, *probe_insecure;
     pthread_mutex_t pin_lock;
     pin_t pins[MAX_PINS];
-    fy_mitm_rules_t *rules; /* owned */
-    char fwd_host[256];     /* intercept.forward, split; fwd_port 0: none */
+    probed_t probed[PROBE_CACHE]; /* under pin_lock */
+    fy_mitm_rules_t *rules;       /* owned */
+    char fwd_host[256];           /* intercept.forward, split; fwd_port 0: none */
     int fwd_port;
     ferry_hooks_t hooks; /* include/ferry/mitm.h; all NULL when not embedded */
     bool any_hook;
@@ -362,6 +371,8 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
     drive_client(t);
 }
 
+static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now);
+
 static void drive_probe(tunnel_t *t)
 {
     ERR_clear_error();
@@ -371,6 +382,7 @@ static void drive_probe(tunnel_t *t)
         unsigned len;
         SSL_get0_alpn_selected(t->ossl, &p, &len);
         t->info->origin_h2 = len == 2 && memcmp(p, "h2", 2) == 0 && t->ctx->h2conf;
+        probe_remember(t->m, t->info, t->loop->now_ms);
         probe_done(t, NULL, NULL);
         return;
     }
@@ -401,6 +413,38 @@ static void drive_probe(tunnel_t *t)
     probe_done(t, "TLS handshake with the origin failed", msg);
 }
 
+static uint64_t probe_key(const tunnel_info_t *ti)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)ti->port ^ (ti->insecure ? 0x5a : 0);
+    for (const char *p = ti->host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ '|') * 1099511628211ull;
+    for (const char *p = ti->name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h | 1;
+}
+
+/* A verified probe of this origin within PROBE_TTL_MS: its ALPN into *h2. */
+static bool probe_cached(mitm_t *m, const tunnel_info_t *ti, uint64_t now, bool *h2)
+{
+    uint64_t k = probe_key(ti);
+    pthread_mutex_lock(&m->pin_lock);
+    probed_t *p = &m->probed[k % PROBE_CACHE];
+    bool hit = p->hash == k && p->until_ms > now;
+    if (hit) *h2 = p->h2;
+    pthread_mutex_unlock(&m->pin_lock);
+    return hit;
+}
+
+static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now)
+{
+    uint64_t k = probe_key(ti);
+    pthread_mutex_lock(&m->pin_lock);
+    probed_t *p = &m->probed[k % PROBE_CACHE];
+    p->hash = k;
+    p->until_ms = now + PROBE_TTL_MS;
+    p->h2 = ti->origin_h2;
+    pthread_mutex_unlock(&m->pin_lock);
+}
+
 static void start_probe(tunnel_t *t)
 {
     mitm_t *m = t->m;
@@ -425,6 +469,13 @@ static void start_probe(tunnel_t *t)
                    fy_host_list_match(&m->conf->insecure, t->host);
     t->state = S_PROBE;
     fy_io_set(t->loop, &t->cio, 0);
+    bool h2;
+    if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
+        /* verified moments ago: the proxied requests' own TLS verifies it again */
+        ti->origin_h2 = h2;
+        probe_done(t, NULL, NULL);
+        return;
+    }
     const char *err = NULL;
     if (connect_origin(t, &err) < 0) {
         probe_done(t, "cannot connect to the origin", err);
