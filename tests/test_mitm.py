@@ -518,3 +518,94 @@ def test_mitm_cert_disk_cache_survives_restart(server, certs, nginx):
     srv.start()
     assert leaf_serial(srv.port, "localhost", nginx.tls_port) == first
     assert forged_count(srv, "localhost") == 0  # the log restarted: nothing signed again
+
+
+# ---- limits ----------------------------------------------------------------------------------
+
+
+def _closed_within(sock, seconds):
+    """True when the peer closes the socket before `seconds` pass (bounded wait)."""
+    sock.settimeout(seconds)
+    try:
+        while True:
+            b = sock.recv(4096)
+            if not b:
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _connect(port, target):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 200")
+    return s
+
+
+def test_mitm_connect_timeout_closes_silent_tunnel(server, certs, nginx):
+    srv = mitm(server, certs, extra="  connect-timeout: 300ms\n")
+    s = _connect(srv.port, f"localhost:{nginx.tls_port}")  # then never says a word
+    assert _closed_within(s, 15)
+    s.close()
+    assert "peek timeout" in srv.log()
+
+
+def test_mitm_tunnel_idle_timeout(server, certs, nginx):
+    srv = mitm(server, certs, extra="  tunnel-idle-timeout: 300ms\n")
+    s = _connect(srv.port, f"127.0.0.1:{nginx.port}")
+    s.sendall(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")  # plain bytes: relayed
+    data = b""
+    while b"hello from nginx\n" not in data:
+        data += s.recv(4096)
+    assert _closed_within(s, 15)  # nginx keeps the connection; the idle relay is closed
+    s.close()
+    assert "relay timeout" in srv.log()
+
+
+def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    release = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            release.wait(20)
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    try:
+        srv = mitm(server, certs, extra="  max-origins: 1\n")
+        results = {}
+        t = threading.Thread(target=lambda: results.update(
+            a=curl("-x", srv.proxy, f"http://127.0.0.1:{slow.server_address[1]}/")))
+        t.start()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            # the slow origin holds the only origin slot once its request is in flight
+            r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",
+                     f"http://localhost:{nginx.port}/index.html")
+            if r.stdout == b"502":
+                break
+            time.sleep(0.05)
+        assert r.stdout == b"502"
+        assert "too many origins in use" in srv.log()
+        release.set()
+        t.join(20)
+        assert results["a"].stdout == b"ok"
+    finally:
+        release.set()
+        slow.shutdown()
