@@ -121,6 +121,9 @@ static int build_mitm(fy_server_t *s)
     if (!any) return 0;
     s->mitm = fy_mitm_handler_new(&s->cfg->intercept, s->nworkers);
     if (!s->mitm) return -1;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++)
+        if (lc[i].kind != FY_LISTENER_HTTP)
+            fy_mitm_add_own_address(s->mitm, (const struct sockaddr *)&lc[i].addr, lc[i].addrlen);
     s->mitm_router.routes = fy_xcalloc(1, sizeof(fy_route_t));
     s->mitm_router.routes[0].path = "";
     s->mitm_router.routes[0].handler = s->mitm;

@@ -609,3 +609,13 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
     finally:
         release.set()
         slow.shutdown()
+
+
+def test_mitm_request_to_itself_is_508(server, certs):
+    srv = mitm(server, certs)
+    r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",
+             f"http://127.0.0.1:{srv.port}/anything")
+    assert r.stdout == b"508"
+    r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",
+             f"http://localhost:{srv.port}/anything")
+    assert r.stdout == b"508"

@@ -65,9 +65,11 @@ typedef struct mitm {
     SSL_CTX *probe, *probe_insecure;
     pthread_mutex_t pin_lock;
     pin_t pins[MAX_PINS];
-    probed_t probed[PROBE_CACHE]; /* under pin_lock */
-    fy_mitm_rules_t *rules;       /* owned */
-    char fwd_host[256];           /* intercept.forward, split; fwd_port 0: none */
+    probed_t probed[PROBE_CACHE];    /* under pin_lock */
+    fy_mitm_rules_t *rules;          /* owned */
+    struct sockaddr_storage own[16]; /* our proxy listeners: requests to them would loop */
+    size_t nown;
+    char fwd_host[256]; /* intercept.forward, split; fwd_port 0: none */
     int fwd_port;
     ferry_hooks_t hooks; /* include/ferry/mitm.h; all NULL when not embedded */
     bool any_hook;
@@ -1000,6 +1002,35 @@ bool fy_mitm_captured(const fy_exchange_t *ex, fy_str_t *req, fy_str_t *res, boo
     return false;
 }
 
+/* Is `sa` one of our own proxy listeners (a wildcard listener matches any address)? */
+static bool loops(const mitm_t *m, const struct sockaddr *sa)
+{
+    for (size_t i = 0; i < m->nown; i++) {
+        const struct sockaddr *o = (const struct sockaddr *)&m->own[i];
+        if (o->sa_family != sa->sa_family) continue;
+        if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)sa, *b = (const void *)o;
+            if (a->sin_port == b->sin_port && (b->sin_addr.s_addr == htonl(INADDR_ANY) ||
+                                               a->sin_addr.s_addr == b->sin_addr.s_addr))
+                return true;
+        } else if (sa->sa_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)o;
+            if (a->sin6_port == b->sin6_port &&
+                (IN6_IS_ADDR_UNSPECIFIED(&b->sin6_addr) ||
+                 memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0))
+                return true;
+        }
+    }
+    return false;
+}
+
+void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen_t len)
+{
+    mitm_t *m = (mitm_t *)h;
+    if (m->nown < sizeof m->own / sizeof m->own[0] && len <= sizeof m->own[0])
+        memcpy(&m->own[m->nown++], sa, len);
+}
+
 static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
 {
     mitm_t *m = ud;
@@ -1010,6 +1041,11 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     if (!e) {
         fy_info("mitm: %s:%d: %s", t->host, t->port, err);
         fy_exchange_fail(ex, 502, err);
+        return;
+    }
+    const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
+    if (loops(m, (const struct sockaddr *)&sv->addr)) {
+        fy_exchange_fail(ex, 508, "the request is addressed to this proxy itself");
         return;
     }
     if (!e->user) e->user = fy_proxy_handler_new(&m->pconf, e->up);

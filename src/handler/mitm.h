@@ -42,6 +42,9 @@ int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
 #include "core/str.h"
 struct fy_exchange;
 bool fy_mitm_captured(const struct fy_exchange *ex, fy_str_t *req, fy_str_t *res, bool *cut);
+/* One of our own proxy listeners' addresses: requests addressed to it get 508 instead of
+ * looping through the proxy (up to 16 are remembered). */
+void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen_t len);
 /* The embedding API's hooks (copied); before the workers start. */
 void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks);
 /* On worker w's thread before its loop goes: close its origin pools. */
