@@ -11,7 +11,7 @@ BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
-             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools
+             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium nodejs npm
 BENCH_PKGS = wrk nginx-light valgrind strace caddy mitmproxy
 PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 

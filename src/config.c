@@ -247,20 +247,25 @@ static const fy_conf_directive_t route_table[] = {
 
 /* ---- top level ---- */
 
-static char *default_data_dir(fy_conf_arena_t *a)
+void fy_config_default_data_dir(char *buf, size_t len)
 {
-    char buf[4096];
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     if (xdg && xdg[0] == '/') { /* the XDG spec ignores relative values */
-        snprintf(buf, sizeof buf, "%s/ferry", xdg);
+        snprintf(buf, len, "%s/ferry", xdg);
     } else {
         if (!home || !*home) {
             struct passwd *pw = getpwuid(getuid());
             home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
         }
-        snprintf(buf, sizeof buf, "%s/.local/share/ferry", home);
+        snprintf(buf, len, "%s/.local/share/ferry", home);
     }
+}
+
+static char *default_data_dir(fy_conf_arena_t *a)
+{
+    char buf[4096];
+    fy_config_default_data_dir(buf, sizeof buf);
     return fy_conf_strdup(a, buf);
 }
 
@@ -268,6 +273,7 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
 {
     fy_config_t *cfg = obj;
     if (!cfg->data_dir) cfg->data_dir = default_data_dir(fy_conf_ctx_arena(ctx));
+    if (!cfg->intercept.ca_dir) cfg->intercept.ca_dir = cfg->data_dir;
     int rc = 0;
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++)
@@ -336,6 +342,11 @@ const fy_conf_directive_t fy_config_table[] = {
      .offset = C(log),
      .sub = fy_log_conf_table,
      .doc = "Error and access logs."},
+    {.key = "intercept",
+     .type = FY_CT_TABLE,
+     .offset = C(intercept),
+     .sub = fy_intercept_conf_table,
+     .doc = "The intercepting proxy: CA, origin verification, access, passthrough."},
     {.key = "data-dir",
      .type = FY_CT_STRING,
      .offset = C(data_dir),

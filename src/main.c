@@ -12,6 +12,7 @@
 #include "config.h"
 #include "core/log.h"
 #include "server.h"
+#include "tls/ca.h"
 
 #define FERRY_VERSION "0.1.0"
 
@@ -27,6 +28,11 @@ static const char usage[] =
     "  ferry proxy URL [--listen ADDR] [--tls ...] [--protocols ...] [--upstream-ca FILE]\n"
     "                  [--workers N] [--access-log stdout|FILE]\n"
     "                                reverse-proxy to URL (http:// https:// h2c:// h2://)\n"
+    "  ferry mitm [--listen ADDR] [--ca-dir DIR] [--upstream-ca FILE] [--workers N]\n"
+    "                  [--access-log stdout|FILE] [--har FILE]\n"
+    "                                intercepting proxy (default 127.0.0.1:8888)\n"
+    "  ferry ca init|show|export [--ca-dir DIR] [--out DIR]\n"
+    "                                the interception CA (default dir: the data dir)\n"
     "  ferry doc-config              print the configuration reference (Markdown)\n"
     "  ferry --version | --help\n"
     "options for run and the default: --workers N overrides `workers`\n";
@@ -187,6 +193,119 @@ static int cmd_oneliner(const char *cmd, int argc, char **argv)
     return r;
 }
 
+/* `ferry mitm`: the intercepting proxy one-liner (DESIGN.md §6). */
+static int cmd_mitm(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8888", *ca_dir = NULL, *upstream_ca = NULL;
+    const char *workers = NULL, *access = NULL, *har = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (strcmp(a, "--listen") == 0)
+            dst = &listen;
+        else if (strcmp(a, "--har") == 0)
+            dst = &har;
+        else if (strcmp(a, "--ca-dir") == 0)
+            dst = &ca_dir;
+        else if (strcmp(a, "--upstream-ca") == 0)
+            dst = &upstream_ca;
+        else if (strcmp(a, "--workers") == 0)
+            dst = &workers;
+        else if (strcmp(a, "--access-log") == 0)
+            dst = &access;
+        else
+            return bad_usage("mitm: unknown option '%s'", a);
+        if (i + 1 >= argc) return bad_usage("mitm: option '%s' needs a value", a);
+        *dst = argv[++i];
+    }
+    char y[8192], q[2048];
+    size_t o = 0;
+#define ADD(...) o += (size_t)snprintf(y + o, sizeof y - o, __VA_ARGS__)
+    if (workers) {
+        char *end;
+        long wn = strtol(workers, &end, 10);
+        if (strcmp(workers, "auto") != 0 && (*end || wn < 1 || wn > 256))
+            return bad_usage("--workers: expected auto or 1..256, got '%s'", workers);
+        ADD("workers: %s\n", workers);
+    }
+    yaml_quote(q, sizeof q, listen);
+    ADD("listeners:\n  - address: %s\n    kind: intercept\n    protocols: [h1]\n", q);
+    ADD("intercept:\n");
+    if (ca_dir) {
+        yaml_quote(q, sizeof q, ca_dir);
+        ADD("  ca-dir: %s\n", q);
+    }
+    if (upstream_ca) {
+        yaml_quote(q, sizeof q, upstream_ca);
+        ADD("  upstream-ca: %s\n", q);
+    }
+    if (har) {
+        yaml_quote(q, sizeof q, har);
+        ADD("  capture: {har: %s}\n", q);
+    }
+    if (access) {
+        yaml_quote(q, sizeof q, access);
+        ADD("log: {access: %s}\n", q);
+    }
+#undef ADD
+    fy_config_t *cfg = fy_config_load_text("<command line>", y, o, stderr);
+    if (!cfg) return 2;
+    int r = run(cfg);
+    fy_config_free(cfg);
+    return r;
+}
+
+/* `ferry ca init|show|export [--ca-dir DIR] [--out DIR]` */
+static int cmd_ca(int argc, char **argv)
+{
+    if (argc < 1) return bad_usage("ca: expected init, show or export");
+    const char *sub = argv[0];
+    if (strcmp(sub, "init") && strcmp(sub, "show") && strcmp(sub, "export"))
+        return bad_usage("ca: unknown subcommand '%s' (init, show, export)", sub);
+    const char *dir = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char **dst = NULL;
+        if (strcmp(argv[i], "--ca-dir") == 0)
+            dst = &dir;
+        else if (strcmp(argv[i], "--out") == 0 && strcmp(sub, "export") == 0)
+            dst = &out;
+        else
+            return bad_usage("ca %s: unknown option '%s'", sub, argv[i]);
+        if (i + 1 >= argc) return bad_usage("ca %s: option '%s' needs a value", sub, argv[i]);
+        *dst = argv[++i];
+    }
+    char ddir[4096];
+    if (!dir) {
+        fy_config_default_data_dir(ddir, sizeof ddir);
+        dir = ddir;
+    }
+    char err[600];
+    fy_ca_t *ca = fy_ca_load(dir, strcmp(sub, "show") != 0, err, sizeof err);
+    if (!ca) {
+        fprintf(stderr, "ferry: ca %s: %s\n", sub, err);
+        return 1;
+    }
+    int rc = 0;
+    if (strcmp(sub, "init") == 0) {
+        printf("%s %s\n", fy_ca_created(ca) ? "created" : "already present:", fy_ca_pem_path(ca));
+        fy_ca_describe(ca, stdout);
+    } else if (strcmp(sub, "show") == 0) {
+        fy_ca_describe(ca, stdout);
+    } else {
+        char pem[4200], der[4200];
+        int r = fy_ca_export(ca, out ? out : dir, pem, der, sizeof pem);
+        if (r < 0) {
+            fprintf(stderr, "ferry: ca export: %s: %s\n", out ? out : dir, strerror(-r));
+            rc = 1;
+        } else {
+            printf("PEM: %s\nDER: %s\n", pem, der);
+            fy_ca_print_trust_help(pem, der, stdout);
+        }
+    }
+    fy_ca_free(ca);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : NULL;
@@ -200,6 +319,8 @@ int main(int argc, char **argv)
     }
     if (cmd && (strcmp(cmd, "serve") == 0 || strcmp(cmd, "proxy") == 0))
         return cmd_oneliner(cmd, argc - 2, argv + 2);
+    if (cmd && strcmp(cmd, "ca") == 0) return cmd_ca(argc - 2, argv + 2);
+    if (cmd && strcmp(cmd, "mitm") == 0) return cmd_mitm(argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "doc-config") == 0) {
         fy_config_doc(stdout);
         return 0;

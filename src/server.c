@@ -15,12 +15,14 @@
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
 #include "handler/echo.h"
+#include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
 #include "handler/static.h"
 #include "http/router.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
+#include "ops/har.h"
 #include "tls/tls.h"
 
 typedef struct worker_listener {
@@ -53,6 +55,9 @@ struct fy_server {
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
     int access_fd;
+    fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;      /* owned by mitm_router */
+    fy_har_t *har;           /* intercept.capture.har, or NULL */
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -107,6 +112,34 @@ static int build_router(fy_server_t *s)
     return 0;
 }
 
+/* Listeners of kind intercept share one mitm handler behind a catch-all router. */
+static int build_mitm(fy_server_t *s)
+{
+    const fy_listener_conf_t *lc = s->cfg->listeners.v;
+    bool any = false;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++) any |= lc[i].kind != FY_LISTENER_HTTP;
+    if (!any) return 0;
+    s->mitm = fy_mitm_handler_new(&s->cfg->intercept, s->nworkers);
+    if (!s->mitm) return -1;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++)
+        if (lc[i].kind != FY_LISTENER_HTTP)
+            fy_mitm_add_own_address(s->mitm, (const struct sockaddr *)&lc[i].addr, lc[i].addrlen);
+    s->mitm_router.routes = fy_xcalloc(1, sizeof(fy_route_t));
+    s->mitm_router.routes[0].path = "";
+    s->mitm_router.routes[0].handler = s->mitm;
+    s->mitm_router.n = 1;
+    if (s->cfg->intercept.capture.har) {
+        const char *err = "";
+        s->har = fy_har_open(s->cfg->intercept.capture.har, &err);
+        if (!s->har) {
+            fy_log(FY_LOG_EMERG, "intercept.capture.har: %s: %s", s->cfg->intercept.capture.har,
+                   err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 fy_server_t *fy_server_new(const fy_config_t *cfg)
 {
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
@@ -124,6 +157,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     if (build_router(s) < 0) goto fail;
     s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
     const fy_listener_conf_t *lc = cfg->listeners.v;
+    if (build_mitm(s) < 0) goto fail;
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         if (lc[i].protocols & FY_PROTO_H3)
             fy_warn("listener %s: h3 is not served by this build yet", lc[i].address);
@@ -189,7 +223,12 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
-        fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        if (wl->conf->kind == FY_LISTENER_SOCKS5)
+            fy_mitm_socks5_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else if (wl->conf->kind == FY_LISTENER_TRANSPARENT)
+            fy_mitm_transparent_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else
+            fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
     }
 }
 
@@ -252,6 +291,14 @@ static void on_wake(fy_loop_t *loop)
     fy_timer_start(loop, &w->drain_timer, w->drain_ms);
 }
 
+/* Intercept listeners with a HAR capture: access log and HAR both see each flow. */
+static void intercept_done(fy_exchange_t *ex, void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->alog) fy_access_log_exchange(ex, w->alog);
+    fy_har_exchange(ex, w->srv->har);
+}
+
 static void *worker_main(void *arg)
 {
     struct fy_worker *w = arg;
@@ -266,6 +313,10 @@ static void *worker_main(void *arg)
         wl->w = w;
         wl->conf = &lc[i];
         wl->ctx.router = &s->router;
+        if (lc[i].kind != FY_LISTENER_HTTP) {
+            wl->ctx.router = &s->mitm_router;
+            wl->ctx.forward_proxy = true;
+        }
         wl->ctx.limits = &cfg->limits;
         wl->ctx.loop = &w->loop;
         wl->ctx.worker_id = w->id;
@@ -279,6 +330,10 @@ static void *worker_main(void *arg)
         if (w->alog) {
             wl->ctx.on_done = fy_access_log_exchange;
             wl->ctx.on_done_ud = w->alog;
+        }
+        if (lc[i].kind != FY_LISTENER_HTTP && s->har) {
+            wl->ctx.on_done = intercept_done;
+            wl->ctx.on_done_ud = w;
         }
         fy_list_init(&wl->ctx.conns);
         wl->io.cb = on_accept;
@@ -310,6 +365,7 @@ static void *worker_main(void *arg)
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
     fy_router_thread_cleanup();
+    if (s->mitm) fy_mitm_worker_close(s->mitm, w->id);
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
         if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);
         fy_upstream_worker_close(s->upstreams[i], w->id);
@@ -358,6 +414,8 @@ void fy_server_free(fy_server_t *s)
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
     free(s->tls);
     fy_router_free(&s->router);
+    fy_router_free(&s->mitm_router);
+    fy_har_close(s->har);
     for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);
@@ -371,7 +429,19 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
     for (size_t i = 0; i < s->cfg->listeners.n; i++) {
         char a[80];
         fy_sock_addr_str((const struct sockaddr *)&lc[i].addr, a, sizeof a);
-        fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
+        if (lc[i].kind == FY_LISTENER_INTERCEPT)
+            fprintf(out, "ferry: intercepting proxy on http://%s/\n", a);
+        else if (lc[i].kind == FY_LISTENER_SOCKS5)
+            fprintf(out, "ferry: intercepting SOCKS5 proxy on socks5h://%s\n", a);
+        else if (lc[i].kind == FY_LISTENER_TRANSPARENT)
+            fprintf(out, "ferry: transparent interception on %s\n", a);
+        else
+            fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
     fflush(out);
+}
+
+fy_handler_t *fy_server_mitm(fy_server_t *s)
+{
+    return s->mitm;
 }

@@ -150,6 +150,13 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
     /* DESIGN.md §6 defaults: h1,h2c without TLS, h1,h2 with TLS */
     if (l->protocols == 0)
         l->protocols = l->tls ? FY_PROTO_H1 | FY_PROTO_H2 : FY_PROTO_H1 | FY_PROTO_H2C;
+    if (l->kind != FY_LISTENER_HTTP && l->tls) {
+        fy_conf_error(
+            ctx, map, "tls",
+            "intercept, socks5 and transparent listeners take plain TCP (TLS is intercepted "
+            "inside); remove tls");
+        return -1;
+    }
     if ((l->protocols & FY_PROTO_H2) && !l->tls) {
         fy_conf_error(ctx, map, "protocols", "h2 needs tls (use h2c for cleartext HTTP/2)");
         return -1;
@@ -158,6 +165,12 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 }
 
 #define L(f) offsetof(fy_listener_conf_t, f)
+
+static const char *const kinds[] = {[FY_LISTENER_HTTP] = "http",
+                                    [FY_LISTENER_INTERCEPT] = "intercept",
+                                    [FY_LISTENER_SOCKS5] = "socks5",
+                                    [FY_LISTENER_TRANSPARENT] = "transparent",
+                                    NULL};
 
 const fy_conf_directive_t fy_listener_conf_table[] = {
     {.key = "address",
@@ -193,5 +206,16 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .type = FY_CT_STRING,
      .offset = L(name),
      .doc = "Label used in logs and metrics; default: the address."},
+    {.key = "kind",
+     .type = FY_CT_ENUM,
+     .offset = L(kind),
+     .dflt = "http",
+     .enums = kinds,
+     .doc = "`http`: requests go to `routes`. `intercept`: an explicit intercepting proxy "
+            "(CONNECT and absolute-form requests, configured by `intercept:`). `socks5`: a "
+            "SOCKS5 proxy (CONNECT; no auth, or username/password = `intercept.auth`) feeding "
+            "the same interception. `transparent`: connections redirected here (iptables "
+            "REDIRECT: the original destination from SO_ORIGINAL_DST), or pointed here directly "
+            "(the destination from SNI or Host), or `intercept.forward`."},
     {.key = NULL, .check = check_listener},
 };

@@ -15,6 +15,14 @@
 #define FY_PROTO_H2 0x4u
 #define FY_PROTO_H3 0x8u
 
+/* `kind:` what a listener is for. */
+enum fy_listener_kind {
+    FY_LISTENER_HTTP = 0,  /* routes (web server, reverse proxy) */
+    FY_LISTENER_INTERCEPT, /* explicit intercepting proxy (`intercept:`): CONNECT, absolute-form */
+    FY_LISTENER_SOCKS5,    /* SOCKS5 proxy feeding the same interception (`intercept:`) */
+    FY_LISTENER_TRANSPARENT, /* redirected traffic (SO_ORIGINAL_DST), or SNI/Host when direct */
+};
+
 typedef struct fy_listener_conf {
     char *address;                /* as written: "127.0.0.1:8080", "[::1]:8443", ":8080" */
     struct sockaddr_storage addr; /* resolved from `address` while loading (numeric only) */
@@ -23,6 +31,7 @@ typedef struct fy_listener_conf {
     fy_tls_conf_t *tls; /* NULL: plain TCP */
     int64_t backlog;    /* listen(2) backlog, default 4096 */
     char *name;         /* optional label used in logs; default = address */
+    int kind;           /* enum fy_listener_kind, default http */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

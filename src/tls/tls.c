@@ -377,6 +377,21 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
     return &tt->t;
 }
 
+fy_transport_t *fy_tls_transport_from_ssl(SSL *ssl, int fd)
+{
+    tls_transport_t *tt = calloc(1, sizeof *tt);
+    if (!tt) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    tt->ssl = ssl;
+    tt->t.ops = &tls_ops;
+    tt->t.fd = fd;
+    tt->t.is_tls = true;
+    tls_handshake(&tt->t); /* fills alpn and sni of a finished handshake */
+    return &tt->t;
+}
+
 /* ---- client side ---- */
 
 struct fy_tls_client_ctx {

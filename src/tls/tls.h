@@ -26,6 +26,11 @@ uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
  * t->ops->destroy(t). The handshake runs in t->ops->handshake. */
 fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
 
+/* A transport over an SSL already set up by the caller (interception: tls/mint.c), which
+ * passes ownership of `ssl` (freed by destroy). `fd` is borrowed. NULL on OOM (ssl freed). */
+struct ssl_st;
+fy_transport_t *fy_tls_transport_from_ssl(struct ssl_st *ssl, int fd);
+
 /* ---- client side (origins) ---- */
 
 typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
