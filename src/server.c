@@ -19,6 +19,7 @@
 #include "handler/respond.h"
 #include "handler/static.h"
 #include "http/router.h"
+#include "l4/l4.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "tls/tls.h"
@@ -52,6 +53,7 @@ struct fy_server {
     fy_router_t router;
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
+    fy_l4_t *l4;               /* layer-4 relays (`l4:`) */
     int access_fd;
 };
 
@@ -139,6 +141,9 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             goto fail;
         }
     }
+    /* layer 4: its listeners are bound here too */
+    s->l4 = fy_l4_new(&cfg->l4, s->upstreams, s->nworkers, cfg->data_dir);
+    if (!s->l4) goto fail;
     const char *err = NULL;
     if (fy_access_log_open(&cfg->log, &s->access_fd, &err) < 0) {
         fy_log(FY_LOG_EMERG, "access log %s: %s", cfg->log.access, err);
@@ -197,7 +202,15 @@ static bool all_closed(struct fy_worker *w)
 {
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++)
         if (w->ls[i].ctx.nconns) return false;
-    return true;
+    return fy_l4_worker_nsessions(w->srv->l4, w->id) == 0;
+}
+
+/* ---- layer 4 (l4/l4.c owns its listeners and sessions) ---- */
+
+static void l4_on_idle(void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->draining && all_closed(w)) fy_loop_stop(&w->loop);
 }
 
 static void on_conn_closed(fy_http_ctx_t *ctx)
@@ -228,6 +241,7 @@ static void on_drain_timeout(fy_timer_t *t)
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
     fy_warn("drain deadline passed: closing %zu connections", n);
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(w->srv->l4, w->id);
     fy_loop_stop(&w->loop);
 }
 
@@ -245,6 +259,7 @@ static void on_wake(fy_loop_t *loop)
         }
         fy_http_ctx_drain(&wl->ctx);
     }
+    fy_l4_worker_drain(w->srv->l4, w->id);
     if (all_closed(w)) {
         fy_loop_stop(loop);
         return;
@@ -285,6 +300,7 @@ static void *worker_main(void *arg)
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
     }
+    fy_l4_worker_start(s->l4, w->id, &w->loop, l4_on_idle, w);
     if (w->id == 0) /* one worker probes; every worker reads the verdicts */
         for (size_t i = 0; i < cfg->upstreams.n; i++)
             fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
@@ -294,6 +310,7 @@ static void *worker_main(void *arg)
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(s->l4, w->id);
     w->loop.stop = false;
     fy_timer_stop(&w->loop, &w->tick);
     fy_timer_stop(&w->loop, &w->drain_timer);
@@ -357,6 +374,7 @@ void fy_server_free(fy_server_t *s)
     free(s->workers);
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
     free(s->tls);
+    fy_l4_free(s->l4);
     fy_router_free(&s->router);
     for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
         fy_upstream_free(s->upstreams[i]);
@@ -374,4 +392,5 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
         fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
     fflush(out);
+    fy_l4_print(s->l4, out);
 }
