@@ -255,6 +255,12 @@ static void sess_close(tcp_sess_t *s, const char *why)
     if (why) fy_debug("l4 %s: session closed: %s", s->wl->l->conf->name, why);
     fy_timer_stop(w->loop, &s->timer);
     if (s->up_grp && s->state == S_RELAY) fy_upstream_inflight(s->up_grp, w->id, s->server, -1);
+    if ((s->state == S_PEEK || s->state == S_PROXY_HDR) && s->c.io.fd >= 0) {
+        /* the peeked bytes are still unread: read them so that close sends a FIN, not RST */
+        uint8_t junk[4096];
+        for (int i = 0; i < 16 && recv(s->c.io.fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
+        }
+    }
     end_close(s, &s->c);
     end_close(s, &s->o);
     dir_free(&s->up);

@@ -336,7 +336,7 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
      .type = FY_CT_SIZE,
      .offset = L(peek_max),
      .dflt = "16k",
-     .min = 512,
+     .min = 128,
      .max = 65536,
      .doc = "Largest ClientHello (TLS records, or QUIC CRYPTO bytes) read for routing; a "
             "larger one closes the connection (QUIC: drops the flow)."},
