@@ -29,7 +29,8 @@ typedef struct worker_listener {
     fy_http_ctx_t ctx;
     struct fy_worker *w;
     const fy_listener_conf_t *conf;
-    bool paused; /* at limits.connections */
+    bool paused;  /* at limits.connections */
+    int l4_front; /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
 
 struct fy_worker {
@@ -142,7 +143,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
         }
     }
     /* layer 4: its listeners are bound here too */
-    s->l4 = fy_l4_new(&cfg->l4, s->upstreams, s->nworkers, cfg->data_dir);
+    s->l4 = fy_l4_new(&cfg->l4, &cfg->listeners, s->upstreams, s->nworkers, cfg->data_dir);
     if (!s->l4) goto fail;
     const char *err = NULL;
     if (fy_access_log_open(&cfg->log, &s->access_fd, &err) < 0) {
@@ -173,6 +174,13 @@ fail:
 
 /* ---- worker ---- */
 
+/* A connection of a listener with an `sni:` map whose server name is not in the map. */
+static void l4_fallback(void *ud, int fd, const struct sockaddr *sa, socklen_t salen)
+{
+    worker_listener_t *wl = ud;
+    fy_h1_conn_accept(&wl->ctx, fd, sa, salen);
+}
+
 static void on_accept(fy_io_t *io, uint32_t ev)
 {
     worker_listener_t *wl = io->data;
@@ -194,7 +202,11 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
-        fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        if (wl->l4_front >= 0)
+            fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, (struct sockaddr *)&ss, sl,
+                        l4_fallback, wl);
+        else
+            fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
     }
 }
 
@@ -280,6 +292,7 @@ static void *worker_main(void *arg)
         worker_listener_t *wl = &w->ls[i];
         wl->w = w;
         wl->conf = &lc[i];
+        wl->l4_front = fy_l4_front(s->l4, i);
         wl->ctx.router = &s->router;
         wl->ctx.limits = &cfg->limits;
         wl->ctx.loop = &w->loop;

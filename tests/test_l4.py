@@ -899,3 +899,53 @@ def test_l4_only_config_is_valid(tmp_path):
     r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "mode: tcp" in r.stdout and "peek-max: 16k" in r.stdout.replace("KiB", "k")
+
+
+def test_l4_http_listener_sni_map(server, tcp_echo, two_tls_backends, tmp_path):
+    """An ordinary HTTPS listener whose `sni:` map passes alpha.test through, terminates
+    plain.test and relays it as L4, and serves every other name from the HTTP routes."""
+    a_port, _ = two_tls_backends["alpha.test"]
+    e = tcp_echo()
+    crt, key = make_cert(tmp_path, "web.test")
+    f = server(f"""
+workers: 2
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2]
+    tls:
+      cert: "{crt}"
+      key: "{key}"
+    sni:
+      - server-name: alpha.test
+        passthrough: 127.0.0.1:{a_port}
+      - server-name: plain.test
+        relay: 127.0.0.1:{e.port}
+routes:
+  - respond:
+      status: 200
+      body: "from the l7 routes\\n"
+""")
+    assert "CN = alpha.test" in s_client_subject(f.port, "alpha.test")
+    assert "CN = web.test" in s_client_subject(f.port, "web.test")
+    for proto in ("--http1.1", "--http2"):
+        for name, body in (("alpha.test", "this is alpha.test\n"),
+                           ("web.test", "from the l7 routes\n"),
+                           ("other.test", "from the l7 routes\n")):
+            r = subprocess.run(["curl", "-sS", "-k", proto, "--resolve",
+                                f"{name}:{f.port}:127.0.0.1", f"https://{name}:{f.port}/"],
+                               capture_output=True, timeout=20)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.decode() == body
+    p = os.urandom(100000)
+    got, cert = tls_echo_roundtrip(f.port, p, sni="plain.test")
+    assert sha(got) == sha(p)
+    assert ssl.DER_cert_to_PEM_cert(cert).strip() == crt.read_text().strip()
+
+
+def test_l4_http_listener_sni_map_needs_tls(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("listeners:\n  - address: 127.0.0.1:9\n    sni:\n"
+                   "      - {server-name: a.test, passthrough: 127.0.0.1:1}\n")
+    r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "listeners[0].sni: needs tls" in r.stderr, r.stderr

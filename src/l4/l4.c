@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include "l4/l4_hello.h"
 #include "l4/l4_int.h"
 #include "l4/l4_proxy.h"
+#include "net/listener_conf.h"
 #include "net/sock.h"
 #include "tls/tls.h"
 
@@ -63,6 +65,8 @@ typedef struct tcp_sess {
     bool terminate;
     uint8_t pphdr[FY_L4_PROXY_MAX];
     size_t pplen;
+    fy_l4_fallback_cb fallback; /* fronts: names not in the map go back to HTTP */
+    void *fallback_ud;
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
@@ -92,28 +96,72 @@ fail:;
     return -e;
 }
 
-fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, fy_upstream_t *const *upstreams, int nworkers,
-                   const char *data_dir)
+/* A tls-passthrough conf for the `sni:` map of an HTTP listener; no default target. */
+static fy_l4_conf_t *front_conf(const fy_listener_conf_t *hl)
+{
+    fy_l4_conf_t *c = fy_xcalloc(1, sizeof *c);
+    c->listen = hl->address;
+    c->addr = hl->addr;
+    c->addrlen = hl->addrlen;
+    c->name = hl->name;
+    c->mode = FY_L4_TLS_PASSTHROUGH;
+    c->to.upstream_index = -1;
+    c->tls = hl->tls;
+    c->connect_timeout_ms = 5000;
+    c->idle_timeout_ms = 600000;
+    c->peek_timeout_ms = hl->tls->handshake_timeout_ms ? hl->tls->handshake_timeout_ms : 10000;
+    c->peek_max = 16384;
+    c->max_sessions = INT64_MAX;
+    const fy_listener_sni_conf_t *ls = hl->sni.v;
+    fy_l4_sni_conf_t *sc = fy_xcalloc(hl->sni.n, sizeof *sc);
+    for (size_t j = 0; j < hl->sni.n; j++) {
+        sc[j].names = ls[j].names;
+        sc[j].to.target = ls[j].passthrough ? ls[j].passthrough : ls[j].relay;
+        sc[j].to.addr = ls[j].addr;
+        sc[j].to.addrlen = ls[j].addrlen;
+        sc[j].to.upstream_index = -1;
+        sc[j].terminate = ls[j].relay != NULL;
+    }
+    c->sni.v = sc;
+    c->sni.n = hl->sni.n;
+    return c;
+}
+
+fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, const fy_conf_list_t *http_listeners,
+                   fy_upstream_t *const *upstreams, int nworkers, const char *data_dir)
 {
     fy_l4_t *l4 = fy_xcalloc(1, sizeof *l4);
-    l4->nls = confs->n;
+    const fy_listener_conf_t *hl = http_listeners->v;
+    size_t nfronts = 0;
+    for (size_t i = 0; i < http_listeners->n; i++) nfronts += hl[i].sni.n > 0;
+    l4->nls = confs->n + nfronts;
     l4->nworkers = nworkers;
-    l4->ls = fy_xcalloc(confs->n ? confs->n : 1, sizeof *l4->ls);
+    l4->ls = fy_xcalloc(l4->nls ? l4->nls : 1, sizeof *l4->ls);
     l4->workers = fy_xcalloc((size_t)nworkers, sizeof *l4->workers);
+    l4->nhttp = http_listeners->n;
+    l4->front_of = fy_xcalloc(l4->nhttp ? l4->nhttp : 1, sizeof *l4->front_of);
+    for (size_t i = 0, k = confs->n; i < http_listeners->n; i++) {
+        l4->front_of[i] = -1;
+        if (!hl[i].sni.n) continue;
+        l4->ls[k].front = true;
+        l4->ls[k].own_conf = front_conf(&hl[i]);
+        l4->front_of[i] = (int)k++;
+    }
     const fy_l4_conf_t *lc = confs->v;
     for (size_t i = 0; i < l4->nls; i++) {
         fy__l4_listener_t *l = &l4->ls[i];
-        l->conf = &lc[i];
-        l->udp = lc[i].mode == FY_L4_UDP || lc[i].mode == FY_L4_QUIC_PASSTHROUGH;
-        if (lc[i].to.upstream_index >= 0) l->up = upstreams[lc[i].to.upstream_index];
-        l->sni_up = fy_xcalloc(lc[i].sni.n ? lc[i].sni.n : 1, sizeof *l->sni_up);
-        const fy_l4_sni_conf_t *sc = lc[i].sni.v;
-        for (size_t j = 0; j < lc[i].sni.n; j++)
+        l->conf = l->front ? l->own_conf : &lc[i];
+        const fy_l4_conf_t *ci = l->conf;
+        l->udp = ci->mode == FY_L4_UDP || ci->mode == FY_L4_QUIC_PASSTHROUGH;
+        if (ci->to.upstream_index >= 0) l->up = upstreams[ci->to.upstream_index];
+        l->sni_up = fy_xcalloc(ci->sni.n ? ci->sni.n : 1, sizeof *l->sni_up);
+        const fy_l4_sni_conf_t *sc = ci->sni.v;
+        for (size_t j = 0; j < ci->sni.n; j++)
             if (sc[j].to.upstream_index >= 0) l->sni_up[j] = upstreams[sc[j].to.upstream_index];
-        if (lc[i].tls) {
-            l->tls = fy_tls_ctx_new(lc[i].tls, data_dir, NULL);
+        if (ci->tls) {
+            l->tls = fy_tls_ctx_new(ci->tls, data_dir, NULL);
             if (!l->tls) {
-                fy_log(FY_LOG_EMERG, "l4 %s: TLS setup failed", lc[i].name);
+                fy_log(FY_LOG_EMERG, "l4 %s: TLS setup failed", ci->name);
                 goto fail;
             }
         }
@@ -129,7 +177,8 @@ fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, fy_upstream_t *const *upstreams,
     }
     for (int w = 0; w < nworkers; w++)
         for (size_t i = 0; i < l4->nls; i++) {
-            const fy_l4_conf_t *c = &lc[i];
+            const fy_l4_conf_t *c = l4->ls[i].conf;
+            if (l4->ls[i].front) continue; /* the HTTP listener's socket accepts for it */
             int fd = l4->ls[i].udp
                          ? udp_bind((const struct sockaddr *)&c->addr, c->addrlen, c->name)
                          : fy_sock_listen((const struct sockaddr *)&c->addr, c->addrlen,
@@ -158,7 +207,10 @@ void fy_l4_free(fy_l4_t *l4)
     for (size_t i = 0; i < l4->nls; i++) {
         fy_tls_ctx_free(l4->ls[i].tls);
         free(l4->ls[i].sni_up);
+        if (l4->ls[i].own_conf) free(l4->ls[i].own_conf->sni.v);
+        free(l4->ls[i].own_conf);
     }
+    free(l4->front_of);
     free(l4->ls);
     free(l4->workers);
     free(l4);
@@ -169,6 +221,7 @@ void fy_l4_print(const fy_l4_t *l4, FILE *out)
     for (size_t i = 0; i < l4->nls; i++) {
         const fy_l4_conf_t *c = l4->ls[i].conf;
         char a[80];
+        if (l4->ls[i].front) continue;
         fy_sock_addr_str((const struct sockaddr *)&c->addr, a, sizeof a);
         fprintf(out, "ferry: relaying %s %s -> %s\n", mode_names[c->mode], a,
                 c->to.target     ? c->to.target
@@ -371,6 +424,18 @@ static void do_peek(tcp_sess_t *s)
     s->peek = NULL;
     bool term = false;
     s->to = fy__l4_route(s->wl->l, h.sni, &s->up_grp, &term);
+    if (!s->to && s->fallback) { /* not in the map: HTTP serves it */
+        int fd = s->c.io.fd;
+        set_events(s, &s->c, 0);
+        s->c.io.fd = -1;
+        fy_l4_fallback_cb cb = s->fallback;
+        void *ud = s->fallback_ud;
+        struct sockaddr_storage peer = s->peer;
+        sess_close(s, NULL);
+        cb(ud, fd, (struct sockaddr *)&peer,
+           peer.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+        return;
+    }
     if (!s->to) {
         fy_info("l4 %s: no route for server name '%s': closed", c->name,
                 h.sni_len ? h.sni : "(none)");
@@ -643,7 +708,8 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
         relay(s);
 }
 
-static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, socklen_t sl)
+static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, socklen_t sl,
+                       fy_l4_fallback_cb cb, void *ud)
 {
     const fy_l4_conf_t *c = wl->l->conf;
     tcp_sess_t *s = calloc(1, sizeof *s);
@@ -652,6 +718,8 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
         return;
     }
     s->wl = wl;
+    s->fallback = cb;
+    s->fallback_ud = ud;
     s->up.pipe[0] = s->up.pipe[1] = s->down.pipe[0] = s->down.pipe[1] = -1;
     s->c.io.fd = fd;
     s->c.io.cb = on_client_io;
@@ -722,7 +790,7 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("l4 %s: accept: %s", c->name, strerror(errno));
             return;
         }
-        tcp_accept(wl, fd, (struct sockaddr *)&ss, sl);
+        tcp_accept(wl, fd, (struct sockaddr *)&ss, sl, NULL, NULL);
     }
 }
 
@@ -734,6 +802,17 @@ void fy__l4_session_gone(fy__l4_wl_t *wl)
         fy_io_set(w->loop, &wl->io, EPOLLIN);
     }
     if (w->draining && w->nsessions == 0 && w->on_idle) w->on_idle(w->ud);
+}
+
+int fy_l4_front(const fy_l4_t *l4, size_t listener)
+{
+    return listener < l4->nhttp ? l4->front_of[listener] : -1;
+}
+
+void fy_l4_adopt(fy_l4_t *l4, int w, int front, int fd, const struct sockaddr *sa, socklen_t salen,
+                 fy_l4_fallback_cb cb, void *ud)
+{
+    tcp_accept(&l4->workers[w].wls[front], fd, sa, salen, cb, ud);
 }
 
 /* ---- worker ---- */
@@ -749,6 +828,7 @@ void fy_l4_worker_start(fy_l4_t *l4, int w, fy_loop_t *loop, void (*on_idle)(voi
         wl->w = wk;
         wl->l = &l4->ls[i];
         wl->io.data = wl;
+        if (wl->l->front) continue;
         wl->io.cb = wl->l->udp ? fy__l4_udp_on_read : on_accept;
         if (wl->l->udp) fy__l4_udp_init(wl);
         fy_io_set(loop, &wl->io, EPOLLIN);

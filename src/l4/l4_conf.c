@@ -14,30 +14,7 @@
 
 int fy_l4_resolve(const char *s, int socktype, struct sockaddr_storage *ss, socklen_t *len)
 {
-    char host[256];
-    const char *port;
-    if (s[0] == '[') {
-        const char *e = strchr(s, ']');
-        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= sizeof host) return -1;
-        memcpy(host, s + 1, (size_t)(e - s - 1));
-        host[e - s - 1] = '\0';
-        port = e + 2;
-    } else {
-        const char *c = strrchr(s, ':');
-        if (!c || c == s || (size_t)(c - s) >= sizeof host) return -1;
-        memcpy(host, s, (size_t)(c - s));
-        host[c - s] = '\0';
-        port = c + 1;
-    }
-    if (!*port || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port)) return -1;
-    long p = strtol(port, NULL, 10);
-    if (p < 1 || p > 65535) return -1;
-    struct addrinfo hints = {.ai_socktype = socktype}, *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return -1;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
+    return fy_listener_resolve(s, socktype, ss, len);
 }
 
 bool fy_l4_cidr_match(const fy_l4_cidr_t *c, size_t n, const struct sockaddr *addr)

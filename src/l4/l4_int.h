@@ -18,6 +18,8 @@ typedef struct fy__l4_udp_sess fy__l4_udp_sess_t;
 typedef struct fy__l4_listener {
     const fy_l4_conf_t *conf; /* borrowed */
     bool udp;
+    bool front;             /* the SNI map of an HTTP listener: no socket of its own */
+    fy_l4_conf_t *own_conf; /* owned: a front's synthesized conf */
     fy_tls_ctx_t *tls;      /* owned: tls-terminate / terminate routes */
     fy_upstream_t *up;      /* borrowed: the listener's own upstream group, or NULL */
     fy_upstream_t **sni_up; /* owned array: per sni route, NULL for a plain target */
@@ -52,6 +54,8 @@ struct fy__l4_worker {
 struct fy_l4 {
     fy__l4_listener_t *ls;
     size_t nls;
+    int *front_of; /* owned: per HTTP listener, index in ls or -1 */
+    size_t nhttp;
     fy__l4_worker_t *workers;
     int nworkers;
 };
