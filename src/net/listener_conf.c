@@ -283,6 +283,10 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .min = 1,
      .max = 65535,
      .doc = "listen(2) backlog."},
+    {.key = "name",
+     .type = FY_CT_STRING,
+     .offset = L(name),
+     .doc = "Label used in logs and metrics; default: the address."},
     {.key = "sni",
      .type = FY_CT_TABLE_LIST,
      .offset = L(sni),
@@ -290,9 +294,5 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .sub_size = sizeof(fy_listener_sni_conf_t),
      .doc = "Per-SNI exceptions on a TLS listener: pass some names through untouched, or end "
             "TLS and relay them at layer 4; other names go to the HTTP routes."},
-    {.key = "name",
-     .type = FY_CT_STRING,
-     .offset = L(name),
-     .doc = "Label used in logs and metrics; default: the address."},
     {.key = NULL, .check = check_listener},
 };
