@@ -14,6 +14,7 @@
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
 #include "http/http_conf.h"
+#include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
 #include "upstream/upstream_conf.h"
@@ -43,9 +44,10 @@ typedef struct fy_route_conf {
 
 typedef struct fy_config {
     int64_t workers;               /* `workers`: "auto" (= online CPUs) or 1..256 */
-    fy_conf_list_t listeners;      /* of fy_listener_conf_t; at least one */
+    fy_conf_list_t listeners;      /* of fy_listener_conf_t; at least one unless `l4` has one */
     fy_conf_list_t routes;         /* of fy_route_conf_t; first match wins */
     fy_conf_list_t upstreams;      /* of fy_upstream_conf_t */
+    fy_conf_list_t l4;             /* of fy_l4_conf_t: layer-4 relays */
     fy_http_limits_t limits;       /* `limits` */
     fy_h2_conf_t http2;            /* `http2` */
     fy_log_conf_t log;             /* `log` */

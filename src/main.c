@@ -33,6 +33,9 @@ static const char usage[] =
     "                                intercepting proxy (default 127.0.0.1:8888)\n"
     "  ferry ca init|show|export [--ca-dir DIR] [--out DIR]\n"
     "                                the interception CA (default dir: the data dir)\n"
+    "  ferry l4 HOST:PORT [--listen ADDR] [--udp] [--tls self-signed|CERT:KEY] [--workers N]\n"
+    "                                relay TCP (or UDP) to HOST:PORT; with --tls, end TLS and\n"
+    "                                relay the plaintext (default 127.0.0.1:8080)\n"
     "  ferry doc-config              print the configuration reference (Markdown)\n"
     "  ferry --version | --help\n"
     "options for run and the default: --workers N overrides `workers`\n";
@@ -306,6 +309,75 @@ static int cmd_ca(int argc, char **argv)
     return rc;
 }
 
+/* `ferry l4 HOST:PORT`: a TCP relay, a UDP relay (--udp) or a TLS-terminating relay (--tls). */
+static int cmd_l4(int argc, char **argv)
+{
+    const char *target = NULL, *listen = "127.0.0.1:8080", *tls = NULL, *workers = NULL;
+    bool udp = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (strcmp(a, "--listen") == 0)
+            dst = &listen;
+        else if (strcmp(a, "--tls") == 0)
+            dst = &tls;
+        else if (strcmp(a, "--workers") == 0)
+            dst = &workers;
+        else if (strcmp(a, "--udp") == 0)
+            udp = true;
+        else if (a[0] == '-')
+            return bad_usage("l4: unknown option '%s'", a);
+        else if (!target)
+            target = a;
+        else
+            return bad_usage("l4: unexpected argument '%s'", a);
+        if (dst) {
+            if (i + 1 >= argc) return bad_usage("l4: option '%s' needs a value", a);
+            *dst = argv[++i];
+        }
+    }
+    if (!target) return bad_usage("l4: missing HOST:PORT");
+    if (udp && tls) return bad_usage("l4: --udp and --tls do not go together");
+    char y[8192], q1[2048], q2[2048], q3[2048];
+    size_t o = 0;
+#define ADD(...) o += (size_t)snprintf(y + o, sizeof y - o, __VA_ARGS__)
+    if (workers) {
+        char *end;
+        long wn = strtol(workers, &end, 10);
+        if (strcmp(workers, "auto") != 0 && (*end || wn < 1 || wn > 256))
+            return bad_usage("--workers: expected auto or 1..256, got '%s'", workers);
+        ADD("workers: %s\n", strcmp(workers, "auto") == 0 ? "auto" : workers);
+    }
+    yaml_quote(q1, sizeof q1, listen);
+    yaml_quote(q2, sizeof q2, target);
+    ADD("l4:\n  - listen: %s\n    target: %s\n    mode: %s\n", q1, q2,
+        udp   ? "udp"
+        : tls ? "tls-terminate"
+              : "tcp");
+    if (tls) {
+        if (strcmp(tls, "self-signed") == 0) {
+            ADD("    tls: self-signed\n");
+        } else {
+            const char *colon = strchr(tls, ':');
+            if (!colon) return bad_usage("--tls: expected self-signed or CERT:KEY, got '%s'", tls);
+            char cert[1024];
+            size_t cl = (size_t)(colon - tls);
+            if (cl >= sizeof cert) cl = sizeof cert - 1;
+            memcpy(cert, tls, cl);
+            cert[cl] = '\0';
+            yaml_quote(q2, sizeof q2, cert);
+            yaml_quote(q3, sizeof q3, colon + 1);
+            ADD("    tls: {cert: %s, key: %s}\n", q2, q3);
+        }
+    }
+#undef ADD
+    fy_config_t *cfg = fy_config_load_text("<command line>", y, o, stderr);
+    if (!cfg) return 2;
+    int r = run(cfg);
+    fy_config_free(cfg);
+    return r;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : NULL;
@@ -321,6 +393,7 @@ int main(int argc, char **argv)
         return cmd_oneliner(cmd, argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "ca") == 0) return cmd_ca(argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "mitm") == 0) return cmd_mitm(argc - 2, argv + 2);
+    if (cmd && strcmp(cmd, "l4") == 0) return cmd_l4(argc - 2, argv + 2);
     if (cmd && strcmp(cmd, "doc-config") == 0) {
         fy_config_doc(stdout);
         return 0;

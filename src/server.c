@@ -20,6 +20,7 @@
 #include "handler/respond.h"
 #include "handler/static.h"
 #include "http/router.h"
+#include "l4/l4.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
@@ -30,7 +31,8 @@ typedef struct worker_listener {
     fy_http_ctx_t ctx;
     struct fy_worker *w;
     const fy_listener_conf_t *conf;
-    bool paused; /* at limits.connections */
+    bool paused;  /* at limits.connections */
+    int l4_front; /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
 
 struct fy_worker {
@@ -54,6 +56,7 @@ struct fy_server {
     fy_router_t router;
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
+    fy_l4_t *l4;               /* layer-4 relays (`l4:`) */
     int access_fd;
     fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
     fy_handler_t *mitm;      /* owned by mitm_router */
@@ -173,6 +176,9 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             goto fail;
         }
     }
+    /* layer 4: its listeners are bound here too */
+    s->l4 = fy_l4_new(&cfg->l4, &cfg->listeners, s->upstreams, s->nworkers, cfg->data_dir);
+    if (!s->l4) goto fail;
     const char *err = NULL;
     if (fy_access_log_open(&cfg->log, &s->access_fd, &err) < 0) {
         fy_log(FY_LOG_EMERG, "access log %s: %s", cfg->log.access, err);
@@ -202,6 +208,13 @@ fail:
 
 /* ---- worker ---- */
 
+/* A connection of a listener with an `sni:` map whose server name is not in the map. */
+static void l4_fallback(void *ud, int fd, const struct sockaddr *sa, socklen_t salen)
+{
+    worker_listener_t *wl = ud;
+    fy_h1_conn_accept(&wl->ctx, fd, sa, salen);
+}
+
 static void on_accept(fy_io_t *io, uint32_t ev)
 {
     worker_listener_t *wl = io->data;
@@ -223,7 +236,10 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
-        if (wl->conf->kind == FY_LISTENER_SOCKS5)
+        if (wl->l4_front >= 0)
+            fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, (struct sockaddr *)&ss, sl,
+                        l4_fallback, wl);
+        else if (wl->conf->kind == FY_LISTENER_SOCKS5)
             fy_mitm_socks5_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
         else if (wl->conf->kind == FY_LISTENER_TRANSPARENT)
             fy_mitm_transparent_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
@@ -236,7 +252,15 @@ static bool all_closed(struct fy_worker *w)
 {
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++)
         if (w->ls[i].ctx.nconns) return false;
-    return true;
+    return fy_l4_worker_nsessions(w->srv->l4, w->id) == 0;
+}
+
+/* ---- layer 4 (l4/l4.c owns its listeners and sessions) ---- */
+
+static void l4_on_idle(void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->draining && all_closed(w)) fy_loop_stop(&w->loop);
 }
 
 static void on_conn_closed(fy_http_ctx_t *ctx)
@@ -267,6 +291,7 @@ static void on_drain_timeout(fy_timer_t *t)
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
     fy_warn("drain deadline passed: closing %zu connections", n);
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(w->srv->l4, w->id);
     fy_loop_stop(&w->loop);
 }
 
@@ -284,6 +309,7 @@ static void on_wake(fy_loop_t *loop)
         }
         fy_http_ctx_drain(&wl->ctx);
     }
+    fy_l4_worker_drain(w->srv->l4, w->id);
     if (all_closed(w)) {
         fy_loop_stop(loop);
         return;
@@ -312,6 +338,7 @@ static void *worker_main(void *arg)
         worker_listener_t *wl = &w->ls[i];
         wl->w = w;
         wl->conf = &lc[i];
+        wl->l4_front = fy_l4_front(s->l4, i);
         wl->ctx.router = &s->router;
         if (lc[i].kind != FY_LISTENER_HTTP) {
             wl->ctx.router = &s->mitm_router;
@@ -340,6 +367,7 @@ static void *worker_main(void *arg)
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
     }
+    fy_l4_worker_start(s->l4, w->id, &w->loop, l4_on_idle, w);
     if (w->id == 0) /* one worker probes; every worker reads the verdicts */
         for (size_t i = 0; i < cfg->upstreams.n; i++)
             fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
@@ -349,6 +377,7 @@ static void *worker_main(void *arg)
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(s->l4, w->id);
     w->loop.stop = false;
     fy_timer_stop(&w->loop, &w->tick);
     fy_timer_stop(&w->loop, &w->drain_timer);
@@ -413,6 +442,7 @@ void fy_server_free(fy_server_t *s)
     free(s->workers);
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
     free(s->tls);
+    fy_l4_free(s->l4);
     fy_router_free(&s->router);
     fy_router_free(&s->mitm_router);
     fy_har_close(s->har);
@@ -439,6 +469,7 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
             fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
     fflush(out);
+    fy_l4_print(s->l4, out);
 }
 
 fy_handler_t *fy_server_mitm(fy_server_t *s)

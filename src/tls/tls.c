@@ -160,7 +160,8 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
         ERR_clear_error();
         goto fail;
     }
-    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
+    if (c->alpn_len) /* no list (layer-4 termination): ALPN is not negotiated */
+        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
     SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
     SSL_CTX_set_tlsext_servername_arg(ctx, c);
     return ctx;
