@@ -15,6 +15,7 @@
 #include "http/http_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
 typedef struct fy_route_match {
@@ -47,6 +48,7 @@ typedef struct fy_config {
     fy_conf_list_t upstreams; /* of fy_upstream_conf_t */
     fy_http_limits_t limits;  /* `limits` */
     fy_h2_conf_t http2;       /* `http2` */
+    fy_quic_conf_t quic;      /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
     fy_log_conf_t log;        /* `log` */
     char *data_dir;           /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                  ~/.local/share/ferry (self-signed certs live there) */
