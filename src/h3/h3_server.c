@@ -231,6 +231,7 @@ static int pump_file(h3_stream_t *s)
 {
     h3_conn_t *c = s->c;
     while (s->file_left && fy_quic_stream_buffered(s->qs) < c->conf->send_buffer) {
+        if (fy_quic_stream_is_write_closed(s->qs)) return -1;
         size_t piece = s->file_left < FILE_PIECE ? s->file_left : FILE_PIECE;
         write_frame_hdr(c, s->qs, FY_H3_DATA, piece);
         while (piece) {

@@ -4,6 +4,8 @@
 #include "quic/quic.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <netinet/in.h>
@@ -114,6 +116,16 @@ struct fy_quic_endpoint {
     uint8_t *tx;
     uint64_t dropped_tx; /* packets lost to a full socket buffer */
 };
+
+/* FERRY_QUIC_DEBUG=1 in the environment: ngtcp2's own packet/frame log on stderr */
+static void debug_log(void *ud, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
 
 static uint64_t now_ns(void)
 {
@@ -381,6 +393,18 @@ static void stream_drop_data(qstream_t *s)
     }
     s->head = s->tail = NULL;
     s->head_off = s->buffered = s->sent = 0;
+}
+
+/* The write side is gone: nothing queued will ever be sent or acknowledged. */
+static void stream_drop_unsent(qstream_t *s)
+{
+    stream_drop_data(s);
+}
+
+bool fy_quic_stream_is_write_closed(const fy_quic_stream_t *ps)
+{
+    const qstream_t *s = fy_container_of(ps, qstream_t, pub);
+    return s->shut_wr;
 }
 
 static void stream_free(qstream_t *s)
@@ -701,8 +725,11 @@ static void conn_write(fy_quic_conn_t *c)
                     continue;
                 case NGTCP2_ERR_STREAM_SHUT_WR:
                 case NGTCP2_ERR_STREAM_NOT_FOUND:
+                    /* the peer sent STOP_SENDING: ngtcp2 reset the stream */
                     s->shut_wr = true;
                     sendq_del(s);
+                    stream_drop_unsent(s);
+                    if (!c->closing && c->app && ep->ops->reset) ep->ops->reset(c->app, &s->pub, 0);
                     continue;
                 case NGTCP2_ERR_WRITE_MORE:
                     s->sent += (size_t)nd;
@@ -865,14 +892,10 @@ static int cb_stream_reset(ngtcp2_conn *conn, int64_t id, uint64_t final_size, u
     return 0;
 }
 
+/* ngtcp2 0.12 calls this when *we* stop reading (shutdown_stream_read); a peer's STOP_SENDING
+ * makes ngtcp2 reset the stream itself, which we learn from writev (STREAM_SHUT_WR). */
 static int cb_stop_sending(ngtcp2_conn *conn, int64_t id, uint64_t code, void *ud, void *sud)
 {
-    fy_quic_conn_t *c = ud;
-    qstream_t *s = sud;
-    if (!s) return 0;
-    s->shut_wr = true; /* ngtcp2 answers with RESET_STREAM */
-    sendq_del(s);
-    if (!c->closing && c->app && c->ep->ops->reset) c->ep->ops->reset(c->app, &s->pub, code);
     return 0;
 }
 
@@ -1007,6 +1030,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     st.max_window = conf->connection_window;
     st.max_stream_window = conf->stream_window;
     st.max_tx_udp_payload_size = TX_PKT_MAX;
+    if (getenv("FERRY_QUIC_DEBUG")) st.log_printf = debug_log;
     if (hd->token.len && !retried) st.token = hd->token;
 
     ngtcp2_transport_params p;

@@ -100,6 +100,8 @@ uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *s, size_t *av
 void fy_quic_stream_commit(fy_quic_conn_t *qc, fy_quic_stream_t *s, size_t n);
 /* Finish the sending side after the queued bytes (FIN). */
 void fy_quic_stream_finish(fy_quic_conn_t *qc, fy_quic_stream_t *s);
+/* The sending side was reset (by us, or by ngtcp2 after the peer's STOP_SENDING). */
+bool fy_quic_stream_is_write_closed(const fy_quic_stream_t *s);
 /* Bytes queued and not yet acknowledged. */
 size_t fy_quic_stream_buffered(const fy_quic_stream_t *s);
 /* The application used `n` received bytes: give that much flow-control credit back. */
