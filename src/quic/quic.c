@@ -876,6 +876,14 @@ static int cb_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t id, uint64
 {
     fy_quic_conn_t *c = ud;
     qstream_t *s = sud;
+    /* a client stream is done: give the client credit for another (ngtcp2 0.12 leaves
+       MAX_STREAMS to us) */
+    if (!(id & 0x1)) {
+        if (id & 0x2)
+            ngtcp2_conn_extend_max_streams_uni(conn, 1);
+        else
+            ngtcp2_conn_extend_max_streams_bidi(conn, 1);
+    }
     if (!s) return 0;
     if (c->app && c->ep->ops->stream_close) c->ep->ops->stream_close(c->app, &s->pub, code);
     ngtcp2_conn_set_stream_user_data(conn, id, NULL);
