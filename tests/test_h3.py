@@ -28,9 +28,9 @@ pytestmark = pytest.mark.skipif(GTLS is None, reason="gtlsclient (Debian ngtcp2-
 TIMEOUT = 120
 
 
-def h3_config(extra="", quic="", routes=""):
+def h3_config(extra="", quic="", routes="", workers=2):
     return f"""
-workers: 2
+workers: {workers}
 data-dir: {{data}}
 listeners:
   - address: 127.0.0.1:{{port}}
@@ -170,6 +170,26 @@ def test_h3_stream_limit_waits_for_credit(server, tmp_path):
     assert "initial_max_streams_bidi=2" in out
     assert "MAX_STREAMS" in out  # credit given back as streams finish
     assert sha(dl / "s.bin") == sha(srv.docroot / "s.bin")
+
+
+def test_h3_max_connections_refused(server, tmp_path):
+    """quic.max-connections: 1 on one worker: a second client gets CONNECTION_REFUSED."""
+    srv = server(h3_config(quic="quic: {{max-connections: 1}}", workers=1))
+    (srv.docroot / "i.txt").write_text("i\n")
+    holder = subprocess.Popen([GTLS, "-q", "--timeout=30s", "127.0.0.1", str(srv.port),
+                               f"https://127.0.0.1:{srv.port}/i.txt"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):  # bounded: until the holder's connection is up
+            rc, out, dl = gtls(srv.port, ["/i.txt"], tmp_path, "--timeout=5s")
+            if "CONNECTION_CLOSE" in out:
+                break
+        assert re.search(r"CONNECTION_CLOSE\(0x1c\) error_code=CONNECTION_REFUSED", out), out[-3000:]
+        assert statuses(out) == []
+        assert "quic.max-connections (1) reached" in srv.log()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_h3_retry_and_bbr(server, tmp_path):

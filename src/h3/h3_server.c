@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "h3/h3_frame.h"
+#include "h3/h3_qpack.h"
 #include "net/sock.h"
 
 #define CTRL_FRAME_MAX 4096 /* SETTINGS/GOAWAY/... payloads we buffer on the control stream */
@@ -497,6 +498,11 @@ static void on_field(h3_stream_t *s, nghttp3_vec name, nghttp3_vec value)
     fy_headers_add(&s->arena, &q->headers, n.p, n.len, v.p, v.len);
 }
 
+static void on_field_cb(void *ud, const uint8_t *n, size_t nl, const uint8_t *v, size_t vl)
+{
+    on_field(ud, (nghttp3_vec){(uint8_t *)n, nl}, (nghttp3_vec){(uint8_t *)v, vl});
+}
+
 static void dispatch(h3_stream_t *s)
 {
     fy_exchange_t *ex = &s->ex;
@@ -554,35 +560,22 @@ static int decode_headers(h3_stream_t *s)
         conn_error(c, FY_H3_INTERNAL_ERROR, "out of memory");
         return -1;
     }
-    for (;;) {
-        nghttp3_qpack_nv nv;
-        uint8_t flags = 0;
-        nghttp3_ssize r = nghttp3_qpack_decoder_read_request(
-            c->dec, s->sctx, &nv, &flags, s->hbuf + s->hoff, s->hlen - s->hoff, 1);
-        if (r < 0) {
-            conn_error(c, FY_H3_QPACK_DECOMPRESSION_FAILED, nghttp3_strerror((int)r));
-            return -1;
-        }
-        s->hoff += (size_t)r;
-        if (flags & NGHTTP3_QPACK_DECODE_FLAG_BLOCKED) {
-            if (!s->blocked) {
-                s->blocked = true;
-                fy_list_insert_tail(&c->blocked, &s->blink);
-            }
-            return 1;
-        }
-        if (flags & NGHTTP3_QPACK_DECODE_FLAG_EMIT) {
-            on_field(s, nghttp3_rcbuf_get_buf(nv.name), nghttp3_rcbuf_get_buf(nv.value));
-            nghttp3_rcbuf_decref(nv.name);
-            nghttp3_rcbuf_decref(nv.value);
-        }
-        if (flags & NGHTTP3_QPACK_DECODE_FLAG_FINAL) break;
-        if (r == 0 && !(flags & NGHTTP3_QPACK_DECODE_FLAG_EMIT)) {
-            conn_error(c, FY_H3_QPACK_DECOMPRESSION_FAILED, "truncated field section");
-            return -1;
-        }
+    size_t used = 0;
+    const char *err = NULL;
+    int r = fy_h3_qpack_decode(c->dec, s->sctx, s->hbuf + s->hoff, s->hlen - s->hoff, &used,
+                               on_field_cb, s, &err);
+    s->hoff += used;
+    if (r == FY_H3_QPACK_ERROR) {
+        conn_error(c, FY_H3_QPACK_DECOMPRESSION_FAILED, err);
+        return -1;
     }
-    nghttp3_qpack_stream_context_reset(s->sctx);
+    if (r == FY_H3_QPACK_BLOCKED) {
+        if (!s->blocked) {
+            s->blocked = true;
+            fy_list_insert_tail(&c->blocked, &s->blink);
+        }
+        return 1;
+    }
     flush_decoder(c);
     free(s->hbuf);
     s->hbuf = NULL;

@@ -1148,6 +1148,11 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
                         (long long)conf->max_connections);
                 last = ep->loop->now_ms;
             }
+            uint8_t out[256];
+            ngtcp2_ssize n =
+                ngtcp2_crypto_write_connection_close(out, sizeof out, hd.version, &hd.scid,
+                                                     &hd.dcid, NGTCP2_CONNECTION_REFUSED, NULL, 0);
+            if (n > 0) send_one(ep, sa, salen, out, (size_t)n);
             return;
         }
         ngtcp2_cid odcid = hd.dcid;
