@@ -427,3 +427,35 @@ def test_h3_shutdown_with_idle_connection(server, tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("plen", [2100, 6000])
+def test_h3_header_section_limit_431(server, tmp_path, plen):
+    """limits.header-bytes: 2k. A 2100-byte :path fits the HEADERS frame (Huffman: 5 bits an "a") but its decoded size
+    (+32 per field, as SETTINGS_MAX_FIELD_SECTION_SIZE counts) is over; a 6000-byte one makes
+    the frame itself too large to buffer. Both are answered 431 on that stream; the
+    connection stays usable."""
+    srv = server(h3_config(extra="limits: {{header-bytes: 2k}}"))
+    (srv.docroot / "ok.txt").write_text("ok\n")
+    path = "/" + "a" * plen
+    rc, out, dl = gtls(srv.port, [path, "/ok.txt"], tmp_path)
+    assert rc == 0, out[-3000:]
+    assert sorted(statuses(out)) == [200, 431], out[-3000:]
+    assert (dl / "ok.txt").read_text() == "ok\n"
+
+
+def test_h3_cli_serve(server, tmp_path):
+    """`ferry serve DIR --tls self-signed --protocols h1,h2,h3` serves the directory over h3."""
+    from conftest import free_port
+    port = free_port()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("cli h3\n")
+    srv = server(args=["serve", str(site), "--listen", f"127.0.0.1:{port}", "--tls",
+                       "self-signed", "--protocols", "h1,h2,h3"], start=False)
+    srv.start(wait_ports=[port])
+    rc, out, dl = gtls(port, ["/index.html"], tmp_path)
+    assert rc == 0 and statuses(out) == [200], out[-3000:]
+    assert (dl / "index.html").read_text() == "cli h3\n"
+    st, hs, body = http_request(port, "/", tls=True)
+    assert hs["alt-svc"] == f'h3=":{port}"; ma=86400'

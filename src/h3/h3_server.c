@@ -523,8 +523,17 @@ static void dispatch(h3_stream_t *s)
         return;
     }
     if (connect) {
-        fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
-        return;
+        if (q->protocol.len == 0) {
+            fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
+            return;
+        }
+        /* extended CONNECT (RFC 9220): a tunnel exchange; the handler answers 2xx and the
+           DATA frames both ways are the tunnel */
+        if (q->scheme.len == 0 || q->target.len == 0 || q->authority.len == 0) {
+            fy_exchange_fail(ex, 400, "extended CONNECT without :scheme, :path or :authority");
+            return;
+        }
+        q->content_length = -1;
     }
     const char *qm = memchr(q->target.p, '?', q->target.len);
     if (qm) {
@@ -542,7 +551,7 @@ static void dispatch(h3_stream_t *s)
         fy_exchange_fail(ex, 400, "bad :path");
         return;
     }
-    if (s->fin_recv && s->rd.hn == 0 && !s->rd.have_hdr && q->content_length < 0)
+    if (!connect && s->fin_recv && s->rd.hn == 0 && !s->rd.have_hdr && q->content_length < 0)
         q->content_length = 0;
     if (q->content_length > 0 && (uint64_t)q->content_length > c->ctx->limits->max_body) {
         fy_exchange_fail(ex, 413, "content-length over limits.body-size");
@@ -997,6 +1006,8 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     sl += fy_h3_varint_encode(st + sl, (uint64_t)conf->qpack_blocked_streams);
     sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_MAX_FIELD_SECTION_SIZE);
     sl += fy_h3_varint_encode(st + sl, (uint64_t)ctx->limits->max_header_bytes);
+    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_ENABLE_CONNECT_PROTOCOL);
+    sl += fy_h3_varint_encode(st + sl, 1);
     if (conf->max_datagram_size) {
         sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
         sl += fy_h3_varint_encode(st + sl, 1);
