@@ -61,6 +61,8 @@ typedef struct qstream {
     size_t buffered; /* queued, not acknowledged */
     size_t sent;     /* of `buffered`, handed to ngtcp2 */
     bool fin, fin_sent, shut_wr, blocked, in_sendq;
+    bool stop_pending; /* STOP_SENDING asked for, applied outside ngtcp2's callbacks */
+    uint64_t stop_code;
     fy_list_t link;  /* c->streams */
     fy_list_t qlink; /* c->sendq */
 } qstream_t;
@@ -85,6 +87,8 @@ struct fy_quic_conn {
     bool closed;  /* torn down; memory goes in free_defer */
     ngtcp2_connection_close_error ccerr;
     fy_list_t streams, sendq;
+    bool stops_pending;
+    int in_lib; /* inside ngtcp2_conn_read_pkt: the conn must not be deleted now */
     ngtcp2_cid cids[MAX_CIDS];
     size_t ncids;
     dgram_t dgrams[MAX_DGRAMS];
@@ -115,6 +119,8 @@ struct fy_quic_endpoint {
     uint8_t *rx;
     uint8_t *tx;
     uint64_t dropped_tx; /* packets lost to a full socket buffer */
+    bool client;         /* a client connection's private endpoint: freed with its conn */
+    fy_defer_t free_defer;
 };
 
 /* FERRY_QUIC_DEBUG=1 in the environment: ngtcp2's own packet/frame log on stderr */
@@ -511,11 +517,28 @@ void fy_quic_stream_reset(fy_quic_conn_t *qc, fy_quic_stream_t *ps, uint64_t cod
     schedule_write(qc);
 }
 
+/* ngtcp2 0.12 asserts if a stream's read side is shut from inside its recv_stream_data
+ * callback (conn_emit_pending_stream_data), which is where the application usually decides
+ * to stop reading: do it at the next write instead. */
 void fy_quic_stream_stop_reading(fy_quic_conn_t *qc, fy_quic_stream_t *ps, uint64_t code)
 {
-    if (qc->closed) return;
-    ngtcp2_conn_shutdown_stream_read(qc->conn, ps->id, code);
+    qstream_t *s = qs_of(ps);
+    if (qc->closed || s->stop_pending) return;
+    s->stop_pending = true;
+    s->stop_code = code;
+    qc->stops_pending = true;
     schedule_write(qc);
+}
+
+static void apply_stops(fy_quic_conn_t *c)
+{
+    c->stops_pending = false;
+    for (fy_list_t *l = c->streams.next; l != &c->streams; l = l->next) {
+        qstream_t *s = fy_container_of(l, qstream_t, link);
+        if (!s->stop_pending) continue;
+        s->stop_pending = false;
+        ngtcp2_conn_shutdown_stream_read(c->conn, s->pub.id, s->stop_code);
+    }
 }
 
 fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc)
@@ -594,6 +617,7 @@ static void conn_destroy(fy_quic_conn_t *c, bool send_close)
     c->free_defer.cb = free_conn;
     c->free_defer.data = c;
     fy_defer(ep->loop, &c->free_defer);
+    if (ep->client) fy_defer(ep->loop, &ep->free_defer);
 }
 
 static void close_cb(fy_defer_t *d)
@@ -613,6 +637,10 @@ void fy_quic_conn_close(fy_quic_conn_t *qc, uint64_t app_code, const char *reaso
 void fy_quic_conn_abort(fy_quic_conn_t *qc, uint64_t app_code)
 {
     if (qc->closed) return;
+    if (qc->in_lib) { /* called from one of our callbacks: finish after ngtcp2 returns */
+        fy_quic_conn_close(qc, app_code, NULL);
+        return;
+    }
     if (!qc->closing)
         ngtcp2_connection_close_error_set_application_error(&qc->ccerr, app_code, NULL, 0);
     qc->closing = true;
@@ -660,6 +688,7 @@ static void conn_write(fy_quic_conn_t *c)
         return;
     }
     fy_quic_endpoint_t *ep = c->ep;
+    if (c->stops_pending) apply_stops(c);
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
@@ -878,7 +907,7 @@ static int cb_stream_close(ngtcp2_conn *conn, uint32_t flags, int64_t id, uint64
     qstream_t *s = sud;
     /* a client stream is done: give the client credit for another (ngtcp2 0.12 leaves
        MAX_STREAMS to us) */
-    if (!(id & 0x1)) {
+    if (!ngtcp2_conn_is_local_stream(conn, id)) {
         if (id & 0x2)
             ngtcp2_conn_extend_max_streams_uni(conn, 1);
         else
@@ -1132,6 +1161,7 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     }
     if (r != 0) return;
     fy_quic_conn_t *c = map_find(ep, vc.dcid, vc.dcidlen);
+    if (!c && ep->client) return;
     if (!c) {
         if (!(data[0] & 0x80)) { /* short header for a connection we do not know */
             send_stateless_reset(ep, vc.dcid, vc.dcidlen, len, sa, salen);
@@ -1179,7 +1209,9 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     ngtcp2_path path = {
         {(ngtcp2_sockaddr *)&ep->local, ep->locallen}, {(ngtcp2_sockaddr *)sa, salen}, NULL};
     ngtcp2_pkt_info pi = {0};
+    c->in_lib++;
     r = ngtcp2_conn_read_pkt(c->conn, &path, &pi, data, len, now_ns());
+    c->in_lib--;
     if (r != 0) {
         conn_fail(c, r);
         return;
@@ -1271,4 +1303,199 @@ void fy_quic_endpoint_free(fy_quic_endpoint_t *ep)
     free(ep->rx);
     free(ep->tx);
     free(ep);
+}
+
+/* ---- client connections (h3:// origins) ---- */
+
+static int cb_extend_max_local_bidi(ngtcp2_conn *conn, uint64_t max, void *ud)
+{
+    fy_quic_conn_t *c = ud;
+    if (!c->closing && c->app && c->ep->ops->credit) c->ep->ops->credit(c->app);
+    return 0;
+}
+
+static const ngtcp2_callbacks client_callbacks = {
+    .client_initial = ngtcp2_crypto_client_initial_cb,
+    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+    .handshake_completed = cb_handshake_completed,
+    .encrypt = ngtcp2_crypto_encrypt_cb,
+    .decrypt = ngtcp2_crypto_decrypt_cb,
+    .hp_mask = ngtcp2_crypto_hp_mask_cb,
+    .recv_stream_data = cb_recv_stream_data,
+    .acked_stream_data_offset = cb_acked,
+    .stream_open = cb_stream_open,
+    .stream_close = cb_stream_close,
+    .recv_retry = ngtcp2_crypto_recv_retry_cb,
+    .extend_max_local_streams_bidi = cb_extend_max_local_bidi,
+    .rand = cb_rand,
+    .get_new_connection_id = cb_get_new_cid,
+    .remove_connection_id = cb_remove_cid,
+    .update_key = ngtcp2_crypto_update_key_cb,
+    .stream_reset = cb_stream_reset,
+    .extend_max_stream_data = cb_extend_max_stream_data,
+    .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb,
+    .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb,
+    .recv_datagram = cb_recv_datagram,
+    .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb,
+    .stream_stop_sending = cb_stop_sending,
+    .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
+};
+
+static void client_ep_free(fy_defer_t *d)
+{
+    fy_quic_endpoint_t *ep = d->data;
+    fy_quic_server_t *qs = ep->qs;
+    fy_quic_endpoint_free(ep);
+    fy_quic_server_free(qs);
+}
+
+/* GnuTLS reports a failed certificate check as an alert; say why in the log first. */
+static int verify_cb(gnutls_session_t session)
+{
+    unsigned status = 0;
+    int r = gnutls_certificate_verify_peers2(session, &status);
+    if (r < 0 || status) {
+        gnutls_datum_t out = {0};
+        gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0);
+        fy_warn("h3 origin: certificate: %s", out.data ? (char *)out.data : gnutls_strerror(r));
+        gnutls_free(out.data);
+        return -1;
+    }
+    return 0;
+}
+
+fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, socklen_t salen,
+                                const fy_quic_client_opts_t *o, const fy_quic_app_ops_t *ops,
+                                void *ud)
+{
+    const fy_quic_conf_t *conf = o->conf;
+    fy_quic_server_t *qs = fy_xcalloc(1, sizeof *qs);
+    qs->conf = conf;
+    qs->name = fy_xstrdup(o->name ? o->name : "origin");
+    rand_bytes(qs->secret, sizeof qs->secret);
+    if (gnutls_certificate_allocate_credentials(&qs->cred) != 0 ||
+        gnutls_priority_init(&qs->prio,
+                             "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:"
+                             "-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
+                             "+AES-128-CCM:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:"
+                             "+GROUP-SECP384R1:+GROUP-SECP521R1",
+                             NULL) != 0) {
+        fy_quic_server_free(qs);
+        return NULL;
+    }
+    if (o->ca_file) {
+        if (gnutls_certificate_set_x509_trust_file(qs->cred, o->ca_file, GNUTLS_X509_FMT_PEM) <=
+            0) {
+            fy_error("h3 origin %s: cannot load CA file %s", qs->name, o->ca_file);
+            fy_quic_server_free(qs);
+            return NULL;
+        }
+    } else if (!o->insecure) {
+        gnutls_certificate_set_x509_system_trust(qs->cred);
+    }
+    if (!o->insecure) gnutls_certificate_set_verify_function(qs->cred, verify_cb);
+    int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0 || connect(fd, sa, salen) < 0) {
+        fy_error("h3 origin %s: %s", qs->name, strerror(errno));
+        if (fd >= 0) close(fd);
+        fy_quic_server_free(qs);
+        return NULL;
+    }
+    fy_quic_endpoint_t *ep = fy_quic_endpoint_new(loop, qs, fd, ops, ud);
+    if (!ep) {
+        fy_quic_server_free(qs);
+        return NULL;
+    }
+    ep->client = true;
+    ep->accepting = false;
+    ep->free_defer.cb = client_ep_free;
+    ep->free_defer.data = ep;
+
+    fy_quic_conn_t *c = fy_xcalloc(1, sizeof *c);
+    c->ep = ep;
+    memcpy(&c->remote, sa, salen);
+    c->remotelen = salen;
+    fy_list_init(&c->streams);
+    fy_list_init(&c->sendq);
+    fy_timer_init(&c->timer, on_timer, c);
+    c->write_defer.cb = write_cb;
+    c->write_defer.data = c;
+    c->close_defer.cb = close_cb;
+    c->close_defer.data = c;
+    ngtcp2_connection_close_error_default(&c->ccerr);
+    uint8_t b[18];
+    ngtcp2_cid dcid, scid;
+    rand_bytes(b, sizeof b);
+    ngtcp2_cid_init(&dcid, b, sizeof b);
+    rand_bytes(b, CIDLEN);
+    ngtcp2_cid_init(&scid, b, CIDLEN);
+    ngtcp2_settings st;
+    ngtcp2_settings_default(&st);
+    st.initial_ts = now_ns();
+    st.cc_algo = conf->cc == FY_QUIC_CC_BBR    ? NGTCP2_CC_ALGO_BBR
+                 : conf->cc == FY_QUIC_CC_RENO ? NGTCP2_CC_ALGO_RENO
+                                               : NGTCP2_CC_ALGO_CUBIC;
+    st.handshake_timeout = conf->handshake_timeout_ms * NGTCP2_MILLISECONDS;
+    st.max_window = conf->connection_window;
+    st.max_stream_window = conf->stream_window;
+    st.max_tx_udp_payload_size = TX_PKT_MAX;
+    if (getenv("FERRY_QUIC_DEBUG")) st.log_printf = debug_log;
+    ngtcp2_transport_params p;
+    ngtcp2_transport_params_default(&p);
+    p.initial_max_stream_data_bidi_local = conf->stream_window; /* response bodies */
+    p.initial_max_stream_data_uni = conf->stream_window;
+    p.initial_max_data = conf->connection_window;
+    p.initial_max_streams_bidi = 0;
+    p.initial_max_streams_uni = 8;
+    p.max_idle_timeout = conf->idle_timeout_ms * NGTCP2_MILLISECONDS;
+    p.active_connection_id_limit = 8;
+    p.max_datagram_frame_size = conf->max_datagram_size;
+    ngtcp2_path path = {{(ngtcp2_sockaddr *)&ep->local, ep->locallen},
+                        {(ngtcp2_sockaddr *)&c->remote, c->remotelen},
+                        NULL};
+    if (ngtcp2_conn_client_new(&c->conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1,
+                               &client_callbacks, &st, &p, NULL, c) != 0)
+        goto fail;
+    if (gnutls_init(&c->tls, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA) != 0 ||
+        gnutls_priority_set(c->tls, qs->prio) != 0 ||
+        ngtcp2_crypto_gnutls_configure_client_session(c->tls) != 0)
+        goto fail;
+    c->ref.get_conn = get_conn;
+    c->ref.user_data = c;
+    gnutls_session_set_ptr(c->tls, &c->ref);
+    if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, qs->cred) != 0) goto fail;
+    gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
+    gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY);
+    if (o->sni && o->sni[0]) {
+        bool ip = strspn(o->sni, "0123456789.:") == strlen(o->sni);
+        if (!ip) gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, o->sni, strlen(o->sni));
+        if (!o->insecure) gnutls_session_set_verify_cert(c->tls, o->sni, 0);
+    }
+    ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
+    fy_list_insert_tail(&ep->conns, &c->link);
+    ep->nconns++;
+    map_add(c, &scid);
+    c->app = ud; /* ops->close reaches the application even if the handshake never completes */
+    schedule_write(c);
+    return c;
+fail:
+    if (c->tls) gnutls_deinit(c->tls);
+    if (c->conn) ngtcp2_conn_del(c->conn);
+    free(c);
+    fy_quic_endpoint_free(ep);
+    fy_quic_server_free(qs);
+    return NULL;
+}
+
+fy_quic_stream_t *fy_quic_open_bidi(fy_quic_conn_t *qc)
+{
+    int64_t id;
+    if (qc->closed || qc->closing || ngtcp2_conn_open_bidi_stream(qc->conn, &id, NULL) != 0)
+        return NULL;
+    return &stream_new(qc, id)->pub;
+}
+
+uint64_t fy_quic_streams_bidi_left(fy_quic_conn_t *qc)
+{
+    return qc->closed ? 0 : ngtcp2_conn_get_streams_bidi_left(qc->conn);
 }

@@ -52,6 +52,8 @@ typedef struct fy_quic_app_ops {
     void (*stream_close)(void *app, fy_quic_stream_t *s, uint64_t code);
     /* A QUIC DATAGRAM frame (RFC 9221). May be NULL. */
     void (*datagram)(void *app, const uint8_t *p, size_t n);
+    /* Client connections: the server gave credit for more bidirectional streams. May be NULL. */
+    void (*credit)(void *app);
     /* The connection is gone (closed by either side, timed out, or the endpoint closed);
        every stream got stream_close before. The application frees its state here. */
     void (*close)(void *app);
@@ -77,14 +79,34 @@ void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep);
 /* Close every connection at once (each gets `close`) and free the endpoint. */
 void fy_quic_endpoint_free(fy_quic_endpoint_t *ep);
 
+/* ---- client connections ---- */
+typedef struct fy_quic_client_opts {
+    const fy_quic_conf_t *conf; /* borrowed for the connection's life */
+    const char *sni;            /* server name to send and to verify (NULL: neither) */
+    const char *ca_file;        /* PEM CA bundle (NULL: the system store) */
+    bool insecure;              /* do not verify the certificate */
+    const char *name;           /* label for logs */
+} fy_quic_client_opts_t;
+
+/* Connect to `sa` (a private connected UDP socket, ALPN h3, TLS 1.3 on GnuTLS). ops->open(ud)
+ * runs when the handshake completes; ops->close on any failure after this returns. Returns
+ * NULL (logged) if the connection could not even start. */
+fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, socklen_t salen,
+                                const fy_quic_client_opts_t *o, const fy_quic_app_ops_t *ops,
+                                void *ud);
+/* Open a bidirectional stream (client side). NULL when the server's stream credit is used up
+ * (ops->credit tells when more comes). */
+fy_quic_stream_t *fy_quic_open_bidi(fy_quic_conn_t *qc);
+uint64_t fy_quic_streams_bidi_left(fy_quic_conn_t *qc);
+
 /* ---- connections ---- */
 const struct sockaddr *fy_quic_conn_remote(const fy_quic_conn_t *qc);
 const fy_quic_conf_t *fy_quic_conn_conf(const fy_quic_conn_t *qc);
 /* Close with an application error code (CONNECTION_CLOSE of type 0x1d); completes in a
  * deferred callback that calls ops->stream_close for every stream and ops->close. */
 void fy_quic_conn_close(fy_quic_conn_t *qc, uint64_t app_code, const char *reason);
-/* Close at once with `app_code` (for shutdown paths outside any callback of this module):
- * streams and the application are closed before this returns. */
+/* Close at once with `app_code`: streams and the application are closed before this returns,
+ * except when called from inside one of the app callbacks (then as fy_quic_conn_close). */
 void fy_quic_conn_abort(fy_quic_conn_t *qc, uint64_t app_code);
 /* Open a unidirectional stream of ours. Returns it, or NULL (no credit). */
 fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc);
