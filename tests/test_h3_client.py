@@ -29,6 +29,7 @@ def sha(b):
 def h3get(port, paths, *args, timeout=120):
     p = subprocess.run([H3GET, *args, "127.0.0.1", str(port), *paths], capture_output=True,
                        text=True, timeout=timeout)
+    assert "Sanitizer" not in p.stderr and "runtime error:" not in p.stderr, p.stderr[-4000:]
     lines = [l.split() for l in p.stdout.splitlines()]
     return p.returncode, lines, p.stdout + p.stderr
 

@@ -540,8 +540,10 @@ static void app_stream_close(void *app, fy_quic_stream_t *qs, uint64_t code)
     fy_h3_client_stream_t *s = qs->app;
     qs->app = NULL;
     s->qs = NULL;
+    /* released before: free it here; released from inside on_error: release freed it */
+    bool was_released = s->released;
     fail(s, FY_H3C_RESET, code, "stream closed");
-    if (s->released) stream_free(s);
+    if (was_released) stream_free(s);
 }
 
 static void app_close(void *app)
@@ -554,8 +556,9 @@ static void app_close(void *app)
         c->nstreams--;
         s->c = NULL;
         s->qs = NULL;
+        bool was_released = s->released;
         fail(s, FY_H3C_CONN, 0, "connection closed");
-        if (s->released) stream_free(s);
+        if (was_released) stream_free(s);
     }
     if (!c->owner_closed && c->ops->on_close) c->ops->on_close(c->ud, "connection closed");
     nghttp3_qpack_encoder_del(c->enc);
