@@ -139,3 +139,98 @@ routes:
     rc, lines, out = h3get(srv.port, ["/echo"], "--ca", str(ca), "--post", str(body), "-n", "5")
     assert rc == 0, out
     assert [l[1:] for l in lines] == [["200", str(len(data)), sha(data)]] * 5
+
+
+# ---- extended CONNECT over HTTP/3 (RFC 9220) through the proxy: WebSocket to an h1 origin ----
+
+
+def _ws_frame(payload, opcode=1):
+    """A masked client frame."""
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x80 | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 65536:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _ws_parse(buf):
+    """Unmasked server frames -> [(opcode, payload)], leftover."""
+    out = []
+    while len(buf) >= 2:
+        n = buf[1] & 0x7F
+        off = 2
+        if n == 126:
+            if len(buf) < 4:
+                break
+            n, off = int.from_bytes(buf[2:4], "big"), 4
+        elif n == 127:
+            if len(buf) < 10:
+                break
+            n, off = int.from_bytes(buf[2:10], "big"), 10
+        if len(buf) < off + n:
+            break
+        out.append((buf[0] & 0x0F, buf[off:off + n]))
+        buf = buf[off + n:]
+    return out, buf
+
+
+@pytest.fixture
+def ws_origin():
+    import asyncio
+    import threading
+    import websockets
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    state = {}
+
+    async def echo(ws, path=None):
+        try:
+            async for m in ws:
+                await ws.send(m)
+        except Exception:
+            pass
+
+    async def main():
+        state["stop"] = loop.create_future()
+        async with websockets.serve(echo, "127.0.0.1", port):
+            ready.set()
+            await state["stop"]
+
+    t = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    t.start()
+    assert ready.wait(10)
+    yield port
+    loop.call_soon_threadsafe(state["stop"].set_result, None)
+    t.join(timeout=10)
+
+
+def test_h3_websocket_extended_connect_to_h1_origin(server, tmp_path, ws_origin):
+    """:protocol websocket over HTTP/3 becomes an HTTP/1.1 Upgrade at the origin (the proxy
+    handler, unchanged); 200 to the client, WebSocket frames both ways in DATA frames."""
+    srv = server(f"""
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+upstreams:
+  - name: ws
+    servers: [http://127.0.0.1:{ws_origin}]
+routes:
+  - proxy: {{{{upstream: ws}}}}
+""")
+    frames = tmp_path / "frames"
+    frames.write_bytes(_ws_frame(b"hello over h3") + _ws_frame(b"z" * 30000))
+    got = tmp_path / "got"
+    rc, lines, out = h3get(srv.port, ["/chat"], "--ca", str(srv.data / "selfsigned.crt"),
+                           "--ws", str(2 + 13 + 4 + 30000), "--post", str(frames),
+                           "--save", str(got))
+    assert lines and lines[0][1] == "200", out
+    msgs, rest = _ws_parse(got.read_bytes())
+    assert msgs[:2] == [(1, b"hello over h3"), (1, b"z" * 30000)], out

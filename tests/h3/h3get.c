@@ -1,7 +1,12 @@
 /* Test helper for tests/test_h3_client.py: drives the HTTP/3 client codec (src/h3/h3_client.c)
  * the way the proxy will, against a real HTTP/3 server (Debian's gtlsserver, or ferry).
  *
- *   h3get [--insecure] [--ca FILE] [--sni NAME] [--post FILE] [-n N] ADDR PORT PATH...
+ *   h3get [--insecure] [--ca FILE] [--sni NAME] [--post FILE] [-n N] [--ws] [--save FILE]
+ *         ADDR PORT PATH...
+ *
+ * --ws N sends an extended CONNECT (RFC 9220, :protocol websocket) whose request body is the
+ * --post file (WebSocket frames made by the test), keeps the tunnel open until N bytes came
+ * back, then cancels it; --save writes the first response body.
  *
  * Prints one line per request: "PATH STATUS BYTES SHA256" or "PATH ERROR KIND CODE WHY", then
  * exits 0 if every request got a response. N requests cycle through the PATHs, all on one
@@ -34,7 +39,9 @@ static int nreq, next, ndone, nfail;
 static const char *authority;
 static char *post;
 static size_t post_len;
-static bool closed;
+static bool closed, ws;
+static size_t ws_expect; /* --ws: the tunnel stays open until this many bytes came back */
+static FILE *save;
 
 static void finish_one(void)
 {
@@ -51,17 +58,22 @@ static void on_head(void *ud, int status, fy_headers_t *hs, bool end)
     if (status >= 200) r->status = status;
 }
 
+static void on_end(void *ud, fy_headers_t *trailers);
+
 static void on_data(void *ud, const char *p, size_t n)
 {
     req_t *r = ud;
     EVP_DigestUpdate(r->md, p, n);
+    if (save && r == &reqs[0]) fwrite(p, 1, n, save);
     r->bytes += n;
     fy_h3_client_consume(r->s, n);
+    if (ws && r->bytes >= ws_expect && !r->done) on_end(r, NULL);
 }
 
 static void on_end(void *ud, fy_headers_t *trailers)
 {
     req_t *r = ud;
+    if (r->done) return;
     unsigned char d[32];
     unsigned dl = 0;
     EVP_DigestFinal_ex(r->md, d, &dl);
@@ -76,6 +88,7 @@ static void on_end(void *ud, fy_headers_t *trailers)
 static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     req_t *r = ud;
+    if (r->done) return;
     printf("%s ERROR %d 0x%llx %s\n", r->path, kind, (unsigned long long)code, why);
     r->done = true;
     nfail++;
@@ -86,6 +99,7 @@ static void on_error(void *ud, int kind, uint64_t code, const char *why)
 static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
 {
     req_t *r = ud;
+    if (ws && r->body_off == post_len) return FY_H3C_DEFER; /* a tunnel: no FIN */
     size_t n = post_len - r->body_off < len ? post_len - r->body_off : len;
     memcpy(buf, post + r->body_off, n);
     r->body_off += n;
@@ -100,12 +114,14 @@ static void submit_more(void)
     while (next < nreq) {
         req_t *r = &reqs[next];
         fy_headers_t hs = {0};
-        const char *m = post ? "POST" : "GET";
+        const char *m = ws ? "CONNECT" : post ? "POST" : "GET";
         FY_HDR_ADD(&r->arena, &hs, ":method", m, strlen(m));
+        if (ws) FY_HDR_ADD(&r->arena, &hs, ":protocol", "websocket", 9);
         FY_HDR_ADD(&r->arena, &hs, ":scheme", "https", 5);
         FY_HDR_ADD(&r->arena, &hs, ":authority", authority, strlen(authority));
         FY_HDR_ADD(&r->arena, &hs, ":path", r->path, strlen(r->path));
         FY_HDR_ADD(&r->arena, &hs, "user-agent", "ferry-h3get", 11);
+        if (ws) FY_HDR_ADD(&r->arena, &hs, "sec-websocket-version", "13", 2);
         r->s = fy_h3_client_submit(cli, &hs, post != NULL, &r->arena, &sops, r);
         if (!r->s) return; /* no credit: on_credit resumes */
         next++;
@@ -157,7 +173,13 @@ int main(int argc, char **argv)
             o.ca_file = argv[++i];
         else if (!strcmp(argv[i], "--sni") && i + 1 < argc)
             o.sni = argv[++i];
-        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--ws") && i + 1 < argc) {
+            ws = true;
+            ws_expect = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--save") && i + 1 < argc) {
+            save = fopen(argv[++i], "wb");
+            if (!save) return 2;
+        } else if (!strcmp(argv[i], "-n") && i + 1 < argc)
             n = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--post") && i + 1 < argc) {
             FILE *f = fopen(argv[++i], "rb");
@@ -218,6 +240,7 @@ int main(int argc, char **argv)
     }
     free(reqs);
     free(post);
+    if (save) fclose(save);
     fy_loop_destroy(&loop);
     return ndone == nreq && nfail == 0 ? 0 : 1;
 }
