@@ -308,9 +308,11 @@ class Impair:
     """UDP relay between the client and ferry: drops `loss` of the datagrams in each direction,
     holds back some and sends them after the next one (reordering). Seeded, bounded."""
 
-    def __init__(self, target_port, loss=0.05, reorder=0.05, seed=42):
+    def __init__(self, target_port, loss=0.05, reorder=0.05, seed=42, blackhole_after=None):
         self.rnd = random.Random(seed)
         self.loss, self.reorder = loss, reorder
+        self.blackhole_after = blackhole_after  # client->server datagrams let through, then none
+        self.forwarded = 0
         self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.front.bind(("127.0.0.1", 0))
         self.port = self.front.getsockname()[1]
@@ -325,6 +327,11 @@ class Impair:
             t.start()
 
     def relay(self, d, data):
+        if d == 0 and self.blackhole_after is not None:
+            if self.forwarded >= self.blackhole_after:
+                self.dropped += 1
+                return
+            self.forwarded += 1
         if self.rnd.random() < self.loss:
             self.dropped += 1
             return
@@ -459,3 +466,38 @@ def test_h3_cli_serve(server, tmp_path):
     assert (dl / "index.html").read_text() == "cli h3\n"
     st, hs, body = http_request(port, "/", tls=True)
     assert hs["alt-svc"] == f'h3=":{port}"; ma=86400'
+
+
+def test_h3_idle_timeout(server, tmp_path):
+    """quic.idle-timeout: 1s: a client that keeps its connection open without traffic is
+    dropped (the client, bound by the same negotiated idle timeout, gives up too)."""
+    srv = server(h3_config(quic="quic: {{idle-timeout: 1s}}"))
+    (srv.docroot / "i.txt").write_text("i\n")
+    p = subprocess.run([GTLS, "-q", "--timeout=30s", "127.0.0.1", str(srv.port),
+                        f"https://127.0.0.1:{srv.port}/i.txt"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=25)
+    assert p.returncode is not None
+    for _ in range(100):  # bounded: the server's timer fires about when the client's does
+        if "quic idle timeout" in srv.log():
+            break
+        threading.Event().wait(0.05)
+    assert "quic idle timeout, closing connection" in srv.log()
+
+
+def test_h3_handshake_timeout(server, tmp_path):
+    """quic.handshake-timeout: 1s: a client whose packets stop after its first Initial never
+    completes the handshake; ferry drops the connection (and says so)."""
+    srv = server(h3_config(quic="quic: {{handshake-timeout: 1s}}"))
+    shim = Impair(srv.port, loss=0, reorder=0, blackhole_after=1)
+    try:
+        p = subprocess.run([GTLS, "-q", "--timeout=3s", "127.0.0.1", str(shim.port),
+                            f"https://127.0.0.1:{shim.port}/"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=25)
+        assert p.returncode is not None  # it gives up (its exit status says nothing here)
+        for _ in range(200):  # bounded
+            if "HANDSHAKE_TIMEOUT" in srv.log():
+                break
+            threading.Event().wait(0.05)
+    finally:
+        shim.close()
+    assert re.search(r"quic: ERR_HANDSHAKE_TIMEOUT", srv.log()), srv.log()
