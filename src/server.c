@@ -231,6 +231,8 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             wk->ls[i].udp_fd = -1;
         }
     }
+    /* h3's UDP sockets first: once a TCP port accepts, its UDP twin is bound too */
+    if (h3_setup(s) < 0) goto fail;
     /* bind here, before any thread starts, so that errors are reported at once */
     for (int w = 0; w < s->nworkers; w++)
         for (size_t i = 0; i < cfg->listeners.n; i++) {
@@ -239,7 +241,6 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             if (fd < 0) goto fail;
             s->workers[w].ls[i].io.fd = fd;
         }
-    if (h3_setup(s) < 0) goto fail;
     s->alt_svc = fy_xcalloc(cfg->listeners.n, sizeof *s->alt_svc);
     for (size_t i = 0; i < cfg->listeners.n; i++) s->alt_svc[i] = h3_alt_svc(&lc[i]);
     return s;
