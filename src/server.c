@@ -1,6 +1,8 @@
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "core/pool.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
+#include "h3/h3_server.h"
 #include "handler/echo.h"
 #include "handler/mitm.h"
 #include "handler/proxy.h"
@@ -24,6 +27,7 @@
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
+#include "quic/quic.h"
 #include "tls/tls.h"
 
 typedef struct worker_listener {
@@ -31,8 +35,10 @@ typedef struct worker_listener {
     fy_http_ctx_t ctx;
     struct fy_worker *w;
     const fy_listener_conf_t *conf;
-    bool paused;  /* at limits.connections */
-    int l4_front; /* the listener's `sni:` map in l4/l4.c, or -1 */
+    bool paused; /* at limits.connections */
+    int udp_fd;  /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
+    fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
+    int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
 
 struct fy_worker {
@@ -57,6 +63,8 @@ struct fy_server {
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
     fy_l4_t *l4;               /* layer-4 relays (`l4:`) */
+    fy_quic_server_t **quic;   /* per listener, NULL without h3 */
+    const char **alt_svc;      /* per listener: Alt-Svc value for TCP responses, or NULL */
     int access_fd;
     fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
     fy_handler_t *mitm;      /* owned by mitm_router */
@@ -143,6 +151,76 @@ static int build_mitm(fy_server_t *s)
     return 0;
 }
 
+/* ---- HTTP/3 (QUIC over UDP on the TCP listener's address) ---- */
+
+/* The listener's certificates, loaded into GnuTLS for QUIC (the same PEM files as OpenSSL). */
+static fy_quic_server_t *h3_server_new(const fy_config_t *cfg, const fy_listener_conf_t *lc)
+{
+    const fy_tls_conf_t *t = lc->tls;
+    size_t n = t->certificates.n + 2, k = 0;
+    const char **certs = fy_xcalloc(n, sizeof *certs), **keys = fy_xcalloc(n, sizeof *keys);
+    char sscert[4096], sskey[4096];
+    if (t->cert && t->key) {
+        certs[k] = t->cert;
+        keys[k++] = t->key;
+    }
+    const fy_tls_cert_conf_t *cc = t->certificates.v;
+    for (size_t i = 0; i < t->certificates.n; i++) {
+        certs[k] = cc[i].cert;
+        keys[k++] = cc[i].key;
+    }
+    fy_quic_server_t *qs = NULL;
+    if (t->self_signed) {
+        if (fy_tls_selfsigned_ensure(cfg->data_dir, sscert, sskey, sizeof sscert) < 0) goto out;
+        certs[k] = sscert;
+        keys[k++] = sskey;
+    }
+    qs = fy_quic_server_new(&cfg->quic, certs, keys, k, lc->address);
+out:
+    free(certs);
+    free(keys);
+    return qs;
+}
+
+static int h3_setup(fy_server_t *s)
+{
+    const fy_config_t *cfg = s->cfg;
+    const fy_listener_conf_t *lc = cfg->listeners.v;
+    s->quic = fy_xcalloc(cfg->listeners.n, sizeof *s->quic);
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        if (!(lc[i].protocols & FY_PROTO_H3)) continue;
+        s->quic[i] = h3_server_new(cfg, &lc[i]);
+        if (!s->quic[i]) return -1;
+        for (int w = 0; w < s->nworkers; w++) {
+            int fd =
+                fy_quic_socket((const struct sockaddr *)&lc[i].addr, lc[i].addrlen, lc[i].address);
+            if (fd < 0) return -1;
+            s->workers[w].ls[i].udp_fd = fd;
+        }
+    }
+    return 0;
+}
+
+static void h3_worker_start(struct fy_worker *w, size_t i)
+{
+    worker_listener_t *wl = &w->ls[i];
+    if (wl->udp_fd < 0) return;
+    wl->quic = fy_h3_endpoint_start(&wl->ctx, w->srv->quic[i], wl->udp_fd);
+    wl->udp_fd = -1; /* the endpoint owns (or closed) it */
+}
+
+/* `Alt-Svc: h3=":PORT"` for the TCP side of listeners that also serve h3 */
+static const char *h3_alt_svc(const fy_listener_conf_t *lc)
+{
+    if (!(lc->protocols & FY_PROTO_H3)) return NULL;
+    const struct sockaddr *sa = (const struct sockaddr *)&lc->addr;
+    unsigned port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+                                                    : ((const struct sockaddr_in *)sa)->sin_port);
+    char *v = fy_xmalloc(32);
+    snprintf(v, 32, "h3=\":%u\"; ma=86400", port);
+    return v;
+}
+
 fy_server_t *fy_server_new(const fy_config_t *cfg)
 {
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
@@ -162,8 +240,6 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     const fy_listener_conf_t *lc = cfg->listeners.v;
     if (build_mitm(s) < 0) goto fail;
     for (size_t i = 0; i < cfg->listeners.n; i++) {
-        if (lc[i].protocols & FY_PROTO_H3)
-            fy_warn("listener %s: h3 is not served by this build yet", lc[i].address);
         if (!lc[i].tls) continue;
         const char *const *alpn = alpn_h1;
         if ((lc[i].protocols & FY_PROTO_H2) && (lc[i].protocols & FY_PROTO_H1))
@@ -190,8 +266,13 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
         wk->srv = s;
         wk->id = w;
         wk->ls = fy_xcalloc(cfg->listeners.n, sizeof *wk->ls);
-        for (size_t i = 0; i < cfg->listeners.n; i++) wk->ls[i].io.fd = -1;
+        for (size_t i = 0; i < cfg->listeners.n; i++) {
+            wk->ls[i].io.fd = -1;
+            wk->ls[i].udp_fd = -1;
+        }
     }
+    /* h3's UDP sockets first: once a TCP port accepts, its UDP twin is bound too */
+    if (h3_setup(s) < 0) goto fail;
     /* bind here, before any thread starts, so that errors are reported at once */
     for (int w = 0; w < s->nworkers; w++)
         for (size_t i = 0; i < cfg->listeners.n; i++) {
@@ -200,6 +281,8 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             if (fd < 0) goto fail;
             s->workers[w].ls[i].io.fd = fd;
         }
+    s->alt_svc = fy_xcalloc(cfg->listeners.n, sizeof *s->alt_svc);
+    for (size_t i = 0; i < cfg->listeners.n; i++) s->alt_svc[i] = h3_alt_svc(&lc[i]);
     return s;
 fail:
     fy_server_free(s);
@@ -307,6 +390,7 @@ static void on_wake(fy_loop_t *loop)
             close(wl->io.fd);
             wl->io.fd = -1;
         }
+        if (wl->quic) fy_h3_endpoint_drain(wl->quic);
         fy_http_ctx_drain(&wl->ctx);
     }
     fy_l4_worker_drain(w->srv->l4, w->id);
@@ -352,6 +436,7 @@ static void *worker_main(void *arg)
         wl->ctx.protocols = lc[i].protocols;
         wl->ctx.h2conf = &cfg->http2;
         if (lc[i].protocols & (FY_PROTO_H2 | FY_PROTO_H2C)) wl->ctx.start_h2 = fy_h2_conn_start;
+        wl->ctx.alt_svc = s->alt_svc[i];
         wl->ctx.data = wl;
         wl->ctx.on_conn_closed = on_conn_closed;
         if (w->alog) {
@@ -366,6 +451,7 @@ static void *worker_main(void *arg)
         wl->io.cb = on_accept;
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
+        h3_worker_start(w, i);
     }
     fy_l4_worker_start(s->l4, w->id, &w->loop, l4_on_idle, w);
     if (w->id == 0) /* one worker probes; every worker reads the verdicts */
@@ -378,6 +464,10 @@ static void *worker_main(void *arg)
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
     fy_l4_worker_close_all(s->l4, w->id);
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        fy_quic_endpoint_free(w->ls[i].quic);
+        w->ls[i].quic = NULL;
+    }
     w->loop.stop = false;
     fy_timer_stop(&w->loop, &w->tick);
     fy_timer_stop(&w->loop, &w->drain_timer);
@@ -435,12 +525,18 @@ void fy_server_free(fy_server_t *s)
 {
     if (!s) return;
     for (int w = 0; s->workers && w < s->nworkers; w++) {
-        for (size_t i = 0; i < s->cfg->listeners.n; i++)
+        for (size_t i = 0; i < s->cfg->listeners.n; i++) {
             if (s->workers[w].ls[i].io.fd >= 0) close(s->workers[w].ls[i].io.fd);
+            if (s->workers[w].ls[i].udp_fd >= 0) close(s->workers[w].ls[i].udp_fd);
+        }
         free(s->workers[w].ls);
     }
     free(s->workers);
     for (size_t i = 0; s->tls && i < s->cfg->listeners.n; i++) fy_tls_ctx_free(s->tls[i]);
+    for (size_t i = 0; s->quic && i < s->cfg->listeners.n; i++) fy_quic_server_free(s->quic[i]);
+    free(s->quic);
+    for (size_t i = 0; s->alt_svc && i < s->cfg->listeners.n; i++) free((char *)s->alt_svc[i]);
+    free(s->alt_svc);
     free(s->tls);
     fy_l4_free(s->l4);
     fy_router_free(&s->router);

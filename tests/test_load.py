@@ -53,6 +53,25 @@ def assert_clean(rep, n=None):
     assert rep["requests"] > 0 and rep["ok"] == rep["requests"]
 
 
+def test_load_h3_exact_total(server):
+    """h3:// (tools/load/h3.c) against ferry's HTTP/3 listener: exact -n, bodies checked."""
+    srv = server("""
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+routes:
+  - respond:
+      status: 200
+      body: "hello load\\n"
+""")
+    rc, rep = load(f"h3://127.0.0.1:{srv.port}/", "--insecure", "-c", 4, "-m", 8, "-n", 2000,
+                   "--expect-bytes", BODY_LEN, expect_rc=0)
+    assert_clean(rep, 2000)
+    assert rep["status"]["2xx"] == 2000
+
+
 def test_load_counts_exact_total(server):
     srv = server(ROUTES)
     rc, rep = load(srv.url("/"), "-c", 8, "-n", 500, "--expect-bytes", BODY_LEN, expect_rc=0)
@@ -365,7 +384,7 @@ def test_load_wrong_echo_is_counted():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["h3://127.0.0.1:1/"], "h3 is not supported yet"),
+    (["h3://127.0.0.1:1/", "--rate", "10"], "--rate"),
     (["http://127.0.0.1:1/", "--bogus"], "--bogus"),
     (["http://127.0.0.1:1/", "-c", "zero"], "-c"),
     (["ftp://127.0.0.1/"], "scheme"),

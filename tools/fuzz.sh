@@ -12,7 +12,7 @@ for drv in fuzz/fuzz_*.c; do
   corpus=${name#fuzz_}
   echo "== $name ($secs s)"
   clang -std=gnu17 -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
-    -o $out/$name "$drv" $srcs src/config.c -lssl -lcrypto -lyaml -lpcre2-8 -lnghttp2 -lpthread
+    -o $out/$name "$drv" $srcs src/config.c -lssl -lcrypto -lyaml -lpcre2-8 -lnghttp2 -lngtcp2_crypto_gnutls -lngtcp2 -lgnutls -lnghttp3 -lpthread
   mkdir -p $out/corpus-$corpus
   $out/$name -max_total_time="$secs" -print_final_stats=1 $out/corpus-$corpus fuzz/corpus/$corpus
 done

@@ -146,7 +146,8 @@ typedef struct fy_http_ctx {
     bool draining; /* graceful shutdown: finish current responses, then close */
     /* called after a conn is freed (listener resumes accepting; drain completes) */
     void (*on_conn_closed)(struct fy_http_ctx *ctx);
-    void *data; /* owner's (the worker's listener slot) */
+    void *data;          /* owner's (the worker's listener slot) */
+    const char *alt_svc; /* Alt-Svc value added to h1/h2 responses (listener serves h3), or NULL */
 } fy_http_ctx_t;
 
 struct fy_exchange {

@@ -255,6 +255,10 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         fy_conf_error(ctx, map, "protocols", "h2 needs tls (use h2c for cleartext HTTP/2)");
         return -1;
     }
+    if ((l->protocols & FY_PROTO_H3) && !l->tls) {
+        fy_conf_error(ctx, map, "protocols", "h3 needs tls (QUIC is always encrypted)");
+        return -1;
+    }
     return 0;
 }
 
@@ -281,7 +285,8 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .dump = dump_protocols,
      .type_name = "list of `h1` `h2c` `h2` `h3` (or comma-separated)",
      .doc = "HTTP versions served on this address; default `h1,h2c` without `tls`, `h1,h2` with "
-            "it. `h2`/`h3` need `tls`; `h3` (same port over UDP) is accepted but not served yet."},
+            "it. `h2`/`h3` need `tls`; `h3` is served over UDP on the same port (QUIC), and TCP "
+            "responses then carry `Alt-Svc: h3=\":PORT\"`."},
     {.key = "tls",
      .type = FY_CT_TABLE_PTR,
      .offset = L(tls),

@@ -72,7 +72,7 @@ typedef struct fl_stats {
 } fl_stats_t;
 
 /* ---- configuration (main.c), immutable once threads start ---- */
-enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO };
+enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_H3 };
 
 typedef struct fl_url {
     char *path; /* owned: request target, e.g. "/a?b" */
@@ -247,6 +247,9 @@ void fl_count_error(fl_conn_t *c, int err, uint64_t n);
 void fl_conn_want_flush(fl_conn_t *c);
 /* Returns a request the protocol could not send back to the pool (e.g. refused by GOAWAY). */
 void fl_unissue(fl_conn_t *c);
+
+/* h3.c: a whole worker thread on ferry's loop and HTTP/3 client codec (QUIC owns its I/O). */
+void *fl_h3_worker_run(fl_worker_t *w);
 
 /* h1.c, h2.c, echo.c */
 extern const struct fl_proto_ops fl_h1_ops, fl_h2_ops, fl_tcp_echo_ops, fl_udp_echo_ops;

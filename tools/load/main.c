@@ -103,15 +103,13 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
     } else if (sl == 2 && !strncasecmp(url, "h2", 2)) {
         proto = FL_H2, tls = true, defport = "443";
     } else if (sl == 2 && !strncasecmp(url, "h3", 2)) {
-        /* switch point: the QUIC client plugs in here as another fl_proto_ops */
-        fprintf(stderr, "ferry-load: h3 is not supported yet\n");
-        exit(2);
+        proto = FL_H3, tls = true, defport = "443"; /* QUIC: tools/load/h3.c */
     } else if (sl == 3 && !strncasecmp(url, "tcp", 3)) {
         proto = FL_TCP_ECHO, defport = NULL;
     } else if (sl == 3 && !strncasecmp(url, "udp", 3)) {
         proto = FL_UDP_ECHO, defport = NULL;
     } else {
-        die_usage(url, "unsupported scheme (http https h2c h2 tcp udp)");
+        die_usage(url, "unsupported scheme (http https h2c h2 h3 tcp udp)");
     }
     const char *h = sep + 3;
     const char *path = strchr(h, '/');
@@ -265,6 +263,8 @@ static const char *proto_name(void)
         return "tcp-echo";
     case FL_UDP_ECHO:
         return "udp-echo";
+    case FL_H3:
+        return "h3";
     }
     return "?";
 }
@@ -283,7 +283,10 @@ static volatile int workers_done;
 
 static void *run_thread(void *arg)
 {
-    fl_worker_run(arg);
+    if (fl_cfg.proto == FL_H3)
+        fl_h3_worker_run(arg);
+    else
+        fl_worker_run(arg);
     __atomic_add_fetch(&workers_done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -435,6 +438,8 @@ int main(int argc, char **argv)
     fl_cfg.url_text = urls[0];
     if (want_h2 && proto == FL_H1) proto = FL_H2;
     if (want_h1 && proto == FL_H2) proto = FL_H1;
+    if ((want_h1 || want_h2) && proto == FL_H3)
+        die_usage(want_h1 ? "--h1" : "--h2", "not for h3://");
     if ((want_h1 || want_h2) && (proto == FL_TCP_ECHO || proto == FL_UDP_ECHO))
         die_usage(want_h1 ? "--h1" : "--h2", "not for echo URLs");
     fl_cfg.proto = (enum fl_proto)proto;
@@ -463,7 +468,9 @@ int main(int argc, char **argv)
     if (fl_cfg.total && (uint64_t)fl_cfg.threads > fl_cfg.total) fl_cfg.threads = (int)fl_cfg.total;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = fl_cfg.proto == FL_UDP_ECHO ? SOCK_DGRAM : SOCK_STREAM};
+                             .ai_socktype = fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3
+                                                ? SOCK_DGRAM
+                                                : SOCK_STREAM};
     struct addrinfo *ai;
     int gr = getaddrinfo(fl_cfg.host, fl_cfg.port, &hints, &ai);
     if (gr != 0) {
@@ -474,7 +481,11 @@ int main(int argc, char **argv)
     fl_cfg.addrlen = ai->ai_addrlen;
     freeaddrinfo(ai);
     if (fl_cfg.proto == FL_H1 && fl_h1_build_templates() < 0) return 1;
-    if (fl_cfg.tls && !(fl_cfg.ssl_ctx = make_ssl_ctx())) {
+    if (fl_cfg.proto == FL_H3 && fl_cfg.rate > 0) {
+        fprintf(stderr, "ferry-load: --rate is not supported with h3:// yet (closed loop only)\n");
+        return 2;
+    }
+    if (fl_cfg.tls && fl_cfg.proto != FL_H3 && !(fl_cfg.ssl_ctx = make_ssl_ctx())) {
         fprintf(stderr, "ferry-load: cannot create the TLS context\n");
         return 1;
     }
@@ -570,7 +581,7 @@ int main(int argc, char **argv)
     static const double qs[] = {0.5, 0.9, 0.95, 0.99, 0.999};
     static const char *const qn[] = {"p50", "p90", "p95", "p99", "p999"};
     static const char *const sc[] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
-    bool http = fl_cfg.proto == FL_H1 || fl_cfg.proto == FL_H2;
+    bool http = fl_cfg.proto == FL_H1 || fl_cfg.proto == FL_H2 || fl_cfg.proto == FL_H3;
 
     if (fl_cfg.json) {
         printf("{\"tool\": \"ferry-load\", \"url\": ");
@@ -605,7 +616,7 @@ int main(int argc, char **argv)
                proto_name(), fl_cfg.tls ? "+tls" : "", fl_cfg.conns, fl_cfg.conns == 1 ? "" : "s",
                fl_cfg.proto == FL_H1 ? fl_cfg.pipeline : fl_cfg.streams,
                fl_cfg.proto == FL_H1   ? "pipelined"
-               : fl_cfg.proto == FL_H2 ? "streams"
+               : fl_cfg.proto != FL_H1 ? "streams"
                                        : "in flight",
                T, T == 1 ? "" : "s", fl_cfg.rate > 0 ? "open loop" : "closed loop");
         if (fl_cfg.rate > 0) printf("  target rate   %.1f/s\n", fl_cfg.rate);

@@ -46,7 +46,7 @@ void fl_finish(fl_conn_t *c, uint64_t t_start, int status, uint64_t body, int er
     fl_stats_t *st = &w->st;
     st->requests++;
     st->body_bytes += body;
-    if (fl_cfg.proto == FL_H1 || fl_cfg.proto == FL_H2) {
+    if (fl_cfg.proto == FL_H1 || fl_cfg.proto == FL_H2 || fl_cfg.proto == FL_H3) {
         st->status[status >= 100 && status < 600 ? status / 100 : 0]++;
         if (err < 0 && (fl_cfg.expect_status ? status != fl_cfg.expect_status
                                              : (status < 200 || status > 299)))
