@@ -6,6 +6,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,9 @@ int main(int argc, char **argv)
     bool want_h1 = false, want_h2 = false, have_d = false, have_m = false;
     long long body_size = -1;
     const char *body_file = NULL, *method = NULL;
+    /* A peer closing while we write (an early response, a reset) is an error to count, not a
+     * reason to die: TLS writes go through write(2), which raises SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     fl_cfg.conns = 16;
     fl_cfg.streams = 1;
     fl_cfg.pipeline = 1;
