@@ -72,7 +72,7 @@ typedef struct fl_stats {
 } fl_stats_t;
 
 /* ---- configuration (main.c), immutable once threads start ---- */
-enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO };
+enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_WS_ECHO };
 
 typedef struct fl_url {
     char *path; /* owned: request target, e.g. "/a?b" */
@@ -208,6 +208,8 @@ typedef struct fl_conn {
             size_t out_off;              /* tcp: bytes of the current message written */
             size_t in_off;               /* tcp: bytes of the current reply verified */
             uint32_t sendq;
+            uint8_t ws;      /* ws: 0 upgrade not sent, 1 awaiting 101, 2 open */
+            bool ws_payload; /* ws: inside a frame's payload (in_off counts it) */
         } echo;
     } u;
 } fl_conn_t;
@@ -249,7 +251,8 @@ void fl_conn_want_flush(fl_conn_t *c);
 void fl_unissue(fl_conn_t *c);
 
 /* h1.c, h2.c, echo.c */
-extern const struct fl_proto_ops fl_h1_ops, fl_h2_ops, fl_tcp_echo_ops, fl_udp_echo_ops;
+extern const struct fl_proto_ops fl_h1_ops, fl_h2_ops, fl_tcp_echo_ops, fl_udp_echo_ops,
+    fl_ws_echo_ops;
 /* Builds the echo message pattern (--size); 0 or -1. */
 int fl_echo_init(void);
 /* Renders the request templates (Host, headers, Content-Length, body); 0 or -1. */

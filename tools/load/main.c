@@ -21,29 +21,30 @@ fl_config_t fl_cfg;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ferry-load URL [options]\n"
-            "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT udp://HOST:PORT\n"
-            "  -c N             connections (default 16)\n"
-            "  -m N             concurrent streams per connection (h2), messages in flight (echo)\n"
-            "  -t N             threads (default 1)\n"
-            "  -d DUR           measured duration, e.g. 10, 10s, 500ms, 1m (default 10s)\n"
-            "  -w DUR           warm-up before measuring (default 0)\n"
-            "  -n N             stop after N requests (no -d: no time limit)\n"
-            "  --rate R         open loop: R requests/s in total, latency from scheduled time\n"
-            "  --pipeline N     HTTP/1.1 requests in flight per connection (default 1)\n"
-            "  --method M       request method (default GET, POST with a body)\n"
-            "  -H 'Name: value' request header (repeatable)\n"
-            "  --body-size N    request body of N bytes\n"
-            "  --body-file F    request body from file F\n"
-            "  --url URL        another URL on the same origin (repeatable; round-robin)\n"
-            "  --expect-status N  only status N counts as success (default: any 2xx)\n"
-            "  --expect-bytes N   every response body must be N bytes\n"
-            "  --size N         echo message size (default 64)\n"
-            "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
-            "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
-            "  --insecure       do not verify the server certificate\n"
-            "  --json           machine-readable report (keys in tools/load/README.md)\n");
+    fprintf(
+        f,
+        "usage: ferry-load URL [options]\n"
+        "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT udp://HOST:PORT ws:// wss://\n"
+        "  -c N             connections (default 16)\n"
+        "  -m N             concurrent streams per connection (h2), messages in flight (echo)\n"
+        "  -t N             threads (default 1)\n"
+        "  -d DUR           measured duration, e.g. 10, 10s, 500ms, 1m (default 10s)\n"
+        "  -w DUR           warm-up before measuring (default 0)\n"
+        "  -n N             stop after N requests (no -d: no time limit)\n"
+        "  --rate R         open loop: R requests/s in total, latency from scheduled time\n"
+        "  --pipeline N     HTTP/1.1 requests in flight per connection (default 1)\n"
+        "  --method M       request method (default GET, POST with a body)\n"
+        "  -H 'Name: value' request header (repeatable)\n"
+        "  --body-size N    request body of N bytes\n"
+        "  --body-file F    request body from file F\n"
+        "  --url URL        another URL on the same origin (repeatable; round-robin)\n"
+        "  --expect-status N  only status N counts as success (default: any 2xx)\n"
+        "  --expect-bytes N   every response body must be N bytes\n"
+        "  --size N         echo message size (default 64)\n"
+        "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
+        "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
+        "  --insecure       do not verify the server certificate\n"
+        "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
 static void die_usage(const char *flag, const char *why)
@@ -111,8 +112,12 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
         proto = FL_TCP_ECHO, defport = NULL;
     } else if (sl == 3 && !strncasecmp(url, "udp", 3)) {
         proto = FL_UDP_ECHO, defport = NULL;
+    } else if (sl == 2 && !strncasecmp(url, "ws", 2)) {
+        proto = FL_WS_ECHO, defport = "80";
+    } else if (sl == 3 && !strncasecmp(url, "wss", 3)) {
+        proto = FL_WS_ECHO, tls = true, defport = "443";
     } else {
-        die_usage(url, "unsupported scheme (http https h2c h2 tcp udp)");
+        die_usage(url, "unsupported scheme (http https h2c h2 tcp udp ws wss)");
     }
     const char *h = sep + 3;
     const char *path = strchr(h, '/');
@@ -266,6 +271,8 @@ static const char *proto_name(void)
         return "tcp-echo";
     case FL_UDP_ECHO:
         return "udp-echo";
+    case FL_WS_ECHO:
+        return "ws-echo";
     }
     return "?";
 }
@@ -439,7 +446,8 @@ int main(int argc, char **argv)
     fl_cfg.url_text = urls[0];
     if (want_h2 && proto == FL_H1) proto = FL_H2;
     if (want_h1 && proto == FL_H2) proto = FL_H1;
-    if ((want_h1 || want_h2) && (proto == FL_TCP_ECHO || proto == FL_UDP_ECHO))
+    if ((want_h1 || want_h2) &&
+        (proto == FL_TCP_ECHO || proto == FL_UDP_ECHO || proto == FL_WS_ECHO))
         die_usage(want_h1 ? "--h1" : "--h2", "not for echo URLs");
     fl_cfg.proto = (enum fl_proto)proto;
     fl_cfg.tls = tls;
@@ -454,7 +462,9 @@ int main(int argc, char **argv)
     }
     fl_cfg.method = method ? method : fl_cfg.body ? "POST" : "GET";
     fl_cfg.head = !strcmp(fl_cfg.method, "HEAD");
-    if (fl_cfg.proto == FL_TCP_ECHO || fl_cfg.proto == FL_UDP_ECHO) {
+    if (fl_cfg.proto == FL_TCP_ECHO || fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_WS_ECHO) {
+        if (fl_cfg.proto == FL_WS_ECHO && fl_cfg.nurls > 1)
+            die_usage("--url", "a WebSocket run uses one URL");
         if (!have_m) fl_cfg.streams = fl_cfg.pipeline;
         if (fl_cfg.proto == FL_UDP_ECHO && fl_cfg.echo_size > 65507)
             die_usage("--size", "a UDP message is at most 65507 bytes");

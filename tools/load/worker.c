@@ -450,6 +450,7 @@ void *fl_worker_run(void *arg)
     const struct fl_proto_ops *ops = fl_cfg.proto == FL_H1         ? &fl_h1_ops
                                      : fl_cfg.proto == FL_H2       ? &fl_h2_ops
                                      : fl_cfg.proto == FL_TCP_ECHO ? &fl_tcp_echo_ops
+                                     : fl_cfg.proto == FL_WS_ECHO  ? &fl_ws_echo_ops
                                                                    : &fl_udp_echo_ops;
     for (int i = 0; i < w->nconns; i++) {
         fl_conn_t *c = &w->conns[i];
