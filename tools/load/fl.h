@@ -92,7 +92,7 @@ typedef struct fl_config {
     char host[256];      /* from the URL, for SNI and Host */
     char authority[300]; /* host[:port] as sent in Host / :authority */
     char port[8];
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr; /* the server, or the --proxy */
     socklen_t addrlen;
     fl_url_t urls[FL_MAX_URLS];
     int nurls;
@@ -114,6 +114,8 @@ typedef struct fl_config {
     int64_t expect_bytes;             /* -1 = not checked */
     size_t echo_size;                 /* tcp/udp: message size */
     bool json;
+    bool proxy_connect;  /* --proxy: CONNECT authority through addr first */
+    bool proxy_absolute; /* --proxy with plain h1: absolute-form request targets */
     SSL_CTX *ssl_ctx;
     const char *url_text; /* borrowed: the first URL as given */
 } fl_config_t;
@@ -124,7 +126,13 @@ extern fl_config_t fl_cfg;
 struct fl_worker;
 struct fl_conn;
 
-enum fl_conn_state { FL_CONN_IDLE, FL_CONN_CONNECTING, FL_CONN_HANDSHAKE, FL_CONN_READY };
+enum fl_conn_state {
+    FL_CONN_IDLE,
+    FL_CONN_CONNECTING,
+    FL_CONN_TUNNEL, /* --proxy: CONNECT sent, awaiting the proxy's 2xx */
+    FL_CONN_HANDSHAKE,
+    FL_CONN_READY
+};
 
 /* A protocol on a ready connection. Every callback runs on the connection's worker thread. */
 struct fl_proto_ops {

@@ -44,6 +44,8 @@ static void usage(FILE *f)
         "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
         "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
         "  --insecure       do not verify the server certificate\n"
+        "  --proxy HOST:PORT  explicit HTTP proxy: http:// URLs as absolute-form requests,\n"
+        "                   others through a CONNECT tunnel\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -85,6 +87,22 @@ static char *xstrdup(const char *s)
         exit(1);
     }
     return d;
+}
+
+/* --proxy [http://]HOST:PORT (an explicit HTTP proxy) */
+static void parse_proxy(const char *v, char *host, char *port)
+{
+    const char *h = v;
+    if (!strncasecmp(h, "http://", 7)) h += 7;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : 0;
+    if (!colon || n == 0 || n >= 256 || strchr(colon, '/'))
+        die_usage("--proxy", "wants [http://]HOST:PORT");
+    if (h[0] == '[' && colon[-1] == ']') h++, n -= 2;
+    memcpy(host, h, n);
+    host[n] = 0;
+    parse_int("--proxy", colon + 1, 1, 65535);
+    snprintf(port, 8, "%s", colon + 1);
 }
 
 /* scheme://host[:port][/path]; fills host/port/authority (first URL) or checks they match. */
@@ -304,7 +322,7 @@ int main(int argc, char **argv)
     int nurl = 0;
     bool want_h1 = false, want_h2 = false, have_d = false, have_m = false;
     long long body_size = -1;
-    const char *body_file = NULL, *method = NULL;
+    const char *body_file = NULL, *method = NULL, *proxy = NULL;
     /* A peer closing while we write (an early response, a reset) is an error to count, not a
      * reason to die: TLS writes go through write(2), which raises SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
@@ -353,6 +371,7 @@ int main(int argc, char **argv)
                                             "--expect-bytes",
                                             "--pipeline",
                                             "--size",
+                                            "--proxy",
                                             "--h1",
                                             "--h2",
                                             "--json",
@@ -363,7 +382,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 17; /* --h1 and the ones after it take no value */
+        bool is_flag = ki >= 18; /* --h1 and the ones after it take no value */
         if (!is_flag) {
             if (attached)
                 v = attached;
@@ -426,6 +445,8 @@ int main(int argc, char **argv)
             want_h1 = true;
         } else if (!strcmp(name, "--h2")) {
             want_h2 = true;
+        } else if (!strcmp(name, "--proxy")) {
+            proxy = v;
         } else if (!strcmp(name, "--json")) {
             fl_cfg.json = true;
         } else if (!strcmp(name, "--insecure")) {
@@ -479,9 +500,18 @@ int main(int argc, char **argv)
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = fl_cfg.proto == FL_UDP_ECHO ? SOCK_DGRAM : SOCK_STREAM};
     struct addrinfo *ai;
-    int gr = getaddrinfo(fl_cfg.host, fl_cfg.port, &hints, &ai);
+    char phost[256], pport[8];
+    if (proxy) {
+        if (fl_cfg.proto == FL_UDP_ECHO) die_usage("--proxy", "not for UDP");
+        parse_proxy(proxy, phost, pport);
+        /* plain HTTP/1.1: absolute-form requests to the proxy; anything else: a CONNECT
+         * tunnel first (then TLS, h2c, WebSocket or echo bytes through it) */
+        fl_cfg.proxy_connect = fl_cfg.tls || fl_cfg.proto != FL_H1;
+        fl_cfg.proxy_absolute = !fl_cfg.proxy_connect;
+    }
+    int gr = getaddrinfo(proxy ? phost : fl_cfg.host, proxy ? pport : fl_cfg.port, &hints, &ai);
     if (gr != 0) {
-        fprintf(stderr, "ferry-load: %s: %s\n", fl_cfg.host, gai_strerror(gr));
+        fprintf(stderr, "ferry-load: %s: %s\n", proxy ? phost : fl_cfg.host, gai_strerror(gr));
         return 2;
     }
     memcpy(&fl_cfg.addr, ai->ai_addr, ai->ai_addrlen);
