@@ -33,7 +33,7 @@ struct conn {
     char *buf; /* unsent bytes [off, len) */
     size_t off, len;
     /* ws only */
-    char *in;   /* received, not yet processed: [0, ilen) */
+    char *in; /* received, not yet processed: [0, ilen) */
     size_t ilen;
     size_t cap; /* of buf (ws grows it) */
     int open;   /* 101 sent */
@@ -127,7 +127,6 @@ static void tcp_writable(int ep, int fd)
         epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
     }
 }
-
 
 /* ---- WebSocket ---- */
 
@@ -334,7 +333,8 @@ static void run_udp(long port)
             int n = recvmmsg(fd, msgs, UDP_BATCH, MSG_DONTWAIT, NULL);
             if (n <= 0) break;
             for (int i = 0; i < n; i++) iov[i].iov_len = msgs[i].msg_len;
-            sendmmsg(fd, msgs, (unsigned)n, MSG_DONTWAIT); /* a dropped reply is the client's loss */
+            sendmmsg(fd, msgs, (unsigned)n,
+                     MSG_DONTWAIT); /* a dropped reply is the client's loss */
         }
     }
 }
