@@ -182,6 +182,8 @@ def test_load_counts_reset_and_short_body():
                 c, _ = lsock.accept()
             except socket.timeout:
                 continue
+            except OSError:  # closed by the test
+                return
             with c:
                 try:
                     c.recv(65536)
@@ -242,6 +244,8 @@ def test_load_chunked_and_close_delimited():
                 c, _ = lsock.accept()
             except socket.timeout:
                 continue
+            except OSError:  # closed by the test
+                return
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=conn, args=(c,), daemon=True).start()
 
@@ -283,6 +287,8 @@ def tcp_echo_server():
                 c, _ = lsock.accept()
             except socket.timeout:
                 continue
+            except OSError:  # closed by the test
+                return
             threading.Thread(target=conn, args=(c,), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
@@ -621,6 +627,8 @@ def test_load_wrong_echo_is_counted():
                 c, _ = lsock.accept()
             except socket.timeout:
                 continue
+            except OSError:  # closed by the test
+                return
             with c:
                 try:
                     d = c.recv(65536)
