@@ -443,6 +443,28 @@ def test_load_websocket_echo(size):
         lsock.close()
 
 
+def test_load_websocket_echo_tls(tmp_path):
+    """wss://: TLS first, then the same Upgrade and echo."""
+    import ssl
+    crt, key = tmp_path / "c.crt", tmp_path / "c.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    echo = ws_echo_handler()
+    lsock, stop = serve_threads(lambda c: echo(ctx.wrap_socket(c, server_side=True)))
+    try:
+        port = lsock.getsockname()[1]
+        rc, rep = load(f"wss://127.0.0.1:{port}/", "--insecure", "-c", 2, "-m", 2, "--size",
+                       1000, "-n", 200, expect_rc=0)
+        assert_clean(rep, 200)
+        assert rep["tls"] is True and rep["protocol"] == "ws-echo"
+    finally:
+        stop.set()
+        lsock.close()
+
+
 def test_load_websocket_errors_are_counted():
     """A wrong echoed byte is a body error; a server refusing the upgrade is a status error."""
     for handler, kind in ((ws_echo_handler(flip=True), "body"),
