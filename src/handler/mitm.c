@@ -362,6 +362,13 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         snprintf(t->info->error, sizeof t->info->error, "%s: %s", why, detail);
         fy_warn("mitm: origin %s:%d (%s): %s", t->host, t->port, t->info->name, t->info->error);
     }
+    char b;
+    if (recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        /* the client left while we probed: not a refusal of our certificate (pinning) */
+        fy_info("mitm: client to %s:%d left during the origin handshake", t->host, t->port);
+        tunnel_close(t);
+        return;
+    }
     /* protocol mirroring: h2 to the client only when the origin speaks it (the proxy handler
        itself talks HTTP/1.1 to origins until h2 origins land) */
     if (fy_mint_resume(t->m->mint, t->cssl, t->info->name, t->info->origin_h2 && !why) < 0) {
