@@ -412,7 +412,8 @@ def test_mitm_oneliner(tmp_path, certs, nginx):
     env = dict(os.environ, HOME=str(tmp_path))
     p = subprocess.Popen([FERRY, "mitm", "--listen", f"127.0.0.1:{port}", "--ca-dir",
                           str(tmp_path / "ca"), "--upstream-ca", str(certs["ca"]),
-                          "--workers", "1"], env=env, stdout=subprocess.PIPE,
+                          "--workers", "1", "--har", str(tmp_path / "o.har")], env=env,
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     try:
         wait_port(port)
@@ -424,6 +425,10 @@ def test_mitm_oneliner(tmp_path, certs, nginx):
         out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     assert b"intercepting proxy on http://127.0.0.1:" in out
+    import json
+    entries = json.loads((tmp_path / "o.har").read_text())["log"]["entries"]
+    assert [e["request"]["url"] for e in entries] == [
+        f"https://localhost:{nginx.tls_port}/index.html"]
 
 
 def test_mitm_bad_flags(tmp_path):
