@@ -624,3 +624,14 @@ def test_mitm_request_to_itself_is_508(server, certs):
     r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",
              f"http://localhost:{srv.port}/anything")
     assert r.stdout == b"508"
+
+
+def test_mitm_connect_to_itself_does_not_loop(server, certs):
+    srv = mitm(server, certs)
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca), "-w", "\n%{http_code}",
+             f"https://127.0.0.1:{srv.port}/")
+    body, _, code = r.stdout.decode().rpartition("\n")
+    assert code == "502" and "addressed to this proxy itself" in body
+    r = curl("-p", "-x", srv.proxy, f"http://127.0.0.1:{srv.port}/")  # plain: relay refused
+    assert r.returncode != 0
+    assert "Too many open files" not in srv.log()
