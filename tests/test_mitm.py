@@ -412,7 +412,8 @@ def test_mitm_oneliner(tmp_path, certs, nginx):
     env = dict(os.environ, HOME=str(tmp_path))
     p = subprocess.Popen([FERRY, "mitm", "--listen", f"127.0.0.1:{port}", "--ca-dir",
                           str(tmp_path / "ca"), "--upstream-ca", str(certs["ca"]),
-                          "--workers", "1"], env=env, stdout=subprocess.PIPE,
+                          "--workers", "1", "--har", str(tmp_path / "o.har")], env=env,
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     try:
         wait_port(port)
@@ -424,6 +425,10 @@ def test_mitm_oneliner(tmp_path, certs, nginx):
         out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     assert b"intercepting proxy on http://127.0.0.1:" in out
+    import json
+    entries = json.loads((tmp_path / "o.har").read_text())["log"]["entries"]
+    assert [e["request"]["url"] for e in entries] == [
+        f"https://localhost:{nginx.tls_port}/index.html"]
 
 
 def test_mitm_bad_flags(tmp_path):
@@ -619,3 +624,14 @@ def test_mitm_request_to_itself_is_508(server, certs):
     r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",
              f"http://localhost:{srv.port}/anything")
     assert r.stdout == b"508"
+
+
+def test_mitm_connect_to_itself_does_not_loop(server, certs):
+    srv = mitm(server, certs)
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca), "-w", "\n%{http_code}",
+             f"https://127.0.0.1:{srv.port}/")
+    body, _, code = r.stdout.decode().rpartition("\n")
+    assert code == "502" and "addressed to this proxy itself" in body
+    r = curl("-p", "-x", srv.proxy, f"http://127.0.0.1:{srv.port}/")  # plain: relay refused
+    assert r.returncode != 0
+    assert "Too many open files" not in srv.log()

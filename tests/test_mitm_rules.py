@@ -108,6 +108,31 @@ RULES = """\
 """
 
 
+@pytest.fixture(scope="module")
+def echo_tls(certs):  # noqa: F811
+    import ssl
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(certs["cert"]), str(certs["key"]))
+    ctx.set_alpn_protocols(["h2", "http/1.1"])  # the probe sees h2: the client gets h2 too
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("http", ["--http1.1", "--http2"])
+def test_mitm_rule_request_body_replace_in_tunnel(rsrv, echo_tls, http):
+    body = "secret " * 2000  # 14 KB: several h2 DATA frames
+    r = curl(http, "-v", "-x", rsrv.proxy, "--cacert", str(rsrv.ca), "--data-binary", body,
+             f"https://localhost:{echo_tls}/post")
+    assert r.returncode == 0, r.stderr.decode()
+    assert ("using HTTP/2" in r.stderr.decode()) == (http == "--http2")
+    j = json.loads(r.stdout)
+    assert j["body"] == body.replace("secret", "public")
+
+
 @pytest.fixture
 def rsrv(server, certs, nginx, echo, tmp_path):  # noqa: F811
     nginx_with_gzip(nginx)

@@ -27,8 +27,8 @@ http {{
     uwsgi_temp_path {d}/tu; scgi_temp_path {d}/ts;
     server {{ listen 10.77.{n}.2:80; root {d}/www;
               location /hdr {{ return 200 "host=$host\\n"; }} }}
-    server {{ listen 10.77.{n}.2:443 ssl; ssl_certificate {d}/leaf.pem;
-              ssl_certificate_key {d}/leaf.key; root {d}/www; }}
+    server {{ listen 10.77.{n}.2:443 ssl; listen 127.0.0.1:443 ssl;
+              ssl_certificate {d}/leaf.pem; ssl_certificate_key {d}/leaf.key; root {d}/www; }}
 }}
 """
 
@@ -106,7 +106,7 @@ def make_certs(d, n):
       "keyUsage=critical,keyCertSign,cRLSign")
     o("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
       "leaf.key", "-out", "leaf.csr", "-subj", "/CN=origin.test")
-    (d / "leaf.ext").write_text(f"subjectAltName=DNS:origin.test,IP:10.77.{n}.2\n"
+    (d / "leaf.ext").write_text(f"subjectAltName=DNS:origin.test,DNS:localhost,IP:10.77.{n}.2\n"
                                 "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
     o("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
       "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")
@@ -165,6 +165,15 @@ def test_mitm_transparent_redirect(net, tmp_path):
     r = net.run(net.c, "curl", "-sS", "--max-time", "10", "-H", "Host: any.test",
                 f"http://{ip}/hdr")
     assert r.stdout == b"host=any.test\n"
+    # pointed at directly (8443 is not redirected): the SNI names the origin (port 443)...
+    r = net.run(net.c, "curl", "-sS", "--max-time", "10", "--cacert", str(net.ca),
+                "--resolve", f"localhost:8443:{ip}", "https://localhost:8443/index.html")
+    assert r.returncode == 0, r.stderr.decode() + net.ferry_log.read_text()
+    assert r.stdout == b"hello from the original destination\n"
+    # ...and for plain HTTP the Host does (port 80)
+    r = net.run(net.c, "curl", "-sS", "--max-time", "10", "-H", f"Host: {ip}",
+                f"http://{ip}:8443/hdr")
+    assert r.stdout == f"host={ip}\n".encode(), r.stderr.decode()
     finish(net)
 
 

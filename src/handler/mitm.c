@@ -115,6 +115,8 @@ typedef struct tunnel {
     bool transparent; /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
 } tunnel_t;
 
+static bool loops(const mitm_t *m, const struct sockaddr *sa);
+
 /* ---- pinning ---- */
 
 static bool pinned(mitm_t *m, const char *host, uint64_t now)
@@ -218,6 +220,11 @@ static int connect_origin(tunnel_t *t, const char **err)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
     if (getaddrinfo(t->host, port, &hints, &res) != 0 || !res) {
         *err = "cannot resolve the host name";
+        return -1;
+    }
+    if (loops(t->m, res->ai_addr)) {
+        freeaddrinfo(res);
+        *err = "the tunnel is addressed to this proxy itself";
         return -1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -361,6 +368,13 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
     if (why) {
         snprintf(t->info->error, sizeof t->info->error, "%s: %s", why, detail);
         fy_warn("mitm: origin %s:%d (%s): %s", t->host, t->port, t->info->name, t->info->error);
+    }
+    char b;
+    if (recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        /* the client left while we probed: not a refusal of our certificate (pinning) */
+        fy_info("mitm: client to %s:%d left during the origin handshake", t->host, t->port);
+        tunnel_close(t);
+        return;
     }
     /* protocol mirroring: h2 to the client only when the origin speaks it (the proxy handler
        itself talks HTTP/1.1 to origins until h2 origins land) */
@@ -866,12 +880,12 @@ int fy_mitm_transparent_accept(fy_handler_t *h, fy_http_ctx_t *ctx, int fd,
     }
     tunnel_t *t = tunnel_new(m, ctx, fd, sa, salen);
     t->transparent = true;
-    struct sockaddr_storage dst, self;
-    socklen_t dl = sizeof dst, sl = sizeof self;
+    struct sockaddr_storage dst;
+    socklen_t dl = sizeof dst;
     int r = sa->sa_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &dl)
                                       : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl);
-    bool redirected = r == 0 && getsockname(fd, (struct sockaddr *)&self, &sl) == 0 &&
-                      (dl != sl || memcmp(&dst, &self, dl) != 0);
+    /* not redirected: the original destination is this listener itself */
+    bool redirected = r == 0 && !loops(m, (struct sockaddr *)&dst);
     if (m->fwd_port) {
         snprintf(t->host, sizeof t->host, "%s", m->fwd_host);
         t->port = m->fwd_port;

@@ -134,7 +134,7 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const 
     x->conf.connect_timeout_ms = d->connect_timeout_ms;
     x->conf.first_byte_timeout_ms = 60000;
     x->conf.idle_timeout_ms = 60000;
-    x->conf.keepalive = 64;
+    x->conf.keepalive = 512; /* as upstreams default: no TLS reconnects under load */
     x->conf.keepalive_timeout_ms = 60000;
     x->conf.retries = 1;
     x->conf.max_fails = 1000000; /* one server: never ejected, errors go to the client */
