@@ -155,6 +155,7 @@ class H2Origin:
         self.requests = []
         self.refused = 0
         self.sent = 0  # response body bytes handed to the socket
+        self.held = 0  # /hold?n=N streams waiting until N are held (over all connections)
         self.ls = socket.socket()
         self.ls.bind(("127.0.0.1", 0))
         self.ls.listen(64)
@@ -229,6 +230,7 @@ class Conn:
             h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 1 if origin.connect_protocol else 0,
         })
         self.streams = {}  # sid -> dict(headers, body, trailers)
+        self.held = []  # (sid, n, since) of /hold streams on this connection
         self.out = {}  # sid -> [bytes pending, end, trailers]
         with origin.lock:
             self.first = origin.nconns == 1  # goaway_first: the first connection only
@@ -274,6 +276,7 @@ class Conn:
         self.c.initiate_connection()
         self.flush()
         while not self.o.done.is_set() and not self.closed:
+            self.release_held()
             try:
                 data = self.s.recv(1 << 16)
             except (socket.timeout, ssl.SSLWantReadError):
@@ -285,6 +288,22 @@ class Conn:
                 if self.closed:
                     return
             self.pump()
+
+    def release_held(self):
+        """Answer this connection's /hold streams once enough are held everywhere (or after
+        5 s, so that a test fails on its assertion rather than hanging)."""
+        if not self.held:
+            return
+        with self.o.lock:
+            total = self.o.held
+        sid, n, since = self.held[0]
+        if total < n and time.time() - since < 5:
+            return
+        for sid, _, _ in self.held:
+            body = b"held"
+            self.c.send_headers(sid, [(":status", "200"), ("content-length", str(len(body)))])
+            self.send_body(sid, body)
+        self.held = []
 
     def event(self, ev):
         o = self.o
@@ -335,6 +354,10 @@ class Conn:
                 n = int(path.split("=")[1])
                 self.c.send_headers(sid, [(":status", "200"), ("content-length", str(n))])
                 self.send_body(sid, HUGE_PATTERN * (n // len(HUGE_PATTERN)))
+            elif path.startswith("/hold"):
+                with o.lock:
+                    o.held += 1
+                self.held.append((sid, int(path.split("=")[1]), time.time()))
             elif path.startswith("/early"):
                 body = b"too large, said early"
                 self.c.send_headers(sid, [(":status", "413"), ("content-length", str(len(body)))])
@@ -757,23 +780,12 @@ def test_origin_stream_limit_opens_a_second_connection(server, nginx2):
 
 def test_python_origin_stream_limit_two(server, h2origins):
     """An origin announcing MAX_CONCURRENT_STREAMS 2 gets at most 2 streams per connection:
-    10 concurrent POSTs -> at least 5 connections, all echoed."""
+    10 requests that the origin holds until all 10 are there need 5 connections."""
     o = h2origins(max_streams=2)
     srv = start(server, [o.url])
-    data = os.urandom(20000)
-    out = []
-
-    def one():
-        out.append(h2_post(srv.port, False, "/echo", data))
-
-    ts = [threading.Thread(target=one) for _ in range(10)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
-    assert len(out) == 10 and all(st == 200 and b == data for st, b, _ in out), \
-        [(st, len(b), rs) for st, b, rs in out]
-    assert o.nconns >= 5
+    res = h2_get_many(srv.port, False, ["/hold?n=10"] * 10)
+    assert res == [(200, b"held")] * 10, res
+    assert o.nconns == 5
 
 
 def test_idle_origin_connection_is_reused_then_timed_out(server, h2origins):
