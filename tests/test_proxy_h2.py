@@ -354,6 +354,8 @@ class Conn:
                 n = int(path.split("=")[1])
                 self.c.send_headers(sid, [(":status", "200"), ("content-length", str(n))])
                 self.send_body(sid, HUGE_PATTERN * (n // len(HUGE_PATTERN)))
+            elif path.startswith("/zreset"):
+                self.c.reset_stream(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
             elif path.startswith("/hold"):
                 with o.lock:
                     o.held += 1
@@ -788,6 +790,30 @@ def test_python_origin_stream_limit_two(server, h2origins):
     assert o.nconns == 5
 
 
+def test_our_stream_cap_per_origin_connection(server, h2origins):
+    """The origin allows 1000 streams; Ferry puts at most 256 on one connection: 300 held
+    requests (two client connections of 150) need exactly 2 origin connections."""
+    o = h2origins(max_streams=1000)
+    srv = start(server, [o.url])
+    out = []
+    ts = [threading.Thread(target=lambda: out.append(
+        h2_get_many(srv.port, False, ["/hold?n=300"] * 150, timeout=30))) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert len(out) == 2 and all(r == [(200, b"held")] * 150 for r in out)
+    assert o.nconns == 2
+
+
+def test_keepalive_zero_keeps_no_idle_h2_connection(server, h2origins):
+    o = h2origins()
+    srv = start(server, [o.url], upstream={"keepalive": 0})
+    for _ in range(3):
+        assert curl(srv, "h1", "/info").status == 200
+    assert o.nconns == 3
+
+
 def test_idle_origin_connection_is_reused_then_timed_out(server, h2origins):
     """Sequential requests reuse the idle session; after keepalive-timeout it is closed
     (the origin sees its connection end) and the next request opens a new one."""
@@ -831,6 +857,17 @@ def test_origin_dies_mid_response_client_sees_truncation(server, h2origins, clie
     assert len(r.body) < 200000
     assert "mid" in srv.log() or "reset" in srv.log() or "GOAWAY" in srv.log() or \
         "closed" in srv.log()
+
+
+@pytest.mark.parametrize("client", ["h1", "h2c"])
+def test_reset_before_the_head_is_502(server, h2origins, client):
+    """RST_STREAM(INTERNAL_ERROR) before any response byte: retried (GET), then 502."""
+    o = h2origins()
+    srv = start(server, [o.url])
+    r = curl(srv, client, "/zreset")
+    assert r.status == 502, r
+    assert len([q for q in o.requests if dict(q)[":path"] == "/zreset"]) == 2  # retries: 1
+    assert "origin reset the stream" in srv.log()
 
 
 @pytest.mark.parametrize("client", ["h1", "h2c"])
