@@ -155,6 +155,7 @@ class H2Origin:
         self.requests = []
         self.refused = 0
         self.sent = 0  # response body bytes handed to the socket
+        self.held = 0  # /hold?n=N streams waiting until N are held (over all connections)
         self.ls = socket.socket()
         self.ls.bind(("127.0.0.1", 0))
         self.ls.listen(64)
@@ -229,6 +230,7 @@ class Conn:
             h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL: 1 if origin.connect_protocol else 0,
         })
         self.streams = {}  # sid -> dict(headers, body, trailers)
+        self.held = []  # (sid, n, since) of /hold streams on this connection
         self.out = {}  # sid -> [bytes pending, end, trailers]
         with origin.lock:
             self.first = origin.nconns == 1  # goaway_first: the first connection only
@@ -274,6 +276,7 @@ class Conn:
         self.c.initiate_connection()
         self.flush()
         while not self.o.done.is_set() and not self.closed:
+            self.release_held()
             try:
                 data = self.s.recv(1 << 16)
             except (socket.timeout, ssl.SSLWantReadError):
@@ -285,6 +288,22 @@ class Conn:
                 if self.closed:
                     return
             self.pump()
+
+    def release_held(self):
+        """Answer this connection's /hold streams once enough are held everywhere (or after
+        5 s, so that a test fails on its assertion rather than hanging)."""
+        if not self.held:
+            return
+        with self.o.lock:
+            total = self.o.held
+        sid, n, since = self.held[0]
+        if total < n and time.time() - since < 5:
+            return
+        for sid, _, _ in self.held:
+            body = b"held"
+            self.c.send_headers(sid, [(":status", "200"), ("content-length", str(len(body)))])
+            self.send_body(sid, body)
+        self.held = []
 
     def event(self, ev):
         o = self.o
@@ -335,6 +354,12 @@ class Conn:
                 n = int(path.split("=")[1])
                 self.c.send_headers(sid, [(":status", "200"), ("content-length", str(n))])
                 self.send_body(sid, HUGE_PATTERN * (n // len(HUGE_PATTERN)))
+            elif path.startswith("/zreset"):
+                self.c.reset_stream(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            elif path.startswith("/hold"):
+                with o.lock:
+                    o.held += 1
+                self.held.append((sid, int(path.split("=")[1]), time.time()))
             elif path.startswith("/early"):
                 body = b"too large, said early"
                 self.c.send_headers(sid, [(":status", "413"), ("content-length", str(len(body)))])
@@ -757,23 +782,36 @@ def test_origin_stream_limit_opens_a_second_connection(server, nginx2):
 
 def test_python_origin_stream_limit_two(server, h2origins):
     """An origin announcing MAX_CONCURRENT_STREAMS 2 gets at most 2 streams per connection:
-    10 concurrent POSTs -> at least 5 connections, all echoed."""
+    10 requests that the origin holds until all 10 are there need 5 connections."""
     o = h2origins(max_streams=2)
     srv = start(server, [o.url])
-    data = os.urandom(20000)
+    res = h2_get_many(srv.port, False, ["/hold?n=10"] * 10)
+    assert res == [(200, b"held")] * 10, res
+    assert o.nconns == 5
+
+
+def test_our_stream_cap_per_origin_connection(server, h2origins):
+    """The origin allows 1000 streams; Ferry puts at most 256 on one connection: 300 held
+    requests (two client connections of 150) need exactly 2 origin connections."""
+    o = h2origins(max_streams=1000)
+    srv = start(server, [o.url])
     out = []
-
-    def one():
-        out.append(h2_post(srv.port, False, "/echo", data))
-
-    ts = [threading.Thread(target=one) for _ in range(10)]
+    ts = [threading.Thread(target=lambda: out.append(
+        h2_get_many(srv.port, False, ["/hold?n=300"] * 150, timeout=30))) for _ in range(2)]
     for t in ts:
         t.start()
     for t in ts:
-        t.join(30)
-    assert len(out) == 10 and all(st == 200 and b == data for st, b, _ in out), \
-        [(st, len(b), rs) for st, b, rs in out]
-    assert o.nconns >= 5
+        t.join(60)
+    assert len(out) == 2 and all(r == [(200, b"held")] * 150 for r in out)
+    assert o.nconns == 2
+
+
+def test_keepalive_zero_keeps_no_idle_h2_connection(server, h2origins):
+    o = h2origins()
+    srv = start(server, [o.url], upstream={"keepalive": 0})
+    for _ in range(3):
+        assert curl(srv, "h1", "/info").status == 200
+    assert o.nconns == 3
 
 
 def test_idle_origin_connection_is_reused_then_timed_out(server, h2origins):
@@ -819,6 +857,17 @@ def test_origin_dies_mid_response_client_sees_truncation(server, h2origins, clie
     assert len(r.body) < 200000
     assert "mid" in srv.log() or "reset" in srv.log() or "GOAWAY" in srv.log() or \
         "closed" in srv.log()
+
+
+@pytest.mark.parametrize("client", ["h1", "h2c"])
+def test_reset_before_the_head_is_502(server, h2origins, client):
+    """RST_STREAM(INTERNAL_ERROR) before any response byte: retried (GET), then 502."""
+    o = h2origins()
+    srv = start(server, [o.url])
+    r = curl(srv, client, "/zreset")
+    assert r.status == 502, r
+    assert len([q for q in o.requests if dict(q)[":path"] == "/zreset"]) == 2  # retries: 1
+    assert "origin reset the stream" in srv.log()
 
 
 @pytest.mark.parametrize("client", ["h1", "h2c"])

@@ -90,9 +90,11 @@ typedef struct proxy_req {
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
- * this many times more than `retries` (an origin rotating connections, like nginx after
- * keepalive_requests, refuses whole batches). */
-#define FY_PROXY_REFUSED_EXTRA 2
+ * this many times more than `retries`: an origin rotating connections (nginx after
+ * keepalive_requests) refuses whole batches, and under load one request can be caught by
+ * several GOAWAYs in a row (3 was not enough with 40 requests in flight and 20 per
+ * connection). Bounded, so an origin that refuses everything still gets a 502. */
+#define FY_PROXY_REFUSED_EXTRA 8
 
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);

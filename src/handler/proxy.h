@@ -1,5 +1,7 @@
 /* Reverse proxy handler: glue between an exchange (from any client codec: h1, h1+TLS, h2c, h2)
- * and an HTTP/1.1 origin (plain or TLS) from an upstream's pool. Bodies stream both ways with
+ * and an origin from an upstream: HTTP/1.1 (plain or TLS) from its pool of idle connections,
+ * or HTTP/2 (h2c prior knowledge or TLS with ALPN h2) as one stream on a shared session
+ * (upstream/upstream_h2.c, h2/h2_client.c). Bodies stream both ways with
  * backpressure (the origin is read only as fast as the client takes the response, and the
  * client's body is pulled only as fast as the origin takes it); hop-by-hop headers are
  * removed; X-Forwarded-* added; connect errors are retried on another server for idempotent

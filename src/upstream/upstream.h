@@ -1,6 +1,7 @@
 /* Upstreams at run time: server choice (weighted round robin, random, least requests),
  * passive health (consecutive failures eject a server for a while), and per-worker pools of
- * idle keep-alive connections to each server, with non-blocking connect and TLS to origins.
+ * idle keep-alive connections to each server, with non-blocking connect and TLS to origins;
+ * HTTP/2 servers get multiplexed sessions instead (below).
  * All state is per worker: no locks on the request path. */
 #ifndef FY_UPSTREAM_UPSTREAM_H
 #define FY_UPSTREAM_UPSTREAM_H

@@ -15,8 +15,10 @@
 
 enum { S_CONNECTING = 1, S_SETTINGS, S_READY, S_DRAINING, S_CLOSED };
 
-/* Streams we let wait on a session that is still connecting (its limit is unknown yet). */
-#define H2_GUESS_STREAMS 100u
+/* Streams we let wait on a session that is still connecting (its limit is unknown yet): our
+ * own cap, so that a burst opens no more connections than needed when the origin allows as
+ * many; when it allows fewer, the surplus moves on once its SETTINGS arrive. */
+#define H2_GUESS_STREAMS FY_H2C_MAX_STREAMS
 #define H2_WBUF_SOFT (64u * 1024u)
 
 struct fy_origin_h2 {
