@@ -399,6 +399,7 @@ static void *worker_main(void *arg)
     w->alog = NULL;
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
+    fy_h3_thread_cleanup();
     fy_router_thread_cleanup();
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
         if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);

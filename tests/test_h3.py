@@ -172,21 +172,30 @@ def test_h3_stream_limit_waits_for_credit(server, tmp_path):
     assert sha(dl / "s.bin") == sha(srv.docroot / "s.bin")
 
 
+REFUSED = re.compile(r"CONNECTION_CLOSE\(0x1c\) error_code=CONNECTION_REFUSED")
+
+
 def test_h3_max_connections_refused(server, tmp_path):
-    """quic.max-connections: 1 on one worker: a second client gets CONNECTION_REFUSED."""
+    """quic.max-connections: 1 on one worker: while one client holds its connection, a second
+    client gets CONNECTION_REFUSED."""
     srv = server(h3_config(quic="quic: {{max-connections: 1}}", workers=1))
     (srv.docroot / "i.txt").write_text("i\n")
-    holder = subprocess.Popen([GTLS, "-q", "--timeout=30s", "127.0.0.1", str(srv.port),
-                               f"https://127.0.0.1:{srv.port}/i.txt"],
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    holder = subprocess.Popen([GTLS, "-q", "--timeout=30s", f"--download={hold}", "127.0.0.1",
+                               str(srv.port), f"https://127.0.0.1:{srv.port}/i.txt"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):  # bounded: until the holder's connection is up
-            rc, out, dl = gtls(srv.port, ["/i.txt"], tmp_path, "--timeout=5s")
-            if "CONNECTION_CLOSE" in out:
+        for _ in range(200):  # bounded: until the holder has its response (connection is up)
+            if (hold / "i.txt").exists() and (hold / "i.txt").read_text() == "i\n":
                 break
-        assert re.search(r"CONNECTION_CLOSE\(0x1c\) error_code=CONNECTION_REFUSED", out), out[-3000:]
+            threading.Event().wait(0.05)
+        assert (hold / "i.txt").exists(), "the holder did not connect"
+        rc, out, dl = gtls(srv.port, ["/i.txt"], tmp_path, "--timeout=5s")
+        assert REFUSED.search(out), out[-3000:]
         assert statuses(out) == []
         assert "quic.max-connections (1) reached" in srv.log()
+        assert holder.poll() is None  # the first connection is untouched
     finally:
         holder.kill()
         holder.wait()
