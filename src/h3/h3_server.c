@@ -19,6 +19,7 @@
 
 #define CTRL_FRAME_MAX 4096 /* SETTINGS/GOAWAY/... payloads we buffer on the control stream */
 #define FILE_PIECE 65536    /* DATA frame size when sending files */
+#define ENC_TABLE_MAX 4096  /* our QPACK encoder's dynamic table, at most */
 
 typedef struct h3_conn h3_conn_t;
 
@@ -809,11 +810,15 @@ static void unblock_streams(h3_conn_t *c)
 static uint64_t on_setting(void *ud, uint64_t id, uint64_t v)
 {
     h3_conn_t *c = ud;
-    (void)c;
     if (id == FY_H3_SETTINGS_ENABLE_CONNECT_PROTOCOL && v > 1) return FY_H3_SETTINGS_ERROR;
     if (id == FY_H3_SETTINGS_H3_DATAGRAM && v > 1) return FY_H3_SETTINGS_ERROR;
-    /* QPACK_MAX_TABLE_CAPACITY / BLOCKED_STREAMS: our encoder uses no dynamic table, which
-       every peer must accept; MAX_FIELD_SECTION_SIZE is advisory */
+    /* our encoder's dynamic table: what the client's decoder allows, at most ENC_TABLE_MAX
+       (MAX_FIELD_SECTION_SIZE is advisory) */
+    if (id == FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY)
+        nghttp3_qpack_encoder_set_max_dtable_capacity(c->enc,
+                                                      v < ENC_TABLE_MAX ? v : ENC_TABLE_MAX);
+    if (id == FY_H3_SETTINGS_QPACK_BLOCKED_STREAMS)
+        nghttp3_qpack_encoder_set_max_blocked_streams(c->enc, v < 100 ? v : 100);
     return 0;
 }
 
@@ -982,7 +987,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     fy_list_init(&c->streams);
     fy_list_init(&c->blocked);
     const nghttp3_mem *mem = nghttp3_mem_default();
-    if (nghttp3_qpack_encoder_new(&c->enc, 0, mem) != 0 ||
+    if (nghttp3_qpack_encoder_new(&c->enc, ENC_TABLE_MAX, mem) != 0 ||
         nghttp3_qpack_decoder_new(&c->dec, (size_t)conf->qpack_table_capacity,
                                   (size_t)conf->qpack_blocked_streams, mem) != 0) {
         if (c->enc) nghttp3_qpack_encoder_del(c->enc);
