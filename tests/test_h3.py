@@ -521,3 +521,36 @@ def test_h3_handshake_timeout(server, tmp_path):
     finally:
         shim.close()
     assert re.search(r"quic: ERR_HANDSHAKE_TIMEOUT", srv.log()), srv.log()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (optional peer)")
+def test_h3_headless_chromium(server, tmp_path):
+    """Headless Chromium with QUIC forced to ferry's origin (its certificate pinned by SPKI):
+    the page comes back and ferry's access log shows it was served over HTTP/3."""
+    srv = server(h3_config(extra="log: {{access: {tmp}/access.log}}"))
+    (srv.docroot / "c.html").write_text(
+        '<html><body><p id="x">hello chromium over h3</p></body></html>\n')
+    crt = srv.data / "selfsigned.crt"
+    pub = subprocess.run(["openssl", "x509", "-in", str(crt), "-pubkey", "-noout"],
+                         capture_output=True, check=True, timeout=30).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub,
+                         capture_output=True, check=True, timeout=30).stdout
+    import base64
+    spki = base64.b64encode(hashlib.sha256(der).digest()).decode()
+    origin = f"127.0.0.1:{srv.port}"
+    p = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                        f"--user-data-dir={tmp_path / 'chromium'}", "--enable-quic",
+                        f"--origin-to-force-quic-on={origin}",
+                        f"--ignore-certificate-errors-spki-list={spki}", "--dump-dom",
+                        f"https://{origin}/c.html"],
+                       capture_output=True, text=True, timeout=120)
+    assert "hello chromium over h3" in p.stdout, p.stderr[-3000:]
+    log = srv.tmp / "access.log"
+    for _ in range(100):  # bounded: the access log is flushed once a second
+        if log.exists() and "GET /c.html HTTP/3.0\" 200" in log.read_text():
+            break
+        threading.Event().wait(0.05)
+    assert "GET /c.html HTTP/3.0\" 200" in log.read_text()
