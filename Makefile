@@ -11,13 +11,14 @@ BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
-             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools
-BENCH_PKGS = wrk nginx-light valgrind strace caddy mitmproxy
+             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium nodejs npm
+BENCH_PKGS = wrk nginx-light valgrind strace caddy mitmproxy haproxy lighttpd h2o \
+             libnginx-mod-stream nghttp2-client
 PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test deps bench-deps unit integration asan fuzz bench clean format check-style doc
+.PHONY: all build run test deps bench-deps unit integration asan fuzz bench bench-quick bench-cost clean format check-style doc
 
 all: build
 
@@ -68,8 +69,17 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	./tools/fuzz.sh $(FUZZ_SECONDS)
 
+# the full matrix of bench/run (docs/BENCHMARKS.md), then the ferry-load cross-check
 bench: bench-deps build
-	/usr/bin/python3 bench/run.py
+	bench/run all
+	bench/run xcheck
+
+bench-quick: bench-deps build
+	bench/run --quick static
+
+# the older row harness with per-request instruction and syscall counts
+bench-cost: bench-deps build
+	/usr/bin/python3 bench/run.py --cost
 
 check-style:
 	./tools/check-style.sh

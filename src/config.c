@@ -247,27 +247,61 @@ static const fy_conf_directive_t route_table[] = {
 
 /* ---- top level ---- */
 
-static char *default_data_dir(fy_conf_arena_t *a)
+void fy_config_default_data_dir(char *buf, size_t len)
 {
-    char buf[4096];
     const char *xdg = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     if (xdg && xdg[0] == '/') { /* the XDG spec ignores relative values */
-        snprintf(buf, sizeof buf, "%s/ferry", xdg);
+        snprintf(buf, len, "%s/ferry", xdg);
     } else {
         if (!home || !*home) {
             struct passwd *pw = getpwuid(getuid());
             home = pw && pw->pw_dir ? pw->pw_dir : "/tmp";
         }
-        snprintf(buf, sizeof buf, "%s/.local/share/ferry", home);
+        snprintf(buf, len, "%s/.local/share/ferry", home);
     }
+}
+
+static char *default_data_dir(fy_conf_arena_t *a)
+{
+    char buf[4096];
+    fy_config_default_data_dir(buf, sizeof buf);
     return fy_conf_strdup(a, buf);
+}
+
+/* l4 targets naming an upstream group: resolve to its index */
+static int resolve_l4_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, const fy_config_t *cfg,
+                             fy_l4_target_t *t, size_t i)
+{
+    if (!t->upstream) return 0;
+    const fy_upstream_conf_t *ups = cfg->upstreams.v;
+    for (size_t j = 0; j < cfg->upstreams.n; j++)
+        if (ups[j].name && strcmp(ups[j].name, t->upstream) == 0) {
+            t->upstream_index = (int)j;
+            return 0;
+        }
+    fy_conf_error(ctx, map, "l4", "item %zu: no upstream named '%s'", i, t->upstream);
+    return -1;
+}
+
+static int resolve_l4(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t *cfg)
+{
+    int rc = 0;
+    fy_l4_conf_t *l = cfg->l4.v;
+    for (size_t i = 0; i < cfg->l4.n; i++) {
+        if (resolve_l4_target(ctx, map, cfg, &l[i].to, i) < 0) rc = -1;
+        fy_l4_sni_conf_t *s = l[i].sni.v;
+        for (size_t k = 0; k < l[i].sni.n; k++)
+            if (resolve_l4_target(ctx, map, cfg, &s[k].to, i) < 0) rc = -1;
+    }
+    return rc;
 }
 
 static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
     fy_config_t *cfg = obj;
     if (!cfg->data_dir) cfg->data_dir = default_data_dir(fy_conf_ctx_arena(ctx));
+    if (!cfg->intercept.ca_dir) cfg->intercept.ca_dir = cfg->data_dir;
     int rc = 0;
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++)
@@ -276,6 +310,16 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
                 fy_conf_error(ctx, map, "upstreams", "two upstreams are named '%s'", ups[i].name);
                 rc = -1;
             }
+    /* `listeners` is required unless the file only relays at layer 4 */
+    if (cfg->listeners.n == 0 && cfg->l4.n == 0) {
+        const fy_conf_node_t *at = map;
+        for (size_t i = 0; i < map->n; i++)
+            if (!strcmp(map->keys[i]->str, "listeners") && map->items[i]->kind == FY_CONF_SEQ)
+                at = map->items[i];
+        fy_conf_error(ctx, at, "listeners", at == map ? "is required" : "needs at least one item");
+        rc = -1;
+    }
+    if (resolve_l4(ctx, map, cfg) < 0) rc = -1;
     fy_route_conf_t *routes = cfg->routes.v;
     for (size_t i = 0; i < cfg->routes.n; i++) {
         if (!routes[i].proxy) continue;
@@ -305,10 +349,9 @@ const fy_conf_directive_t fy_config_table[] = {
     {.key = "listeners",
      .type = FY_CT_TABLE_LIST,
      .offset = C(listeners),
-     .required = true,
      .sub = fy_listener_conf_table,
      .sub_size = sizeof(fy_listener_conf_t),
-     .doc = "Addresses to accept connections on; at least one."},
+     .doc = "HTTP addresses to accept connections on; at least one unless `l4` has one."},
     {.key = "routes",
      .type = FY_CT_TABLE_LIST,
      .offset = C(routes),
@@ -321,6 +364,13 @@ const fy_conf_directive_t fy_config_table[] = {
      .sub = fy_upstream_conf_table,
      .sub_size = sizeof(fy_upstream_conf_t),
      .doc = "Origin server groups that `proxy` routes send requests to."},
+    {.key = "l4",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(l4),
+     .sub = fy_l4_conf_table,
+     .sub_size = sizeof(fy_l4_conf_t),
+     .doc = "Layer-4 relays: TCP, UDP, TLS passthrough by SNI, TLS termination, QUIC "
+            "passthrough by SNI."},
     {.key = "limits",
      .type = FY_CT_TABLE,
      .offset = C(limits),
@@ -341,6 +391,11 @@ const fy_conf_directive_t fy_config_table[] = {
      .offset = C(log),
      .sub = fy_log_conf_table,
      .doc = "Error and access logs."},
+    {.key = "intercept",
+     .type = FY_CT_TABLE,
+     .offset = C(intercept),
+     .sub = fy_intercept_conf_table,
+     .doc = "The intercepting proxy: CA, origin verification, access, passthrough."},
     {.key = "data-dir",
      .type = FY_CT_STRING,
      .offset = C(data_dir),

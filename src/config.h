@@ -9,10 +9,12 @@
 
 #include "conf/conf.h"
 #include "h2/h2_conf.h"
+#include "handler/mitm_conf.h"
 #include "handler/proxy_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
 #include "http/http_conf.h"
+#include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
 #include "quic/quic_conf.h"
@@ -42,18 +44,20 @@ typedef struct fy_route_conf {
 } fy_route_conf_t;
 
 typedef struct fy_config {
-    int64_t workers;          /* `workers`: "auto" (= online CPUs) or 1..256 */
-    fy_conf_list_t listeners; /* of fy_listener_conf_t; at least one */
-    fy_conf_list_t routes;    /* of fy_route_conf_t; first match wins */
-    fy_conf_list_t upstreams; /* of fy_upstream_conf_t */
-    fy_http_limits_t limits;  /* `limits` */
-    fy_h2_conf_t http2;       /* `http2` */
-    fy_quic_conf_t quic;      /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
-    fy_log_conf_t log;        /* `log` */
-    char *data_dir;           /* `data-dir`: default $XDG_DATA_HOME/ferry or
-                                 ~/.local/share/ferry (self-signed certs live there) */
-    fy_conf_arena_t *arena;   /* owned: everything above lives in it */
-    const char *source;       /* file name or "<embedded>" */
+    int64_t workers;               /* `workers`: "auto" (= online CPUs) or 1..256 */
+    fy_conf_list_t listeners;      /* of fy_listener_conf_t; at least one unless `l4` has one */
+    fy_conf_list_t routes;         /* of fy_route_conf_t; first match wins */
+    fy_conf_list_t upstreams;      /* of fy_upstream_conf_t */
+    fy_conf_list_t l4;             /* of fy_l4_conf_t: layer-4 relays */
+    fy_http_limits_t limits;       /* `limits` */
+    fy_h2_conf_t http2;            /* `http2` */
+    fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
+    fy_log_conf_t log;             /* `log` */
+    fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
+    char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
+                                      ~/.local/share/ferry (self-signed certs live there) */
+    fy_conf_arena_t *arena;        /* owned: everything above lives in it */
+    const char *source;            /* file name or "<embedded>" */
 } fy_config_t;
 
 /* The top-level directive table (config.c); its nested tables come from the modules. */
@@ -68,6 +72,9 @@ extern const char fy_config_embedded[];
 fy_config_t *fy_config_load_file(const char *path, FILE *errf);
 fy_config_t *fy_config_load_text(const char *name, const char *text, size_t len, FILE *errf);
 void fy_config_free(fy_config_t *cfg);
+
+/* $XDG_DATA_HOME/ferry, else ~/.local/share/ferry (the `data-dir` default). */
+void fy_config_default_data_dir(char *buf, size_t len);
 
 /* Print the effective configuration as YAML (every key, defaults included). */
 void fy_config_dump(const fy_config_t *cfg, FILE *out);

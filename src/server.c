@@ -18,12 +18,15 @@
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
 #include "handler/echo.h"
+#include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
 #include "handler/static.h"
 #include "http/router.h"
+#include "l4/l4.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
+#include "ops/har.h"
 #include "quic/quic.h"
 #include "tls/tls.h"
 
@@ -35,6 +38,7 @@ typedef struct worker_listener {
     bool paused; /* at limits.connections */
     int udp_fd;  /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
     fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
+    int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
 
 struct fy_worker {
@@ -58,9 +62,13 @@ struct fy_server {
     fy_router_t router;
     fy_upstream_t **upstreams; /* per cfg->upstreams entry */
     fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
+    fy_l4_t *l4;               /* layer-4 relays (`l4:`) */
     fy_quic_server_t **quic;   /* per listener, NULL without h3 */
     const char **alt_svc;      /* per listener: Alt-Svc value for TCP responses, or NULL */
     int access_fd;
+    fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;      /* owned by mitm_router */
+    fy_har_t *har;           /* intercept.capture.har, or NULL */
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -111,6 +119,34 @@ static int build_router(fy_server_t *s)
         }
         s->router.n = i + 1;
         if (!r->handler) return -1;
+    }
+    return 0;
+}
+
+/* Listeners of kind intercept share one mitm handler behind a catch-all router. */
+static int build_mitm(fy_server_t *s)
+{
+    const fy_listener_conf_t *lc = s->cfg->listeners.v;
+    bool any = false;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++) any |= lc[i].kind != FY_LISTENER_HTTP;
+    if (!any) return 0;
+    s->mitm = fy_mitm_handler_new(&s->cfg->intercept, s->nworkers);
+    if (!s->mitm) return -1;
+    for (size_t i = 0; i < s->cfg->listeners.n; i++)
+        if (lc[i].kind != FY_LISTENER_HTTP)
+            fy_mitm_add_own_address(s->mitm, (const struct sockaddr *)&lc[i].addr, lc[i].addrlen);
+    s->mitm_router.routes = fy_xcalloc(1, sizeof(fy_route_t));
+    s->mitm_router.routes[0].path = "";
+    s->mitm_router.routes[0].handler = s->mitm;
+    s->mitm_router.n = 1;
+    if (s->cfg->intercept.capture.har) {
+        const char *err = "";
+        s->har = fy_har_open(s->cfg->intercept.capture.har, &err);
+        if (!s->har) {
+            fy_log(FY_LOG_EMERG, "intercept.capture.har: %s: %s", s->cfg->intercept.capture.har,
+                   err);
+            return -1;
+        }
     }
     return 0;
 }
@@ -202,6 +238,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     if (build_router(s) < 0) goto fail;
     s->tls = fy_xcalloc(cfg->listeners.n, sizeof *s->tls);
     const fy_listener_conf_t *lc = cfg->listeners.v;
+    if (build_mitm(s) < 0) goto fail;
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         if (!lc[i].tls) continue;
         const char *const *alpn = alpn_h1;
@@ -215,6 +252,9 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
             goto fail;
         }
     }
+    /* layer 4: its listeners are bound here too */
+    s->l4 = fy_l4_new(&cfg->l4, &cfg->listeners, s->upstreams, s->nworkers, cfg->data_dir);
+    if (!s->l4) goto fail;
     const char *err = NULL;
     if (fy_access_log_open(&cfg->log, &s->access_fd, &err) < 0) {
         fy_log(FY_LOG_EMERG, "access log %s: %s", cfg->log.access, err);
@@ -251,6 +291,13 @@ fail:
 
 /* ---- worker ---- */
 
+/* A connection of a listener with an `sni:` map whose server name is not in the map. */
+static void l4_fallback(void *ud, int fd, const struct sockaddr *sa, socklen_t salen)
+{
+    worker_listener_t *wl = ud;
+    fy_h1_conn_accept(&wl->ctx, fd, sa, salen);
+}
+
 static void on_accept(fy_io_t *io, uint32_t ev)
 {
     worker_listener_t *wl = io->data;
@@ -272,7 +319,15 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
-        fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        if (wl->l4_front >= 0)
+            fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, (struct sockaddr *)&ss, sl,
+                        l4_fallback, wl);
+        else if (wl->conf->kind == FY_LISTENER_SOCKS5)
+            fy_mitm_socks5_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else if (wl->conf->kind == FY_LISTENER_TRANSPARENT)
+            fy_mitm_transparent_accept(wl->w->srv->mitm, &wl->ctx, fd, (struct sockaddr *)&ss, sl);
+        else
+            fy_h1_conn_accept(&wl->ctx, fd, (struct sockaddr *)&ss, sl);
     }
 }
 
@@ -280,7 +335,15 @@ static bool all_closed(struct fy_worker *w)
 {
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++)
         if (w->ls[i].ctx.nconns) return false;
-    return true;
+    return fy_l4_worker_nsessions(w->srv->l4, w->id) == 0;
+}
+
+/* ---- layer 4 (l4/l4.c owns its listeners and sessions) ---- */
+
+static void l4_on_idle(void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->draining && all_closed(w)) fy_loop_stop(&w->loop);
 }
 
 static void on_conn_closed(fy_http_ctx_t *ctx)
@@ -311,6 +374,7 @@ static void on_drain_timeout(fy_timer_t *t)
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
     fy_warn("drain deadline passed: closing %zu connections", n);
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(w->srv->l4, w->id);
     fy_loop_stop(&w->loop);
 }
 
@@ -329,11 +393,20 @@ static void on_wake(fy_loop_t *loop)
         if (wl->quic) fy_h3_endpoint_drain(wl->quic);
         fy_http_ctx_drain(&wl->ctx);
     }
+    fy_l4_worker_drain(w->srv->l4, w->id);
     if (all_closed(w)) {
         fy_loop_stop(loop);
         return;
     }
     fy_timer_start(loop, &w->drain_timer, w->drain_ms);
+}
+
+/* Intercept listeners with a HAR capture: access log and HAR both see each flow. */
+static void intercept_done(fy_exchange_t *ex, void *ud)
+{
+    struct fy_worker *w = ud;
+    if (w->alog) fy_access_log_exchange(ex, w->alog);
+    fy_har_exchange(ex, w->srv->har);
 }
 
 static void *worker_main(void *arg)
@@ -349,7 +422,12 @@ static void *worker_main(void *arg)
         worker_listener_t *wl = &w->ls[i];
         wl->w = w;
         wl->conf = &lc[i];
+        wl->l4_front = fy_l4_front(s->l4, i);
         wl->ctx.router = &s->router;
+        if (lc[i].kind != FY_LISTENER_HTTP) {
+            wl->ctx.router = &s->mitm_router;
+            wl->ctx.forward_proxy = true;
+        }
         wl->ctx.limits = &cfg->limits;
         wl->ctx.loop = &w->loop;
         wl->ctx.worker_id = w->id;
@@ -365,12 +443,17 @@ static void *worker_main(void *arg)
             wl->ctx.on_done = fy_access_log_exchange;
             wl->ctx.on_done_ud = w->alog;
         }
+        if (lc[i].kind != FY_LISTENER_HTTP && s->har) {
+            wl->ctx.on_done = intercept_done;
+            wl->ctx.on_done_ud = w;
+        }
         fy_list_init(&wl->ctx.conns);
         wl->io.cb = on_accept;
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
         h3_worker_start(w, i);
     }
+    fy_l4_worker_start(s->l4, w->id, &w->loop, l4_on_idle, w);
     if (w->id == 0) /* one worker probes; every worker reads the verdicts */
         for (size_t i = 0; i < cfg->upstreams.n; i++)
             fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
@@ -380,6 +463,7 @@ static void *worker_main(void *arg)
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
+    fy_l4_worker_close_all(s->l4, w->id);
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         fy_quic_endpoint_free(w->ls[i].quic);
         w->ls[i].quic = NULL;
@@ -401,6 +485,7 @@ static void *worker_main(void *arg)
     fy_h2_thread_cleanup();
     fy_h3_thread_cleanup();
     fy_router_thread_cleanup();
+    if (s->mitm) fy_mitm_worker_close(s->mitm, w->id);
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
         if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);
         fy_upstream_worker_close(s->upstreams[i], w->id);
@@ -454,7 +539,10 @@ void fy_server_free(fy_server_t *s)
     for (size_t i = 0; s->alt_svc && i < s->cfg->listeners.n; i++) free((char *)s->alt_svc[i]);
     free(s->alt_svc);
     free(s->tls);
+    fy_l4_free(s->l4);
     fy_router_free(&s->router);
+    fy_router_free(&s->mitm_router);
+    fy_har_close(s->har);
     for (size_t i = 0; s->upstreams && i < s->cfg->upstreams.n; i++)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);
@@ -468,7 +556,20 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
     for (size_t i = 0; i < s->cfg->listeners.n; i++) {
         char a[80];
         fy_sock_addr_str((const struct sockaddr *)&lc[i].addr, a, sizeof a);
-        fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
+        if (lc[i].kind == FY_LISTENER_INTERCEPT)
+            fprintf(out, "ferry: intercepting proxy on http://%s/\n", a);
+        else if (lc[i].kind == FY_LISTENER_SOCKS5)
+            fprintf(out, "ferry: intercepting SOCKS5 proxy on socks5h://%s\n", a);
+        else if (lc[i].kind == FY_LISTENER_TRANSPARENT)
+            fprintf(out, "ferry: transparent interception on %s\n", a);
+        else
+            fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
     fflush(out);
+    fy_l4_print(s->l4, out);
+}
+
+fy_handler_t *fy_server_mitm(fy_server_t *s)
+{
+    return s->mitm;
 }

@@ -15,6 +15,9 @@ int fy_server_start(fy_server_t *s);
 /* Graceful stop: stop accepting, finish in-flight responses (at most `drain_ms`), join. */
 void fy_server_stop(fy_server_t *s, uint64_t drain_ms);
 void fy_server_free(fy_server_t *s);
+/* The intercepting proxy's handler (listeners of kind intercept/socks5), or NULL. */
+struct fy_handler;
+struct fy_handler *fy_server_mitm(fy_server_t *s);
 /* Print one line per listener URL ("http://127.0.0.1:8080/") to `out`. */
 void fy_server_print_urls(const fy_server_t *s, FILE *out);
 

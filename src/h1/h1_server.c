@@ -101,10 +101,12 @@ typedef struct h1_conn {
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    bool handed_off;  /* the fd and transport now belong to the h2 codec */
-    bool tunnel;      /* 101 sent: raw bytes both ways until either side ends */
-    bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
-    bool peer_eof;    /* the client half-closed (tunnel) */
+    bool handed_off;   /* the fd and transport now belong to the h2 codec */
+    bool tunnel;       /* 101 sent: raw bytes both ways until either side ends */
+    bool in_spurious;  /* readable while paused: EPOLLIN dropped until reading resumes */
+    bool peer_eof;     /* the client half-closed (tunnel) */
+    void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
+    void (*mitm_tunnel_free)(void *);
     _Alignas(16) char arena_first[2048];
 } h1_conn_t;
 
@@ -120,6 +122,8 @@ static void h1_read_body(fy_exchange_t *ex);
 static void deliver_body(h1_conn_t *c);
 
 static void h1_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs);
+static int h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
+static void reread_cb(fy_defer_t *d);
 
 static const fy_sink_ops_t h1_sink = {
     .name = "h1",
@@ -127,6 +131,7 @@ static const fy_sink_ops_t h1_sink = {
     .send_file = h1_send_file,
     .read_body = h1_read_body,
     .send_informational = h1_send_informational,
+    .detach = h1_detach,
 };
 
 static void set_timer(h1_conn_t *c, int kind)
@@ -258,6 +263,45 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     return 0;
 }
 
+int fy_h1_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *t, const struct sockaddr *sa,
+                     socklen_t salen, void *tunnel, void (*tunnel_free)(void *))
+{
+    /* the listener's context is plain: accept() would start no handshake */
+    int r = fy_h1_conn_accept(ctx, fd, sa, salen);
+    if (r < 0) {
+        if (t) t->ops->destroy(t);
+        if (tunnel_free) tunnel_free(tunnel);
+        return r;
+    }
+    h1_conn_t *c = fy_container_of(ctx->conns.prev, h1_conn_t, node.link);
+    if (t) c->t = t;
+    c->mitm_tunnel = tunnel;
+    c->mitm_tunnel_free = tunnel_free;
+    /* the client may have sent its request with its last handshake flight */
+    c->rdefer.cb = reread_cb;
+    c->rdefer.data = c;
+    fy_defer(c->loop, &c->rdefer);
+    return 0;
+}
+
+/* A CONNECT's connection goes to the handler (handler/mitm.c), as the h2 handoff does. */
+static int h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len)
+{
+    h1_conn_t *c = ex->codec;
+    size_t have = c->rbuf ? c->rlen - c->rstart : 0;
+    if (c->closed || c->t != &c->sock || output_pending(c) || have > cap || c->head_written)
+        return -1;
+    if (have) memcpy(buf, c->rbuf + c->rstart, have);
+    *len = have;
+    *fd = c->sock.fd;
+    ex->res.status = 200;
+    if (c->ctx->on_done) c->ctx->on_done(ex, c->ctx->on_done_ud);
+    c->ex_active = false;
+    c->handed_off = true;
+    conn_close(c);
+    return 0;
+}
+
 static void free_conn(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
@@ -326,6 +370,8 @@ static void conn_close(h1_conn_t *c)
         if (c->t != &c->sock) c->t->ops->destroy(c->t);
         close(c->sock.fd);
     }
+    if (c->mitm_tunnel_free) c->mitm_tunnel_free(c->mitm_tunnel);
+    c->mitm_tunnel_free = NULL;
     rbuf_release(c);
     if (c->wbuf) fy_pool_put(fy_chunk_pool(), c->wbuf);
     c->wbuf = NULL;
@@ -834,7 +880,8 @@ static void begin_exchange(h1_conn_t *c, int headlen)
     q->method = fy_str(r->method.p, r->method.len);
     q->method_id = fy_http_method_id(q->method);
     q->version = r->minor_version ? 11 : 10;
-    q->scheme = c->ctx->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
+    q->scheme = c->ctx->is_tls || c->t->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
+    ex->tunnel = c->mitm_tunnel;
     q->authority = fy_str(r->host.p, r->host.len);
     fy_str_t tg = fy_str(r->target.p, r->target.len);
     q->target = tg;
@@ -847,6 +894,8 @@ static void begin_exchange(h1_conn_t *c, int headlen)
         while (slash < end && *slash != '/' && *slash != '?') slash++;
         q->authority = fy_str(s, (size_t)(slash - s));
         q->target = slash < end ? fy_str(slash, (size_t)(end - slash)) : FY_STR_LIT("/");
+        q->absolute_form = true;
+        if (tg.p[4] == 's' || tg.p[4] == 'S') q->scheme = FY_STR_LIT("https");
     }
     const char *qm = memchr(q->target.p, '?', q->target.len);
     if (qm) {
@@ -989,6 +1038,15 @@ static void process(h1_conn_t *c)
         if (ex->req.content_length > 0 &&
             (uint64_t)ex->req.content_length > c->ctx->limits->max_body) {
             reject(c, 413, "Content-Length over limits.body-size");
+            return;
+        }
+        if (ex->req.method_id == FY_M_CONNECT && c->ctx->forward_proxy && !c->mitm_tunnel) {
+            /* authority-form (RFC 9112 §3.2.3): the handler takes the connection over */
+            ex->req.authority = ex->req.target;
+            ex->req.path = ex->req.query = FY_STR_NULL;
+            c->read_paused = true;
+            if (c->timer_kind != T_SEND) fy_timer_stop(c->loop, &c->timer);
+            fy_exchange_dispatch(ex);
             return;
         }
         if (ex->req.method_id == FY_M_CONNECT) {

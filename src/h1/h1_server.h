@@ -12,4 +12,12 @@
  * not be set up (fd already closed). */
 int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, socklen_t salen);
 
+/* Serve HTTP/1.1 on `fd` over the established transport `t` (ownership of both passes to the
+ * codec; `t` may be a finished TLS server transport, or NULL for the plain socket). Every exchange
+ * of the conn gets ex->tunnel = tunnel; tunnel_free(tunnel) runs when the conn closes (NULL: none).
+ * Used for the decrypted side of an intercepted CONNECT. Returns 0, or -errno (fd, t and tunnel
+ * released). */
+int fy_h1_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *t, const struct sockaddr *sa,
+                     socklen_t salen, void *tunnel, void (*tunnel_free)(void *));
+
 #endif

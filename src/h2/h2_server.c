@@ -12,6 +12,7 @@
  * (automatic window updates are off): a slow handler stalls only its own stream.
  */
 #include "h2/h2_server.h"
+#include "h2/h2_client.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -90,6 +91,8 @@ struct h2_conn {
     fy_defer_t flush_defer;
     fy_defer_t free_defer;
     fy_defer_t reread; /* TLS holds decrypted bytes that epoll cannot signal */
+    void *mitm_tunnel; /* fy_h2_conn_start_tunnel: every exchange's ex->tunnel */
+    void (*mitm_tunnel_free)(void *);
 };
 
 static void conn_close(h2_conn_t *c);
@@ -433,7 +436,8 @@ static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
     ex->remote = (struct sockaddr *)&c->remote;
     ex->start_ms = c->loop->now_ms;
     ex->req.version = 20;
-    ex->req.scheme = c->ctx->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
+    ex->req.scheme = c->ctx->is_tls || c->t->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
+    ex->tunnel = c->mitm_tunnel;
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
     fy_timer_stop(c->loop, &c->timer);
@@ -695,6 +699,7 @@ static void free_conn(fy_defer_t *d)
 {
     h2_conn_t *c = d->data;
     fy_http_ctx_t *ctx = c->ctx;
+    if (c->mitm_tunnel_free) c->mitm_tunnel_free(c->mitm_tunnel);
     free(c);
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
@@ -886,6 +891,7 @@ void fy_h2_thread_cleanup(void)
     cbs = NULL;
     opt = NULL;
     fy_pool_drain(stream_pool());
+    fy_h2_client_thread_cleanup();
 }
 
 /* h2c upgrade: 101 first, then the HTTP/1.1 request is stream 1 (half-closed remote). */
@@ -1011,4 +1017,21 @@ fail:
     if (tls) tls->ops->destroy(tls);
     close(fd);
     return -ENOMEM;
+}
+
+int fy_h2_conn_start_tunnel(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls,
+                            const struct sockaddr *sa, socklen_t salen, void *tunnel,
+                            void (*tunnel_free)(void *))
+{
+    fy_list_t *tail = ctx->conns.prev;
+    int r = fy_h2_conn_start(ctx, fd, tls, sa, salen, NULL, 0, NULL);
+    if (r < 0 || ctx->conns.prev == tail) {
+        /* not started, or already closed again: nothing will free the tunnel but us */
+        if (tunnel_free) tunnel_free(tunnel);
+        return r < 0 ? r : -EPROTO;
+    }
+    h2_conn_t *c = fy_container_of(ctx->conns.prev, h2_conn_t, node.link);
+    c->mitm_tunnel = tunnel;
+    c->mitm_tunnel_free = tunnel_free;
+    return 0;
 }

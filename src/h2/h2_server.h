@@ -21,4 +21,12 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
 /* Free the calling worker thread's nghttp2 callbacks, options and stream pool (at exit). */
 void fy_h2_thread_cleanup(void);
 
+/* fy_h2_conn_start for the decrypted side of an intercepted CONNECT (handler/mitm.c): `tls`
+ * is the finished TLS transport (ALPN h2); every exchange gets ex->tunnel = tunnel, and
+ * tunnel_free(tunnel) runs when the conn is freed (or at once when it could not start).
+ * Returns 0 or -errno. */
+int fy_h2_conn_start_tunnel(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls,
+                            const struct sockaddr *sa, socklen_t salen, void *tunnel,
+                            void (*tunnel_free)(void *));
+
 #endif

@@ -12,7 +12,10 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include <openssl/evp.h>
+
 #include "h1/h1_resp.h"
+#include "h2/h2_client.h"
 #include "http/exchange.h"
 #include "net/sock.h"
 
@@ -68,7 +71,28 @@ typedef struct proxy_req {
     bool tunnel;      /* Upgrade / extended CONNECT: raw bytes both ways after 101 */
     bool tunnel_open; /* the origin said 101 */
     bool shut_origin; /* the client's side ended: FIN sent to the origin */
+    /* HTTP/2 origin (h2c://, h2://): a stream on a shared session */
+    bool h2;
+    fy_origin_h2_t *hs;         /* held session */
+    fy_h2_client_stream_t *st;  /* our stream (released in drop_origin) */
+    fy_origin_h2_waiter_t wait; /* while the session connects */
+    char *rb;                   /* ring of response bytes: a pool chunk, or malloc */
+    size_t rb_cap;              /* the content length when smaller, else the stream window */
+    size_t rb_head, rb_count;
+    bool rb_pooled;
+    bool h2_end;    /* the origin's END_STREAM arrived */
+    bool h2_head;   /* the final head arrived */
+    const char *qp; /* client body slice not yet taken by the codec */
+    size_t qn;
+    bool q_end;
+    bool in_read_body;
+    int refusals; /* streams the origin refused (not processed): retried apart from `retries` */
 } proxy_req_t;
+
+/* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
+ * this many times more than `retries` (an origin rotating connections, like nginx after
+ * keepalive_requests, refuses whole batches). */
+#define FY_PROXY_REFUSED_EXTRA 2
 
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);
@@ -151,18 +175,11 @@ static void sb_cstr(sbuf_t *b, const char *s)
     sb_put(b, s, strlen(s));
 }
 
-static void build_head(proxy_req_t *pr)
+/* The origin-form target for the origin: the route's prefix stripped and/or added. */
+static void put_path(proxy_req_t *pr, sbuf_t *b)
 {
-    fy_exchange_t *ex = pr->ex;
     const fy_proxy_conf_t *pc = pr->ph->conf;
-    const fy_request_t *q = &ex->req;
-    sbuf_t b = {fy_arena_alloc(ex->arena, 1024), 0, 1024, ex->arena};
-    if (pr->tunnel && q->method_id == FY_M_CONNECT)
-        SB_LIT(&b, "GET"); /* extended CONNECT (h2) becomes an HTTP/1.1 Upgrade */
-    else
-        sb_str(&b, q->method);
-    SB_LIT(&b, " ");
-    fy_str_t path = q->target;
+    fy_str_t path = pr->ex->req.target;
     if (pc->strip_prefix) {
         size_t sl = strlen(pc->strip_prefix);
         if (sl > 1 && pc->strip_prefix[sl - 1] == '/') sl--; /* "/api/" strips "/api" */
@@ -175,10 +192,24 @@ static void build_head(proxy_req_t *pr)
     if (pc->add_prefix) {
         size_t al = strlen(pc->add_prefix);
         if (al && pc->add_prefix[al - 1] == '/' && path.len && path.p[0] == '/') al--;
-        sb_put(&b, pc->add_prefix, al);
+        sb_put(b, pc->add_prefix, al);
     }
-    if (path.len == 0 || path.p[0] == '?') SB_LIT(&b, "/");
-    sb_str(&b, path);
+    if (path.len == 0 || path.p[0] == '?') SB_LIT(b, "/");
+    sb_str(b, path);
+}
+
+static void build_head(proxy_req_t *pr)
+{
+    fy_exchange_t *ex = pr->ex;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    const fy_request_t *q = &ex->req;
+    sbuf_t b = {fy_arena_alloc(ex->arena, 1024), 0, 1024, ex->arena};
+    if (pr->tunnel && q->method_id == FY_M_CONNECT)
+        SB_LIT(&b, "GET"); /* extended CONNECT (h2) becomes an HTTP/1.1 Upgrade */
+    else
+        sb_str(&b, q->method);
+    SB_LIT(&b, " ");
+    put_path(pr, &b);
     SB_LIT(&b, " HTTP/1.1\r\nHost: ");
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
@@ -302,6 +333,18 @@ static void set_timer(proxy_req_t *pr, int kind)
 
 static void drop_origin(proxy_req_t *pr, bool reusable)
 {
+    if (pr->h2) {
+        fy_origin_h2_cancel_wait(&pr->wait);
+        if (pr->st) fy_h2_client_release(pr->st);
+        pr->st = NULL;
+        if (pr->inflight) {
+            fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
+            pr->inflight = false;
+        }
+        if (pr->hs) fy_origin_h2_release(pr->hs);
+        pr->hs = NULL;
+        return;
+    }
     if (!pr->oc) return;
     if (pr->inflight) {
         fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
@@ -318,6 +361,11 @@ static void cleanup(void *arg)
     drop_origin(pr, false);
     if (pr->ibuf) fy_pool_put(fy_chunk_pool(), pr->ibuf);
     pr->ibuf = NULL;
+    if (pr->rb_pooled)
+        fy_pool_put(fy_chunk_pool(), pr->rb);
+    else
+        free(pr->rb);
+    pr->rb = NULL;
 }
 
 static bool retryable(const proxy_req_t *pr)
@@ -472,6 +520,27 @@ static void on_trailer(void *ud, fy_h1_str_t name, fy_h1_str_t value)
                    fy_arena_strndup(a, value.p, value.len), value.len);
 }
 
+/* What the route adds to every response head: set headers, Via, the sticky cookie. */
+static void add_response_extras(proxy_req_t *pr)
+{
+    fy_exchange_t *ex = pr->ex;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    for (size_t i = 0; i < pc->response_set_headers.n; i++)
+        fy_headers_add(ex->arena, &ex->res.headers, pc->response_set_headers.keys[i],
+                       strlen(pc->response_set_headers.keys[i]), pc->response_set_headers.values[i],
+                       strlen(pc->response_set_headers.values[i]));
+    if (pc->via) FY_HDR_ADD(ex->arena, &ex->res.headers, "via", "1.1 ferry", 9);
+    const fy_sticky_conf_t *sc = fy_upstream_conf(pr->ph->up)->sticky;
+    if (sc && sc->cookie && pr->sticky_hit != pr->server) {
+        /* pin this client to the server that answered */
+        size_t n = strlen(sc->cookie) + 16 + 32;
+        char *v = fy_arena_alloc(ex->arena, n);
+        int l = snprintf(v, n, "%s=%s; Path=/; HttpOnly", sc->cookie,
+                         fy_upstream_server_id(pr->ph->up, pr->server));
+        FY_HDR_ADD(ex->arena, &ex->res.headers, "set-cookie", v, (size_t)l);
+    }
+}
+
 static void start_response(proxy_req_t *pr, int headlen)
 {
     fy_exchange_t *ex = pr->ex;
@@ -499,20 +568,7 @@ static void start_response(proxy_req_t *pr, int headlen)
         fy_headers_add(ex->arena, &ex->res.headers, fy_arena_strndup(ex->arena, n.p, n.len), n.len,
                        fy_arena_strndup(ex->arena, v.p, v.len), v.len);
     }
-    for (size_t i = 0; i < pc->response_set_headers.n; i++)
-        fy_headers_add(ex->arena, &ex->res.headers, pc->response_set_headers.keys[i],
-                       strlen(pc->response_set_headers.keys[i]), pc->response_set_headers.values[i],
-                       strlen(pc->response_set_headers.values[i]));
-    if (pc->via) FY_HDR_ADD(ex->arena, &ex->res.headers, "via", "1.1 ferry", 9);
-    const fy_sticky_conf_t *sc = fy_upstream_conf(pr->ph->up)->sticky;
-    if (sc && sc->cookie && pr->sticky_hit != pr->server) {
-        /* pin this client to the server that answered */
-        size_t n = strlen(sc->cookie) + 16 + 32;
-        char *v = fy_arena_alloc(ex->arena, n);
-        int l = snprintf(v, n, "%s=%s; Path=/; HttpOnly", sc->cookie,
-                         fy_upstream_server_id(pr->ph->up, pr->server));
-        FY_HDR_ADD(ex->arena, &ex->res.headers, "set-cookie", v, (size_t)l);
-    }
+    add_response_extras(pr);
     ex->res.status = r->status;
     pr->body_kind = r->body_kind;
     if (pr->tunnel && r->status == 101) {
@@ -643,10 +699,16 @@ static void deliver(proxy_req_t *pr)
     fy_exchange_send(pr->ex, &iov, 1, FY_SEND_MORE);
 }
 
+static void h2_proceed(proxy_req_t *pr);
+
 static void proceed(fy_exchange_t *ex)
 {
     proxy_req_t *pr = ex->handler_data;
     if (!pr->res_sending) return;
+    if (pr->h2) {
+        h2_proceed(pr);
+        return;
+    }
     pr->res_sending = false;
     pr->ipos += pr->sending_len;
     pr->sending_len = 0;
@@ -803,6 +865,418 @@ static int sticky_server(proxy_req_t *pr)
     return -1;
 }
 
+/* ---- HTTP/2 origins: one stream on a shared session (upstream_h2.c, h2/h2_client.c) ---- */
+
+static void attempt_h2(proxy_req_t *pr);
+
+static void h2_add(fy_arena_t *a, fy_headers_t *hs, const char *n, size_t nl, const char *v,
+                   size_t vl)
+{
+    fy_headers_add(a, hs, n, nl, v, vl);
+}
+
+/* Lowercase copy of a field name (HTTP/2 wants lowercase; h1 clients send any case). */
+static void h2_add_lower(fy_arena_t *a, fy_headers_t *hs, fy_str_t n, fy_str_t v)
+{
+    char *l = fy_arena_alloc(a, n.len + 1);
+    for (size_t i = 0; i < n.len; i++) l[i] = fy_lower(n.p[i]);
+    l[n.len] = '\0';
+    h2_add(a, hs, l, n.len, v.p, v.len);
+}
+
+static void build_h2_head(proxy_req_t *pr, fy_headers_t *hs)
+{
+    fy_exchange_t *ex = pr->ex;
+    fy_arena_t *a = ex->arena;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    const fy_request_t *q = &ex->req;
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
+    *hs = (fy_headers_t){0};
+    if (pr->tunnel)
+        h2_add(a, hs, ":method", 7, "CONNECT", 7); /* extended CONNECT (RFC 8441) */
+    else
+        h2_add(a, hs, ":method", 7, q->method.p, q->method.len);
+    h2_add(a, hs, ":scheme", 7, sv->tls ? "https" : "http", sv->tls ? 5 : 4);
+    if (pc->preserve_host && q->authority.len)
+        h2_add(a, hs, ":authority", 10, q->authority.p, q->authority.len);
+    else
+        h2_add(a, hs, ":authority", 10, sv->authority, strlen(sv->authority));
+    sbuf_t b = {fy_arena_alloc(a, 256), 0, 256, a};
+    put_path(pr, &b);
+    h2_add(a, hs, ":path", 5, b.p, b.len);
+    if (pr->tunnel) {
+        char *pl = fy_arena_alloc(a, q->protocol.len + 1);
+        for (size_t i = 0; i < q->protocol.len; i++) pl[i] = fy_lower(q->protocol.p[i]);
+        h2_add(a, hs, ":protocol", 9, pl, q->protocol.len);
+    }
+    bool any_xff = false;
+    for (size_t i = 0; i < q->headers.n; i++) {
+        const fy_header_t *h = &q->headers.v[i];
+        if (fy_str_ieq(h->name, "te", 2) && fy_str_list_has(h->value, "trailers", 8) &&
+            !pr->tunnel) {
+            h2_add(a, hs, "te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
+            continue;
+        }
+        if (fy_str_ieq(h->name, "host", 4) || fy_str_ieq(h->name, "content-length", 14) ||
+            is_hop_by_hop(h->name) || named_in_connection(&q->headers, h->name) ||
+            in_list(&pc->remove_headers, h->name) || in_map(&pc->set_headers, h->name))
+            continue;
+        if (pr->tunnel && fy_str_ieq(h->name, "sec-websocket-key", 17))
+            continue; /* RFC 8441 §5: no key over HTTP/2 */
+        if (pc->forwarded && fy_str_ieq(h->name, "x-forwarded-for", 15)) {
+            any_xff = true;
+            continue;
+        }
+        if (pc->forwarded && (fy_str_ieq(h->name, "x-forwarded-proto", 17) ||
+                              fy_str_ieq(h->name, "x-forwarded-host", 16)))
+            continue;
+        h2_add_lower(a, hs, h->name, h->value);
+    }
+    for (size_t i = 0; i < pc->set_headers.n; i++)
+        h2_add_lower(a, hs, fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i])),
+                     fy_str(pc->set_headers.values[i], strlen(pc->set_headers.values[i])));
+    if (pc->forwarded) {
+        char ip[64];
+        fy_sock_host_str(ex->remote, ip, sizeof ip);
+        sbuf_t x = {fy_arena_alloc(a, 128), 0, 128, a};
+        for (size_t i = 0; any_xff && i < q->headers.n; i++)
+            if (fy_str_ieq(q->headers.v[i].name, "x-forwarded-for", 15)) {
+                sb_str(&x, q->headers.v[i].value);
+                SB_LIT(&x, ", ");
+            }
+        sb_cstr(&x, ip);
+        h2_add(a, hs, "x-forwarded-for", 15, x.p, x.len);
+        h2_add(a, hs, "x-forwarded-proto", 17, q->scheme.p, q->scheme.len);
+        if (q->authority.len)
+            h2_add(a, hs, "x-forwarded-host", 16, q->authority.p, q->authority.len);
+    }
+    if (pc->via) h2_add(a, hs, "via", 3, "1.1 ferry", 9);
+    if (!pr->tunnel && q->content_length > 0) {
+        char *cl = fy_arena_alloc(a, 24);
+        int n = snprintf(cl, 24, "%lld", (long long)q->content_length);
+        h2_add(a, hs, "content-length", 14, cl, (size_t)n);
+    }
+}
+
+/* Sec-WebSocket-Accept for an HTTP/1.1 client's key (RFC 6455 §4.2.2): the HTTP/2 origin
+ * (RFC 8441) never saw the key, so the proof is ours to give. */
+static bool ws_accept(fy_str_t key, char out[32])
+{
+    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    char buf[128];
+    if (key.len + sizeof guid > sizeof buf) return false;
+    memcpy(buf, key.p, key.len);
+    memcpy(buf + key.len, guid, sizeof guid - 1);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    if (EVP_Digest(buf, key.len + sizeof guid - 1, md, &mdlen, EVP_sha1(), NULL) != 1) return false;
+    EVP_EncodeBlock((unsigned char *)out, md, (int)mdlen); /* 20 bytes -> 28 chars + NUL */
+    return true;
+}
+
+static void h2_finish(proxy_req_t *pr, const struct iovec *iov, int n)
+{
+    pr->finished = true;
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, true);
+    fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
+}
+
+static void h2_deliver(proxy_req_t *pr)
+{
+    if (pr->res_sending || pr->finished || pr->stopped || !pr->h2_head) return;
+    if (pr->rb_count == 0) {
+        if (pr->h2_end) h2_finish(pr, NULL, 0);
+        return;
+    }
+    struct iovec iov[2];
+    int n = 0;
+    size_t first = pr->rb_cap - pr->rb_head;
+    if (first > pr->rb_count) first = pr->rb_count;
+    iov[n++] = (struct iovec){pr->rb + pr->rb_head, first};
+    if (pr->rb_count > first) iov[n++] = (struct iovec){pr->rb, pr->rb_count - first};
+    if (pr->h2_end) {
+        /* the ring stays allocated until the exchange is done (cleanup) */
+        h2_finish(pr, iov, n);
+        return;
+    }
+    pr->res_sending = true;
+    pr->sending_len = pr->rb_count;
+    fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_MORE);
+}
+
+static void h2_proceed(proxy_req_t *pr)
+{
+    pr->res_sending = false;
+    size_t n = pr->sending_len;
+    pr->sending_len = 0;
+    if (n) {
+        pr->rb_head = (pr->rb_head + n) % pr->rb_cap;
+        pr->rb_count -= n;
+        if (pr->rb_count == 0) pr->rb_head = 0;
+        if (pr->st) fy_h2_client_consume(pr->st, n); /* the origin may send as much again */
+    }
+    if (!pr->h2_end) set_timer(pr, T_IDLE);
+    h2_deliver(pr);
+}
+
+static void h2_on_head(void *ud, int status, fy_headers_t *hs, bool end)
+{
+    proxy_req_t *pr = ud;
+    fy_exchange_t *ex = pr->ex;
+    const fy_proxy_conf_t *pc = pr->ph->conf;
+    if (status < 200) {
+        if (status != 100) fy_exchange_send_informational(ex, status, hs); /* 103 & co */
+        return;
+    }
+    set_timer(pr, T_IDLE);
+    int64_t cl = -1;
+    for (size_t i = 0; i < hs->n; i++) {
+        fy_str_t n = hs->v[i].name, v = hs->v[i].value;
+        if (fy_str_ieq(n, "content-length", 14)) {
+            cl = 0;
+            for (size_t j = 0; j < v.len && v.p[j] >= '0' && v.p[j] <= '9'; j++)
+                cl = cl * 10 + (v.p[j] - '0');
+            continue;
+        }
+        if (is_hop_by_hop(n) || fy_str_ieq(n, "date", 4) || fy_str_ieq(n, "server", 6) ||
+            in_list(&pc->response_remove_headers, n) || in_map(&pc->response_set_headers, n))
+            continue;
+        if (pr->tunnel && ex->req.version < 20 && fy_str_ieq(n, "sec-websocket-accept", 20))
+            continue;
+        fy_headers_add(ex->arena, &ex->res.headers, n.p, n.len, v.p, v.len);
+    }
+    add_response_extras(pr);
+    pr->h2_head = true;
+    ex->res.status = status;
+    bool ok = status < 500;
+    if (pr->tunnel && status >= 200 && status < 300) {
+        /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
+        pr->tunnel_open = true;
+        ex->res.content_length = -1;
+        if (ex->req.version < 20) {
+            ex->res.status = 101;
+            const fy_header_t *k = FY_HDR_FIND(&ex->req.headers, "sec-websocket-key");
+            char acc[32];
+            if (k && ws_accept(k->value, acc)) {
+                char *v = fy_arena_strndup(ex->arena, acc, 28);
+                FY_HDR_ADD(ex->arena, &ex->res.headers, "sec-websocket-accept", v, 28);
+            }
+        }
+        pr->rstate = R_BODY;
+        fy_upstream_report(pr->ph->up, pr->worker, pr->server, true, pr->loop->now_ms);
+        fy_exchange_start_response(ex, &proxy_producer);
+        pr->res_sending = true; /* the 101/200 goes out now, before any tunnel byte */
+        pr->sending_len = 0;
+        fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
+        if (pr->st) fy_h2_client_resume(pr->st); /* the client's bytes may flow now */
+        return;
+    }
+    if (pr->tunnel) {
+        /* refused upgrade: an ordinary response; nothing of the client's goes on */
+        pr->q_end = true;
+        if (pr->st) fy_h2_client_resume(pr->st);
+    }
+    if (ex->req.method_id == FY_M_HEAD)
+        ex->res.content_length = cl;
+    else if (status == 204 || status == 304)
+        ex->res.content_length = -1;
+    else if (end)
+        ex->res.content_length = 0;
+    else
+        ex->res.content_length = cl;
+    if (status == 204 || status == 304) ex->res.content_length = -1;
+    pr->rstate = end ? R_DONE : R_BODY;
+    fy_upstream_report(pr->ph->up, pr->worker, pr->server, ok, pr->loop->now_ms);
+    if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
+        fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
+    fy_exchange_start_response(ex, &proxy_producer);
+}
+
+static void h2_on_data(void *ud, const char *p, size_t n)
+{
+    proxy_req_t *pr = ud;
+    if (!pr->rb) {
+        /* unconsumed bytes never exceed the stream window, nor (nghttp2 checks it) the
+           announced content length: a tiny response gets a tiny ring */
+        int64_t cl = pr->ex->res.content_length;
+        pr->rb_cap =
+            cl > 0 && (uint64_t)cl < FY_H2C_STREAM_WINDOW ? (size_t)cl : FY_H2C_STREAM_WINDOW;
+        pr->rb_pooled = pr->rb_cap <= FY_CHUNK_SIZE;
+        if (pr->rb_pooled) {
+            pr->rb = fy_pool_get(fy_chunk_pool());
+            pr->rb_cap = FY_CHUNK_SIZE;
+        } else {
+            pr->rb = fy_xmalloc(pr->rb_cap);
+        }
+    }
+    if (pr->rb_count + n > pr->rb_cap) { /* the window (or content length) bounds it */
+        fy_h2_client_release(pr->st);
+        pr->st = NULL;
+        drop_origin(pr, false);
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 502, "origin overran the stream window");
+        return;
+    }
+    size_t tail = (pr->rb_head + pr->rb_count) % pr->rb_cap;
+    size_t first = pr->rb_cap - tail;
+    if (first > n) first = n;
+    memcpy(pr->rb + tail, p, first);
+    if (n > first) memcpy(pr->rb, p + first, n - first);
+    pr->rb_count += n;
+    set_timer(pr, T_IDLE);
+    h2_deliver(pr);
+}
+
+static void h2_on_end(void *ud, fy_headers_t *trailers)
+{
+    proxy_req_t *pr = ud;
+    pr->h2_end = true;
+    pr->rstate = R_DONE;
+    if (trailers->n) pr->ex->res_trailers = *trailers;
+    if (pr->tunnel_open) pr->q_end = true; /* the origin ended the tunnel */
+    h2_deliver(pr);
+}
+
+static void h2_on_error(void *ud, int kind, uint32_t code, const char *why)
+{
+    proxy_req_t *pr = ud;
+    (void)code;
+    if (!pr->h2_head) {
+        if (kind == FY_H2C_REFUSED && !pr->sent_any &&
+            ++pr->refusals <= fy_upstream_conf(pr->ph->up)->retries + FY_PROXY_REFUSED_EXTRA) {
+            /* not processed (RST REFUSED_STREAM or past GOAWAY's last stream): try again */
+            fy_debug("upstream %s: %s; retrying", fy_upstream_conf(pr->ph->up)->name, why);
+            fy_timer_stop(pr->loop, &pr->timer);
+            drop_origin(pr, false);
+            attempt(pr);
+            return;
+        }
+        origin_failed(pr, 502, why, kind != FY_H2C_REFUSED);
+        return;
+    }
+    /* after the head: the client sees the abort (h1: closed connection; h2: RST_STREAM) */
+    char a[64];
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
+    fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
+            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, false);
+    if (pr->finished || pr->stopped) return;
+    pr->finished = true;
+    fy_exchange_fail(pr->ex, 502, why);
+}
+
+static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
+{
+    proxy_req_t *pr = ex->handler_data;
+    pr->req_body_waiting = false;
+    if (pr->stopped || pr->finished) return;
+    pr->qp = p;
+    pr->qn = n;
+    pr->q_end = end;
+    if (!pr->in_read_body && pr->st) fy_h2_client_resume(pr->st);
+}
+
+static ssize_t h2_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+{
+    proxy_req_t *pr = ud;
+    if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_H2C_DEFER;
+    for (int guard = 0; guard < 64; guard++) {
+        if (pr->qn) {
+            size_t n = pr->qn < len ? pr->qn : len;
+            memcpy(buf, pr->qp, n);
+            pr->qp += n;
+            pr->qn -= n;
+            pr->sent_any = true;
+            return (ssize_t)n;
+        }
+        if (pr->q_end) {
+            pr->req_body_done = true;
+            *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;
+            return 0;
+        }
+        if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_H2C_DEFER;
+        pr->req_body_waiting = true;
+        pr->in_read_body = true;
+        fy_exchange_read_body(pr->ex, on_req_body_h2);
+        pr->in_read_body = false;
+        if (pr->req_body_waiting) return FY_H2C_DEFER;
+    }
+    return FY_H2C_DEFER;
+}
+
+static const fy_h2_client_stream_ops_t h2_stream_ops = {h2_on_head, h2_on_data, h2_on_end,
+                                                        h2_on_error, h2_read_body};
+
+static void h2_start(proxy_req_t *pr, fy_origin_h2_t *s)
+{
+    pr->hs = s;
+    fy_h2_client_t *c = fy_origin_h2_client(s);
+    if (pr->tunnel && !fy_h2_client_can_connect_protocol(c)) {
+        drop_origin(pr, true);
+        pr->finished = true;
+        fy_warn("upstream %s: origin does not allow extended CONNECT (RFC 8441): no WebSocket",
+                fy_upstream_conf(pr->ph->up)->name);
+        fy_exchange_fail(pr->ex, 502,
+                         "HTTP/2 origin without SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441)");
+        return;
+    }
+    fy_headers_t hs;
+    build_h2_head(pr, &hs);
+    bool has_body = pr->tunnel || pr->ex->req.content_length != 0;
+    pr->st = fy_h2_client_submit(c, &hs, has_body, pr->ex->arena, &h2_stream_ops, pr);
+    if (!pr->st) {
+        origin_failed(pr, 502, "cannot open a stream to the origin", false);
+        return;
+    }
+    pr->sent_us = now_us();
+    set_timer(pr, T_FIRST_BYTE);
+}
+
+static void h2_session_ready(fy_origin_h2_waiter_t *wt, fy_origin_h2_t *s, const char *err)
+{
+    proxy_req_t *pr = fy_container_of(wt, proxy_req_t, wait);
+    if (!s) {
+        origin_failed(pr, 502, err ? err : "origin connect failed", true);
+        return;
+    }
+    h2_start(pr, s);
+}
+
+static void attempt_h2(proxy_req_t *pr)
+{
+    fy_upstream_t *up = pr->ph->up;
+    pr->h2 = true;
+    pr->reused_conn = false;
+    pr->h2_head = pr->h2_end = false;
+    pr->rb_head = pr->rb_count = 0;
+    pr->wait.cb = h2_session_ready;
+    fy_upstream_inflight(up, pr->worker, pr->server, 1);
+    pr->inflight = true;
+    bool ready = false;
+    const char *err = "origin connect failed";
+    fy_origin_h2_t *s =
+        fy_origin_h2_acquire(up, pr->worker, pr->server, pr->loop, &pr->wait, &ready, &err);
+    if (ready) {
+        h2_start(pr, s);
+        return;
+    }
+    if (!pr->wait.s) { /* not even a socket */
+        fy_upstream_inflight(up, pr->worker, pr->server, -1);
+        pr->inflight = false;
+        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
+        if (retryable(pr)) {
+            attempt(pr);
+            return;
+        }
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 502, err);
+    }
+}
+
 static void attempt(proxy_req_t *pr)
 {
     pr->attempts++;
@@ -818,6 +1292,11 @@ static void attempt(proxy_req_t *pr)
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
     pr->tried |= 1ull << (pr->server & 63);
     pr->sent_any = false;
+    if (((const fy_upstream_server_conf_t *)fy_upstream_conf(up)->servers.v)[pr->server].h2) {
+        attempt_h2(pr);
+        return;
+    }
+    pr->h2 = false;
     pr->req_chunked = false;
     pr->rstate = R_HEAD;
     pr->ilen = pr->ipos = 0;

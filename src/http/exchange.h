@@ -61,6 +61,7 @@ typedef struct fy_request {
     fy_str_t protocol;  /* :protocol of an extended CONNECT (RFC 8441/9220): a tunnel
                            exchange whose bodies are the tunnel's two directions */
     int version;        /* 10, 11, 20, 30 */
+    bool absolute_form; /* the request-target was an absolute URI (a forward-proxy request) */
     fy_headers_t headers;
     int64_t content_length; /* -1: unknown length (chunked); 0: no body */
     bool expect_continue;
@@ -93,6 +94,13 @@ typedef struct fy_sink_ops {
        clients that cannot take it (HTTP/1.0) or once the final head left. `headers` are
        borrowed for the call only (codecs copy what they keep). */
     void (*send_informational)(fy_exchange_t *ex, int status, const fy_headers_t *headers);
+    /* CONNECT on a forward-proxy listener (mitm): hand the client connection to the handler.
+       On success (0) the codec writes nothing more, stops watching the fd and frees itself;
+       *fd is then the handler's (plain socket), with the *len bytes the client already sent
+       after the request copied into buf (cap bytes). The exchange must not be touched after.
+       -1: not possible (TLS client side, bytes pending, more than cap bytes read ahead, or a
+       codec that multiplexes: h2). NULL in codecs that never can. */
+    int (*detach)(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
 } fy_sink_ops_t;
 
 typedef struct fy_router fy_router_t;
@@ -126,6 +134,8 @@ typedef struct fy_http_ctx {
     void *tls;          /* fy_tls_ctx_t* for TLS listeners, else NULL */
     unsigned protocols; /* FY_PROTO_* of the listener */
     const void *h2conf; /* const fy_h2_conf_t* (h2 settings and limits) */
+    bool forward_proxy; /* intercept listener: CONNECT and absolute-form requests reach the
+                           handler (elsewhere CONNECT is 405) */
     /* Hand a connection that speaks HTTP/2 (ALPN h2, or the h2c preface) to the h2 codec:
        `fd` and `tls` (NULL for plain) pass to it, with `len` bytes already read. */
     int (*start_h2)(struct fy_http_ctx *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
@@ -155,6 +165,8 @@ struct fy_exchange {
     const fy_producer_ops_t *producer;
     void *handler_data;
     void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
+    void *tunnel; /* borrowed: the intercepted tunnel (handler/mitm) this exchange came
+                     through, or NULL */
     /* state and accounting */
     bool response_started;
     bool head_sent; /* set by the codec once the response head is on its way to the client */

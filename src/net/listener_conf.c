@@ -2,6 +2,9 @@
 #include "net/listener_conf.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <netdb.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -61,6 +64,93 @@ int fy_listener_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t
     *ss = tmp;
     return 0;
 }
+
+int fy_listener_resolve(const char *s, int socktype, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[256];
+    const char *port;
+    if (s[0] == '[') {
+        const char *e = strchr(s, ']');
+        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= sizeof host) return -1;
+        memcpy(host, s + 1, (size_t)(e - s - 1));
+        host[e - s - 1] = '\0';
+        port = e + 2;
+    } else {
+        const char *c = strrchr(s, ':');
+        if (!c || c == s || (size_t)(c - s) >= sizeof host) return -1;
+        memcpy(host, s, (size_t)(c - s));
+        host[c - s] = '\0';
+        port = c + 1;
+    }
+    if (!*port || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port)) return -1;
+    long p = strtol(port, NULL, 10);
+    if (p < 1 || p > 65535) return -1;
+    struct addrinfo hints = {.ai_socktype = socktype}, *res = NULL;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static int validate_sni_names(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                              void *obj)
+{
+    fy_conf_strlist_t *l = field;
+    for (size_t i = 0; i < l->n; i++) {
+        char *p = l->v[i];
+        if (!strcmp(p, "*")) continue;
+        if (p[0] == '*' && p[1] == '.') p += 2;
+        bool ok = *p != '\0' && strlen(p) <= 253;
+        for (char *c = p; ok && *c; c++) {
+            if (!(isalnum((unsigned char)*c) || *c == '-' || *c == '.' || *c == '_')) ok = false;
+            *c = (char)tolower((unsigned char)*c);
+        }
+        if (!ok) {
+            fy_conf_error(ctx, node, NULL,
+                          "bad server name '%.80s'; expected example.com, *.example.com or *",
+                          l->v[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_sni(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    fy_listener_sni_conf_t *s = obj;
+    if (!s->passthrough == !s->relay) {
+        fy_conf_error(ctx, map, NULL, "needs exactly one of passthrough, relay");
+        return -1;
+    }
+    const char *t = s->passthrough ? s->passthrough : s->relay;
+    if (fy_listener_resolve(t, SOCK_STREAM, &s->addr, &s->addrlen) < 0) {
+        fy_conf_error(ctx, map, s->passthrough ? "passthrough" : "relay",
+                      "cannot use '%s'; expected HOST:PORT with a resolvable host", t);
+        return -1;
+    }
+    return 0;
+}
+
+static const fy_conf_directive_t sni_table[] = {
+    {.key = "server-name",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_listener_sni_conf_t, names),
+     .required = true,
+     .validate = validate_sni_names,
+     .doc = "Server names (SNI) of this entry: exact, `*.example.com` or `*`."},
+    {.key = "passthrough",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_listener_sni_conf_t, passthrough),
+     .doc = "`HOST:PORT` to relay these connections to without decrypting them (the origin "
+            "terminates TLS)."},
+    {.key = "relay",
+     .type = FY_CT_STRING,
+     .offset = offsetof(fy_listener_sni_conf_t, relay),
+     .doc = "`HOST:PORT` of a plain TCP service: TLS ends here with the listener's "
+            "certificate and the plaintext is relayed at layer 4."},
+    {.key = NULL, .check = check_sni},
+};
 
 static int validate_address(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
@@ -150,6 +240,17 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
     /* DESIGN.md §6 defaults: h1,h2c without TLS, h1,h2 with TLS */
     if (l->protocols == 0)
         l->protocols = l->tls ? FY_PROTO_H1 | FY_PROTO_H2 : FY_PROTO_H1 | FY_PROTO_H2C;
+    if (l->kind != FY_LISTENER_HTTP && l->tls) {
+        fy_conf_error(
+            ctx, map, "tls",
+            "intercept, socks5 and transparent listeners take plain TCP (TLS is intercepted "
+            "inside); remove tls");
+        return -1;
+    }
+    if (l->sni.n && !l->tls) {
+        fy_conf_error(ctx, map, "sni", "needs tls (the map routes TLS connections by SNI)");
+        return -1;
+    }
     if ((l->protocols & FY_PROTO_H2) && !l->tls) {
         fy_conf_error(ctx, map, "protocols", "h2 needs tls (use h2c for cleartext HTTP/2)");
         return -1;
@@ -162,6 +263,12 @@ static int check_listener(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
 }
 
 #define L(f) offsetof(fy_listener_conf_t, f)
+
+static const char *const kinds[] = {[FY_LISTENER_HTTP] = "http",
+                                    [FY_LISTENER_INTERCEPT] = "intercept",
+                                    [FY_LISTENER_SOCKS5] = "socks5",
+                                    [FY_LISTENER_TRANSPARENT] = "transparent",
+                                    NULL};
 
 const fy_conf_directive_t fy_listener_conf_table[] = {
     {.key = "address",
@@ -198,5 +305,23 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .type = FY_CT_STRING,
      .offset = L(name),
      .doc = "Label used in logs and metrics; default: the address."},
+    {.key = "kind",
+     .type = FY_CT_ENUM,
+     .offset = L(kind),
+     .dflt = "http",
+     .enums = kinds,
+     .doc = "`http`: requests go to `routes`. `intercept`: an explicit intercepting proxy "
+            "(CONNECT and absolute-form requests, configured by `intercept:`). `socks5`: a "
+            "SOCKS5 proxy (CONNECT; no auth, or username/password = `intercept.auth`) feeding "
+            "the same interception. `transparent`: connections redirected here (iptables "
+            "REDIRECT: the original destination from SO_ORIGINAL_DST), or pointed here directly "
+            "(the destination from SNI or Host), or `intercept.forward`."},
+    {.key = "sni",
+     .type = FY_CT_TABLE_LIST,
+     .offset = L(sni),
+     .sub = sni_table,
+     .sub_size = sizeof(fy_listener_sni_conf_t),
+     .doc = "Per-SNI exceptions on a TLS listener: pass some names through untouched, or end "
+            "TLS and relay them at layer 4; other names go to the HTTP routes."},
     {.key = NULL, .check = check_listener},
 };

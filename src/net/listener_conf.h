@@ -15,6 +15,23 @@
 #define FY_PROTO_H2 0x4u
 #define FY_PROTO_H3 0x8u
 
+/* `kind:` what a listener is for. */
+enum fy_listener_kind {
+    FY_LISTENER_HTTP = 0,  /* routes (web server, reverse proxy) */
+    FY_LISTENER_INTERCEPT, /* explicit intercepting proxy (`intercept:`): CONNECT, absolute-form */
+    FY_LISTENER_SOCKS5,    /* SOCKS5 proxy feeding the same interception (`intercept:`) */
+    FY_LISTENER_TRANSPARENT, /* redirected traffic (SO_ORIGINAL_DST), or SNI/Host when direct */
+};
+/* `sni:` items of a TLS listener: server names that do not go to the HTTP routes. Names not
+   listed are terminated here and served by the routes, as without the map. */
+typedef struct fy_listener_sni_conf {
+    fy_conf_strlist_t names;      /* `server-name`: exact, "*.example.com" or "*" */
+    char *passthrough;            /* `passthrough: HOST:PORT`: relay the TLS bytes untouched */
+    char *relay;                  /* `relay: HOST:PORT`: end TLS here, relay the plaintext (L4) */
+    struct sockaddr_storage addr; /* resolved from the one that is set */
+    socklen_t addrlen;
+} fy_listener_sni_conf_t;
+
 typedef struct fy_listener_conf {
     char *address;                /* as written: "127.0.0.1:8080", "[::1]:8443", ":8080" */
     struct sockaddr_storage addr; /* resolved from `address` while loading (numeric only) */
@@ -23,6 +40,8 @@ typedef struct fy_listener_conf {
     fy_tls_conf_t *tls; /* NULL: plain TCP */
     int64_t backlog;    /* listen(2) backlog, default 4096 */
     char *name;         /* optional label used in logs; default = address */
+    int kind;           /* enum fy_listener_kind, default http */
+    fy_conf_list_t sni; /* of fy_listener_sni_conf_t; needs tls */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];
@@ -30,5 +49,9 @@ extern const fy_conf_directive_t fy_listener_conf_table[];
 /* Parse "HOST:PORT", "[V6]:PORT", ":PORT" or "PORT" (numeric hosts and "localhost" only).
  * Returns 0, or -1 (nothing written). */
 int fy_listener_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
+
+/* Resolve "HOST:PORT" (names through getaddrinfo, at load time) for `socktype`.
+ * Returns 0 or -1. */
+int fy_listener_resolve(const char *s, int socktype, struct sockaddr_storage *ss, socklen_t *len);
 
 #endif

@@ -160,7 +160,8 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
         ERR_clear_error();
         goto fail;
     }
-    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
+    if (c->alpn_len) /* no list (layer-4 termination): ALPN is not negotiated */
+        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
     SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
     SSL_CTX_set_tlsext_servername_arg(ctx, c);
     return ctx;
@@ -377,6 +378,21 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
     return &tt->t;
 }
 
+fy_transport_t *fy_tls_transport_from_ssl(SSL *ssl, int fd)
+{
+    tls_transport_t *tt = calloc(1, sizeof *tt);
+    if (!tt) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    tt->ssl = ssl;
+    tt->t.ops = &tls_ops;
+    tt->t.fd = fd;
+    tt->t.is_tls = true;
+    tls_handshake(&tt->t); /* fills alpn and sni of a finished handshake */
+    return &tt->t;
+}
+
 /* ---- client side ---- */
 
 struct fy_tls_client_ctx {
@@ -427,6 +443,12 @@ void fy_tls_client_ctx_free(fy_tls_client_ctx_t *c)
     if (!c) return;
     SSL_CTX_free(c->ctx);
     free(c);
+}
+
+void fy_tls_client_ctx_alpn_h2(fy_tls_client_ctx_t *c)
+{
+    static const unsigned char alpn[] = "\x02h2";
+    SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);
 }
 
 fy_transport_t *fy_tls_client_transport_new(fy_tls_client_ctx_t *ctx, int fd, const char *sni)

@@ -26,6 +26,11 @@ uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
  * t->ops->destroy(t). The handshake runs in t->ops->handshake. */
 fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
 
+/* A transport over an SSL already set up by the caller (interception: tls/mint.c), which
+ * passes ownership of `ssl` (freed by destroy). `fd` is borrowed. NULL on OOM (ssl freed). */
+struct ssl_st;
+fy_transport_t *fy_tls_transport_from_ssl(struct ssl_st *ssl, int fd);
+
 /* ---- client side (origins) ---- */
 
 typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
@@ -36,6 +41,8 @@ typedef struct fy_tls_client_ctx fy_tls_client_ctx_t;
 fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure, const char *cert,
                                            const char *key);
 void fy_tls_client_ctx_free(fy_tls_client_ctx_t *ctx);
+/* Offer ALPN "h2" only (HTTP/2 origins) instead of "http/1.1". Call before any transport. */
+void fy_tls_client_ctx_alpn_h2(fy_tls_client_ctx_t *ctx);
 
 /* A client TLS transport over `fd` (borrowed) that sends `sni` and, unless the context is
  * insecure, verifies the certificate for that name. Handshake in t->ops->handshake. */

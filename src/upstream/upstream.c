@@ -16,6 +16,7 @@
 #include "h1/h1_resp.h"
 #include "net/sock.h"
 #include "tls/tls.h"
+#include "upstream/upstream_int.h"
 
 enum { OC_CONNECTING = 1, OC_HANDSHAKE, OC_IDLE, OC_BUSY };
 
@@ -29,6 +30,7 @@ typedef struct srv_state {
     int64_t cur_weight; /* smooth weighted round robin */
     unsigned fails;
     uint64_t ejected_until;
+    void *h2; /* HTTP/2 sessions (upstream_h2.c) */
 } srv_state_t;
 
 typedef struct up_worker {
@@ -44,6 +46,7 @@ typedef struct hc_probe {
     char buf[2048];
     size_t len;
     unsigned fails, oks;
+    fy__h2_probe_t *h2p; /* HTTP/2 servers: the probe is a stream on a pooled session */
 } hc_probe_t;
 
 struct fy_upstream {
@@ -58,6 +61,7 @@ struct fy_upstream {
     size_t nservers;
     int64_t total_weight;
     fy_tls_client_ctx_t *tls;
+    fy_tls_client_ctx_t *tls_h2; /* ALPN h2, for h2:// servers */
     up_worker_t *workers;
     int nworkers;
 };
@@ -68,10 +72,20 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
     u->conf = conf;
     u->servers = conf->servers.v;
     u->nservers = conf->servers.n;
-    bool any_tls = false;
+    bool any_tls = false, any_h2 = false;
     for (size_t i = 0; i < u->nservers; i++) {
         u->total_weight += u->servers[i].weight;
-        any_tls |= u->servers[i].tls;
+        any_tls |= u->servers[i].tls && !u->servers[i].h2;
+        any_h2 |= u->servers[i].tls && u->servers[i].h2;
+    }
+    if (any_h2) {
+        u->tls_h2 = fy_tls_client_ctx_new(conf->ca, conf->insecure, conf->cert, conf->key);
+        if (!u->tls_h2) {
+            fy_log(FY_LOG_EMERG, "upstream %s: TLS setup failed", conf->name);
+            free(u);
+            return NULL;
+        }
+        fy_tls_client_ctx_alpn_h2(u->tls_h2);
     }
     if (any_tls) {
         u->tls = fy_tls_client_ctx_new(conf->ca, conf->insecure, conf->cert, conf->key);
@@ -117,17 +131,31 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->ids);
     free(u->probes);
     fy_tls_client_ctx_free(u->tls);
+    fy_tls_client_ctx_free(u->tls_h2);
     free(u);
 }
 
 void fy_upstream_worker_close(fy_upstream_t *u, int w)
 {
+    fy__upstream_h2_worker_close(u, w);
     for (size_t i = 0; i < u->nservers; i++)
         while (u->workers[w].srv[i].idle) {
             fy_origin_conn_t *oc = u->workers[w].srv[i].idle;
             oc_close(oc);
             free(oc);
         }
+}
+
+void fy__origin_close_now(fy_origin_conn_t *oc)
+{
+    oc_close(oc);
+    if (oc->defer.queued) fy_defer_cancel(oc->loop, &oc->defer);
+    free(oc);
+}
+
+void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server)
+{
+    return &u->workers[w].srv[server].h2;
 }
 
 const fy_upstream_conf_t *fy_upstream_conf(const fy_upstream_t *u)
@@ -444,7 +472,8 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     fy_sock_transport_init(&oc->sock, fd);
     oc->t = &oc->sock;
     if (sv->tls) {
-        oc->t = fy_tls_client_transport_new(u->tls, fd, u->conf->sni ? u->conf->sni : sv->host);
+        oc->t = fy_tls_client_transport_new(sv->h2 ? u->tls_h2 : u->tls, fd,
+                                            u->conf->sni ? u->conf->sni : sv->host);
         if (!oc->t) {
             close(fd);
             free(oc);
@@ -511,6 +540,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         fy_origin_release(p->oc, false);
         p->oc = NULL;
     }
+    if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
     const fy_health_conf_t *hc = u->conf->health;
     bool down = atomic_load(&u->down[p->server]);
     char a[64];
@@ -586,10 +616,30 @@ static void hc_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
     hc_result(p, ok, ok ? "" : "unexpected status");
 }
 
+static void hc_h2_done(void *ud, int status, const char *why)
+{
+    hc_probe_t *p = ud;
+    const fy_health_conf_t *hc = p->u->conf->health;
+    if (status == 0) {
+        hc_result(p, false, why);
+        return;
+    }
+    bool ok = hc->expect_status ? status == hc->expect_status : status >= 200 && status < 400;
+    hc_result(p, ok, ok ? "" : "unexpected status");
+}
+
 static void hc_start_probe(hc_probe_t *p)
 {
     fy_upstream_t *u = p->u;
     if (p->oc) return; /* the previous probe is still running */
+    if (u->servers[p->server].h2) {
+        if (!p->h2p) p->h2p = fy_xcalloc(1, sizeof *p->h2p);
+        if (p->h2p->running) return;
+        fy__h2_probe_start(p->h2p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
+                           hc_h2_done, p);
+        fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
+        return;
+    }
     const char *err = "connect failed";
     p->oc = fy_origin_connect(u, u->hc_worker, p->server, u->hc_loop, hc_event, p, &err);
     if (!p->oc) {
@@ -630,5 +680,8 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         fy_timer_stop(u->hc_loop, &p->timeout);
         if (p->oc) fy_origin_release(p->oc, false);
         p->oc = NULL;
+        if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
+        free(p->h2p);
+        p->h2p = NULL;
     }
 }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/list.h"
 #include "core/loop.h"
 #include "core/transport.h"
 #include "upstream/upstream_conf.h"
@@ -82,6 +83,37 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
  * No-ops without health-check config. Stop before the loop goes away. */
 void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w);
 void fy_upstream_health_stop(fy_upstream_t *u);
+
+/* ---- HTTP/2 origins (h2c://, h2://): multiplexed sessions, upstream/upstream_h2.c ----
+ * Per worker and server, a list of sessions. An exchange acquires a session with a free
+ * stream slot (below the origin's SETTINGS_MAX_CONCURRENT_STREAMS and FY_H2C_MAX_STREAMS), or
+ * waits for one being connected; it then opens its stream on fy_origin_h2_client(s) and gives
+ * the session back with fy_origin_h2_release once it released its stream. Sessions without
+ * users stay open up to `keepalive` per server for `keepalive-timeout` (no PINGs); a GOAWAY
+ * from the origin drains a session (no new streams, closed when its last user leaves). */
+typedef struct fy_origin_h2 fy_origin_h2_t;
+typedef struct fy_h2_client fy_h2_client_t;
+
+typedef struct fy_origin_h2_waiter {
+    fy_list_t link;
+    /* The session is ready and counted for the waiter (s), or it failed (s NULL, err). */
+    void (*cb)(struct fy_origin_h2_waiter *wt, fy_origin_h2_t *s, const char *err);
+    fy_origin_h2_t *s; /* the session waited on while queued */
+} fy_origin_h2_waiter_t;
+
+/* A session of `server` for worker w. Returns it counted for the caller (*ready = true), or
+ * NULL with *ready = false after queueing `wt` (wt->cb comes later, never from inside this
+ * call), or NULL with *ready = false and *err set when even a socket could not be made. */
+fy_origin_h2_t *fy_origin_h2_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                     fy_origin_h2_waiter_t *wt, bool *ready, const char **err);
+/* Stop waiting (the exchange went away). */
+void fy_origin_h2_cancel_wait(fy_origin_h2_waiter_t *wt);
+/* The codec of an acquired session (streams are opened and released by the caller). */
+fy_h2_client_t *fy_origin_h2_client(fy_origin_h2_t *s);
+/* Done with the session (after fy_h2_client_release of the caller's stream). */
+void fy_origin_h2_release(fy_origin_h2_t *s);
+/* How many sessions worker w holds to server (tests, metrics). */
+size_t fy_origin_h2_count(fy_upstream_t *u, int w, int server);
 
 /* Interest in readiness while held: EPOLLIN and/or EPOLLOUT. Returns 0 or -errno. */
 int fy_origin_want(fy_origin_conn_t *oc, uint32_t events);

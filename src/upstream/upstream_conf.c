@@ -22,11 +22,18 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     } else if (strncmp(url, "https://", 8) == 0) {
         sv->tls = true;
         rest = url + 8;
-    } else if (strncmp(url, "h2c://", 6) == 0 || strncmp(url, "h2://", 5) == 0 ||
-               strncmp(url, "h3://", 5) == 0) {
+    } else if (strncmp(url, "h2c://", 6) == 0) {
+        sv->tls = false; /* HTTP/2 with prior knowledge */
+        sv->h2 = true;
+        rest = url + 6;
+    } else if (strncmp(url, "h2://", 5) == 0) {
+        sv->tls = true; /* HTTP/2 over TLS, ALPN h2 */
+        sv->h2 = true;
+        rest = url + 5;
+    } else if (strncmp(url, "h3://", 5) == 0) {
         fy_conf_error(ctx, node, NULL,
-                      "'%s': HTTP/2 and HTTP/3 origins are not supported yet; use http:// or "
-                      "https://",
+                      "'%s': HTTP/3 origins are not supported yet; use http://, https://, h2c:// "
+                      "or h2://",
                       url);
         return -1;
     } else {
@@ -86,7 +93,7 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     sv->authority = fy_conf_strdup(a, auth);
     return 0;
 bad:
-    fy_conf_error(ctx, node, NULL, "'%s': expected http://HOST:PORT", url);
+    fy_conf_error(ctx, node, NULL, "'%s': expected SCHEME://HOST:PORT", url);
     return -1;
 }
 
@@ -96,7 +103,8 @@ static const fy_conf_directive_t server_table[] = {
      .offset = S(url),
      .required = true,
      .validate = validate_url,
-     .doc = "`http://HOST:PORT` or `https://HOST:PORT` (resolved once at start)."},
+     .doc = "`http://`, `https://`, `h2c://` (HTTP/2, prior knowledge) or `h2://` (HTTP/2 over "
+            "TLS, ALPN h2) `HOST:PORT` (resolved once at start)."},
     {.key = "weight",
      .type = FY_CT_INT,
      .offset = S(weight),
@@ -254,12 +262,14 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .max = 100000,
      .doc = "Idle connections kept per server and worker for reuse; keep it at least the "
             "number of requests in flight, or connections churn (32 halved throughput at 64 "
-            "concurrent clients)."},
+            "concurrent clients). For `h2c://`/`h2://` servers: idle HTTP/2 connections "
+            "(each carries many exchanges at once, up to the origin's stream limit)."},
     {.key = "keepalive-timeout",
      .type = FY_CT_DURATION,
      .offset = U(keepalive_timeout_ms),
      .dflt = "60s",
-     .doc = "How long an idle pooled connection is kept."},
+     .doc = "How long an idle pooled connection (or HTTP/2 connection without streams) is "
+            "kept; no PINGs are sent meanwhile."},
     {.key = "retries",
      .type = FY_CT_INT,
      .offset = U(retries),
@@ -267,7 +277,9 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .min = 0,
      .max = 10,
      .doc = "Extra attempts for idempotent requests without a body that failed before any "
-            "response byte (on another server when there is one)."},
+            "response byte (on another server when there is one); HTTP/2 origins' refused "
+            "streams (REFUSED_STREAM, past a GOAWAY) are retried for any request whose body "
+            "had not started."},
     {.key = "max-fails",
      .type = FY_CT_INT,
      .offset = U(max_fails),
@@ -283,8 +295,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "ca",
      .type = FY_CT_STRING,
      .offset = U(ca),
-     .doc = "PEM file of CAs that https origins are verified against; default: the system "
-            "store."},
+     .doc = "PEM file of CAs that `https://` and `h2://` origins are verified against; "
+            "default: the system store."},
     {.key = "insecure",
      .type = FY_CT_BOOL,
      .offset = U(insecure),
@@ -293,11 +305,11 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "sni",
      .type = FY_CT_STRING,
      .offset = U(sni),
-     .doc = "Server name sent to https origins and verified; default: the URL's host."},
+     .doc = "Server name sent to TLS origins and verified; default: the URL's host."},
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = U(cert),
-     .doc = "Client certificate chain (PEM) presented to https origins (mTLS); with `key`."},
+     .doc = "Client certificate chain (PEM) presented to TLS origins (mTLS); with `key`."},
     {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
     {.key = "sticky",
      .type = FY_CT_TABLE_PTR,
@@ -314,6 +326,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .sub_size = sizeof(fy_health_conf_t),
      .shorthand_key = "path",
      .doc = "Active health checks (one worker probes, all workers obey); shorthand "
-            "`health-check: /health`."},
+            "`health-check: /health`. `h2c://`/`h2://` servers are probed with an HTTP/2 "
+            "stream on the checking worker's pooled connection."},
     {.key = NULL, .check = check_upstream},
 };

@@ -168,8 +168,7 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, limits, http2, quic, log, data-dir\n"
-               "c.yaml:1:1: listeners: is required\n");
+               "routes, upstreams, l4, limits, http2, quic, log, intercept, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content\n");
 
@@ -257,7 +256,7 @@ static void test_listeners(void)
 
     CHECK_FAIL("listeners:\n  - listen: :80\n",
                "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name\n"
+               "protocols, tls, backlog, name, kind, sni\n"
                "c.yaml:2:5: listeners[0].address: is required\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
@@ -622,7 +621,7 @@ static void test_file_and_doc(void)
     char want[512];
     snprintf(want, sizeof want,
              "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name\n",
+             "protocols, tls, backlog, name, kind, sni\n",
              path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");

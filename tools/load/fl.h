@@ -72,7 +72,7 @@ typedef struct fl_stats {
 } fl_stats_t;
 
 /* ---- configuration (main.c), immutable once threads start ---- */
-enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_H3 };
+enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_WS_ECHO, FL_H3 };
 
 typedef struct fl_url {
     char *path; /* owned: request target, e.g. "/a?b" */
@@ -92,7 +92,7 @@ typedef struct fl_config {
     char host[256];      /* from the URL, for SNI and Host */
     char authority[300]; /* host[:port] as sent in Host / :authority */
     char port[8];
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr; /* the server, or the --proxy */
     socklen_t addrlen;
     fl_url_t urls[FL_MAX_URLS];
     int nurls;
@@ -114,6 +114,8 @@ typedef struct fl_config {
     int64_t expect_bytes;             /* -1 = not checked */
     size_t echo_size;                 /* tcp/udp: message size */
     bool json;
+    bool proxy_connect;  /* --proxy: CONNECT authority through addr first */
+    bool proxy_absolute; /* --proxy with plain h1: absolute-form request targets */
     SSL_CTX *ssl_ctx;
     const char *url_text; /* borrowed: the first URL as given */
 } fl_config_t;
@@ -124,7 +126,13 @@ extern fl_config_t fl_cfg;
 struct fl_worker;
 struct fl_conn;
 
-enum fl_conn_state { FL_CONN_IDLE, FL_CONN_CONNECTING, FL_CONN_HANDSHAKE, FL_CONN_READY };
+enum fl_conn_state {
+    FL_CONN_IDLE,
+    FL_CONN_CONNECTING,
+    FL_CONN_TUNNEL, /* --proxy: CONNECT sent, awaiting the proxy's 2xx */
+    FL_CONN_HANDSHAKE,
+    FL_CONN_READY
+};
 
 /* A protocol on a ready connection. Every callback runs on the connection's worker thread. */
 struct fl_proto_ops {
@@ -208,6 +216,8 @@ typedef struct fl_conn {
             size_t out_off;              /* tcp: bytes of the current message written */
             size_t in_off;               /* tcp: bytes of the current reply verified */
             uint32_t sendq;
+            uint8_t ws;      /* ws: 0 upgrade not sent, 1 awaiting 101, 2 open */
+            bool ws_payload; /* ws: inside a frame's payload (in_off counts it) */
         } echo;
     } u;
 } fl_conn_t;
@@ -252,7 +262,8 @@ void fl_unissue(fl_conn_t *c);
 void *fl_h3_worker_run(fl_worker_t *w);
 
 /* h1.c, h2.c, echo.c */
-extern const struct fl_proto_ops fl_h1_ops, fl_h2_ops, fl_tcp_echo_ops, fl_udp_echo_ops;
+extern const struct fl_proto_ops fl_h1_ops, fl_h2_ops, fl_tcp_echo_ops, fl_udp_echo_ops,
+    fl_ws_echo_ops;
 /* Builds the echo message pattern (--size); 0 or -1. */
 int fl_echo_init(void);
 /* Renders the request templates (Host, headers, Content-Length, body); 0 or -1. */

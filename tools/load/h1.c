@@ -29,13 +29,17 @@ int fl_h1_build_templates(void)
     /* head: request line, Host, user headers, Content-Length; then the body */
     for (int u = 0; u < fl_cfg.nurls; u++) {
         fl_url_t *url = &fl_cfg.urls[u];
-        size_t cap = 256 + strlen(url->path) + strlen(fl_cfg.authority) + fl_cfg.body_len;
+        size_t cap = 256 + strlen(url->path) + 2 * strlen(fl_cfg.authority) + fl_cfg.body_len;
         for (int i = 0; i < fl_cfg.nheaders; i++)
             cap += strlen(fl_cfg.headers[i].name) + strlen(fl_cfg.headers[i].value) + 4;
         char *t = malloc(cap);
         if (!t) return -1;
         size_t n = 0;
-        n += (size_t)snprintf(t + n, cap - n, "%s %s HTTP/1.1\r\n", fl_cfg.method, url->path);
+        if (fl_cfg.proxy_absolute) /* through an explicit proxy: absolute-form */
+            n += (size_t)snprintf(t + n, cap - n, "%s http://%s%s HTTP/1.1\r\n", fl_cfg.method,
+                                  fl_cfg.authority, url->path);
+        else
+            n += (size_t)snprintf(t + n, cap - n, "%s %s HTTP/1.1\r\n", fl_cfg.method, url->path);
         if (!fl_cfg.user_host)
             n += (size_t)snprintf(t + n, cap - n, "Host: %s\r\n", fl_cfg.authority);
         for (int i = 0; i < fl_cfg.nheaders; i++)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,29 +21,32 @@ fl_config_t fl_cfg;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ferry-load URL [options]\n"
-            "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT udp://HOST:PORT\n"
-            "  -c N             connections (default 16)\n"
-            "  -m N             concurrent streams per connection (h2), messages in flight (echo)\n"
-            "  -t N             threads (default 1)\n"
-            "  -d DUR           measured duration, e.g. 10, 10s, 500ms, 1m (default 10s)\n"
-            "  -w DUR           warm-up before measuring (default 0)\n"
-            "  -n N             stop after N requests (no -d: no time limit)\n"
-            "  --rate R         open loop: R requests/s in total, latency from scheduled time\n"
-            "  --pipeline N     HTTP/1.1 requests in flight per connection (default 1)\n"
-            "  --method M       request method (default GET, POST with a body)\n"
-            "  -H 'Name: value' request header (repeatable)\n"
-            "  --body-size N    request body of N bytes\n"
-            "  --body-file F    request body from file F\n"
-            "  --url URL        another URL on the same origin (repeatable; round-robin)\n"
-            "  --expect-status N  only status N counts as success (default: any 2xx)\n"
-            "  --expect-bytes N   every response body must be N bytes\n"
-            "  --size N         echo message size (default 64)\n"
-            "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
-            "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
-            "  --insecure       do not verify the server certificate\n"
-            "  --json           machine-readable report (keys in tools/load/README.md)\n");
+    fprintf(
+        f,
+        "usage: ferry-load URL [options]\n"
+        "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT udp://HOST:PORT ws:// wss://\n"
+        "  -c N             connections (default 16)\n"
+        "  -m N             concurrent streams per connection (h2), messages in flight (echo)\n"
+        "  -t N             threads (default 1)\n"
+        "  -d DUR           measured duration, e.g. 10, 10s, 500ms, 1m (default 10s)\n"
+        "  -w DUR           warm-up before measuring (default 0)\n"
+        "  -n N             stop after N requests (no -d: no time limit)\n"
+        "  --rate R         open loop: R requests/s in total, latency from scheduled time\n"
+        "  --pipeline N     HTTP/1.1 requests in flight per connection (default 1)\n"
+        "  --method M       request method (default GET, POST with a body)\n"
+        "  -H 'Name: value' request header (repeatable)\n"
+        "  --body-size N    request body of N bytes\n"
+        "  --body-file F    request body from file F\n"
+        "  --url URL        another URL on the same origin (repeatable; round-robin)\n"
+        "  --expect-status N  only status N counts as success (default: any 2xx)\n"
+        "  --expect-bytes N   every response body must be N bytes\n"
+        "  --size N         echo message size (default 64)\n"
+        "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
+        "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
+        "  --insecure       do not verify the server certificate\n"
+        "  --proxy HOST:PORT  explicit HTTP proxy: http:// URLs as absolute-form requests,\n"
+        "                   others through a CONNECT tunnel\n"
+        "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
 static void die_usage(const char *flag, const char *why)
@@ -85,6 +89,22 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+/* --proxy [http://]HOST:PORT (an explicit HTTP proxy) */
+static void parse_proxy(const char *v, char *host, char *port)
+{
+    const char *h = v;
+    if (!strncasecmp(h, "http://", 7)) h += 7;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : 0;
+    if (!colon || n == 0 || n >= 256 || strchr(colon, '/'))
+        die_usage("--proxy", "wants [http://]HOST:PORT");
+    if (h[0] == '[' && colon[-1] == ']') h++, n -= 2;
+    memcpy(host, h, n);
+    host[n] = 0;
+    parse_int("--proxy", colon + 1, 1, 65535);
+    snprintf(port, 8, "%s", colon + 1);
+}
+
 /* scheme://host[:port][/path]; fills host/port/authority (first URL) or checks they match. */
 static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out)
 {
@@ -108,8 +128,12 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
         proto = FL_TCP_ECHO, defport = NULL;
     } else if (sl == 3 && !strncasecmp(url, "udp", 3)) {
         proto = FL_UDP_ECHO, defport = NULL;
+    } else if (sl == 2 && !strncasecmp(url, "ws", 2)) {
+        proto = FL_WS_ECHO, defport = "80";
+    } else if (sl == 3 && !strncasecmp(url, "wss", 3)) {
+        proto = FL_WS_ECHO, tls = true, defport = "443";
     } else {
-        die_usage(url, "unsupported scheme (http https h2c h2 h3 tcp udp)");
+        die_usage(url, "unsupported scheme (http https h2c h2 h3 tcp udp ws wss)");
     }
     const char *h = sep + 3;
     const char *path = strchr(h, '/');
@@ -265,6 +289,8 @@ static const char *proto_name(void)
         return "udp-echo";
     case FL_H3:
         return "h3";
+    case FL_WS_ECHO:
+        return "ws-echo";
     }
     return "?";
 }
@@ -299,7 +325,10 @@ int main(int argc, char **argv)
     int nurl = 0;
     bool want_h1 = false, want_h2 = false, have_d = false, have_m = false;
     long long body_size = -1;
-    const char *body_file = NULL, *method = NULL;
+    const char *body_file = NULL, *method = NULL, *proxy = NULL;
+    /* A peer closing while we write (an early response, a reset) is an error to count, not a
+     * reason to die: TLS writes go through write(2), which raises SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     fl_cfg.conns = 16;
     fl_cfg.streams = 1;
     fl_cfg.pipeline = 1;
@@ -345,6 +374,7 @@ int main(int argc, char **argv)
                                             "--expect-bytes",
                                             "--pipeline",
                                             "--size",
+                                            "--proxy",
                                             "--h1",
                                             "--h2",
                                             "--json",
@@ -355,7 +385,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 17; /* --h1 and the ones after it take no value */
+        bool is_flag = ki >= 18; /* --h1 and the ones after it take no value */
         if (!is_flag) {
             if (attached)
                 v = attached;
@@ -418,6 +448,8 @@ int main(int argc, char **argv)
             want_h1 = true;
         } else if (!strcmp(name, "--h2")) {
             want_h2 = true;
+        } else if (!strcmp(name, "--proxy")) {
+            proxy = v;
         } else if (!strcmp(name, "--json")) {
             fl_cfg.json = true;
         } else if (!strcmp(name, "--insecure")) {
@@ -440,7 +472,8 @@ int main(int argc, char **argv)
     if (want_h1 && proto == FL_H2) proto = FL_H1;
     if ((want_h1 || want_h2) && proto == FL_H3)
         die_usage(want_h1 ? "--h1" : "--h2", "not for h3://");
-    if ((want_h1 || want_h2) && (proto == FL_TCP_ECHO || proto == FL_UDP_ECHO))
+    if ((want_h1 || want_h2) &&
+        (proto == FL_TCP_ECHO || proto == FL_UDP_ECHO || proto == FL_WS_ECHO))
         die_usage(want_h1 ? "--h1" : "--h2", "not for echo URLs");
     fl_cfg.proto = (enum fl_proto)proto;
     fl_cfg.tls = tls;
@@ -455,7 +488,9 @@ int main(int argc, char **argv)
     }
     fl_cfg.method = method ? method : fl_cfg.body ? "POST" : "GET";
     fl_cfg.head = !strcmp(fl_cfg.method, "HEAD");
-    if (fl_cfg.proto == FL_TCP_ECHO || fl_cfg.proto == FL_UDP_ECHO) {
+    if (fl_cfg.proto == FL_TCP_ECHO || fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_WS_ECHO) {
+        if (fl_cfg.proto == FL_WS_ECHO && fl_cfg.nurls > 1)
+            die_usage("--url", "a WebSocket run uses one URL");
         if (!have_m) fl_cfg.streams = fl_cfg.pipeline;
         if (fl_cfg.proto == FL_UDP_ECHO && fl_cfg.echo_size > 65507)
             die_usage("--size", "a UDP message is at most 65507 bytes");
@@ -472,9 +507,19 @@ int main(int argc, char **argv)
                                                 ? SOCK_DGRAM
                                                 : SOCK_STREAM};
     struct addrinfo *ai;
-    int gr = getaddrinfo(fl_cfg.host, fl_cfg.port, &hints, &ai);
+    char phost[256], pport[8];
+    if (proxy) {
+        if (fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3)
+            die_usage("--proxy", "not for UDP or QUIC");
+        parse_proxy(proxy, phost, pport);
+        /* plain HTTP/1.1: absolute-form requests to the proxy; anything else: a CONNECT
+         * tunnel first (then TLS, h2c, WebSocket or echo bytes through it) */
+        fl_cfg.proxy_connect = fl_cfg.tls || fl_cfg.proto != FL_H1;
+        fl_cfg.proxy_absolute = !fl_cfg.proxy_connect;
+    }
+    int gr = getaddrinfo(proxy ? phost : fl_cfg.host, proxy ? pport : fl_cfg.port, &hints, &ai);
     if (gr != 0) {
-        fprintf(stderr, "ferry-load: %s: %s\n", fl_cfg.host, gai_strerror(gr));
+        fprintf(stderr, "ferry-load: %s: %s\n", proxy ? phost : fl_cfg.host, gai_strerror(gr));
         return 2;
     }
     memcpy(&fl_cfg.addr, ai->ai_addr, ai->ai_addrlen);

@@ -184,7 +184,58 @@ static void tls_step(fl_conn_t *c)
     conn_fail_setup(c, FL_ERR_TLS);
 }
 
+static void conn_tunneled(fl_conn_t *c);
+
+/* --proxy: the CONNECT request; the reply is read by tunnel_step */
+static void tunnel_start(fl_conn_t *c)
+{
+    char req[700];
+    int n = snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", fl_cfg.authority,
+                     fl_cfg.authority);
+    /* a fresh socket's send buffer takes these few bytes whole */
+    if (n <= 0 || write(c->fd, req, (size_t)n) != n) {
+        conn_fail_setup(c, FL_ERR_CONNECT);
+        return;
+    }
+    c->state = FL_CONN_TUNNEL;
+    c->ilen = c->ipos = 0;
+}
+
+static void tunnel_step(fl_conn_t *c)
+{
+    for (;;) {
+        if (c->ilen == FL_IBUF_SIZE) break;
+        ssize_t n = read(c->fd, c->ibuf + c->ilen, FL_IBUF_SIZE - c->ilen);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
+        if (n <= 0) break;
+        c->ilen += (size_t)n;
+        c->last_progress = c->w->now;
+        uint8_t *e = memmem(c->ibuf, c->ilen, "\r\n\r\n", 4);
+        if (!e) continue;
+        size_t hn = (size_t)(e - c->ibuf) + 4;
+        if (c->ilen < 12 || memcmp(c->ibuf, "HTTP/1.", 7) || c->ibuf[9] != '2') break;
+        /* bytes the origin sent right behind the proxy's reply stay for the protocol */
+        memmove(c->ibuf, c->ibuf + hn, c->ilen - hn);
+        c->ilen -= hn;
+        if (c->ilen && fl_cfg.tls) break; /* TLS reads the socket itself: nothing may precede */
+        conn_tunneled(c);
+        return;
+    }
+    c->ilen = c->ipos = 0;
+    conn_fail_setup(c, FL_ERR_CONNECT);
+}
+
 static void conn_connected(fl_conn_t *c)
+{
+    if (fl_cfg.proxy_connect) {
+        tunnel_start(c);
+        return;
+    }
+    conn_tunneled(c);
+}
+
+static void conn_tunneled(fl_conn_t *c)
 {
     if (!fl_cfg.tls) {
         conn_ready(c);
@@ -373,6 +424,9 @@ static void on_event(fl_conn_t *c, uint32_t ev)
         }
         break;
     }
+    case FL_CONN_TUNNEL:
+        if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) tunnel_step(c);
+        break;
     case FL_CONN_HANDSHAKE:
         tls_step(c);
         break;
@@ -421,9 +475,10 @@ static void tick(fl_worker_t *w)
             if (w->now >= c->retry_at) conn_start(c);
             break;
         case FL_CONN_CONNECTING:
+        case FL_CONN_TUNNEL:
         case FL_CONN_HANDSHAKE:
             if (w->now - c->last_progress > tmo)
-                conn_fail_setup(c, c->state == FL_CONN_CONNECTING ? FL_ERR_CONNECT : FL_ERR_TLS);
+                conn_fail_setup(c, c->state == FL_CONN_HANDSHAKE ? FL_ERR_TLS : FL_ERR_CONNECT);
             break;
         case FL_CONN_READY:
             if (c->inflight && w->now - c->last_progress > tmo)
@@ -450,6 +505,7 @@ void *fl_worker_run(void *arg)
     const struct fl_proto_ops *ops = fl_cfg.proto == FL_H1         ? &fl_h1_ops
                                      : fl_cfg.proto == FL_H2       ? &fl_h2_ops
                                      : fl_cfg.proto == FL_TCP_ECHO ? &fl_tcp_echo_ops
+                                     : fl_cfg.proto == FL_WS_ECHO  ? &fl_ws_echo_ops
                                                                    : &fl_udp_echo_ops;
     for (int i = 0; i < w->nconns; i++) {
         fl_conn_t *c = &w->conns[i];

@@ -1,0 +1,71 @@
+/* Internals shared by l4.c (listeners, TCP sessions) and l4_udp.c (UDP and QUIC sessions). */
+#ifndef FY_L4_L4_INT_H
+#define FY_L4_L4_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/list.h"
+#include "core/loop.h"
+#include "l4/l4.h"
+#include "l4/l4_conf.h"
+#include "tls/tls.h"
+
+typedef struct fy__l4_worker fy__l4_worker_t;
+typedef struct fy__l4_udp_sess fy__l4_udp_sess_t;
+
+typedef struct fy__l4_listener {
+    const fy_l4_conf_t *conf; /* borrowed */
+    bool udp;
+    bool front;             /* the SNI map of an HTTP listener: no socket of its own */
+    fy_l4_conf_t *own_conf; /* owned: a front's synthesized conf */
+    fy_tls_ctx_t *tls;      /* owned: tls-terminate / terminate routes */
+    fy_upstream_t *up;      /* borrowed: the listener's own upstream group, or NULL */
+    fy_upstream_t **sni_up; /* owned array: per sni route, NULL for a plain target */
+} fy__l4_listener_t;
+
+/* one listener on one worker */
+typedef struct fy__l4_wl {
+    fy_io_t io;
+    fy__l4_worker_t *w;
+    fy__l4_listener_t *l;
+    bool paused;
+    size_t nsessions;
+    fy__l4_udp_sess_t **hash; /* owned: client address -> session (UDP) */
+    size_t hmask;
+    uint64_t dropped; /* datagrams dropped: table full, unknown flow, bad Initial */
+} fy__l4_wl_t;
+
+struct fy__l4_worker {
+    fy_l4_t *l4;
+    int id;
+    fy_loop_t *loop;
+    fy__l4_wl_t *wls; /* owned: one per listener */
+    fy_list_t tcp;    /* tcp sessions */
+    fy_list_t udp;    /* udp sessions */
+    size_t nsessions;
+    bool draining;
+    void (*on_idle)(void *ud);
+    void *ud;
+    uint8_t *rx; /* owned: recvmmsg buffers */
+};
+
+struct fy_l4 {
+    fy__l4_listener_t *ls;
+    size_t nls;
+    int *front_of; /* owned: per HTTP listener, index in ls or -1 */
+    size_t nhttp;
+    fy__l4_worker_t *workers;
+    int nworkers;
+};
+
+const fy_l4_target_t *fy__l4_route(const fy__l4_listener_t *l, const char *sni, fy_upstream_t **up,
+                                   bool *terminate);
+void fy__l4_session_gone(fy__l4_wl_t *wl);
+
+void fy__l4_udp_init(fy__l4_wl_t *wl);
+void fy__l4_udp_on_read(fy_io_t *io, uint32_t ev);
+void fy__l4_udp_close_all(fy__l4_worker_t *w);
+
+#endif

@@ -1,0 +1,397 @@
+/* UDP sessions: one per client address (bounded table per worker and listener), each with its
+ * own connected socket to the origin so that replies come back to the right client.
+ * Datagrams are read with recvmmsg on both sides and written with sendmmsg; their boundaries
+ * are kept exactly. quic-passthrough sessions first decrypt the client's Initials (l4_quic.c)
+ * until the ClientHello's SNI picks the origin, holding the datagrams (bounded) meanwhile. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "l4/l4_int.h"
+#include "l4/l4_quic.h"
+#include "upstream/upstream.h"
+
+#define BATCH 16
+#define DGRAM_MAX 65536
+#define QUEUE_MAX 32   /* datagrams held while a QUIC flow's ClientHello is incomplete */
+#define HASH_MAX 65536 /* buckets */
+
+struct fy__l4_udp_sess {
+    fy__l4_udp_sess_t *hnext;
+    fy_list_t node;
+    fy__l4_wl_t *wl;
+    struct sockaddr_storage client;
+    socklen_t clen;
+    uint32_t hash;
+    fy_io_t io; /* connected socket to the origin; -1 while peeking */
+    fy_timer_t timer;
+    fy_defer_t defer;
+    bool closed;
+    fy_upstream_t *up;
+    int server;
+    bool peeking;
+    fy_quic_crypto_t crypto;
+    uint8_t *q; /* owned: held datagrams, each [len:2][bytes] */
+    size_t qlen, qn;
+};
+
+static uint32_t addr_hash(const struct sockaddr_storage *a, socklen_t len)
+{
+    const uint8_t *p = (const uint8_t *)a;
+    uint32_t h = 2166136261u;
+    size_t n = a->ss_family == AF_INET ? sizeof(struct sockaddr_in) : len;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static bool addr_eq(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
+}
+
+static void normalise(struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET) {
+        struct sockaddr_in *x = (void *)a;
+        memset(x->sin_zero, 0, sizeof x->sin_zero);
+    }
+}
+
+void fy__l4_udp_init(fy__l4_wl_t *wl)
+{
+    size_t want = (size_t)wl->l->conf->max_sessions, n = 16;
+    while (n < want && n < HASH_MAX) n <<= 1;
+    wl->hash = calloc(n, sizeof *wl->hash);
+    wl->hmask = wl->hash ? n - 1 : 0;
+    if (!wl->w->rx) wl->w->rx = malloc((size_t)BATCH * DGRAM_MAX);
+}
+
+static void sess_free(fy_defer_t *d)
+{
+    free(d->data);
+}
+
+static void sess_close(fy__l4_udp_sess_t *s, const char *why)
+{
+    if (s->closed) return;
+    s->closed = true;
+    fy__l4_wl_t *wl = s->wl;
+    fy__l4_worker_t *w = wl->w;
+    if (why) fy_debug("l4 %s: udp session closed: %s", wl->l->conf->name, why);
+    fy_timer_stop(w->loop, &s->timer);
+    if (s->io.fd >= 0) {
+        fy_io_set(w->loop, &s->io, 0);
+        close(s->io.fd);
+        s->io.fd = -1;
+    }
+    fy__l4_udp_sess_t **pp = &wl->hash[s->hash & wl->hmask];
+    while (*pp && *pp != s) pp = &(*pp)->hnext;
+    if (*pp) *pp = s->hnext;
+    fy_quic_crypto_free(&s->crypto);
+    free(s->q);
+    s->q = NULL;
+    fy_list_remove(&s->node);
+    wl->nsessions--;
+    w->nsessions--;
+    s->defer.cb = sess_free;
+    s->defer.data = s;
+    fy_defer(w->loop, &s->defer);
+    fy__l4_session_gone(wl);
+}
+
+static void on_timer(fy_timer_t *t)
+{
+    fy__l4_udp_sess_t *s = t->data;
+    if (s->peeking)
+        fy_info("l4 %s: QUIC ClientHello incomplete after peek-timeout: flow dropped",
+                s->wl->l->conf->name);
+    sess_close(s, s->peeking ? "peek timeout" : "idle timeout");
+}
+
+/* origin -> client: recvmmsg on the session socket, sendmmsg on the listener's */
+static void on_origin_read(fy_io_t *io, uint32_t ev)
+{
+    fy__l4_udp_sess_t *s = io->data;
+    fy__l4_wl_t *wl = s->wl;
+    uint8_t *rx = wl->w->rx;
+    struct mmsghdr m[BATCH];
+    struct iovec iov[BATCH];
+    for (int round = 0; round < 4; round++) {
+        memset(m, 0, sizeof m);
+        for (int i = 0; i < BATCH; i++) {
+            iov[i].iov_base = rx + (size_t)i * DGRAM_MAX;
+            iov[i].iov_len = DGRAM_MAX;
+            m[i].msg_hdr.msg_iov = &iov[i];
+            m[i].msg_hdr.msg_iovlen = 1;
+        }
+        int n = recvmmsg(io->fd, m, BATCH, MSG_DONTWAIT, NULL);
+        if (n <= 0) {
+            if (n < 0 && errno == ECONNREFUSED && s->up)
+                fy_upstream_report(s->up, wl->w->id, s->server, false, wl->w->loop->now_ms);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            iov[i].iov_len = m[i].msg_len;
+            memset(&m[i].msg_hdr, 0, sizeof m[i].msg_hdr);
+            m[i].msg_hdr.msg_iov = &iov[i];
+            m[i].msg_hdr.msg_iovlen = 1;
+            m[i].msg_hdr.msg_name = &s->client;
+            m[i].msg_hdr.msg_namelen = s->clen;
+        }
+        /* a full socket buffer drops the rest, as the network would */
+        if (sendmmsg(wl->io.fd, m, (unsigned)n, MSG_DONTWAIT) < 0 && errno != EAGAIN)
+            fy_debug("l4 %s: sendmmsg to client: %s", wl->l->conf->name, strerror(errno));
+        fy_timer_start(wl->w->loop, &s->timer, wl->l->conf->idle_timeout_ms);
+        if (n < BATCH) break;
+    }
+}
+
+static int sess_connect(fy__l4_udp_sess_t *s, const fy_l4_target_t *to, fy_upstream_t *up)
+{
+    fy__l4_worker_t *w = s->wl->w;
+    const struct sockaddr *addr = (const struct sockaddr *)&to->addr;
+    socklen_t alen = to->addrlen;
+    s->up = up;
+    if (up) {
+        s->server = fy_upstream_pick(up, w->id, 0, w->loop->now_ms);
+        const fy_upstream_server_conf_t *sv = fy_upstream_conf(up)->servers.v;
+        addr = (const struct sockaddr *)&sv[s->server].addr;
+        alen = sv[s->server].addrlen;
+    }
+    int fd = socket(addr->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, addr, alen) < 0) {
+        fy_error("l4 %s: udp socket to origin: %s", s->wl->l->conf->name, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    s->io.fd = fd;
+    s->io.cb = on_origin_read;
+    s->io.data = s;
+    fy_io_set(w->loop, &s->io, EPOLLIN);
+    return 0;
+}
+
+static fy__l4_udp_sess_t *sess_new(fy__l4_wl_t *wl, const struct sockaddr_storage *client,
+                                   socklen_t clen, uint32_t h)
+{
+    fy__l4_udp_sess_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->wl = wl;
+    s->client = *client;
+    s->clen = clen;
+    s->hash = h;
+    s->io.fd = -1;
+    fy_timer_init(&s->timer, on_timer, s);
+    s->hnext = wl->hash[h & wl->hmask];
+    wl->hash[h & wl->hmask] = s;
+    fy_list_insert_tail(&wl->w->udp, &s->node);
+    wl->nsessions++;
+    wl->w->nsessions++;
+    return s;
+}
+
+static void drop(fy__l4_wl_t *wl, const char *why)
+{
+    /* the first drop of each kind is worth a line; a flood is not */
+    if (wl->dropped++ % 10000 == 0)
+        fy_info("l4 %s: datagram dropped: %s (%llu so far)", wl->l->conf->name, why,
+                (unsigned long long)wl->dropped);
+}
+
+/* Route a QUIC flow whose ClientHello is complete, and send what was held. */
+static void quic_route(fy__l4_udp_sess_t *s, const fy_l4_hello_t *h)
+{
+    fy_upstream_t *up = NULL;
+    bool term;
+    const fy_l4_target_t *to = fy__l4_route(s->wl->l, h->sni, &up, &term);
+    if (!to) {
+        fy_info("l4 %s: no route for QUIC server name '%s': flow dropped", s->wl->l->conf->name,
+                h->sni_len ? h->sni : "(none)");
+        sess_close(s, "no SNI route");
+        return;
+    }
+    if (sess_connect(s, to, up) < 0) {
+        sess_close(s, "connect failed");
+        return;
+    }
+    s->peeking = false;
+    fy_quic_crypto_free(&s->crypto);
+    for (size_t o = 0; o < s->qlen;) {
+        size_t l = (size_t)s->q[o] << 8 | s->q[o + 1];
+        if (send(s->io.fd, s->q + o + 2, l, MSG_DONTWAIT) < 0) break;
+        o += 2 + l;
+    }
+    free(s->q);
+    s->q = NULL;
+    s->qlen = s->qn = 0;
+    fy_timer_start(s->wl->w->loop, &s->timer, s->wl->l->conf->idle_timeout_ms);
+}
+
+/* One more datagram of a flow still looking for its ClientHello. */
+static void quic_feed(fy__l4_udp_sess_t *s, const uint8_t *d, size_t len)
+{
+    const fy_l4_conf_t *c = s->wl->l->conf;
+    fy_l4_hello_t h;
+    int r = fy_quic_initial_feed(&s->crypto, d, len, &h);
+    if (r == FY_L4_HELLO_EBAD) {
+        if (s->qn == 0) sess_close(s, "undecodable Initial");
+        drop(s->wl, "not a decodable QUIC v1 Initial");
+        return;
+    }
+    if (r == FY_L4_HELLO_ELIMIT) {
+        fy_info("l4 %s: QUIC ClientHello larger than peek-max (%llu bytes): flow dropped", c->name,
+                (unsigned long long)c->peek_max);
+        sess_close(s, "peek-max");
+        return;
+    }
+    if (s->qn >= QUEUE_MAX || len > 0xffff) {
+        sess_close(s, "too many datagrams before the ClientHello");
+        return;
+    }
+    uint8_t *q = realloc(s->q, s->qlen + 2 + len);
+    if (!q) {
+        sess_close(s, "out of memory");
+        return;
+    }
+    s->q = q;
+    q[s->qlen] = (uint8_t)(len >> 8);
+    q[s->qlen + 1] = (uint8_t)len;
+    memcpy(q + s->qlen + 2, d, len);
+    s->qlen += 2 + len;
+    s->qn++;
+    if (r == 1) quic_route(s, &h);
+}
+
+/* A datagram from a client without a session. Returns the new session or NULL (dropped). */
+static fy__l4_udp_sess_t *new_flow(fy__l4_wl_t *wl, const uint8_t *d, size_t len,
+                                   const struct sockaddr_storage *client, socklen_t clen,
+                                   uint32_t h)
+{
+    const fy_l4_conf_t *c = wl->l->conf;
+    if (wl->w->draining) return NULL;
+    if ((int64_t)wl->nsessions >= c->max_sessions) {
+        if (wl->dropped % 10000 == 0)
+            fy_warn("l4 %s: max-sessions (%lld) reached: new client dropped", c->name,
+                    (long long)c->max_sessions);
+        wl->dropped++;
+        return NULL;
+    }
+    if (c->mode == FY_L4_UDP) {
+        fy__l4_udp_sess_t *s = sess_new(wl, client, clen, h);
+        if (s && sess_connect(s, &c->to, wl->l->up) < 0) {
+            sess_close(s, "connect failed");
+            return NULL;
+        }
+        if (s) fy_timer_start(wl->w->loop, &s->timer, c->idle_timeout_ms);
+        return s;
+    }
+    /* quic-passthrough */
+    fy_quic_hdr_t hdr;
+    if (fy_quic_parse_hdr(d, len, &hdr) < 0 || !hdr.is_long) {
+        drop(wl, "not the start of a QUIC connection");
+        return NULL;
+    }
+    if (hdr.version != FY_QUIC_V1) {
+        if (c->unknown_version == FY_L4_UNKNOWN_DEFAULT && (c->to.target || c->to.upstream) &&
+            hdr.version != 0) {
+            fy__l4_udp_sess_t *s = sess_new(wl, client, clen, h);
+            if (s && sess_connect(s, &c->to, wl->l->up) < 0) {
+                sess_close(s, "connect failed");
+                return NULL;
+            }
+            if (s) fy_timer_start(wl->w->loop, &s->timer, c->idle_timeout_ms);
+            return s;
+        }
+        drop(wl, "QUIC version other than 1");
+        return NULL;
+    }
+    if (hdr.type != 0 || len < 1200) { /* RFC 9000 §14.1: client Initials are padded */
+        drop(wl, hdr.type != 0 ? "QUIC packet other than Initial from a new client"
+                               : "QUIC Initial shorter than 1200 bytes");
+        return NULL;
+    }
+    fy__l4_udp_sess_t *s = sess_new(wl, client, clen, h);
+    if (!s) return NULL;
+    if (fy_quic_crypto_init(&s->crypto, c->peek_max) < 0) {
+        sess_close(s, "out of memory");
+        return NULL;
+    }
+    s->peeking = true;
+    fy_timer_start(wl->w->loop, &s->timer, c->peek_timeout_ms);
+    quic_feed(s, d, len);
+    return NULL; /* the datagram was consumed (held or dropped) */
+}
+
+/* client -> origin: recvmmsg on the listener; runs of datagrams for one session leave with one
+ * sendmmsg on its socket */
+void fy__l4_udp_on_read(fy_io_t *io, uint32_t ev)
+{
+    fy__l4_wl_t *wl = io->data;
+    uint8_t *rx = wl->w->rx;
+    if (!rx || !wl->hash) return;
+    struct mmsghdr m[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_storage from[BATCH];
+    for (int round = 0; round < 8; round++) {
+        memset(m, 0, sizeof m);
+        for (int i = 0; i < BATCH; i++) {
+            iov[i].iov_base = rx + (size_t)i * DGRAM_MAX;
+            iov[i].iov_len = DGRAM_MAX;
+            m[i].msg_hdr.msg_iov = &iov[i];
+            m[i].msg_hdr.msg_iovlen = 1;
+            m[i].msg_hdr.msg_name = &from[i];
+            m[i].msg_hdr.msg_namelen = sizeof from[i];
+        }
+        int n = recvmmsg(io->fd, m, BATCH, MSG_DONTWAIT, NULL);
+        if (n <= 0) break;
+        struct mmsghdr out[BATCH];
+        int nout = 0;
+        fy__l4_udp_sess_t *run = NULL;
+        for (int i = 0; i <= n; i++) {
+            fy__l4_udp_sess_t *s = NULL;
+            if (i < n) {
+                normalise(&from[i]);
+                socklen_t fl = m[i].msg_hdr.msg_namelen;
+                uint32_t h = addr_hash(&from[i], fl);
+                for (s = wl->hash[h & wl->hmask]; s && !addr_eq(&s->client, &from[i]);)
+                    s = s->hnext;
+                if (s && s->peeking) {
+                    quic_feed(s, iov[i].iov_base, m[i].msg_len);
+                    continue;
+                }
+                if (!s) s = new_flow(wl, iov[i].iov_base, m[i].msg_len, &from[i], fl, h);
+            }
+            if ((s != run || i == n) && run && nout) {
+                if (!run->closed && sendmmsg(run->io.fd, out, (unsigned)nout, MSG_DONTWAIT) < 0 &&
+                    errno != EAGAIN)
+                    fy_debug("l4 %s: sendmmsg to origin: %s", wl->l->conf->name, strerror(errno));
+                nout = 0;
+            }
+            if (!s || i == n) continue;
+            run = s;
+            memset(&out[nout], 0, sizeof out[nout]);
+            iov[i].iov_len = m[i].msg_len;
+            out[nout].msg_hdr.msg_iov = &iov[i];
+            out[nout].msg_hdr.msg_iovlen = 1;
+            nout++;
+            fy_timer_start(wl->w->loop, &s->timer, wl->l->conf->idle_timeout_ms);
+        }
+        if (n < BATCH) break;
+    }
+}
+
+void fy__l4_udp_close_all(fy__l4_worker_t *w)
+{
+    while (!fy_list_empty(&w->udp))
+        sess_close(fy_container_of(w->udp.next, fy__l4_udp_sess_t, node), "closing");
+}

@@ -1,0 +1,182 @@
+/* Ad-hoc origins: per-worker LRU tables of single-server upstreams. */
+#include "upstream/upstream_dyn.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+typedef struct dyn {
+    fy_upstream_dyn_entry_t e;
+    char *key;
+    fy_upstream_conf_t conf;          /* owned strings below */
+    fy_upstream_server_conf_t server; /* conf.servers points here */
+    struct dyn *prev, *next;          /* LRU, head = most recent */
+} dyn_t;
+
+typedef struct dyn_worker {
+    dyn_t *head, *tail;
+    size_t n;
+} dyn_worker_t;
+
+struct fy_upstream_dyn {
+    int nworkers;
+    size_t max;
+    char *ca;
+    uint64_t connect_timeout_ms;
+    void (*user_free)(void *);
+    dyn_worker_t *w;
+};
+
+fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
+                                       uint64_t connect_timeout_ms, void (*user_free)(void *))
+{
+    fy_upstream_dyn_t *d = fy_xcalloc(1, sizeof *d);
+    d->nworkers = nworkers;
+    d->max = max ? max : 1;
+    d->ca = ca ? fy_xstrdup(ca) : NULL;
+    d->connect_timeout_ms = connect_timeout_ms;
+    d->user_free = user_free;
+    d->w = fy_xcalloc((size_t)nworkers, sizeof *d->w);
+    return d;
+}
+
+static void unlink_dyn(dyn_worker_t *w, dyn_t *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        w->head = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    else
+        w->tail = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void push_dyn(dyn_worker_t *w, dyn_t *x)
+{
+    x->next = w->head;
+    if (w->head) w->head->prev = x;
+    w->head = x;
+    if (!w->tail) w->tail = x;
+}
+
+static void free_dyn(fy_upstream_dyn_t *d, dyn_t *x)
+{
+    if (d->user_free && x->e.user) d->user_free(x->e.user);
+    fy_upstream_free(x->e.up);
+    free(x->server.url);
+    free(x->server.host);
+    free(x->server.authority);
+    free(x->conf.name);
+    free(x->conf.sni);
+    free(x->key);
+    free(x);
+}
+
+fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const char *host,
+                                             int port, bool tls, const char *sni, bool insecure,
+                                             bool *created, const char **err)
+{
+    dyn_worker_t *dw = &d->w[w];
+    char key[600];
+    snprintf(key, sizeof key, "%c|%s|%d|%s|%c", tls ? 's' : 'p', host, port, sni ? sni : "",
+             insecure ? 'i' : 'v');
+    *created = false;
+    for (dyn_t *x = dw->head; x; x = x->next)
+        if (strcmp(x->key, key) == 0) {
+            if (x != dw->head) {
+                unlink_dyn(dw, x);
+                push_dyn(dw, x);
+            }
+            return &x->e;
+        }
+    if (dw->n >= d->max) {
+        dyn_t *v = dw->tail;
+        while (v && v->e.inflight) v = v->prev;
+        if (!v) {
+            *err = "too many origins in use (intercept.max-origins)";
+            return NULL;
+        }
+        unlink_dyn(dw, v);
+        dw->n--;
+        fy_upstream_worker_close(v->e.up, w);
+        free_dyn(d, v);
+    }
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
+        *err = "cannot resolve the origin's host name";
+        return NULL;
+    }
+    dyn_t *x = fy_xcalloc(1, sizeof *x);
+    memcpy(&x->server.addr, res->ai_addr, res->ai_addrlen);
+    x->server.addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    char buf[600];
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(buf, sizeof buf, "%s://%s%s%s:%d", tls ? "https" : "http", v6 ? "[" : "", host,
+             v6 ? "]" : "", port);
+    x->server.url = fy_xstrdup(buf);
+    x->server.weight = 1;
+    x->server.tls = tls;
+    x->server.host = fy_xstrdup(host);
+    snprintf(buf, sizeof buf, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    x->server.authority = fy_xstrdup(buf);
+    x->conf.name = fy_xstrdup(x->server.url);
+    x->conf.servers.v = &x->server;
+    x->conf.servers.n = 1;
+    x->conf.connect_timeout_ms = d->connect_timeout_ms;
+    x->conf.first_byte_timeout_ms = 60000;
+    x->conf.idle_timeout_ms = 60000;
+    x->conf.keepalive = 64;
+    x->conf.keepalive_timeout_ms = 60000;
+    x->conf.retries = 1;
+    x->conf.max_fails = 1000000; /* one server: never ejected, errors go to the client */
+    x->conf.fail_timeout_ms = 1000;
+    x->conf.ca = d->ca;
+    x->conf.insecure = insecure;
+    x->conf.sni = sni ? fy_xstrdup(sni) : NULL;
+    x->key = fy_xstrdup(key);
+    x->e.up = fy_upstream_new(&x->conf, d->nworkers);
+    if (!x->e.up) {
+        free_dyn(d, x);
+        *err = "origin TLS setup failed";
+        return NULL;
+    }
+    push_dyn(dw, x);
+    dw->n++;
+    *created = true;
+    return &x->e;
+}
+
+void fy_upstream_dyn_worker_close(fy_upstream_dyn_t *d, int w)
+{
+    dyn_worker_t *dw = &d->w[w];
+    while (dw->head) {
+        dyn_t *x = dw->head;
+        unlink_dyn(dw, x);
+        fy_upstream_worker_close(x->e.up, w);
+        free_dyn(d, x);
+    }
+    dw->n = 0;
+}
+
+size_t fy_upstream_dyn_count(const fy_upstream_dyn_t *d, int w)
+{
+    return d->w[w].n;
+}
+
+void fy_upstream_dyn_free(fy_upstream_dyn_t *d)
+{
+    if (!d) return;
+    for (int w = 0; w < d->nworkers; w++) fy_upstream_dyn_worker_close(d, w);
+    free(d->w);
+    free(d->ca);
+    free(d);
+}

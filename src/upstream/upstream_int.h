@@ -1,0 +1,40 @@
+/* Folder-internal: what upstream.c and upstream_h2.c share. */
+#ifndef FY_UPSTREAM_UPSTREAM_INT_H
+#define FY_UPSTREAM_UPSTREAM_INT_H
+
+#include "core/arena.h"
+#include "upstream/upstream.h"
+
+/* The head of worker w's HTTP/2 session list for `server` (owned by upstream_h2.c). */
+void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server);
+/* Close and free a connection at once (worker exit: no loop turn left). */
+void fy__origin_close_now(fy_origin_conn_t *oc);
+/* Close worker w's HTTP/2 sessions (worker exit). */
+void fy__upstream_h2_worker_close(fy_upstream_t *u, int w);
+
+/* An active health probe over HTTP/2 (a GET stream on a pooled session of the checking
+ * worker). `done` gets the final status (>0) or 0 with a static reason; it is called once,
+ * never from inside start. Stop releases everything (safe when idle or finished). */
+typedef struct fy__h2_probe {
+    fy_origin_h2_waiter_t wt;
+    fy_origin_h2_t *s;
+    struct fy_h2_client_stream *st;
+    fy_upstream_t *u;
+    int server;
+    const char *path;
+    fy_arena_t arena;
+    char first[1024];
+    bool running;
+    bool arena_live;
+    fy_defer_t later; /* reports a failure to start outside of start */
+    const char *err;
+    void (*done)(void *ud, int status, const char *why);
+    void *ud;
+} fy__h2_probe_t;
+
+void fy__h2_probe_start(fy__h2_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                        const char *path, void (*done)(void *ud, int status, const char *why),
+                        void *ud);
+void fy__h2_probe_stop(fy__h2_probe_t *p, fy_loop_t *loop);
+
+#endif
