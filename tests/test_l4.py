@@ -953,3 +953,28 @@ def test_l4_http_listener_sni_map_needs_tls(tmp_path):
     r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 1
     assert "listeners[0].sni: needs tls" in r.stderr, r.stderr
+
+
+def test_l4_quic_passthrough_follows_nat_rebinding(server, quic_backends, tmp_path):
+    """gtlsclient changes its local port mid-connection without path validation (NAT
+    rebinding): the flow is found again by the origin's connection ID."""
+    f = server(f"""
+workers: 1
+log:
+  level: debug
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    target: 127.0.0.1:{quic_backends['alpha.test']}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    dl = tmp_path / "dl-rebind"
+    dl.mkdir()
+    r = subprocess.run([GTLS_CLIENT, "-q", "--timeout=5s", "--exit-on-all-streams-close",
+                        "--change-local-addr=300ms", "--nat-rebinding", "--delay-stream=1s",
+                        f"--download={dl}", "127.0.0.1", str(f.port),
+                        "https://localhost/index.html"], capture_output=True, timeout=30)
+    assert (dl / "index.html").exists(), r
+    assert (dl / "index.html").read_text() == "quic backend alpha.test\n"
+    assert "QUIC flow found by connection ID at a new client address" in f.log()

@@ -200,6 +200,7 @@ void fy_l4_free(fy_l4_t *l4)
         for (size_t i = 0; wk->wls && i < l4->nls; i++) {
             if (wk->wls[i].io.fd >= 0) close(wk->wls[i].io.fd);
             free(wk->wls[i].hash);
+            free(wk->wls[i].cids);
         }
         free(wk->wls);
         free(wk->rx);
