@@ -36,9 +36,10 @@ typedef struct end {
 
 /* one direction: bytes from `src` to `dst` */
 typedef struct dir {
-    int pipe[2]; /* splice mode */
+    int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
     size_t inpipe;
-    uint8_t *buf; /* buffer mode (TLS on the client side): BUF_SIZE */
+    bool use_pipe;
+    uint8_t *buf; /* BUF_SIZE: small messages (and everything with TLS) go through it */
     size_t off, len;
     bool eof;  /* src ended */
     bool shut; /* dst half-closed after eof */
@@ -51,7 +52,7 @@ typedef struct tcp_sess {
     end_t c, o;
     dir_t up, down; /* up: client -> origin */
     int state;
-    bool splice;
+    bool splice; /* both ends plain: a direction moving bulk switches to splice(2) */
     bool closed;
     fy_timer_t timer;
     fy_defer_t defer;
@@ -70,7 +71,7 @@ typedef struct tcp_sess {
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
-static void relay(tcp_sess_t *s);
+static void relay(tcp_sess_t *s, bool up, bool down);
 static void start_connect(tcp_sess_t *s);
 static void do_peek(tcp_sess_t *s);
 
@@ -387,7 +388,7 @@ static void do_proxy_hdr(tcp_sess_t *s)
             return;
         }
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s);
+        relay(s, true, true);
     } else {
         start_connect(s);
     }
@@ -453,7 +454,7 @@ static void do_peek(tcp_sess_t *s)
         }
         set_events(s, &s->c, EPOLLIN);
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s);
+        relay(s, true, true);
         return;
     }
     start_connect(s);
@@ -495,22 +496,14 @@ static void on_origin_ready(tcp_sess_t *s)
     s->splice = !s->terminate;
     dir_t *d[2] = {&s->up, &s->down};
     for (int i = 0; i < 2; i++) {
-        if (s->splice) {
-            if (pipe2(d[i]->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
-                fy_error("l4 %s: pipe2: %s", c->name, strerror(errno));
-                sess_close(s, "pipe2 failed");
-                return;
-            }
-        } else {
-            d[i]->buf = malloc(BUF_SIZE);
-            if (!d[i]->buf) {
-                sess_close(s, "out of memory");
-                return;
-            }
+        d[i]->buf = malloc(BUF_SIZE);
+        if (!d[i]->buf) {
+            sess_close(s, "out of memory");
+            return;
         }
     }
     fy_timer_start(w->loop, &s->timer, c->idle_timeout_ms);
-    relay(s);
+    relay(s, true, true);
 }
 
 static void on_connected(tcp_sess_t *s)
@@ -584,7 +577,7 @@ static void start_connect(tcp_sess_t *s)
 
 static bool pending(const tcp_sess_t *s, const dir_t *d)
 {
-    return s->splice ? d->inpipe > 0 : d->len > d->off;
+    return d->inpipe > 0 || d->len > d->off;
 }
 
 static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
@@ -603,7 +596,8 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
     for (;;) {
         if (pending(s, d)) {
             ssize_t n;
-            if (s->splice) {
+            bool from_pipe = d->inpipe > 0;
+            if (from_pipe) {
                 n = splice(d->pipe[0], NULL, dst->io.fd, NULL, d->inpipe,
                            SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
                 if (n < 0) n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
@@ -617,7 +611,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
                 return progress;
             }
             progress = 1;
-            if (s->splice)
+            if (from_pipe)
                 d->inpipe -= (size_t)n;
             else if ((d->off += (size_t)n) == d->len)
                 d->off = d->len = 0;
@@ -625,7 +619,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
         }
         if (d->eof) break;
         ssize_t n;
-        if (s->splice) {
+        if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (n == 0)
@@ -646,10 +640,14 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             return progress;
         }
         progress = 1;
-        if (s->splice)
+        if (d->use_pipe) {
             d->inpipe = (size_t)n;
-        else
+        } else {
             d->len = (size_t)n;
+            /* bulk: zero-copy from now on (small messages cost less through the buffer) */
+            if (s->splice && n == BUF_SIZE && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
+                d->use_pipe = true;
+        }
     }
     /* src ended and everything was written: pass the half-close on */
     if (d->eof && !pending(s, d) && !d->shut) {
@@ -659,19 +657,22 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
     return progress;
 }
 
-static void relay(tcp_sess_t *s)
+/* Pump the directions an event concerns (both when TLS is on the client side: a TLS read
+   may wait for writability). */
+static void relay(tcp_sess_t *s, bool up, bool down)
 {
     if (s->state == S_HANDSHAKE) {
         do_handshake(s);
         return;
     }
     if (s->state != S_RELAY) return;
-    int a = pump(s, &s->up, &s->c, &s->o);
+    if (!s->splice) up = down = true;
+    int a = up ? pump(s, &s->up, &s->c, &s->o) : 0;
     if (a < 0) {
         sess_close(s, "client side error");
         return;
     }
-    int b = pump(s, &s->down, &s->o, &s->c);
+    int b = down ? pump(s, &s->down, &s->o, &s->c) : 0;
     if (b < 0) {
         sess_close(s, "origin side error");
         return;
@@ -696,7 +697,7 @@ static void on_client_io(fy_io_t *io, uint32_t ev)
         do_peek(s);
         break;
     default:
-        relay(s);
+        relay(s, ev & (EPOLLIN | EPOLLHUP | EPOLLERR), ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
     }
 }
 
@@ -706,7 +707,7 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
     if (s->state == S_CONNECT)
         on_connected(s);
     else
-        relay(s);
+        relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR), ev & (EPOLLIN | EPOLLHUP | EPOLLERR));
 }
 
 static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, socklen_t sl,
