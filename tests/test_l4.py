@@ -978,3 +978,52 @@ l4:
     assert (dl / "index.html").exists(), r
     assert (dl / "index.html").read_text() == "quic backend alpha.test\n"
     assert "QUIC flow found by connection ID at a new client address" in f.log()
+
+
+def test_l4_tcp_connect_timeout(server):
+    """An origin whose accept queue is full drops SYNs: connect-timeout closes the session."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(0)
+    port = ls.getsockname()[1]
+    fillers = []
+    for _ in range(8):  # fill the accept queue (nobody accepts)
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    time.sleep(0.2)
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{port}
+    connect-timeout: 300ms
+""")
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=20)
+    assert s.recv(10) == b""
+    s.close()
+    for c in fillers:
+        c.close()
+    ls.close()
+    assert "connect to origin timed out" in f.log()
+
+
+def test_l4_sigterm_lets_open_sessions_finish(server, tcp_echo):
+    e = tcp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{e.port}
+""")
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=10)
+    s.sendall(b"before")
+    assert s.recv(100) == b"before"
+    f.proc.send_signal(15)
+    time.sleep(0.3)
+    assert f.proc.poll() is None  # still relaying the open session
+    s.sendall(b"after")
+    assert s.recv(100) == b"after"
+    s.close()
+    assert f.proc.wait(20) == 0
