@@ -591,6 +591,7 @@ static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
 static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
 {
     int progress = 0;
+    bool drained = false; /* a plain socket gave less than asked: wait for epoll */
     d->wait_src = d->wait_dst = 0;
     if (d->shut) return 0;
     for (;;) {
@@ -618,6 +619,10 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             continue;
         }
         if (d->eof) break;
+        if (drained) { /* saves the read that would only say EAGAIN (level-triggered) */
+            d->wait_src = EPOLLIN;
+            return progress;
+        }
         ssize_t n;
         if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
@@ -640,6 +645,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             return progress;
         }
         progress = 1;
+        drained = !src->t->is_tls && (size_t)n < (d->use_pipe ? (size_t)PIPE_CHUNK : BUF_SIZE);
         if (d->use_pipe) {
             d->inpipe = (size_t)n;
         } else {
