@@ -14,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "l4/l4_conf.h"
 #include "l4/l4_hello.h"
 #include "l4/l4_int.h"
@@ -23,7 +24,7 @@
 #include "tls/tls.h"
 
 #define PIPE_CHUNK 65536
-#define BUF_SIZE 16384
+#define BUF_SIZE FY_CHUNK_SIZE
 
 enum { S_PROXY_HDR, S_PEEK, S_HANDSHAKE, S_CONNECT, S_RELAY };
 
@@ -39,7 +40,8 @@ typedef struct dir {
     int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
     size_t inpipe;
     bool use_pipe;
-    uint8_t *buf; /* BUF_SIZE: small messages (and everything with TLS) go through it */
+    uint8_t *buf; /* a pooled chunk while bytes are in flight: small messages (and everything
+                     with TLS) go through it; an idle direction holds none */
     size_t off, len;
     bool eof;  /* src ended */
     bool shut; /* dst half-closed after eof */
@@ -298,7 +300,7 @@ static void dir_free(dir_t *d)
     if (d->pipe[0] >= 0) close(d->pipe[0]);
     if (d->pipe[1] >= 0) close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
-    free(d->buf);
+    if (d->buf) fy_pool_put(fy_chunk_pool(), d->buf);
     d->buf = NULL;
 }
 
@@ -494,14 +496,6 @@ static void on_origin_ready(tcp_sess_t *s)
     }
     s->state = S_RELAY;
     s->splice = !s->terminate;
-    dir_t *d[2] = {&s->up, &s->down};
-    for (int i = 0; i < 2; i++) {
-        d[i]->buf = malloc(BUF_SIZE);
-        if (!d[i]->buf) {
-            sess_close(s, "out of memory");
-            return;
-        }
-    }
     fy_timer_start(w->loop, &s->timer, c->idle_timeout_ms);
     relay(s, true, true);
 }
@@ -586,6 +580,16 @@ static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
     return t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN;
 }
 
+/* An empty buffer goes back to the pool: idle sessions hold no chunk. */
+static void release_buf(dir_t *d)
+{
+    if (d->buf && d->len == d->off) {
+        fy_pool_put(fy_chunk_pool(), d->buf);
+        d->buf = NULL;
+        d->len = d->off = 0;
+    }
+}
+
 /* Move bytes src -> dst until something would block. Returns 1 on progress, 0 none, -1 on a
  * fatal error. */
 static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
@@ -621,9 +625,11 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
         if (d->eof) break;
         if (drained) { /* saves the read that would only say EAGAIN (level-triggered) */
             d->wait_src = EPOLLIN;
+            release_buf(d);
             return progress;
         }
         ssize_t n;
+        if (!d->use_pipe && !d->buf) d->buf = fy_pool_get(fy_chunk_pool());
         if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -642,6 +648,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
         if (n < 0) return -1;
         if (n == 0) {
             d->wait_src = want_ev(src->t, EPOLLIN);
+            release_buf(d);
             return progress;
         }
         progress = 1;
