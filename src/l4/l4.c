@@ -480,10 +480,7 @@ static void on_origin_ready(tcp_sess_t *s)
 {
     fy__l4_worker_t *w = s->wl->w;
     const fy_l4_conf_t *c = s->wl->l->conf;
-    if (s->up_grp) {
-        fy_upstream_report(s->up_grp, w->id, s->server, true, w->loop->now_ms);
-        fy_upstream_inflight(s->up_grp, w->id, s->server, 1);
-    }
+    if (s->up_grp) fy_upstream_report(s->up_grp, w->id, s->server, true, w->loop->now_ms);
     if (c->proxy_protocol != FY_L4_PP_OFF) {
         s->pplen =
             fy_l4_proxy_build(c->proxy_protocol == FY_L4_PP_V1 ? 1 : 2, (struct sockaddr *)&s->peer,
@@ -495,6 +492,7 @@ static void on_origin_ready(tcp_sess_t *s)
         }
     }
     s->state = S_RELAY;
+    if (s->up_grp) fy_upstream_inflight(s->up_grp, w->id, s->server, 1); /* -1 in sess_close */
     s->splice = !s->terminate;
     fy_timer_start(w->loop, &s->timer, c->idle_timeout_ms);
     relay(s, true, true);
