@@ -1027,3 +1027,47 @@ l4:
     assert s.recv(100) == b"after"
     s.close()
     assert f.proc.wait(20) == 0
+
+
+BIG_HELLO = (os.path.dirname(os.path.abspath(__file__))
+             + "/../fuzz/corpus/l4_quic/big_hello_three_initials")
+
+
+def test_l4_quic_hello_across_datagrams_and_peek_timeout(server, udp_echo):
+    """A 2.6 KB ClientHello (SNI pq.example) in three Initial datagrams (made by
+    src/l4/l4_quic_test.c): all three are held, then relayed in order once the SNI is known;
+    the first alone is dropped at peek-timeout."""
+    parts = open(BIG_HELLO, "rb").read().split(b"\xff\xfe\xfd")
+    assert len(parts) == 3 and all(len(p) == 1200 for p in parts)
+    e = udp_echo(tag=b"E:")
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    peek-timeout: 300ms
+    sni:
+      - server-name: pq.example
+        target: 127.0.0.1:{e.port}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(2)
+    for p in parts:
+        c.sendto(p, ("127.0.0.1", f.port))
+    got = [c.recvfrom(65536)[0] for _ in range(3)]
+    assert got == [b"E:" + p for p in parts]
+    c.close()
+    # only the first datagram of a hello: held, then dropped at peek-timeout
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(1)
+    c.sendto(parts[0], ("127.0.0.1", f.port))
+    with pytest.raises(socket.timeout):
+        c.recvfrom(65536)
+    for _ in range(100):
+        if "QUIC ClientHello incomplete after peek-timeout" in f.log():
+            break
+        time.sleep(0.05)
+    assert "QUIC ClientHello incomplete after peek-timeout" in f.log()
+    c.close()

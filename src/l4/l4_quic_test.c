@@ -106,6 +106,15 @@ static void test_reassembly(void)
         dl[i] = seal(d[i], (uint64_t)i, hs, off, len);
         CHECK_EQ_INT(dl[i], 1200);
     }
+    /* FY_L4_QUIC_DUMP=FILE: write the three datagrams joined by ff fe fd (the fuzz corpus
+       format; tests/test_l4.py sends the first one alone to hit peek-timeout) */
+    const char *dump = getenv("FY_L4_QUIC_DUMP");
+    FILE *df = dump ? fopen(dump, "wb") : NULL;
+    for (int i = 0; df && i < 3; i++) {
+        if (i) fwrite("\xff\xfe\xfd", 1, 3, df);
+        fwrite(d[i], 1, dl[i], df);
+    }
+    if (df) fclose(df);
     fy_quic_crypto_t c;
     fy_l4_hello_t h;
     CHECK_EQ_INT(fy_quic_crypto_init(&c, 16384), 0);
