@@ -1071,3 +1071,27 @@ l4:
         time.sleep(0.05)
     assert "QUIC ClientHello incomplete after peek-timeout" in f.log()
     c.close()
+
+
+def test_l4_quic_held_datagrams_bound(server, udp_echo):
+    """At most 32 datagrams are held while a flow's ClientHello is incomplete."""
+    parts = open(BIG_HELLO, "rb").read().split(b"\xff\xfe\xfd")
+    e = udp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    target: 127.0.0.1:{e.port}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(33):
+        c.sendto(parts[0], ("127.0.0.1", f.port))
+    c.close()
+    for _ in range(100):
+        if "more than 32 datagrams before the QUIC ClientHello" in f.log():
+            break
+        time.sleep(0.05)
+    assert "more than 32 datagrams before the QUIC ClientHello was complete" in f.log()

@@ -330,6 +330,9 @@ static void quic_feed(fy__l4_udp_sess_t *s, const uint8_t *d, size_t len)
         return;
     }
     if (s->qn >= QUEUE_MAX || len > 0xffff) {
+        fy_info("l4 %s: more than %d datagrams before the QUIC ClientHello was complete: flow "
+                "dropped",
+                c->name, QUEUE_MAX);
         sess_close(s, "too many datagrams before the ClientHello");
         return;
     }
