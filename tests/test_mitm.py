@@ -606,7 +606,7 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
             if r.stdout == b"502":
                 break
             time.sleep(0.05)
-        assert r.stdout == b"502"
+        assert r.stdout == b"502", srv.log()[-3000:]
         assert "too many origins in use" in srv.log()
         release.set()
         t.join(20)

@@ -83,9 +83,11 @@ typedef struct tunnel_info {
     int port;
     char name[256]; /* SNI, else the CONNECT host: certificate name and origin SNI */
     bool insecure;
-    char error[400]; /* origin failure: every request gets a 502 page saying this */
-    bool origin_h2;  /* the origin chose h2 in the probe: the client is offered h2 too */
-    bool plain;      /* transparent plain HTTP: no TLS either side; host "" = use Host */
+    char error[400];     /* origin failure: every request gets a 502 page saying this */
+    bool origin_h2;      /* the origin chose h2 in the probe and the listener speaks h2: the client
+                            is offered h2 too */
+    bool origin_alpn_h2; /* the origin chose h2 in the probe: requests go to it over h2 */
+    bool plain;          /* transparent plain HTTP: no TLS either side; host "" = use Host */
 } tunnel_info_t;
 
 enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
@@ -376,8 +378,8 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         tunnel_close(t);
         return;
     }
-    /* protocol mirroring: h2 to the client only when the origin speaks it (the proxy handler
-       itself talks HTTP/1.1 to origins until h2 origins land) */
+    /* protocol mirroring: h2 to the client only when the origin speaks it; the exchanges go to
+       the origin in its own protocol (forward(): an h2:// ad-hoc upstream) */
     if (fy_mint_resume(t->m->mint, t->cssl, t->info->name, t->info->origin_h2 && !why) < 0) {
         tunnel_close(t);
         return;
@@ -397,7 +399,8 @@ static void drive_probe(tunnel_t *t)
         const unsigned char *p;
         unsigned len;
         SSL_get0_alpn_selected(t->ossl, &p, &len);
-        t->info->origin_h2 = len == 2 && memcmp(p, "h2", 2) == 0 && t->ctx->h2conf;
+        t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
+        t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
         probe_remember(t->m, t->info, t->loop->now_ms);
         probe_done(t, NULL, NULL);
         return;
@@ -457,7 +460,7 @@ static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now)
     probed_t *p = &m->probed[k % PROBE_CACHE];
     p->hash = k;
     p->until_ms = now + PROBE_TTL_MS;
-    p->h2 = ti->origin_h2;
+    p->h2 = ti->origin_alpn_h2;
     pthread_mutex_unlock(&m->pin_lock);
 }
 
@@ -488,7 +491,8 @@ static void start_probe(tunnel_t *t)
     bool h2;
     if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
         /* verified moments ago: the proxied requests' own TLS verifies it again */
-        ti->origin_h2 = h2;
+        ti->origin_alpn_h2 = h2;
+        ti->origin_h2 = h2 && t->ctx->h2conf;
         probe_done(t, NULL, NULL);
         return;
     }
@@ -1050,8 +1054,9 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     mitm_t *m = ud;
     bool created = false;
     const char *err = NULL;
-    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, t->host, t->port,
-                                                     t->tls, t->sni, t->insecure, &created, &err);
+    fy_upstream_dyn_entry_t *e =
+        fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, t->host, t->port, t->tls, t->h2, t->sni,
+                            t->insecure, &created, &err);
     if (!e) {
         fy_info("mitm: %s:%d: %s", t->host, t->port, err);
         fy_exchange_fail(ex, 502, err);
@@ -1069,10 +1074,10 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     ph->ops->on_request(ph, ex);
 }
 
-static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls,
+static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls, bool h2,
                     const char *sni, bool insecure)
 {
-    fy_mitm_target_t t = {host, port, tls, sni, insecure};
+    fy_mitm_target_t t = {host, port, tls, sni, insecure, h2};
     capture_begin(m, ex);
     if (m->any_hook && fy__mitm_hooks_begin(&m->hooks, ex)) return; /* answered: ex may be gone */
     fy__mitm_rules_run(m->rules, ex, &t, go, m);
@@ -1140,10 +1145,10 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
                 fy_exchange_fail(ex, 400, "no usable Host for a transparent request");
                 return;
             }
-            forward(m, ex, host, port, false, NULL, false);
+            forward(m, ex, host, port, false, false, NULL, false);
             return;
         }
-        forward(m, ex, ti->host, ti->port, true, ti->name, ti->insecure);
+        forward(m, ex, ti->host, ti->port, true, ti->origin_alpn_h2, ti->name, ti->insecure);
         return;
     }
     if (!client_allowed(m, ex->remote)) {
@@ -1173,7 +1178,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         return;
     }
     bool insecure = fy_host_list_match(&m->conf->insecure, host);
-    forward(m, ex, host, port, tls, NULL, insecure);
+    forward(m, ex, host, port, tls, false, NULL, insecure);
 }
 
 /* ---- setup ---- */

@@ -79,13 +79,14 @@ static void free_dyn(fy_upstream_dyn_t *d, dyn_t *x)
 }
 
 fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const char *host,
-                                             int port, bool tls, const char *sni, bool insecure,
-                                             bool *created, const char **err)
+                                             int port, bool tls, bool h2, const char *sni,
+                                             bool insecure, bool *created, const char **err)
 {
+    h2 = h2 && tls; /* h2c origins are never learned: plain http stays HTTP/1.1 */
     dyn_worker_t *dw = &d->w[w];
     char key[600];
-    snprintf(key, sizeof key, "%c|%s|%d|%s|%c", tls ? 's' : 'p', host, port, sni ? sni : "",
-             insecure ? 'i' : 'v');
+    snprintf(key, sizeof key, "%c|%s|%d|%s|%c", tls ? (h2 ? '2' : 's') : 'p', host, port,
+             sni ? sni : "", insecure ? 'i' : 'v');
     *created = false;
     for (dyn_t *x = dw->head; x; x = x->next)
         if (strcmp(x->key, key) == 0) {
@@ -120,11 +121,15 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const 
     freeaddrinfo(res);
     char buf[600];
     bool v6 = strchr(host, ':') != NULL;
-    snprintf(buf, sizeof buf, "%s://%s%s%s:%d", tls ? "https" : "http", v6 ? "[" : "", host,
-             v6 ? "]" : "", port);
+    snprintf(buf, sizeof buf, "%s://%s%s%s:%d",
+             h2    ? "h2"
+             : tls ? "https"
+                   : "http",
+             v6 ? "[" : "", host, v6 ? "]" : "", port);
     x->server.url = fy_xstrdup(buf);
     x->server.weight = 1;
     x->server.tls = tls;
+    x->server.h2 = h2;
     x->server.host = fy_xstrdup(host);
     snprintf(buf, sizeof buf, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
     x->server.authority = fy_xstrdup(buf);

@@ -1,5 +1,5 @@
 /* Ad-hoc origins for the intercepting proxy: upstreams made on demand, one per
- * (tls, host, port, sni, insecure) key and worker, so that intercepted exchanges reuse the
+ * (tls, h2, host, port, sni, insecure) key and worker, so that intercepted exchanges reuse the
  * ordinary connect / TLS / keep-alive pool code of upstream.c. Per-worker tables: no locks.
  * Bounded: at most `max` origins per worker; past that the least recently used one without
  * requests in flight is dropped (its idle connections closed). */
@@ -29,10 +29,11 @@ void fy_upstream_dyn_free(fy_upstream_dyn_t *d);
 
 /* The entry for worker `w` and this origin, created (host resolved, blocking for names that
  * are not literals) when missing. NULL with *err (static) when the host does not resolve or
- * every one of `max` entries is in use. `sni` NULL: the host. *created tells a new one. */
+ * every one of `max` entries is in use. `sni` NULL: the host. `h2` (with tls): the origin is
+ * reached over HTTP/2 (an h2:// server: multiplexed sessions). *created tells a new one. */
 fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const char *host,
-                                             int port, bool tls, const char *sni, bool insecure,
-                                             bool *created, const char **err);
+                                             int port, bool tls, bool h2, const char *sni,
+                                             bool insecure, bool *created, const char **err);
 /* Close worker w's entries and their pooled connections (on that worker's thread). */
 void fy_upstream_dyn_worker_close(fy_upstream_dyn_t *d, int w);
 /* Entries of worker w (tests, metrics). */
