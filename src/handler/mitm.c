@@ -30,6 +30,7 @@
 #include "handler/proxy.h"
 #include "handler/socks5.h"
 #include "http/exchange.h"
+#include "net/resolve.h"
 #include "net/sock.h"
 #include "tls/mint.h"
 #include "tls/tls.h"
@@ -58,6 +59,7 @@ typedef struct mitm {
     fy_ca_t *ca;                     /* owned */
     fy_mint_t *mint;                 /* owned */
     fy_upstream_dyn_t *dyn;          /* owned */
+    fy_resolver_t *resolver;         /* owned: origins' names, off the worker threads */
     fy_proxy_conf_t pconf;           /* of the proxy handlers over ad-hoc origins */
     fy_cidr_t *allow;                /* owned */
     size_t nallow;
@@ -113,8 +115,11 @@ typedef struct tunnel {
     char *c2o, *o2c;     /* relay buffers (owned) */
     size_t c2o_len, c2o_off, o2c_len, o2c_off;
     bool c_eof, o_eof, c_shut, o_shut;
-    int socks_stage;  /* enum fy_socks5_stage while state == S_SOCKS */
-    bool transparent; /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
+    int socks_stage;     /* enum fy_socks5_stage while state == S_SOCKS */
+    bool transparent;    /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
+    fy_resolve_req_t rq; /* the origin's name, while resolving */
+    void (*connected)(struct tunnel *t,
+                      const char *err); /* after connect_origin: fd in oio or err */
 } tunnel_t;
 
 static bool loops(const mitm_t *m, const struct sockaddr *sa);
@@ -181,6 +186,7 @@ static void tunnel_close(tunnel_t *t)
 {
     if (t->closed) return;
     t->closed = true;
+    fy_resolve_cancel(&t->rq);
     fy_timer_stop(t->loop, &t->timer);
     if (t->cio.fd >= 0) {
         fy_io_set(t->loop, &t->cio, 0);
@@ -215,37 +221,50 @@ static void on_timer(fy_timer_t *tm)
     tunnel_close(t);
 }
 
-static int connect_origin(tunnel_t *t, const char **err)
+static int connect_addr(tunnel_t *t, const struct sockaddr *sa, socklen_t len, const char **err)
 {
-    char port[16];
-    snprintf(port, sizeof port, "%d", t->port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-    if (getaddrinfo(t->host, port, &hints, &res) != 0 || !res) {
-        *err = "cannot resolve the host name";
-        return -1;
-    }
-    if (loops(t->m, res->ai_addr)) {
-        freeaddrinfo(res);
+    if (loops(t->m, sa)) {
         *err = "the tunnel is addressed to this proxy itself";
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        freeaddrinfo(res);
         *err = "cannot make a socket";
         return -1;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    int r = connect(fd, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    if (r < 0 && errno != EINPROGRESS) {
+    if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
         *err = "connection refused";
         close(fd);
         return -1;
     }
     t->oio.fd = fd;
     return 0;
+}
+
+static void origin_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                            const char *err)
+{
+    tunnel_t *t = q->data;
+    if (sa && connect_addr(t, sa, len, &err) == 0) err = NULL;
+    t->connected(t, err);
+}
+
+/* Resolve the tunnel's host (off this thread unless literal or cached) and start a
+ * non-blocking connect; `connected` gets the outcome (maybe before this returns). */
+static void connect_origin(tunnel_t *t, void (*connected)(tunnel_t *t, const char *err))
+{
+    t->connected = connected;
+    t->rq.cb = origin_resolved;
+    t->rq.data = t;
+    int r = fy_resolve(t->m->resolver, t->ctx->worker_id, t->loop, t->host, t->port, &t->rq);
+    if (r == 0) return; /* origin_resolved comes later */
+    if (r < 0) {
+        connected(t, t->rq.err);
+        return;
+    }
+    origin_resolved(&t->rq, (struct sockaddr *)&t->rq.addr, t->rq.addrlen, NULL);
 }
 
 /* ---- relay (plain bytes inside CONNECT, passthrough, pinned hosts) ---- */
@@ -314,10 +333,9 @@ static void relay(tunnel_t *t)
     relay_events(t);
 }
 
-static void start_relay(tunnel_t *t)
+static void relay_connected(tunnel_t *t, const char *err)
 {
-    const char *err = NULL;
-    if (connect_origin(t, &err) < 0) {
+    if (err) {
         fy_info("mitm: relay to %s:%d: %s", t->host, t->port, err);
         tunnel_close(t);
         return;
@@ -326,6 +344,13 @@ static void start_relay(tunnel_t *t)
     fy_io_set(t->loop, &t->cio, 0);
     fy_io_set(t->loop, &t->oio, EPOLLOUT);
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+}
+
+static void start_relay(tunnel_t *t)
+{
+    fy_io_set(t->loop, &t->cio, 0); /* quiet while the name resolves */
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+    connect_origin(t, relay_connected);
 }
 
 /* ---- interception ---- */
@@ -464,6 +489,8 @@ static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now)
     pthread_mutex_unlock(&m->pin_lock);
 }
 
+static void probe_connected(tunnel_t *t, const char *err);
+
 static void start_probe(tunnel_t *t)
 {
     mitm_t *m = t->m;
@@ -496,8 +523,15 @@ static void start_probe(tunnel_t *t)
         probe_done(t, NULL, NULL);
         return;
     }
-    const char *err = NULL;
-    if (connect_origin(t, &err) < 0) {
+    fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    connect_origin(t, probe_connected);
+}
+
+static void probe_connected(tunnel_t *t, const char *err)
+{
+    mitm_t *m = t->m;
+    tunnel_info_t *ti = t->info;
+    if (err) {
         probe_done(t, "cannot connect to the origin", err);
         return;
     }
@@ -1049,19 +1083,8 @@ void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen
         memcpy(&m->own[m->nown++], sa, len);
 }
 
-static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
+static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
 {
-    mitm_t *m = ud;
-    bool created = false;
-    const char *err = NULL;
-    fy_upstream_dyn_entry_t *e =
-        fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, t->host, t->port, t->tls, t->h2, t->sni,
-                            t->insecure, &created, &err);
-    if (!e) {
-        fy_info("mitm: %s:%d: %s", t->host, t->port, err);
-        fy_exchange_fail(ex, 502, err);
-        return;
-    }
     const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
     if (loops(m, (const struct sockaddr *)&sv->addr)) {
         fy_exchange_fail(ex, 508, "the request is addressed to this proxy itself");
@@ -1072,6 +1095,91 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     fy_arena_on_reset(ex->arena, release_entry, e);
     fy_handler_t *ph = e->user;
     ph->ops->on_request(ph, ex);
+}
+
+/* An exchange whose origin's name is being resolved (in its arena). */
+typedef struct pending {
+    fy_resolve_req_t q;
+    mitm_t *m;
+    fy_exchange_t *ex;
+    fy_mitm_target_t t; /* strings copied into the arena */
+} pending_t;
+
+static void dns_failed(fy_exchange_t *ex, const char *err)
+{
+    fy_info("mitm: %s", err);
+    char *body = fy_arena_alloc(ex->arena, 600);
+    int n = snprintf(body, 600, "502 Bad Gateway: %s\n", err);
+    ex->error = "origin host name did not resolve";
+    fy_exchange_respond(ex, 502, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+static void go_addr(pending_t *p, const struct sockaddr *sa, socklen_t len)
+{
+    const char *err = NULL;
+    const fy_mitm_target_t *t = &p->t;
+    fy_upstream_dyn_entry_t *e =
+        fy_upstream_dyn_add(p->m->dyn, p->ex->ctx->worker_id, t->host, t->port, t->tls, t->h2,
+                            t->sni, t->insecure, sa, len, &err);
+    if (!e) {
+        fy_info("mitm: %s:%d: %s", t->host, t->port, err);
+        fy_exchange_fail(p->ex, 502, err);
+        return;
+    }
+    go_entry(p->m, p->ex, e);
+}
+
+static void go_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                        const char *err)
+{
+    pending_t *p = q->data;
+    if (!sa) {
+        dns_failed(p->ex, err);
+        return;
+    }
+    go_addr(p, sa, len);
+}
+
+static void pending_cancel(void *arg)
+{
+    fy_resolve_cancel(&((pending_t *)arg)->q);
+}
+
+static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
+{
+    mitm_t *m = ud;
+    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_find(m->dyn, ex->ctx->worker_id, t->host, t->port,
+                                                      t->tls, t->h2, t->sni, t->insecure);
+    if (e) {
+        go_entry(m, ex, e);
+        return;
+    }
+    pending_t *p = fy_arena_calloc(ex->arena, sizeof *p);
+    p->m = m;
+    p->ex = ex;
+    p->t = *t;
+    size_t hl = strlen(t->host) + 1;
+    char *h = fy_arena_alloc(ex->arena, hl);
+    memcpy(h, t->host, hl);
+    p->t.host = h;
+    if (t->sni) {
+        size_t sl = strlen(t->sni) + 1;
+        char *s = fy_arena_alloc(ex->arena, sl);
+        memcpy(s, t->sni, sl);
+        p->t.sni = s;
+    }
+    p->q.cb = go_resolved;
+    p->q.data = p;
+    int r = fy_resolve(m->resolver, ex->ctx->worker_id, ex->ctx->loop, p->t.host, p->t.port, &p->q);
+    if (r < 0) {
+        dns_failed(ex, p->q.err);
+        return;
+    }
+    if (r == 1) {
+        go_addr(p, (struct sockaddr *)&p->q.addr, p->q.addrlen);
+        return;
+    }
+    fy_arena_on_reset(ex->arena, pending_cancel, p);
 }
 
 static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls, bool h2,
@@ -1193,6 +1301,7 @@ static void destroy(fy_handler_t *h)
 {
     mitm_t *m = (mitm_t *)h;
     fy_upstream_dyn_free(m->dyn);
+    fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
@@ -1217,6 +1326,7 @@ void fy_mitm_worker_close(fy_handler_t *h, int w)
 {
     mitm_t *m = (mitm_t *)h;
     fy_upstream_dyn_worker_close(m->dyn, w);
+    fy_resolver_worker_close(m->resolver, w);
 }
 
 static const fy_handler_ops_t mitm_ops = {"mitm", on_request, destroy};
@@ -1293,6 +1403,9 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     }
     m->dyn = fy_upstream_dyn_new(nworkers, (size_t)conf->max_origins, conf->upstream_ca,
                                  conf->connect_timeout_ms, free_proxy);
+    m->resolver =
+        fy_resolver_new(nworkers, (int)conf->resolver_threads, (size_t)conf->resolve_cache,
+                        conf->resolve_ttl_ms, conf->resolve_timeout_ms);
     m->pconf.preserve_host = true;
     m->pconf.forwarded = false; /* an interceptor is invisible: no X-Forwarded-* */
     m->allow = fy_xcalloc(conf->allow.n ? conf->allow.n : 1, sizeof *m->allow);
