@@ -2,10 +2,15 @@
 (the origin's ALPN learned by the probe decides the protocol Ferry speaks to it, whatever the
 client speaks to Ferry), name resolution off the worker thread (unknown names give a 502 that
 names them; /etc/hosts names still work). Real clients: curl through `--proxy`, Debian nginx."""
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from conftest import FERRY
 from test_mitm import certs, curl, mitm, nginx  # noqa: F401  (fixtures and helpers)
 
 
@@ -72,3 +77,69 @@ def test_mitm_absolute_form_http_stays_h1(server, certs, nginx):
         assert r.stdout == b"hello from nginx\n"
         lines = log_lines(nginx, tag)
         assert len(lines) == 1 and 'HTTP/1.1"' in lines[0], lines
+
+
+# ---- name resolution off the worker thread ----
+
+def test_mitm_unknown_host_502_names_it(server, certs):
+    srv = mitm(server, certs)
+    r = curl("-x", srv.proxy, "-w", "\n%{http_code}", "http://nosuch-host.invalid/x")
+    body, _, code = r.stdout.decode().rpartition("\n")
+    assert code == "502", r
+    assert "cannot resolve nosuch-host.invalid" in body
+    # inside CONNECT: the origin-first probe fails, every request gets the 502 page naming it
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca), "-w", "\n%{http_code}",
+             "https://nosuch-host2.invalid/")
+    body, _, code = r.stdout.decode().rpartition("\n")
+    assert code == "502", r
+    assert "cannot resolve nosuch-host2.invalid" in body
+    # plain bytes inside CONNECT (relay): the tunnel is refused
+    r = curl("-p", "-x", srv.proxy, "http://nosuch-host3.invalid/")
+    assert r.returncode != 0
+    assert "cannot resolve nosuch-host3.invalid" in srv.log()
+
+
+def test_mitm_hosts_file_names_resolve(server, certs, nginx):
+    srv = mitm(server, certs, extra="  resolve-cache: 0\n")  # every request asks the threads
+    for i in range(3):
+        r = curl("-x", srv.proxy, f"http://localhost:{nginx.port}/index.html")
+        assert r.stdout == b"hello from nginx\n", r.stderr
+        r = curl("--http2", "-x", srv.proxy, "--cacert", str(srv.ca),
+                 f"https://localhost:{nginx.tls_port}/index.html")
+        assert r.stdout == b"hello from nginx\n", r.stderr
+
+
+def test_mitm_resolve_limits_are_checked(tmp_path):
+    for bad in ("resolve-cache: -1", "resolver-threads: 0", "resolver-threads: 65",
+                "resolve-timeout: soon"):
+        cfg = tmp_path / "f.yaml"
+        cfg.write_text("listeners:\n  - address: 127.0.0.1:1\n    kind: intercept\n"
+                       f"intercept:\n  ca-dir: {tmp_path}/ca\n  {bad}\n")
+        p = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode != 0, bad
+        assert f"{cfg}:6:" in p.stderr and bad.split(":")[0] in p.stderr, p.stderr
+
+
+def test_mitm_dns_timeout_does_not_block_worker(tmp_path):
+    probe = subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip("cannot create a user+mount+network namespace here (unshare -rmn: "
+                    f"{probe.stderr.decode().strip()}); the DNS timeout needs a resolver "
+                    "that never answers")
+    p = subprocess.run(["unshare", "-rmn", "/usr/bin/python3",
+                        str(Path(__file__).with_name("mitm_dns_ns.py")), FERRY, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    info_body, _, info_code = out["info"]["out"].rpartition("\n")
+    assert info_code == "200" and "Ferry intercepting proxy" in info_body, out
+    assert not out["slow_done_before_info"], out  # served while the lookup was hanging
+    body, _, code = out["slow"]["out"].rpartition("\n")
+    assert code == "502", out
+    assert "cannot resolve hangs.example: timed out after 2000 ms" in body, out
+    body, _, code = out["connect"]["out"].rpartition("\n")
+    assert code == "502" and "cannot resolve hangs2.example: timed out" in body, out
+    assert out["exit"] == 0, out  # no join on a resolver thread stuck in getaddrinfo
+    if os.environ.get("FERRY_SANITIZED"):
+        assert "Sanitizer" not in out["log"], out["log"]
