@@ -143,3 +143,102 @@ def test_mitm_dns_timeout_does_not_block_worker(tmp_path):
     assert out["exit"] == 0, out  # no join on a resolver thread stuck in getaddrinfo
     if os.environ.get("FERRY_SANITIZED"):
         assert "Sanitizer" not in out["log"], out["log"]
+
+
+# ---- CONNECT over HTTP/2 to the proxy ----
+# curl 7.88 (Debian 12) has no --proxy-http2 (added in curl 8.1), so the client is Debian's
+# python3-h2 speaking h2c (prior knowledge) to the intercept listener, with TLS (the forged
+# certificate, verified against Ferry's CA) over the CONNECT stream through memory BIOs.
+
+def h2_connect_get(proxy_port, host, port, cafile, path, alpn="http/1.1"):
+    import socket
+    import ssl
+    h2conn = pytest.importorskip("h2.connection", reason="python3-h2 (Debian) is needed")
+    import h2.config
+    import h2.events
+    sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+    c = h2conn.H2Connection(config=h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False))  # h2 4.1 wants :path even on CONNECT
+    c.initiate_connection()
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":authority", f"{host}:{port}")])
+    sock.sendall(c.data_to_send())
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.set_alpn_protocols([alpn])
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, outg, server_hostname=host)
+    state = {"status": None, "ended": False, "plain": b"", "hs": False, "sent": False}
+
+    def flush_tls():
+        data = outg.read()
+        if data:
+            c.send_data(sid, data)
+        sock.sendall(c.data_to_send())
+
+    for _ in range(2000):
+        if state["status"] == "200" and not state["hs"]:
+            try:
+                tls.do_handshake()
+                state["hs"] = True
+            except ssl.SSLWantReadError:
+                pass
+            flush_tls()
+        if state["hs"] and not state["sent"]:
+            tls.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                      "Connection: close\r\n\r\n".encode())
+            state["sent"] = True
+            flush_tls()
+        if state["hs"]:
+            try:
+                while True:
+                    chunk = tls.read(65536)
+                    if not chunk:
+                        return state["status"], state["plain"], tls.getpeercert()
+                    state["plain"] += chunk
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                return state["status"], state["plain"], tls.getpeercert()
+        if state["ended"]:
+            return state["status"], state["plain"], tls.getpeercert() if state["hs"] else None
+        data = sock.recv(65536)
+        if not data:
+            state["ended"] = True
+            continue
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                state["status"] = dict(ev.headers)[b":status"].decode()
+                if state["status"] != "200":
+                    state["ended"] = True
+            elif isinstance(ev, h2.events.DataReceived):
+                c.acknowledge_received_data(ev.flow_controlled_length, sid)
+                inc.write(ev.data)
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                inc.write_eof()
+                state["ended"] = True
+        sock.sendall(c.data_to_send())
+    raise AssertionError("CONNECT over h2: no answer within the loop bound")
+
+
+def test_mitm_connect_over_h2_intercepted(server, certs, nginx):
+    srv = mitm(server, certs)
+    status, plain, cert = h2_connect_get(srv.port, "localhost", nginx.tls_port, srv.ca,
+                                         "/index.html?h2connect")
+    assert status == "200"
+    assert plain.startswith(b"HTTP/1.1 200"), plain[:200]
+    assert plain.endswith(b"hello from nginx\n")
+    issuer = dict(x[0] for x in cert["issuer"])
+    assert "Ferry" in issuer.get("commonName", ""), cert
+    # the decrypted request went to the h2 origin over h2 (mirroring)
+    lines = log_lines(nginx, "h2connect")
+    assert len(lines) == 1 and 'HTTP/2.0"' in lines[0], lines
+    # a large download through the h2 stream (many DATA frames, flow control both ways)
+    status, plain, _ = h2_connect_get(srv.port, "localhost", nginx.tls_port, srv.ca, "/big.bin")
+    assert status == "200" and plain.endswith(nginx.big), len(plain)
+
+
+def test_mitm_connect_over_h2_unknown_host(server, certs):
+    srv = mitm(server, certs)
+    status, plain, _ = h2_connect_get(srv.port, "nosuch-h2.invalid", 443, srv.ca, "/")
+    assert status == "200"  # the tunnel opens; the requests inside get the 502 page
+    assert plain.startswith(b"HTTP/1.1 502") and b"cannot resolve nosuch-h2.invalid" in plain
