@@ -26,7 +26,7 @@ s.close()
 cfg = os.path.join(tmp, "ferry.yaml")
 with open(cfg, "w") as f:
     f.write(f"workers: 1\nlisteners:\n  - address: 127.0.0.1:{port}\n    kind: intercept\n"
-            f"intercept:\n  ca-dir: {tmp}/ca\n  resolve-timeout: 2s\n")
+            f"intercept:\n  ca-dir: {tmp}/ca\n  resolve-timeout: 2s\n  resolver-threads: 1\n")
 env = dict(os.environ, HOME=tmp, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
 log = open(os.path.join(tmp, "ferry.log"), "w")
 proc = subprocess.Popen([ferry, "run", "-c", cfg], stdout=subprocess.DEVNULL, stderr=log, env=env)
@@ -58,6 +58,15 @@ out["slow_done_before_info"] = "slow" in res
 t.join(40)
 out["slow"] = res.get("slow")
 out["connect"] = curl("-x", proxy, "-k", "-w", "\n%{http_code}", "https://hangs2.example/")
+# more lookups than resolver threads (1): the others queue, and each still gets its 502
+res2 = {}
+ts = [threading.Thread(target=lambda i=i: res2.update({i: curl(
+    "-x", proxy, "-w", "\n%{http_code}", f"http://queued{i}.example/")})) for i in range(3)]
+for x in ts:
+    x.start()
+for x in ts:
+    x.join(60)
+out["queued"] = [res2.get(i) for i in range(3)]
 proc.terminate()
 try:
     proc.wait(timeout=20)

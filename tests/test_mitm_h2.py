@@ -140,6 +140,9 @@ def test_mitm_dns_timeout_does_not_block_worker(tmp_path):
     assert "cannot resolve hangs.example: timed out after 2000 ms" in body, out
     body, _, code = out["connect"]["out"].rpartition("\n")
     assert code == "502" and "cannot resolve hangs2.example: timed out" in body, out
+    for i, q in enumerate(out["queued"]):  # resolver-threads: 1, three lookups at once
+        body, _, code = q["out"].rpartition("\n")
+        assert code == "502" and f"cannot resolve queued{i}.example: timed out" in body, out
     assert out["exit"] == 0, out  # no join on a resolver thread stuck in getaddrinfo
     if os.environ.get("FERRY_SANITIZED"):
         assert "Sanitizer" not in out["log"], out["log"]
@@ -242,3 +245,41 @@ def test_mitm_connect_over_h2_unknown_host(server, certs):
     status, plain, _ = h2_connect_get(srv.port, "nosuch-h2.invalid", 443, srv.ca, "/")
     assert status == "200"  # the tunnel opens; the requests inside get the 502 page
     assert plain.startswith(b"HTTP/1.1 502") and b"cannot resolve nosuch-h2.invalid" in plain
+
+
+def test_mitm_connect_over_h2_plain_bytes_relayed(server, certs, nginx):
+    """Non-TLS bytes inside an h2 CONNECT stream are relayed as they are (plain tunnel)."""
+    import socket
+    import h2.config
+    import h2.connection
+    import h2.events
+    srv = mitm(server, certs)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False))
+    c.initiate_connection()
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":authority", f"127.0.0.1:{nginx.port}")])
+    c.send_data(sid, f"GET /index.html?h2plain HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Connection: close\r\n\r\n".encode())
+    sock.sendall(c.data_to_send())
+    status, got, ended = None, b"", False
+    for _ in range(1000):
+        if ended:
+            break
+        data = sock.recv(65536)
+        if not data:
+            break
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                status = dict(ev.headers)[b":status"]
+            elif isinstance(ev, h2.events.DataReceived):
+                c.acknowledge_received_data(ev.flow_controlled_length, sid)
+                got += ev.data
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                ended = True
+        sock.sendall(c.data_to_send())
+    sock.close()
+    assert status == b"200"
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello from nginx\n"), got[:300]
+    assert ended
