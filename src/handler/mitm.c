@@ -824,6 +824,8 @@ typedef struct h2tun {
     bool in_end, in_shut;   /* the client ended its side / we shut the pair's write side */
     bool sending, sock_eof; /* a response slice is with the codec / the tunnel side closed */
     bool stopped;
+    int busy;  /* inside h2tun_on_io: the exchange may end (arena reset) under us */
+    bool gone; /* it did: free when the callback unwinds */
     char out[RELAY_BUF];
 } h2tun_t;
 
@@ -848,6 +850,7 @@ static void h2tun_fail(h2tun_t *h)
 /* Write pending request DATA into the pair; when all is in, ask for more (or shut). */
 static void h2tun_push(h2tun_t *h)
 {
+    if (h->stopped) return;
     while (h->in_off < h->in_len) {
         ssize_t w = send(h->io.fd, h->in + h->in_off, h->in_len - h->in_off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
@@ -910,9 +913,10 @@ static void h2tun_pull(h2tun_t *h)
 static void h2tun_on_io(fy_io_t *io, uint32_t events)
 {
     h2tun_t *h = io->data;
+    h->busy++;
     if (events & EPOLLOUT) h2tun_push(h);
-    if (h->stopped) return;
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) h2tun_pull(h);
+    if (!h->stopped && !h->gone && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) h2tun_pull(h);
+    if (--h->busy == 0 && h->gone) free(h);
 }
 
 static void h2tun_proceed(fy_exchange_t *ex)
@@ -937,7 +941,12 @@ static void h2tun_free(void *arg)
     h2tun_t *h = arg;
     fy_io_set(h->loop, &h->io, 0);
     close(h->io.fd); /* the tunnel side sees the end */
-    free(h);
+    h->io.fd = -1;
+    h->stopped = true;
+    if (h->busy)
+        h->gone = true;
+    else
+        free(h);
 }
 
 static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port)
@@ -968,7 +977,7 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     ex->res.status = 200;
     ex->res.content_length = -1;
     fy_exchange_start_response(ex, &h2tun_producer);
-    h->sending = true; /* until proceed: then the pair is read */
+    h->sending = true;                           /* until proceed: then the pair is read */
     fy_exchange_send(ex, NULL, 0, FY_SEND_MORE); /* the 200 opens the tunnel */
     if (!h->stopped) fy_exchange_read_body(ex, h2tun_on_body);
 }
