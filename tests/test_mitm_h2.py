@@ -283,3 +283,36 @@ def test_mitm_connect_over_h2_plain_bytes_relayed(server, certs, nginx):
     assert status == b"200"
     assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello from nginx\n"), got[:300]
     assert ended
+
+
+def test_mitm_extended_connect_to_proxy_is_501(server, certs):
+    import socket
+    import h2.config
+    import h2.connection
+    import h2.events
+    srv = mitm(server, certs)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False))
+    c.initiate_connection()
+    sock.sendall(c.data_to_send())
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"),
+                         (":scheme", "http"), (":path", "/"),
+                         (":authority", "127.0.0.1:9")])
+    sock.sendall(c.data_to_send())
+    status = None
+    for _ in range(200):
+        data = sock.recv(65536)
+        if not data:
+            break
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                status = dict(ev.headers)[b":status"]
+            elif isinstance(ev, h2.events.StreamReset):
+                status = status or b"reset"
+        sock.sendall(c.data_to_send())
+        if status:
+            break
+    sock.close()
+    assert status == b"501"

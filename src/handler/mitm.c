@@ -990,6 +990,10 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
         return;
     }
+    if (ex->req.protocol.len) {
+        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
+        return;
+    }
     if (!ex->sink->detach) {
         h2_connect_start(m, ex, host, port);
         return;
