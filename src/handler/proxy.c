@@ -105,7 +105,7 @@ typedef struct proxy_req {
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);
 static void do_read(proxy_req_t *pr);
-static void deliver(proxy_req_t *pr);
+static bool deliver(proxy_req_t *pr);
 
 /* ---- helpers ---- */
 
@@ -655,12 +655,14 @@ static void finish(proxy_req_t *pr, const char *p, size_t n)
     fy_exchange_send(pr->ex, &iov, n ? 1 : 0, FY_SEND_FINAL);
 }
 
-static void deliver(proxy_req_t *pr)
+/* Returns true when the response was finished: the exchange (and pr, in its arena) may be
+ * gone. */
+static bool deliver(proxy_req_t *pr)
 {
-    if (pr->res_sending || pr->finished || pr->stopped) return;
+    if (pr->res_sending || pr->finished || pr->stopped) return false;
     if (pr->rstate == R_DONE) {
         finish(pr, NULL, 0);
-        return;
+        return true;
     }
     size_t avail = pr->ilen - pr->ipos;
     const char *p = pr->ibuf + pr->ipos;
@@ -679,7 +681,7 @@ static void deliver(proxy_req_t *pr)
                                  pr->ex->ctx->limits->max_header_bytes, on_chunk, on_trailer, pr);
         if (r < 0) {
             origin_failed(pr, 502, "invalid chunked body from the origin", true);
-            return;
+            return true;
         }
         take = pr->dec_out - pr->ipos;
         /* the decoded bytes sit at ipos; the undecoded rest starts at ipos + consumed */
@@ -694,7 +696,7 @@ static void deliver(proxy_req_t *pr)
         pr->rstate = R_DONE;
         pr->ipos += pr->sending_len;
         finish(pr, p, take);
-        return;
+        return true;
     }
     if (take == 0) {
         /* need more from the origin; keep a partial chunk line, drop what is consumed */
@@ -707,12 +709,13 @@ static void deliver(proxy_req_t *pr)
             pr->ipos = pr->ilen = 0;
         }
         update_interest(pr);
-        return;
+        return false;
     }
     pr->res_sending = true;
     update_interest(pr); /* no reading while the client holds our buffer */
     struct iovec iov = {(void *)p, take};
     fy_exchange_send(pr->ex, &iov, 1, FY_SEND_MORE);
+    return false;
 }
 
 static void h2_proceed(proxy_req_t *pr);
@@ -730,8 +733,8 @@ static void proceed(fy_exchange_t *ex)
     pr->sending_len = 0;
     if (pr->ipos >= pr->ilen) pr->ipos = pr->ilen = 0;
     set_timer(pr, T_IDLE);
-    deliver(pr);
-    if (!pr->finished && !pr->res_sending && pr->oc) do_read(pr);
+    if (deliver(pr)) return; /* pr may be gone */
+    if (!pr->res_sending && pr->oc) do_read(pr);
 }
 
 static void stop(fy_exchange_t *ex)
@@ -818,7 +821,7 @@ static void do_read(proxy_req_t *pr)
             }
         }
         set_timer(pr, T_IDLE);
-        deliver(pr);
+        if (deliver(pr)) return; /* finished: the exchange and pr may be gone */
     }
     update_interest(pr);
 }
