@@ -99,8 +99,11 @@ typedef struct proxy_req {
  * this many times more than `retries`: an origin rotating connections (nginx after
  * keepalive_requests) refuses whole batches, and under load one request can be caught by
  * several GOAWAYs in a row (3 was not enough with 40 requests in flight and 20 per
- * connection). Bounded, so an origin that refuses everything still gets a 502. */
-#define FY_PROXY_REFUSED_EXTRA 8
+ * connection; 8 failed about one run in five under a loaded machine, because the order in
+ * which a GOAWAY's refused streams come back is arbitrary). So a refused request also waits
+ * ahead of the others for the next connection (waiter priority = refusals), which takes the
+ * lowest stream ids there. Bounded, so an origin that refuses everything still gets a 502. */
+#define FY_PROXY_REFUSED_EXTRA 16
 
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);
@@ -1347,6 +1350,7 @@ static void attempt_h2(proxy_req_t *pr)
     pr->h2_head = pr->h2_end = false;
     pr->rb_head = pr->rb_count = 0;
     pr->wait.cb = h2_session_ready;
+    pr->wait.priority = pr->refusals; /* refused before: first in line on the next connection */
     fy_upstream_inflight(up, pr->worker, pr->server, 1);
     pr->inflight = true;
     bool ready = false;

@@ -100,6 +100,7 @@ typedef struct fy_origin_h2_waiter {
     /* The session is ready and counted for the waiter (s), or it failed (s NULL, err). */
     void (*cb)(struct fy_origin_h2_waiter *wt, fy_origin_h2_t *s, const char *err);
     fy_origin_h2_t *s; /* the session waited on while queued */
+    int priority;      /* higher is served first (ties in arrival order); e.g. past refusals */
 } fy_origin_h2_waiter_t;
 
 /* A session of `server` for worker w. Returns it counted for the caller (*ready = true), or
