@@ -362,9 +362,9 @@ def port_is_free(port):
 
 
 def test_cli_default_embedded(server, monkeypatch):
-    busy = [p for p in (8080, 8443) if not port_is_free(p)]
+    busy = [p for p in (8080, 8443, 8888) if not port_is_free(p)]
     if busy:
-        pytest.fail(f"the embedded default listens on 127.0.0.1:8080 and :8443, but "
+        pytest.fail(f"the embedded default listens on 127.0.0.1:8080, :8443 and :8888, but "
                     f"{busy} is in use on this machine: free it to run this test")
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     monkeypatch.delenv("FERRY_DEMO_DIR", raising=False)
@@ -387,6 +387,26 @@ def test_cli_default_embedded(server, monkeypatch):
                        capture_output=True, timeout=20)
     assert p.stdout == b"ok\n"
     assert (f.tmp / ".local" / "share" / "ferry" / "selfsigned.crt").is_file()
+    # h2c on 8080, h2 and an Alt-Svc for h3 on 8443
+    p = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "--max-time", "10", "-o",
+                        "/dev/null", "-w", "%{http_version}", "http://127.0.0.1:8080/health"],
+                       capture_output=True, text=True, timeout=20)
+    assert p.stdout == "2", p
+    p = subprocess.run(["curl", "-sk", "--http2", "--max-time", "10", "-D", "-", "-o", "/dev/null",
+                        "https://127.0.0.1:8443/health"], capture_output=True, text=True,
+                       timeout=20)
+    assert p.stdout.startswith("HTTP/2 200"), p
+    assert 'alt-svc: h3=":8443"' in p.stdout.lower(), p
+    # the reverse proxy demo: /proxy/X is X fetched through the proxy from 8080
+    st, _, body = http_request(8080, "/proxy/health")
+    assert st == 200 and body == b"ok\n"
+    # the intercepting proxy on 8888, and its CA made on first run
+    out = read_stdout_until(f.proc, ["http://127.0.0.1:8888/"], timeout=2) + out
+    assert "intercepting proxy on http://127.0.0.1:8888" in out + f.log(), out
+    p = subprocess.run(["curl", "-s", "--max-time", "10", "-x", "http://127.0.0.1:8888",
+                        "http://127.0.0.1:8080/health"], capture_output=True, timeout=20)
+    assert p.stdout == b"ok\n", p
+    assert (f.tmp / ".local" / "share" / "ferry" / "ferry-ca.pem").is_file()
 
 
 # ---- proxy one-liner ----

@@ -489,7 +489,9 @@ static bool write_head(h1_conn_t *c)
     fy_exchange_t *ex = &c->ex;
     fy_response_t *res = &ex->res;
     int status = res->status;
-    size_t need = 160;
+    const char *alt_svc = status >= 200 ? c->ctx->alt_svc : NULL;
+    size_t alt_len = alt_svc ? strlen(alt_svc) : 0;
+    size_t need = 160 + alt_len;
     for (size_t i = 0; i < res->headers.n; i++)
         need += res->headers.v[i].name.len + res->headers.v[i].value.len + 4;
     wbuf_compact(c);
@@ -517,6 +519,11 @@ static bool write_head(h1_conn_t *c)
     p = PUT_LIT(p, "\r\nServer: ferry\r\nDate: ");
     p = put(p, fy_http_date(c->loop->now_sec), 29);
     p = PUT_LIT(p, "\r\n");
+    if (alt_len) { /* this listener serves h3 too (RFC 7838) */
+        p = PUT_LIT(p, "Alt-Svc: ");
+        p = put(p, alt_svc, alt_len);
+        p = PUT_LIT(p, "\r\n");
+    }
     if (status == 204 || status == 304 || (status >= 100 && status < 200)) {
         /* no framing headers */
     } else if (res->content_length >= 0) {

@@ -214,7 +214,7 @@ static void submit_head(h2_stream_t *s, bool no_body)
 {
     fy_exchange_t *ex = &s->ex;
     fy_response_t *res = &ex->res;
-    size_t n = res->headers.n + 4;
+    size_t n = res->headers.n + 5;
     nghttp2_nv *nv = fy_arena_alloc(&s->arena, n * sizeof *nv);
     size_t k = 0;
     char *st = fy_arena_alloc(&s->arena, 4);
@@ -227,6 +227,8 @@ static void submit_head(h2_stream_t *s, bool no_body)
     char *date = fy_arena_alloc(&s->arena, 32);
     memcpy(date, fy_http_date(s->c->loop->now_sec), 29);
     nv[k++] = NV_LIT("date", date, 29);
+    const char *alt_svc = s->c->ctx->alt_svc; /* this listener serves h3 too (RFC 7838) */
+    if (alt_svc && status >= 200) nv[k++] = NV_LIT("alt-svc", alt_svc, strlen(alt_svc));
     if (res->content_length >= 0 && status != 204 && status != 304) {
         char tmp[24], *cl = fy_arena_alloc(&s->arena, 24);
         uint64_t v = (uint64_t)res->content_length;

@@ -167,9 +167,5 @@ void fy_exchange_dispatch(fy_exchange_t *ex)
         fy_exchange_fail(ex, 404, "no route");
         return;
     }
-    /* advertise HTTP/3 on TCP responses (RFC 7838) */
-    if (ex->ctx->alt_svc && ex->req.version < 30)
-        FY_HDR_ADD(ex->arena, &ex->res.headers, "alt-svc", ex->ctx->alt_svc,
-                   strlen(ex->ctx->alt_svc));
     r->handler->ops->on_request(r->handler, ex);
 }
