@@ -91,6 +91,9 @@ struct fy_quic_conn {
     int in_lib; /* inside ngtcp2_conn_read_pkt: the conn must not be deleted now */
     ngtcp2_cid cids[MAX_CIDS];
     size_t ncids;
+    /* while the endpoint drains: a socket of this connection's own, connected to the peer
+       (fd -1 otherwise; then the endpoint's socket carries it) */
+    fy_io_t pio;
     dgram_t dgrams[MAX_DGRAMS];
     size_t ndgrams;
     fy_list_t link; /* ep->conns */
@@ -119,6 +122,7 @@ struct fy_quic_endpoint {
     uint8_t *rx;
     uint8_t *tx;
     uint64_t dropped_tx; /* packets lost to a full socket buffer */
+    bool detached;       /* draining: the shared socket is closed, connections have their own */
     bool client;         /* a client connection's private endpoint: freed with its conn */
     fy_defer_t free_defer;
 };
@@ -199,6 +203,9 @@ int fy_quic_socket(const struct sockaddr *sa, socklen_t salen, const char *name)
     if (fd < 0) goto fail;
     int one = 1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) goto fail;
+    /* lets a draining connection bind a connected socket of its own to this address without
+       joining the reuseport group (fy_quic_endpoint_stop_accepting) */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) goto fail;
     if (sa->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     /* room for a congestion window of packets in both directions; the kernel caps it at
        net.core.[rw]mem_max unless we may force it */
@@ -292,16 +299,28 @@ static void map_del(fy_quic_conn_t *c, const ngtcp2_cid *cid)
 
 /* ---- UDP output ---- */
 
+static void send_one_fd(fy_quic_endpoint_t *ep, int fd, const struct sockaddr *to, socklen_t tolen,
+                        const uint8_t *p, size_t n)
+{
+    if (sendto(fd, p, n, 0, to, tolen) < 0) ep->dropped_tx++;
+}
+
 static void send_one(fy_quic_endpoint_t *ep, const struct sockaddr *to, socklen_t tolen,
                      const uint8_t *p, size_t n)
 {
-    if (sendto(ep->io.fd, p, n, 0, to, tolen) < 0) ep->dropped_tx++;
+    send_one_fd(ep, ep->io.fd, to, tolen, p, n);
+}
+
+/* The socket a connection's packets leave by (its own while the endpoint drains). */
+static int conn_fd(const fy_quic_conn_t *c)
+{
+    return c->pio.fd >= 0 ? c->pio.fd : c->ep->io.fd;
 }
 
 /* Send n packets laid out back to back in buf. With GSO, runs of equal-sized packets (the
  * last of a run may be shorter) leave in one sendmsg; else one sendmmsg. A full socket
  * buffer drops packets: QUIC's loss recovery resends them. */
-static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, socklen_t tolen,
+static void send_packets(fy_quic_endpoint_t *ep, int fd, const struct sockaddr *to, socklen_t tolen,
                          const uint8_t *buf, const size_t *sizes, size_t n)
 {
     size_t i = 0, off = 0;
@@ -313,7 +332,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
             if (sizes[j - 1] < seg) break;
         }
         if (j - i == 1) {
-            send_one(ep, to, tolen, buf + off, sizes[i]);
+            send_one_fd(ep, fd, to, tolen, buf + off, sizes[i]);
         } else {
             struct iovec iov = {(void *)(buf + off), len};
             union {
@@ -333,7 +352,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
             cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
             uint16_t s16 = (uint16_t)seg;
             memcpy(CMSG_DATA(cm), &s16, sizeof s16);
-            if (sendmsg(ep->io.fd, &mh, 0) < 0) {
+            if (sendmsg(fd, &mh, 0) < 0) {
                 if (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT) {
                     ep->gso = false; /* no GSO here: send the rest one by one */
                     break;
@@ -358,7 +377,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
     }
     size_t done = 0;
     while (done < k) {
-        int r = sendmmsg(ep->io.fd, mm + done, (unsigned)(k - done), 0);
+        int r = sendmmsg(fd, mm + done, (unsigned)(k - done), 0);
         if (r <= 0) {
             if (r < 0 && errno == EINTR) continue;
             ep->dropped_tx += k - done;
@@ -592,7 +611,14 @@ static void conn_destroy(fy_quic_conn_t *c, bool send_close)
         uint8_t buf[TX_PKT_MAX];
         ngtcp2_ssize n = ngtcp2_conn_write_connection_close(c->conn, &ps.path, &pi, buf, sizeof buf,
                                                             &c->ccerr, now_ns());
-        if (n > 0) send_one(ep, (struct sockaddr *)&c->remote, c->remotelen, buf, (size_t)n);
+        if (n > 0)
+            send_one_fd(ep, conn_fd(c), (struct sockaddr *)&c->remote, c->remotelen, buf,
+                        (size_t)n);
+    }
+    if (c->pio.fd >= 0) {
+        fy_io_set(ep->loop, &c->pio, 0);
+        close(c->pio.fd);
+        c->pio.fd = -1;
     }
     c->closed = true;
     c->closing = true;
@@ -784,7 +810,7 @@ static void conn_write(fy_quic_conn_t *c)
             /* a path probe to another address: flush what goes to the old one first */
             uint8_t tmp[TX_PKT_MAX];
             memcpy(tmp, ep->tx + off, (size_t)n);
-            send_packets(ep, (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
+            send_packets(ep, conn_fd(c), (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
             memcpy(ep->tx, tmp, (size_t)n);
             npkts = 0;
             off = 0;
@@ -800,7 +826,7 @@ static void conn_write(fy_quic_conn_t *c)
             break;
         }
     }
-    if (npkts) send_packets(ep, (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
+    if (npkts) send_packets(ep, conn_fd(c), (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
     ngtcp2_conn_update_pkt_tx_time(c->conn, ts);
     if (limited)
         fy_timer_start(ep->loop, &c->timer, 0); /* next turn: let other conns and reads in */
@@ -1038,6 +1064,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
 {
     const fy_quic_conf_t *conf = ep->qs->conf;
     fy_quic_conn_t *c = fy_xcalloc(1, sizeof *c);
+    c->pio.fd = -1;
     c->ep = ep;
     memcpy(&c->remote, sa, salen);
     c->remotelen = salen;
@@ -1225,9 +1252,10 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     schedule_write(c);
 }
 
-static void on_io(fy_io_t *io, uint32_t events)
+/* Read what `fd` holds (bounded rounds; level-triggered epoll calls again) and dispatch it.
+ * `c`: the connection owning `fd` (its private drain socket), NULL for the endpoint's. */
+static void rx_fd(fy_quic_endpoint_t *ep, int fd, fy_quic_conn_t *c)
 {
-    fy_quic_endpoint_t *ep = io->data;
     struct mmsghdr mm[RX_BATCH];
     struct iovec iov[RX_BATCH];
     struct sockaddr_storage from[RX_BATCH];
@@ -1239,15 +1267,57 @@ static void on_io(fy_io_t *io, uint32_t events)
                                                  .msg_iov = &iov[i],
                                                  .msg_iovlen = 1}};
         }
-        int n = recvmmsg(io->fd, mm, RX_BATCH, MSG_DONTWAIT, NULL);
+        int n = recvmmsg(fd, mm, RX_BATCH, MSG_DONTWAIT, NULL);
         if (n <= 0) return;
         for (int i = 0; i < n; i++) {
             if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
             handle_packet(ep, iov[i].iov_base, mm[i].msg_len, (struct sockaddr *)&from[i],
                           mm[i].msg_hdr.msg_namelen);
+            if (c && c->pio.fd != fd) return; /* the connection closed (its memory is deferred) */
         }
         if (n < RX_BATCH) return;
     }
+}
+
+static void on_io(fy_io_t *io, uint32_t events)
+{
+    fy_quic_endpoint_t *ep = io->data;
+    rx_fd(ep, io->fd, NULL);
+}
+
+static void on_conn_io(fy_io_t *io, uint32_t events)
+{
+    fy_quic_conn_t *c = io->data;
+    rx_fd(c->ep, io->fd, c);
+}
+
+/* A socket for `c` alone: same local address (SO_REUSEADDR, outside the SO_REUSEPORT group),
+ * connected to the peer. The kernel prefers a connected socket for its 4-tuple, so the
+ * connection keeps receiving after the endpoint's socket has left the group. */
+static int conn_detach(fy_quic_conn_t *c)
+{
+    fy_quic_endpoint_t *ep = c->ep;
+    int fd = socket(ep->local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0) return -errno;
+    int one = 1;
+    if (ep->local.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&ep->local, ep->locallen) < 0 ||
+        connect(fd, (struct sockaddr *)&c->remote, c->remotelen) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    c->pio.fd = fd;
+    c->pio.cb = on_conn_io;
+    c->pio.data = c;
+    if (fy_io_set(ep->loop, &c->pio, EPOLLIN) < 0) {
+        close(fd);
+        c->pio.fd = -1;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, int fd,
@@ -1279,7 +1349,38 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
 
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep)
 {
+    if (!ep->accepting) return;
     ep->accepting = false;
+    if (ep->client || ep->io.fd < 0) return;
+    /* Leave the SO_REUSEPORT group so that new connections' Initials reach the sockets of a
+       process that still accepts: each live connection moves to a connected socket of its
+       own first, then what the shared socket already holds is read and the socket closed. */
+    size_t failed = 0;
+    int err = 0;
+    for (fy_list_t *l = ep->conns.next; l != &ep->conns; l = l->next) {
+        fy_quic_conn_t *c = fy_container_of(l, fy_quic_conn_t, link);
+        if (c->closed || c->pio.fd >= 0) continue;
+        int r = conn_detach(c);
+        if (r < 0) {
+            failed++;
+            err = -r;
+        }
+    }
+    if (failed) {
+        /* keep the shared socket for them; new Initials reaching it are dropped */
+        fy_warn("listener %s: h3 drain: %zu connection(s) could not get their own socket (%s); "
+                "the listener's UDP socket stays open for them",
+                ep->qs->name, failed, strerror(err));
+        return;
+    }
+    fy_notice("listener %s: h3 drain: UDP socket left the reuseport group; %zu connection(s) "
+              "go on on sockets of their own",
+              ep->qs->name, ep->nconns);
+    rx_fd(ep, ep->io.fd, NULL);
+    fy_io_set(ep->loop, &ep->io, 0);
+    close(ep->io.fd);
+    ep->io.fd = -1;
+    ep->detached = true;
 }
 
 void fy_quic_endpoint_free(fy_quic_endpoint_t *ep)
@@ -1412,6 +1513,7 @@ fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, sock
     ep->free_defer.data = ep;
 
     fy_quic_conn_t *c = fy_xcalloc(1, sizeof *c);
+    c->pio.fd = -1;
     c->ep = ep;
     memcpy(&c->remote, sa, salen);
     c->remotelen = salen;
