@@ -60,9 +60,10 @@ def held_origin():
     httpd.server_close()
 
 
-def config(port, who, origin, workers=1):
+def config(port, who, origin, workers=1, extra=""):
     return f"""
 workers: {workers}
+{extra}
 data-dir: {{data}}
 listeners:
   - address: 127.0.0.1:{port}
@@ -144,3 +145,88 @@ def test_h3_drain_hands_new_connections_to_the_new_process(server, tmp_path, hel
         if slow.poll() is None:
             slow.kill()
             slow.wait()
+
+
+class RebindingShim:
+    """A UDP relay between a client and ferry that moves its ferry-facing socket to a new source
+    port every `every` client datagrams (NAT rebinding), up to `max_rebinds` times or until
+    `done()` says enough. Replies go back to the client's last address."""
+
+    def __init__(self, target_port, every, max_rebinds, done):
+        self.target = ("127.0.0.1", target_port)
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(("127.0.0.1", 0))
+        self.port = self.front.getsockname()[1]
+        self.back = self._new_back()
+        self.every, self.max_rebinds, self.done = every, max_rebinds, done
+        self.rebinds = 0
+        self.ports = {self.back.getsockname()[1]}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _new_back():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        return s
+
+    def _run(self):
+        import select
+        client = None
+        count = 0
+        deadline = time.time() + 300
+        while not self.stop.is_set() and time.time() < deadline:
+            r, _, _ = select.select([self.front, self.back], [], [], 0.1)
+            for s in r:
+                if s.fileno() < 0:  # the socket this round replaced
+                    continue
+                data, addr = s.recvfrom(65535)
+                if s is self.front:
+                    client = addr
+                    count += 1
+                    if (count % self.every == 0 and self.rebinds < self.max_rebinds
+                            and not self.done()):
+                        old, self.back = self.back, self._new_back()
+                        old.close()
+                        self.rebinds += 1
+                        self.ports.add(self.back.getsockname()[1])
+                    self.back.sendto(data, self.target)
+                elif client is not None:
+                    self.front.sendto(data, client)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+        self.front.close()
+        self.back.close()
+
+
+def test_h3_nat_rebinding_across_workers(server, tmp_path):
+    """workers: 2. A client whose source port keeps changing mid-download (a relay that rebinds,
+    as a NAT does) still gets the whole 8 MB file intact: packets of a connection that the
+    kernel's reuseport hash now gives to the other worker are forwarded to the worker that
+    owns the connection (CID byte) instead of being answered with a stateless reset. The
+    relay rebinds until ferry logs that forwarding happened (bounded), so the cross-worker
+    path is provably taken."""
+    port = free_port()
+    srv = server(config(port, "A", 9, workers=2, extra="log: {{level: info}}"), start=False)
+    srv.start(wait_ports=[port])
+    data = random.Random(3).randbytes(8 * 1000 * 1000)
+    (srv.docroot / "big.bin").write_bytes(data)
+    fwd = r"h3: packets of worker \d+'s connections reach worker \d+"
+    shim = RebindingShim(port, every=60, max_rebinds=60,
+                         done=lambda: re.search(fwd, srv.log()) is not None)
+    try:
+        dl = tmp_path / "big"
+        dl.mkdir()
+        p = subprocess.run(gtls_cmd(shim.port, "/big.bin", dl, timeout="20s", quiet=True),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+        assert p.returncode == 0, p.stdout.decode(errors="replace")[-3000:]
+        got = (dl / "big.bin").read_bytes()
+        assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest(), len(got)
+        assert shim.rebinds >= 1
+        assert re.search(fwd, srv.log()), \
+            f"{shim.rebinds} rebinds and no cross-worker packet:\n{srv.log()[-3000:]}"
+    finally:
+        shim.close()

@@ -4,6 +4,8 @@
 #include "quic/quic.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <gnutls/crypto.h>
@@ -15,6 +17,7 @@
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +41,23 @@
 #define MAX_CIDS 16     /* connection IDs one connection may have in the map */
 #define MAX_DGRAMS 32   /* queued outgoing DATAGRAM frames per connection */
 #define RETRY_TOKEN_TTL (10 * NGTCP2_SECONDS)
+#define MAX_EPS 255    /* endpoints (workers) per listener a CID byte can name */
+#define INBOX_MAX 1024 /* datagrams queued for another worker; more are dropped */
+
+/* Connection IDs we issue: byte 0 names the endpoint (worker) that owns the connection, byte 1
+ * is this process's tag, the rest is random. A short-header packet for a connection of another
+ * worker (the client's address changed, so the kernel's reuseport hash picked another socket)
+ * is handed to that worker instead of being answered with a stateless reset. */
+#define CID_EP 0
+#define CID_TAG 1
+
+typedef struct fwd_pkt {
+    struct fwd_pkt *next;
+    struct sockaddr_storage from;
+    socklen_t fromlen;
+    size_t len;
+    uint8_t data[];
+} fwd_pkt_t;
 
 struct fy_quic_server {
     const fy_quic_conf_t *conf;
@@ -45,6 +65,12 @@ struct fy_quic_server {
     gnutls_priority_t prio;
     uint8_t secret[32]; /* stateless reset tokens and Retry tokens */
     char *name;
+    /* the workers' endpoints, for packets that reach the wrong one (listeners only) */
+    bool shared;
+    uint8_t tag;
+    pthread_mutex_t lock; /* eps[] and every endpoint's inbox */
+    fy_quic_endpoint_t *eps[MAX_EPS];
+    int neps;
 };
 
 typedef struct qchunk {
@@ -123,7 +149,12 @@ struct fy_quic_endpoint {
     uint8_t *tx;
     uint64_t dropped_tx; /* packets lost to a full socket buffer */
     bool detached;       /* draining: the shared socket is closed, connections have their own */
-    bool client;         /* a client connection's private endpoint: freed with its conn */
+    int index;           /* in qs->eps (-1: not registered) */
+    fy_io_t inbox_io;    /* eventfd: other workers queued packets for us */
+    fwd_pkt_t *inbox;    /* under qs->lock */
+    size_t ninbox;
+    uint64_t forwarded; /* packets we handed to another worker */
+    bool client;        /* a client connection's private endpoint: freed with its conn */
     fy_defer_t free_defer;
 };
 
@@ -180,6 +211,9 @@ fy_quic_server_t *fy_quic_server_new(const fy_quic_conf_t *conf, const char *con
                              NULL);
     if (r != 0) goto gfail;
     rand_bytes(qs->secret, sizeof qs->secret);
+    rand_bytes(&qs->tag, 1);
+    pthread_mutex_init(&qs->lock, NULL);
+    qs->shared = true;
     return qs;
 gfail:
     fy_log(FY_LOG_EMERG, "listener %s: h3: GnuTLS: %s", name, gnutls_strerror(r));
@@ -193,6 +227,7 @@ void fy_quic_server_free(fy_quic_server_t *qs)
     if (!qs) return;
     if (qs->cred) gnutls_certificate_free_credentials(qs->cred);
     if (qs->prio) gnutls_priority_deinit(qs->prio);
+    if (qs->shared) pthread_mutex_destroy(&qs->lock);
     free(qs->name);
     free(qs);
 }
@@ -985,12 +1020,20 @@ static void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx)
     rand_bytes(dest, len);
 }
 
+static void cid_mark(const fy_quic_endpoint_t *ep, uint8_t *b, size_t len)
+{
+    if (ep->index < 0 || len < 2) return;
+    b[CID_EP] = (uint8_t)ep->index;
+    b[CID_TAG] = ep->qs->tag;
+}
+
 static int cb_get_new_cid(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token, size_t len, void *ud)
 {
     fy_quic_conn_t *c = ud;
     uint8_t b[NGTCP2_MAX_CIDLEN];
     for (int tries = 0; tries < 4; tries++) {
         rand_bytes(b, len);
+        cid_mark(c->ep, b, len);
         ngtcp2_cid_init(cid, b, len);
         if (*map_slot(c->ep, cid)) continue;
         if (ngtcp2_crypto_generate_stateless_reset_token(token, c->ep->qs->secret,
@@ -1081,6 +1124,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     uint8_t b[CIDLEN];
     do {
         rand_bytes(b, sizeof b);
+        cid_mark(ep, b, sizeof b);
         ngtcp2_cid_init(&scid, b, sizeof b);
     } while (*map_slot(ep, &scid));
 
@@ -1171,6 +1215,44 @@ static void send_stateless_reset(fy_quic_endpoint_t *ep, const uint8_t *dcid, si
     if (n > 0) send_one(ep, sa, salen, out, (size_t)n);
 }
 
+/* A packet for another worker's connection (by the CID's marks): queue it for that worker.
+ * Returns true when the packet was taken (queued, or dropped because the queue is full). */
+static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const uint8_t *data,
+                    size_t len, const struct sockaddr *sa, socklen_t salen)
+{
+    fy_quic_server_t *qs = ep->qs;
+    if (ep->index < 0 || vc->dcidlen != CIDLEN || vc->dcid[CID_TAG] != qs->tag ||
+        vc->dcid[CID_EP] == ep->index)
+        return false;
+    bool taken = false;
+    pthread_mutex_lock(&qs->lock);
+    fy_quic_endpoint_t *to = vc->dcid[CID_EP] < qs->neps ? qs->eps[vc->dcid[CID_EP]] : NULL;
+    if (to && to->ninbox < INBOX_MAX) {
+        fwd_pkt_t *f = malloc(sizeof *f + len);
+        if (f) {
+            memcpy(&f->from, sa, salen);
+            f->fromlen = salen;
+            f->len = len;
+            memcpy(f->data, data, len);
+            f->next = to->inbox;
+            to->inbox = f;
+            to->ninbox++;
+            uint64_t one = 1;
+            if (write(to->inbox_io.fd, &one, sizeof one) < 0) { /* counter saturated: it is awake */
+            }
+        }
+        taken = true;
+    } else if (to) {
+        taken = true; /* that worker is flooded: drop, loss recovery resends */
+    }
+    pthread_mutex_unlock(&qs->lock);
+    if (taken && ep->forwarded++ == 0)
+        fy_info("listener %s: h3: packets of worker %d's connections reach worker %d (client "
+                "address changed); forwarding them",
+                qs->name, vc->dcid[CID_EP], ep->index);
+    return taken;
+}
+
 static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t len,
                           const struct sockaddr *sa, socklen_t salen)
 {
@@ -1191,6 +1273,7 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     if (!c && ep->client) return;
     if (!c) {
         if (!(data[0] & 0x80)) { /* short header for a connection we do not know */
+            if (forward(ep, &vc, data, len, sa, salen)) return;
             send_stateless_reset(ep, vc.dcid, vc.dcidlen, len, sa, salen);
             return;
         }
@@ -1320,6 +1403,76 @@ static int conn_detach(fy_quic_conn_t *c)
     return 0;
 }
 
+static void on_inbox(fy_io_t *io, uint32_t events)
+{
+    fy_quic_endpoint_t *ep = io->data;
+    uint64_t v;
+    if (read(io->fd, &v, sizeof v) < 0) { /* nothing: spurious wake-up */
+    }
+    pthread_mutex_lock(&ep->qs->lock);
+    fwd_pkt_t *l = ep->inbox;
+    ep->inbox = NULL;
+    ep->ninbox = 0;
+    pthread_mutex_unlock(&ep->qs->lock);
+    fwd_pkt_t *rev = NULL; /* queued newest first: put back in arrival order */
+    while (l) {
+        fwd_pkt_t *n = l->next;
+        l->next = rev;
+        rev = l;
+        l = n;
+    }
+    while (rev) {
+        fwd_pkt_t *n = rev->next;
+        handle_packet(ep, rev->data, rev->len, (struct sockaddr *)&rev->from, rev->fromlen);
+        free(rev);
+        rev = n;
+    }
+}
+
+/* Make the endpoint findable by the listener's other workers (server endpoints only). */
+static void ep_register(fy_quic_endpoint_t *ep)
+{
+    fy_quic_server_t *qs = ep->qs;
+    ep->index = -1;
+    ep->inbox_io.fd = -1;
+    if (!qs->shared) return;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return;
+    ep->inbox_io.fd = fd;
+    ep->inbox_io.cb = on_inbox;
+    ep->inbox_io.data = ep;
+    if (fy_io_set(ep->loop, &ep->inbox_io, EPOLLIN) < 0) {
+        close(fd);
+        ep->inbox_io.fd = -1;
+        return;
+    }
+    pthread_mutex_lock(&qs->lock);
+    if (qs->neps < MAX_EPS) {
+        ep->index = qs->neps++;
+        qs->eps[ep->index] = ep;
+    }
+    pthread_mutex_unlock(&qs->lock);
+}
+
+static void ep_unregister(fy_quic_endpoint_t *ep)
+{
+    fy_quic_server_t *qs = ep->qs;
+    if (ep->inbox_io.fd < 0) return;
+    pthread_mutex_lock(&qs->lock);
+    if (ep->index >= 0) qs->eps[ep->index] = NULL;
+    fwd_pkt_t *l = ep->inbox;
+    ep->inbox = NULL;
+    pthread_mutex_unlock(&qs->lock);
+    while (l) {
+        fwd_pkt_t *n = l->next;
+        free(l);
+        l = n;
+    }
+    fy_io_set(ep->loop, &ep->inbox_io, 0);
+    close(ep->inbox_io.fd);
+    ep->inbox_io.fd = -1;
+}
+
 fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, int fd,
                                          const fy_quic_app_ops_t *ops, void *ud)
 {
@@ -1340,6 +1493,7 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
     ep->gso = true;
     ep->rx = fy_xmalloc((size_t)RX_BATCH * RX_SIZE);
     ep->tx = fy_xmalloc((size_t)TX_MAX_PKTS * TX_PKT_MAX);
+    ep_register(ep);
     if (fy_io_set(loop, &ep->io, EPOLLIN) < 0) {
         fy_quic_endpoint_free(ep);
         return NULL;
@@ -1386,6 +1540,7 @@ void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep)
 void fy_quic_endpoint_free(fy_quic_endpoint_t *ep)
 {
     if (!ep) return;
+    ep_unregister(ep);
     while (!fy_list_empty(&ep->conns)) {
         fy_quic_conn_t *c = fy_container_of(ep->conns.next, fy_quic_conn_t, link);
         ngtcp2_connection_close_error_set_application_error(&c->ccerr, 0x100, NULL, 0);
