@@ -48,6 +48,7 @@ typedef struct hc_probe {
     size_t len;
     unsigned fails, oks;
     fy__h2_probe_t *h2p; /* HTTP/2 servers: the probe is a stream on a pooled session */
+    fy__h3_probe_t *h3p; /* HTTP/3 servers: the same on a pooled QUIC connection */
 } hc_probe_t;
 
 struct fy_upstream {
@@ -548,6 +549,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         p->oc = NULL;
     }
     if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
+    if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
     const fy_health_conf_t *hc = u->conf->health;
     bool down = atomic_load(&u->down[p->server]);
     char a[64];
@@ -647,6 +649,14 @@ static void hc_start_probe(hc_probe_t *p)
         fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
         return;
     }
+    if (u->servers[p->server].h3) {
+        if (!p->h3p) p->h3p = fy_xcalloc(1, sizeof *p->h3p);
+        if (p->h3p->running) return;
+        fy__h3_probe_start(p->h3p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
+                           hc_h2_done, p);
+        fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
+        return;
+    }
     const char *err = "connect failed";
     p->oc = fy_origin_connect(u, u->hc_worker, p->server, u->hc_loop, hc_event, p, &err);
     if (!p->oc) {
@@ -690,5 +700,8 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
         free(p->h2p);
         p->h2p = NULL;
+        if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
+        free(p->h3p);
+        p->h3p = NULL;
     }
 }

@@ -212,13 +212,6 @@ static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         fy_conf_error(ctx, map, "servers", "needs at least one server");
         return -1;
     }
-    const fy_upstream_server_conf_t *sv = u->servers.v;
-    for (size_t i = 0; i < u->servers.n; i++)
-        if (sv[i].h3 && u->health) {
-            fy_conf_error(ctx, map, "health-check",
-                          "active health checks are not supported for h3:// servers yet");
-            return -1;
-        }
     return 0;
 }
 
@@ -333,6 +326,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .shorthand_key = "path",
      .doc = "Active health checks (one worker probes, all workers obey); shorthand "
             "`health-check: /health`. `h2c://`/`h2://` servers are probed with an HTTP/2 "
-            "stream on the checking worker's pooled connection."},
+            "stream on the checking worker's pooled connection, `h3://` ones with an HTTP/3 "
+            "stream on its pooled QUIC connection."},
     {.key = NULL, .check = check_upstream},
 };
