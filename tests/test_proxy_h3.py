@@ -237,3 +237,58 @@ def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # no
         assert (st, body) == (200, b"small\n"), (st, body)
     finally:
         stop_origin(origin)
+
+
+def test_proxy_h3_origin_client_certificate(server, tmp_path, cert):  # noqa: F811
+    """mTLS to an h3:// origin: gtlsserver --verify-client refuses a handshake without a client
+    certificate (TLS alert certificate_required), so the upstream without `cert`/`key` gets
+    502 and the one with them gets the file. (gtlsserver only requires a certificate; it does
+    not verify it against a CA, so this shows the certificate is offered, not that a wrong
+    one would be refused.)"""
+    if GTLSSERVER is None:
+        pytest.skip("gtlsserver (Debian ngtcp2-server) missing")
+    docs = tmp_path / "htdocs"
+    docs.mkdir()
+    (docs / "s.txt").write_text("with a client certificate\n")
+    cc, ck = tmp_path / "client.pem", tmp_path / "client.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(ck), "-out", str(cc),
+                    "-days", "2", "-subj", "/CN=ferry-h3-client"],
+                   check=True, capture_output=True, timeout=30)
+    gport = free_port()
+    origin = subprocess.Popen([GTLSSERVER, "-q", "--verify-client", "-d", str(docs), "127.0.0.1",
+                               str(gport), str(cert / "key.pem"), str(cert / "cert.pem")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)  # UDP: no readiness to poll; QUIC retransmits the first Initial anyway
+        cfg = f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+upstreams:
+  - name: with
+    servers: [h3://127.0.0.1:{gport}]
+    ca: {cert / "cert.pem"}
+    cert: {cc}
+    key: {ck}
+  - name: without
+    servers: [h3://127.0.0.1:{gport}]
+    ca: {cert / "cert.pem"}
+routes:
+  - match: {{{{path: /without}}}}
+    proxy: {{{{upstream: without, strip-prefix: /without}}}}
+  - proxy: {{{{upstream: with}}}}
+"""
+        srv = server(cfg)
+        st, hs, body = http_request(srv.port, "/s.txt")
+        assert (st, body) == (200, b"with a client certificate\n"), (st, body, srv.log()[-2000:])
+        st, hs, body = http_request(srv.port, "/without/s.txt")
+        assert st == 502, (st, body)
+    finally:
+        origin.terminate()
+        try:
+            origin.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            origin.kill()
+            origin.wait()

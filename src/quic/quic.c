@@ -1649,6 +1649,16 @@ fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, sock
     } else if (!o->insecure) {
         gnutls_certificate_set_x509_system_trust(qs->cred);
     }
+    if (o->cert_file && o->key_file) { /* mTLS: offered when the origin asks for one */
+        int r = gnutls_certificate_set_x509_key_file(qs->cred, o->cert_file, o->key_file,
+                                                     GNUTLS_X509_FMT_PEM);
+        if (r < 0) {
+            fy_error("h3 origin %s: cannot load client certificate %s / %s: %s", qs->name,
+                     o->cert_file, o->key_file, gnutls_strerror(r));
+            fy_quic_server_free(qs);
+            return NULL;
+        }
+    }
     if (!o->insecure) gnutls_certificate_set_verify_function(qs->cred, verify_cb);
     int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
     if (fd < 0 || connect(fd, sa, salen) < 0) {

@@ -85,6 +85,8 @@ typedef struct fy_quic_client_opts {
     const char *sni;            /* server name to send and to verify (NULL: neither) */
     const char *ca_file;        /* PEM CA bundle (NULL: the system store) */
     bool insecure;              /* do not verify the certificate */
+    const char *cert_file;      /* PEM client certificate chain to offer (NULL: none) */
+    const char *key_file;       /* its private key (with cert_file) */
     const char *name;           /* label for logs */
 } fy_quic_client_opts_t;
 

@@ -308,7 +308,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = U(cert),
-     .doc = "Client certificate chain (PEM) presented to TLS origins (mTLS); with `key`."},
+     .doc = "Client certificate chain (PEM) presented to TLS and `h3://` origins (mTLS); with "
+            "`key`."},
     {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
     {.key = "sticky",
      .type = FY_CT_TABLE_PTR,

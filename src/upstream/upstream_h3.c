@@ -203,6 +203,8 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
                                    .sni = uc->sni ? uc->sni : sv->host,
                                    .ca_file = uc->ca,
                                    .insecure = uc->insecure,
+                                   .cert_file = uc->cert,
+                                   .key_file = uc->key,
                                    .name = uc->name};
         s->c = fy_h3_client_connect(loop, (const struct sockaddr *)&sv->addr, sv->addrlen, &o,
                                     &conn_ops, s);
