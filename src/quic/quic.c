@@ -616,6 +616,22 @@ int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n)
     return 0;
 }
 
+bool fy_quic_conn_peer_close(const fy_quic_conn_t *qc, uint64_t *code, bool *app)
+{
+    if (!qc->conn) return false;
+    ngtcp2_connection_close_error e;
+    ngtcp2_conn_get_connection_close_error(qc->conn, &e);
+    if (e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_VERSION_NEGOTIATION ||
+        e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE)
+        return false;
+    if (e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT && e.error_code == 0 &&
+        e.frame_type == 0 && e.reasonlen == 0)
+        return false; /* nothing received */
+    *code = e.error_code;
+    *app = e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION;
+    return true;
+}
+
 const struct sockaddr *fy_quic_conn_remote(const fy_quic_conn_t *qc)
 {
     return (const struct sockaddr *)&qc->remote;
