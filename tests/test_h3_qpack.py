@@ -32,7 +32,7 @@ def run(port, n):
     if not os.path.exists(QPACKBLOCK):
         pytest.fail(f"{QPACKBLOCK} not built (cmake --build build)")
     p = subprocess.run([QPACKBLOCK, "127.0.0.1", str(port), str(n)], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=90)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout.strip()
 

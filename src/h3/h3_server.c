@@ -707,7 +707,7 @@ static void stash(h3_stream_t *s, const uint8_t *p, size_t n, bool fin)
         s->pend = fy_xrealloc(s->pend, cap);
         s->pend_cap = cap;
     }
-    memcpy(s->pend + s->pend_len, p, n);
+    if (n) memcpy(s->pend + s->pend_len, p, n); /* n == 0: only a FIN (pend may be NULL) */
     s->pend_len += n;
     s->pend_fin |= fin;
 }

@@ -10,7 +10,7 @@
  *
  * Prints one line and exits 0: "ANSWERED N" when every request stream got an answer (data or
  * a reset) after the insert, "CLOSED APP|TRANSPORT 0xCODE" when the server closed the
- * connection, "TIMEOUT" after 20 s, "GONE" when the connection ended without a close. */
+ * connection, "TIMEOUT" after 45 s, "GONE" when the connection ended without a close. */
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
     fy_loop_update_time(&loop);
     fy_timer_t t;
     fy_timer_init(&t, on_timeout, NULL);
-    fy_timer_start(&loop, &t, 20000);
+    fy_timer_start(&loop, &t, 45000);
     if (!fy_quic_connect(&loop, (struct sockaddr *)&sa, sizeof sa, &o, &ops, NULL)) return 1;
     fy_loop_run(&loop);
     fy_timer_stop(&loop, &t);
