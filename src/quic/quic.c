@@ -153,8 +153,9 @@ struct fy_quic_endpoint {
     fy_io_t inbox_io;    /* eventfd: other workers queued packets for us */
     fwd_pkt_t *inbox;    /* under qs->lock */
     size_t ninbox;
-    uint64_t forwarded; /* packets we handed to another worker */
-    bool client;        /* a client connection's private endpoint: freed with its conn */
+    uint64_t forwarded;   /* packets we handed to another worker */
+    uint64_t fwd_dropped; /* packets for another worker dropped: its inbox was full */
+    bool client;          /* a client connection's private endpoint: freed with its conn */
     fy_defer_t free_defer;
 };
 
@@ -1240,7 +1241,7 @@ static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const 
     if (ep->index < 0 || vc->dcidlen != CIDLEN || vc->dcid[CID_TAG] != qs->tag ||
         vc->dcid[CID_EP] == ep->index)
         return false;
-    bool taken = false;
+    bool taken = false, full = false;
     pthread_mutex_lock(&qs->lock);
     fy_quic_endpoint_t *to = vc->dcid[CID_EP] < qs->neps ? qs->eps[vc->dcid[CID_EP]] : NULL;
     if (to && to->ninbox < INBOX_MAX) {
@@ -1259,9 +1260,12 @@ static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const 
         }
         taken = true;
     } else if (to) {
-        taken = true; /* that worker is flooded: drop, loss recovery resends */
+        taken = full = true; /* that worker is flooded: drop, loss recovery resends */
     }
     pthread_mutex_unlock(&qs->lock);
+    if (full && ep->fwd_dropped++ == 0)
+        fy_warn("listener %s: h3: worker %d's inbox of forwarded packets is full (%d); dropping",
+                qs->name, vc->dcid[CID_EP], INBOX_MAX);
     if (taken && ep->forwarded++ == 0)
         fy_info("listener %s: h3: packets of worker %d's connections reach worker %d (client "
                 "address changed); forwarding them",

@@ -54,6 +54,7 @@ typedef struct hc_probe {
 struct fy_upstream {
     const fy_upstream_conf_t *conf;
     atomic_bool *down;  /* per server, set by the health checker, read by every worker */
+    atomic_uint *downs; /* per server: how many times the health checker marked it down */
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -98,6 +99,7 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         }
     }
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
+    u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
     for (size_t i = 0; i < u->nservers; i++) {
         uint64_t h = 1469598103934665603ull;
@@ -130,6 +132,7 @@ void fy_upstream_free(fy_upstream_t *u)
     }
     free(u->workers);
     free(u->down);
+    free(u->downs);
     free(u->ids);
     free(u->probes);
     fy_tls_client_ctx_free(u->tls);
@@ -159,6 +162,11 @@ void fy__origin_close_now(fy_origin_conn_t *oc)
 void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server)
 {
     return &u->workers[w].srv[server].h2;
+}
+
+unsigned fy__upstream_downs(fy_upstream_t *u, int server)
+{
+    return atomic_load_explicit(&u->downs[server], memory_order_relaxed);
 }
 
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server)
@@ -564,6 +572,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         p->oks = 0;
         if (!down && ++p->fails >= (unsigned)hc->fall) {
             atomic_store(&u->down[p->server], true);
+            atomic_fetch_add(&u->downs[p->server], 1);
             fy_warn("upstream %s: server %s is down (health check: %s)", u->conf->name, a, why);
         }
     }

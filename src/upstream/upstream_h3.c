@@ -38,6 +38,7 @@ struct fy_origin_h3 {
     bool linked;
     int state;
     unsigned users;
+    unsigned downs; /* fy__upstream_downs when made: a later down mark retires it */
     fy_list_t waiters;
     size_t nwaiters;
     fy_timer_t timer; /* idle keep-alive */
@@ -178,7 +179,19 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
     wt->s = NULL;
     fy_origin_h3_t **head = slot(u, w, server);
     fy_origin_h3_t *wait_on = NULL;
-    for (fy_origin_h3_t *s = *head; s; s = s->next) {
+    unsigned downs = fy__upstream_downs(u, server);
+    for (fy_origin_h3_t *s = *head, *next; s; s = next) {
+        next = s->next;
+        /* The health checker found the origin down since this connection was made: it may be
+           a QUIC connection to a process that is gone (no RST over UDP; a restarted origin
+           cannot even reset it), so it is not reused; idle, it is closed now. */
+        if (s->downs != downs) {
+            if (s->state == S_READY) {
+                s->state = S_DRAINING; /* its streams finish; the last release closes it */
+                if (s->users == 0) conn_close(s, NULL, true);
+            }
+            continue; /* (a connecting one still serves its waiters, but takes no more) */
+        }
         if (s->state == S_READY && s->users < H3_MAX_STREAMS && fy_h3_client_ready(s->c)) {
             if (s->users == 0) fy_timer_stop(loop, &s->timer);
             s->users++;
@@ -197,6 +210,7 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
         s->server = server;
         s->loop = loop;
         s->state = S_CONNECTING;
+        s->downs = downs;
         fy_list_init(&s->waiters);
         fy_timer_init(&s->timer, on_timer, s);
         fy_quic_client_opts_t o = {.conf = &origin_quic,

@@ -11,6 +11,9 @@ void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server);
 void fy__origin_close_now(fy_origin_conn_t *oc);
 /* Close worker w's HTTP/2 sessions (worker exit). */
 void fy__upstream_h2_worker_close(fy_upstream_t *u, int w);
+/* How many times the health checker has marked `server` down (any worker may read it):
+ * origin connections made before the last time are not reused. */
+unsigned fy__upstream_downs(fy_upstream_t *u, int server);
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server);
 void fy__upstream_h3_worker_close(fy_upstream_t *u, int w);
 
