@@ -691,7 +691,6 @@ def test_load_wrong_echo_is_counted():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["h3://127.0.0.1:1/", "--rate", "10"], "--rate"),
     (["http://127.0.0.1:1/", "--bogus"], "--bogus"),
     (["http://127.0.0.1:1/", "-c", "zero"], "-c"),
     (["ftp://127.0.0.1/"], "scheme"),

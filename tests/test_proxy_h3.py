@@ -163,3 +163,136 @@ routes:
         assert msgs[:2] == [(1, b"hello across h3"), (1, b"w" * 20000)]
     finally:
         s.close()
+
+
+def _wait_log(srv, text, timeout=20.0, after=0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in srv.log()[after:]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # noqa: F811
+    """health-check on h3:// servers: a GET stream on the checking worker's pooled QUIC
+    connection. A server nobody listens on is marked down (so retries: 0 still gets every
+    request through to the live gtlsserver, which sees the probes' path); then the live one is
+    stopped (marked down: the probe on its pooled connection times out and that connection is
+    closed), started again on the same port (a fresh connection's probe marks it up) and
+    serves again: the other worker's connection pooled before the down mark is not reused."""
+    if GTLSSERVER is None:
+        pytest.skip("gtlsserver (Debian ngtcp2-server) missing")
+    docs = tmp_path / "htdocs"
+    docs.mkdir()
+    (docs / "health").write_text("ok\n")
+    (docs / "s.txt").write_text("small\n")
+    gport = free_port()
+
+    def start_origin():
+        return subprocess.Popen([GTLSSERVER, "-q", "-d", str(docs), "127.0.0.1", str(gport),
+                                 str(cert / "key.pem"), str(cert / "cert.pem")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop_origin(p):
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    origin = start_origin()
+    try:
+        dead = free_port()
+        cfg = front_config(f"h3://127.0.0.1:{dead}, h3://127.0.0.1:{gport}", cert / "cert.pem")
+        cfg = cfg.replace("    ca: ", "    retries: 0\n    health-check: {{path: /health, "
+                          "interval: 200ms, timeout: 1s, fall: 1, rise: 1}}\n    ca: ")
+        srv = server(cfg)
+        assert _wait_log(srv, f"server 127.0.0.1:{dead} is down (health check"), srv.log()[-3000:]
+        # (gtlsserver may have missed the very first probe's Initial while starting: wait until
+        # its server is not marked down, bounded)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            log = srv.log()
+            if log.rfind(f"{gport} is down") <= log.rfind(f"{gport} is up"):
+                break
+            time.sleep(0.05)
+        for i in range(10):
+            st, hs, body = http_request(srv.ports[1], "/s.txt")
+            assert (st, body) == (200, b"small\n"), (i, st, body)
+        # the live one goes away ...
+        mark = len(srv.log())
+        stop_origin(origin)
+        assert _wait_log(srv, f"server 127.0.0.1:{gport} is down (health check", after=mark), \
+            srv.log()[-3000:]
+        st, hs, body = http_request(srv.ports[1], "/s.txt")
+        assert st in (502, 503), st  # every server is down
+        # ... and comes back on the same port
+        mark = len(srv.log())
+        origin = start_origin()
+        assert _wait_log(srv, f"server 127.0.0.1:{gport} is up (health check", after=mark), \
+            srv.log()[-3000:]
+        # every worker (2; new TCP connections spread over them) drops the QUIC connection it
+        # pooled before the down mark (the old gtlsserver is gone and the new one cannot reset
+        # it) instead of sending requests into it
+        for i in range(8):
+            st, hs, body = http_request(srv.ports[1], "/s.txt")
+            assert (st, body) == (200, b"small\n"), (i, st, body)
+    finally:
+        stop_origin(origin)
+
+
+def test_proxy_h3_origin_client_certificate(server, tmp_path, cert):  # noqa: F811
+    """mTLS to an h3:// origin: gtlsserver --verify-client refuses a handshake without a client
+    certificate (TLS alert certificate_required), so the upstream without `cert`/`key` gets
+    502 and the one with them gets the file. (gtlsserver only requires a certificate; it does
+    not verify it against a CA, so this shows the certificate is offered, not that a wrong
+    one would be refused.)"""
+    if GTLSSERVER is None:
+        pytest.skip("gtlsserver (Debian ngtcp2-server) missing")
+    docs = tmp_path / "htdocs"
+    docs.mkdir()
+    (docs / "s.txt").write_text("with a client certificate\n")
+    cc, ck = tmp_path / "client.pem", tmp_path / "client.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(ck), "-out", str(cc),
+                    "-days", "2", "-subj", "/CN=ferry-h3-client"],
+                   check=True, capture_output=True, timeout=30)
+    gport = free_port()
+    origin = subprocess.Popen([GTLSSERVER, "-q", "--verify-client", "-d", str(docs), "127.0.0.1",
+                               str(gport), str(cert / "key.pem"), str(cert / "cert.pem")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)  # UDP: no readiness to poll; QUIC retransmits the first Initial anyway
+        cfg = f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+upstreams:
+  - name: with
+    servers: [h3://127.0.0.1:{gport}]
+    ca: {cert / "cert.pem"}
+    cert: {cc}
+    key: {ck}
+  - name: without
+    servers: [h3://127.0.0.1:{gport}]
+    ca: {cert / "cert.pem"}
+routes:
+  - match: {{{{path: /without}}}}
+    proxy: {{{{upstream: without, strip-prefix: /without}}}}
+  - proxy: {{{{upstream: with}}}}
+"""
+        srv = server(cfg)
+        st, hs, body = http_request(srv.port, "/s.txt")
+        assert (st, body) == (200, b"with a client certificate\n"), (st, body, srv.log()[-2000:])
+        st, hs, body = http_request(srv.port, "/without/s.txt")
+        assert st == 502, (st, body)
+    finally:
+        origin.terminate()
+        try:
+            origin.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            origin.kill()
+            origin.wait()

@@ -81,6 +81,7 @@ struct h3_conn {
     fy_list_t streams;
     size_t nstreams;
     fy_list_t blocked;
+    size_t nblocked;        /* streams on `blocked`: at most quic.qpack-blocked-streams */
     nghttp3_buf pb, rb, eb; /* QPACK encoder output, reused for every field section */
 };
 
@@ -422,7 +423,10 @@ static void stream_free(h3_stream_t *s)
 {
     h3_conn_t *c = s->c;
     fy_defer_cancel(c->ctx->loop, &s->defer);
-    if (s->blocked) fy_list_remove(&s->blink);
+    if (s->blocked) {
+        fy_list_remove(&s->blink);
+        c->nblocked--;
+    }
     if (s->sctx) nghttp3_qpack_stream_context_del(s->sctx);
     fy_list_remove(&s->link);
     c->nstreams--;
@@ -590,6 +594,14 @@ static int decode_headers(h3_stream_t *s)
     }
     if (r == FY_H3_QPACK_BLOCKED) {
         if (!s->blocked) {
+            /* RFC 9204 §2.1.2: more blocked streams than we allowed is a connection error */
+            if (c->nblocked >= (size_t)c->conf->qpack_blocked_streams) {
+                conn_error(c, FY_H3_QPACK_DECOMPRESSION_FAILED,
+                           "more streams blocked on the QPACK encoder stream than "
+                           "quic.qpack-blocked-streams");
+                return -1;
+            }
+            c->nblocked++;
             s->blocked = true;
             fy_list_insert_tail(&c->blocked, &s->blink);
         }
@@ -695,7 +707,7 @@ static void stash(h3_stream_t *s, const uint8_t *p, size_t n, bool fin)
         s->pend = fy_xrealloc(s->pend, cap);
         s->pend_cap = cap;
     }
-    memcpy(s->pend + s->pend_len, p, n);
+    if (n) memcpy(s->pend + s->pend_len, p, n); /* n == 0: only a FIN (pend may be NULL) */
     s->pend_len += n;
     s->pend_fin |= fin;
 }
@@ -785,6 +797,7 @@ static void unblock_streams(h3_conn_t *c)
         if (nghttp3_qpack_stream_context_get_ricnt(s->sctx) > icnt) continue;
         fy_list_remove(&s->blink);
         s->blocked = false;
+        c->nblocked--;
         int r = decode_headers(s);
         if (r < 0) return;
         if (r == 1) continue;

@@ -4,6 +4,8 @@
 #include "quic/quic.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <gnutls/crypto.h>
@@ -15,6 +17,7 @@
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +41,23 @@
 #define MAX_CIDS 16     /* connection IDs one connection may have in the map */
 #define MAX_DGRAMS 32   /* queued outgoing DATAGRAM frames per connection */
 #define RETRY_TOKEN_TTL (10 * NGTCP2_SECONDS)
+#define MAX_EPS 255    /* endpoints (workers) per listener a CID byte can name */
+#define INBOX_MAX 1024 /* datagrams queued for another worker; more are dropped */
+
+/* Connection IDs we issue: byte 0 names the endpoint (worker) that owns the connection, byte 1
+ * is this process's tag, the rest is random. A short-header packet for a connection of another
+ * worker (the client's address changed, so the kernel's reuseport hash picked another socket)
+ * is handed to that worker instead of being answered with a stateless reset. */
+#define CID_EP 0
+#define CID_TAG 1
+
+typedef struct fwd_pkt {
+    struct fwd_pkt *next;
+    struct sockaddr_storage from;
+    socklen_t fromlen;
+    size_t len;
+    uint8_t data[];
+} fwd_pkt_t;
 
 struct fy_quic_server {
     const fy_quic_conf_t *conf;
@@ -45,6 +65,12 @@ struct fy_quic_server {
     gnutls_priority_t prio;
     uint8_t secret[32]; /* stateless reset tokens and Retry tokens */
     char *name;
+    /* the workers' endpoints, for packets that reach the wrong one (listeners only) */
+    bool shared;
+    uint8_t tag;
+    pthread_mutex_t lock; /* eps[] and every endpoint's inbox */
+    fy_quic_endpoint_t *eps[MAX_EPS];
+    int neps;
 };
 
 typedef struct qchunk {
@@ -91,6 +117,9 @@ struct fy_quic_conn {
     int in_lib; /* inside ngtcp2_conn_read_pkt: the conn must not be deleted now */
     ngtcp2_cid cids[MAX_CIDS];
     size_t ncids;
+    /* while the endpoint drains: a socket of this connection's own, connected to the peer
+       (fd -1 otherwise; then the endpoint's socket carries it) */
+    fy_io_t pio;
     dgram_t dgrams[MAX_DGRAMS];
     size_t ndgrams;
     fy_list_t link; /* ep->conns */
@@ -119,7 +148,14 @@ struct fy_quic_endpoint {
     uint8_t *rx;
     uint8_t *tx;
     uint64_t dropped_tx; /* packets lost to a full socket buffer */
-    bool client;         /* a client connection's private endpoint: freed with its conn */
+    bool detached;       /* draining: the shared socket is closed, connections have their own */
+    int index;           /* in qs->eps (-1: not registered) */
+    fy_io_t inbox_io;    /* eventfd: other workers queued packets for us */
+    fwd_pkt_t *inbox;    /* under qs->lock */
+    size_t ninbox;
+    uint64_t forwarded;   /* packets we handed to another worker */
+    uint64_t fwd_dropped; /* packets for another worker dropped: its inbox was full */
+    bool client;          /* a client connection's private endpoint: freed with its conn */
     fy_defer_t free_defer;
 };
 
@@ -176,6 +212,9 @@ fy_quic_server_t *fy_quic_server_new(const fy_quic_conf_t *conf, const char *con
                              NULL);
     if (r != 0) goto gfail;
     rand_bytes(qs->secret, sizeof qs->secret);
+    rand_bytes(&qs->tag, 1);
+    pthread_mutex_init(&qs->lock, NULL);
+    qs->shared = true;
     return qs;
 gfail:
     fy_log(FY_LOG_EMERG, "listener %s: h3: GnuTLS: %s", name, gnutls_strerror(r));
@@ -189,6 +228,7 @@ void fy_quic_server_free(fy_quic_server_t *qs)
     if (!qs) return;
     if (qs->cred) gnutls_certificate_free_credentials(qs->cred);
     if (qs->prio) gnutls_priority_deinit(qs->prio);
+    if (qs->shared) pthread_mutex_destroy(&qs->lock);
     free(qs->name);
     free(qs);
 }
@@ -199,6 +239,9 @@ int fy_quic_socket(const struct sockaddr *sa, socklen_t salen, const char *name)
     if (fd < 0) goto fail;
     int one = 1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) goto fail;
+    /* lets a draining connection bind a connected socket of its own to this address without
+       joining the reuseport group (fy_quic_endpoint_stop_accepting) */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) goto fail;
     if (sa->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     /* room for a congestion window of packets in both directions; the kernel caps it at
        net.core.[rw]mem_max unless we may force it */
@@ -292,16 +335,28 @@ static void map_del(fy_quic_conn_t *c, const ngtcp2_cid *cid)
 
 /* ---- UDP output ---- */
 
+static void send_one_fd(fy_quic_endpoint_t *ep, int fd, const struct sockaddr *to, socklen_t tolen,
+                        const uint8_t *p, size_t n)
+{
+    if (sendto(fd, p, n, 0, to, tolen) < 0) ep->dropped_tx++;
+}
+
 static void send_one(fy_quic_endpoint_t *ep, const struct sockaddr *to, socklen_t tolen,
                      const uint8_t *p, size_t n)
 {
-    if (sendto(ep->io.fd, p, n, 0, to, tolen) < 0) ep->dropped_tx++;
+    send_one_fd(ep, ep->io.fd, to, tolen, p, n);
+}
+
+/* The socket a connection's packets leave by (its own while the endpoint drains). */
+static int conn_fd(const fy_quic_conn_t *c)
+{
+    return c->pio.fd >= 0 ? c->pio.fd : c->ep->io.fd;
 }
 
 /* Send n packets laid out back to back in buf. With GSO, runs of equal-sized packets (the
  * last of a run may be shorter) leave in one sendmsg; else one sendmmsg. A full socket
  * buffer drops packets: QUIC's loss recovery resends them. */
-static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, socklen_t tolen,
+static void send_packets(fy_quic_endpoint_t *ep, int fd, const struct sockaddr *to, socklen_t tolen,
                          const uint8_t *buf, const size_t *sizes, size_t n)
 {
     size_t i = 0, off = 0;
@@ -313,7 +368,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
             if (sizes[j - 1] < seg) break;
         }
         if (j - i == 1) {
-            send_one(ep, to, tolen, buf + off, sizes[i]);
+            send_one_fd(ep, fd, to, tolen, buf + off, sizes[i]);
         } else {
             struct iovec iov = {(void *)(buf + off), len};
             union {
@@ -333,7 +388,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
             cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
             uint16_t s16 = (uint16_t)seg;
             memcpy(CMSG_DATA(cm), &s16, sizeof s16);
-            if (sendmsg(ep->io.fd, &mh, 0) < 0) {
+            if (sendmsg(fd, &mh, 0) < 0) {
                 if (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT) {
                     ep->gso = false; /* no GSO here: send the rest one by one */
                     break;
@@ -358,7 +413,7 @@ static void send_packets(fy_quic_endpoint_t *ep, const struct sockaddr *to, sock
     }
     size_t done = 0;
     while (done < k) {
-        int r = sendmmsg(ep->io.fd, mm + done, (unsigned)(k - done), 0);
+        int r = sendmmsg(fd, mm + done, (unsigned)(k - done), 0);
         if (r <= 0) {
             if (r < 0 && errno == EINTR) continue;
             ep->dropped_tx += k - done;
@@ -562,6 +617,22 @@ int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n)
     return 0;
 }
 
+bool fy_quic_conn_peer_close(const fy_quic_conn_t *qc, uint64_t *code, bool *app)
+{
+    if (!qc->conn) return false;
+    ngtcp2_connection_close_error e;
+    ngtcp2_conn_get_connection_close_error(qc->conn, &e);
+    if (e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_VERSION_NEGOTIATION ||
+        e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT_IDLE_CLOSE)
+        return false;
+    if (e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT && e.error_code == 0 &&
+        e.frame_type == 0 && e.reasonlen == 0)
+        return false; /* nothing received */
+    *code = e.error_code;
+    *app = e.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION;
+    return true;
+}
+
 const struct sockaddr *fy_quic_conn_remote(const fy_quic_conn_t *qc)
 {
     return (const struct sockaddr *)&qc->remote;
@@ -592,7 +663,14 @@ static void conn_destroy(fy_quic_conn_t *c, bool send_close)
         uint8_t buf[TX_PKT_MAX];
         ngtcp2_ssize n = ngtcp2_conn_write_connection_close(c->conn, &ps.path, &pi, buf, sizeof buf,
                                                             &c->ccerr, now_ns());
-        if (n > 0) send_one(ep, (struct sockaddr *)&c->remote, c->remotelen, buf, (size_t)n);
+        if (n > 0)
+            send_one_fd(ep, conn_fd(c), (struct sockaddr *)&c->remote, c->remotelen, buf,
+                        (size_t)n);
+    }
+    if (c->pio.fd >= 0) {
+        fy_io_set(ep->loop, &c->pio, 0);
+        close(c->pio.fd);
+        c->pio.fd = -1;
     }
     c->closed = true;
     c->closing = true;
@@ -784,7 +862,7 @@ static void conn_write(fy_quic_conn_t *c)
             /* a path probe to another address: flush what goes to the old one first */
             uint8_t tmp[TX_PKT_MAX];
             memcpy(tmp, ep->tx + off, (size_t)n);
-            send_packets(ep, (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
+            send_packets(ep, conn_fd(c), (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
             memcpy(ep->tx, tmp, (size_t)n);
             npkts = 0;
             off = 0;
@@ -800,7 +878,7 @@ static void conn_write(fy_quic_conn_t *c)
             break;
         }
     }
-    if (npkts) send_packets(ep, (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
+    if (npkts) send_packets(ep, conn_fd(c), (struct sockaddr *)&to, tolen, ep->tx, sizes, npkts);
     ngtcp2_conn_update_pkt_tx_time(c->conn, ts);
     if (limited)
         fy_timer_start(ep->loop, &c->timer, 0); /* next turn: let other conns and reads in */
@@ -959,12 +1037,20 @@ static void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx)
     rand_bytes(dest, len);
 }
 
+static void cid_mark(const fy_quic_endpoint_t *ep, uint8_t *b, size_t len)
+{
+    if (ep->index < 0 || len < 2) return;
+    b[CID_EP] = (uint8_t)ep->index;
+    b[CID_TAG] = ep->qs->tag;
+}
+
 static int cb_get_new_cid(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token, size_t len, void *ud)
 {
     fy_quic_conn_t *c = ud;
     uint8_t b[NGTCP2_MAX_CIDLEN];
     for (int tries = 0; tries < 4; tries++) {
         rand_bytes(b, len);
+        cid_mark(c->ep, b, len);
         ngtcp2_cid_init(cid, b, len);
         if (*map_slot(c->ep, cid)) continue;
         if (ngtcp2_crypto_generate_stateless_reset_token(token, c->ep->qs->secret,
@@ -1038,6 +1124,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
 {
     const fy_quic_conf_t *conf = ep->qs->conf;
     fy_quic_conn_t *c = fy_xcalloc(1, sizeof *c);
+    c->pio.fd = -1;
     c->ep = ep;
     memcpy(&c->remote, sa, salen);
     c->remotelen = salen;
@@ -1054,6 +1141,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     uint8_t b[CIDLEN];
     do {
         rand_bytes(b, sizeof b);
+        cid_mark(ep, b, sizeof b);
         ngtcp2_cid_init(&scid, b, sizeof b);
     } while (*map_slot(ep, &scid));
 
@@ -1144,6 +1232,47 @@ static void send_stateless_reset(fy_quic_endpoint_t *ep, const uint8_t *dcid, si
     if (n > 0) send_one(ep, sa, salen, out, (size_t)n);
 }
 
+/* A packet for another worker's connection (by the CID's marks): queue it for that worker.
+ * Returns true when the packet was taken (queued, or dropped because the queue is full). */
+static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const uint8_t *data,
+                    size_t len, const struct sockaddr *sa, socklen_t salen)
+{
+    fy_quic_server_t *qs = ep->qs;
+    if (ep->index < 0 || vc->dcidlen != CIDLEN || vc->dcid[CID_TAG] != qs->tag ||
+        vc->dcid[CID_EP] == ep->index)
+        return false;
+    bool taken = false, full = false;
+    pthread_mutex_lock(&qs->lock);
+    fy_quic_endpoint_t *to = vc->dcid[CID_EP] < qs->neps ? qs->eps[vc->dcid[CID_EP]] : NULL;
+    if (to && to->ninbox < INBOX_MAX) {
+        fwd_pkt_t *f = malloc(sizeof *f + len);
+        if (f) {
+            memcpy(&f->from, sa, salen);
+            f->fromlen = salen;
+            f->len = len;
+            memcpy(f->data, data, len);
+            f->next = to->inbox;
+            to->inbox = f;
+            to->ninbox++;
+            uint64_t one = 1;
+            if (write(to->inbox_io.fd, &one, sizeof one) < 0) { /* counter saturated: it is awake */
+            }
+        }
+        taken = true;
+    } else if (to) {
+        taken = full = true; /* that worker is flooded: drop, loss recovery resends */
+    }
+    pthread_mutex_unlock(&qs->lock);
+    if (full && ep->fwd_dropped++ == 0)
+        fy_warn("listener %s: h3: worker %d's inbox of forwarded packets is full (%d); dropping",
+                qs->name, vc->dcid[CID_EP], INBOX_MAX);
+    if (taken && ep->forwarded++ == 0)
+        fy_info("listener %s: h3: packets of worker %d's connections reach worker %d (client "
+                "address changed); forwarding them",
+                qs->name, vc->dcid[CID_EP], ep->index);
+    return taken;
+}
+
 static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t len,
                           const struct sockaddr *sa, socklen_t salen)
 {
@@ -1164,6 +1293,7 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     if (!c && ep->client) return;
     if (!c) {
         if (!(data[0] & 0x80)) { /* short header for a connection we do not know */
+            if (forward(ep, &vc, data, len, sa, salen)) return;
             send_stateless_reset(ep, vc.dcid, vc.dcidlen, len, sa, salen);
             return;
         }
@@ -1225,9 +1355,10 @@ static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t le
     schedule_write(c);
 }
 
-static void on_io(fy_io_t *io, uint32_t events)
+/* Read what `fd` holds (bounded rounds; level-triggered epoll calls again) and dispatch it.
+ * `c`: the connection owning `fd` (its private drain socket), NULL for the endpoint's. */
+static void rx_fd(fy_quic_endpoint_t *ep, int fd, fy_quic_conn_t *c)
 {
-    fy_quic_endpoint_t *ep = io->data;
     struct mmsghdr mm[RX_BATCH];
     struct iovec iov[RX_BATCH];
     struct sockaddr_storage from[RX_BATCH];
@@ -1239,15 +1370,127 @@ static void on_io(fy_io_t *io, uint32_t events)
                                                  .msg_iov = &iov[i],
                                                  .msg_iovlen = 1}};
         }
-        int n = recvmmsg(io->fd, mm, RX_BATCH, MSG_DONTWAIT, NULL);
+        int n = recvmmsg(fd, mm, RX_BATCH, MSG_DONTWAIT, NULL);
         if (n <= 0) return;
         for (int i = 0; i < n; i++) {
             if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
             handle_packet(ep, iov[i].iov_base, mm[i].msg_len, (struct sockaddr *)&from[i],
                           mm[i].msg_hdr.msg_namelen);
+            if (c && c->pio.fd != fd) return; /* the connection closed (its memory is deferred) */
         }
         if (n < RX_BATCH) return;
     }
+}
+
+static void on_io(fy_io_t *io, uint32_t events)
+{
+    fy_quic_endpoint_t *ep = io->data;
+    rx_fd(ep, io->fd, NULL);
+}
+
+static void on_conn_io(fy_io_t *io, uint32_t events)
+{
+    fy_quic_conn_t *c = io->data;
+    rx_fd(c->ep, io->fd, c);
+}
+
+/* A socket for `c` alone: same local address (SO_REUSEADDR, outside the SO_REUSEPORT group),
+ * connected to the peer. The kernel prefers a connected socket for its 4-tuple, so the
+ * connection keeps receiving after the endpoint's socket has left the group. */
+static int conn_detach(fy_quic_conn_t *c)
+{
+    fy_quic_endpoint_t *ep = c->ep;
+    int fd = socket(ep->local.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0) return -errno;
+    int one = 1;
+    if (ep->local.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&ep->local, ep->locallen) < 0 ||
+        connect(fd, (struct sockaddr *)&c->remote, c->remotelen) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    c->pio.fd = fd;
+    c->pio.cb = on_conn_io;
+    c->pio.data = c;
+    if (fy_io_set(ep->loop, &c->pio, EPOLLIN) < 0) {
+        close(fd);
+        c->pio.fd = -1;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void on_inbox(fy_io_t *io, uint32_t events)
+{
+    fy_quic_endpoint_t *ep = io->data;
+    uint64_t v;
+    if (read(io->fd, &v, sizeof v) < 0) { /* nothing: spurious wake-up */
+    }
+    pthread_mutex_lock(&ep->qs->lock);
+    fwd_pkt_t *l = ep->inbox;
+    ep->inbox = NULL;
+    ep->ninbox = 0;
+    pthread_mutex_unlock(&ep->qs->lock);
+    fwd_pkt_t *rev = NULL; /* queued newest first: put back in arrival order */
+    while (l) {
+        fwd_pkt_t *n = l->next;
+        l->next = rev;
+        rev = l;
+        l = n;
+    }
+    while (rev) {
+        fwd_pkt_t *n = rev->next;
+        handle_packet(ep, rev->data, rev->len, (struct sockaddr *)&rev->from, rev->fromlen);
+        free(rev);
+        rev = n;
+    }
+}
+
+/* Make the endpoint findable by the listener's other workers (server endpoints only). */
+static void ep_register(fy_quic_endpoint_t *ep)
+{
+    fy_quic_server_t *qs = ep->qs;
+    ep->index = -1;
+    ep->inbox_io.fd = -1;
+    if (!qs->shared) return;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return;
+    ep->inbox_io.fd = fd;
+    ep->inbox_io.cb = on_inbox;
+    ep->inbox_io.data = ep;
+    if (fy_io_set(ep->loop, &ep->inbox_io, EPOLLIN) < 0) {
+        close(fd);
+        ep->inbox_io.fd = -1;
+        return;
+    }
+    pthread_mutex_lock(&qs->lock);
+    if (qs->neps < MAX_EPS) {
+        ep->index = qs->neps++;
+        qs->eps[ep->index] = ep;
+    }
+    pthread_mutex_unlock(&qs->lock);
+}
+
+static void ep_unregister(fy_quic_endpoint_t *ep)
+{
+    fy_quic_server_t *qs = ep->qs;
+    if (ep->inbox_io.fd < 0) return;
+    pthread_mutex_lock(&qs->lock);
+    if (ep->index >= 0) qs->eps[ep->index] = NULL;
+    fwd_pkt_t *l = ep->inbox;
+    ep->inbox = NULL;
+    pthread_mutex_unlock(&qs->lock);
+    while (l) {
+        fwd_pkt_t *n = l->next;
+        free(l);
+        l = n;
+    }
+    fy_io_set(ep->loop, &ep->inbox_io, 0);
+    close(ep->inbox_io.fd);
+    ep->inbox_io.fd = -1;
 }
 
 fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, int fd,
@@ -1270,6 +1513,7 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
     ep->gso = true;
     ep->rx = fy_xmalloc((size_t)RX_BATCH * RX_SIZE);
     ep->tx = fy_xmalloc((size_t)TX_MAX_PKTS * TX_PKT_MAX);
+    ep_register(ep);
     if (fy_io_set(loop, &ep->io, EPOLLIN) < 0) {
         fy_quic_endpoint_free(ep);
         return NULL;
@@ -1279,12 +1523,44 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
 
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep)
 {
+    if (!ep->accepting) return;
     ep->accepting = false;
+    if (ep->client || ep->io.fd < 0) return;
+    /* Leave the SO_REUSEPORT group so that new connections' Initials reach the sockets of a
+       process that still accepts: each live connection moves to a connected socket of its
+       own first, then what the shared socket already holds is read and the socket closed. */
+    size_t failed = 0;
+    int err = 0;
+    for (fy_list_t *l = ep->conns.next; l != &ep->conns; l = l->next) {
+        fy_quic_conn_t *c = fy_container_of(l, fy_quic_conn_t, link);
+        if (c->closed || c->pio.fd >= 0) continue;
+        int r = conn_detach(c);
+        if (r < 0) {
+            failed++;
+            err = -r;
+        }
+    }
+    if (failed) {
+        /* keep the shared socket for them; new Initials reaching it are dropped */
+        fy_warn("listener %s: h3 drain: %zu connection(s) could not get their own socket (%s); "
+                "the listener's UDP socket stays open for them",
+                ep->qs->name, failed, strerror(err));
+        return;
+    }
+    fy_notice("listener %s: h3 drain: UDP socket left the reuseport group; %zu connection(s) "
+              "go on on sockets of their own",
+              ep->qs->name, ep->nconns);
+    rx_fd(ep, ep->io.fd, NULL);
+    fy_io_set(ep->loop, &ep->io, 0);
+    close(ep->io.fd);
+    ep->io.fd = -1;
+    ep->detached = true;
 }
 
 void fy_quic_endpoint_free(fy_quic_endpoint_t *ep)
 {
     if (!ep) return;
+    ep_unregister(ep);
     while (!fy_list_empty(&ep->conns)) {
         fy_quic_conn_t *c = fy_container_of(ep->conns.next, fy_quic_conn_t, link);
         ngtcp2_connection_close_error_set_application_error(&c->ccerr, 0x100, NULL, 0);
@@ -1393,6 +1669,16 @@ fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, sock
     } else if (!o->insecure) {
         gnutls_certificate_set_x509_system_trust(qs->cred);
     }
+    if (o->cert_file && o->key_file) { /* mTLS: offered when the origin asks for one */
+        int r = gnutls_certificate_set_x509_key_file(qs->cred, o->cert_file, o->key_file,
+                                                     GNUTLS_X509_FMT_PEM);
+        if (r < 0) {
+            fy_error("h3 origin %s: cannot load client certificate %s / %s: %s", qs->name,
+                     o->cert_file, o->key_file, gnutls_strerror(r));
+            fy_quic_server_free(qs);
+            return NULL;
+        }
+    }
     if (!o->insecure) gnutls_certificate_set_verify_function(qs->cred, verify_cb);
     int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
     if (fd < 0 || connect(fd, sa, salen) < 0) {
@@ -1412,6 +1698,7 @@ fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, sock
     ep->free_defer.data = ep;
 
     fy_quic_conn_t *c = fy_xcalloc(1, sizeof *c);
+    c->pio.fd = -1;
     c->ep = ep;
     memcpy(&c->remote, sa, salen);
     c->remotelen = salen;

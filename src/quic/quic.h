@@ -85,6 +85,8 @@ typedef struct fy_quic_client_opts {
     const char *sni;            /* server name to send and to verify (NULL: neither) */
     const char *ca_file;        /* PEM CA bundle (NULL: the system store) */
     bool insecure;              /* do not verify the certificate */
+    const char *cert_file;      /* PEM client certificate chain to offer (NULL: none) */
+    const char *key_file;       /* its private key (with cert_file) */
     const char *name;           /* label for logs */
 } fy_quic_client_opts_t;
 
@@ -102,6 +104,9 @@ uint64_t fy_quic_streams_bidi_left(fy_quic_conn_t *qc);
 /* ---- connections ---- */
 const struct sockaddr *fy_quic_conn_remote(const fy_quic_conn_t *qc);
 const fy_quic_conf_t *fy_quic_conn_conf(const fy_quic_conn_t *qc);
+/* The CONNECTION_CLOSE the peer sent, if any: returns true and its error code (*app: an
+ * application code of frame type 0x1d, else a transport one). Meaningful inside ops->close. */
+bool fy_quic_conn_peer_close(const fy_quic_conn_t *qc, uint64_t *code, bool *app);
 /* Close with an application error code (CONNECTION_CLOSE of type 0x1d); completes in a
  * deferred callback that calls ops->stream_close for every stream and ops->close. */
 void fy_quic_conn_close(fy_quic_conn_t *qc, uint64_t app_code, const char *reason);

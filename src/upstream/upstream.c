@@ -48,11 +48,13 @@ typedef struct hc_probe {
     size_t len;
     unsigned fails, oks;
     fy__h2_probe_t *h2p; /* HTTP/2 servers: the probe is a stream on a pooled session */
+    fy__h3_probe_t *h3p; /* HTTP/3 servers: the same on a pooled QUIC connection */
 } hc_probe_t;
 
 struct fy_upstream {
     const fy_upstream_conf_t *conf;
     atomic_bool *down;  /* per server, set by the health checker, read by every worker */
+    atomic_uint *downs; /* per server: how many times the health checker marked it down */
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -97,6 +99,7 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         }
     }
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
+    u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
     for (size_t i = 0; i < u->nservers; i++) {
         uint64_t h = 1469598103934665603ull;
@@ -129,6 +132,7 @@ void fy_upstream_free(fy_upstream_t *u)
     }
     free(u->workers);
     free(u->down);
+    free(u->downs);
     free(u->ids);
     free(u->probes);
     fy_tls_client_ctx_free(u->tls);
@@ -158,6 +162,11 @@ void fy__origin_close_now(fy_origin_conn_t *oc)
 void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server)
 {
     return &u->workers[w].srv[server].h2;
+}
+
+unsigned fy__upstream_downs(fy_upstream_t *u, int server)
+{
+    return atomic_load_explicit(&u->downs[server], memory_order_relaxed);
 }
 
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server)
@@ -548,6 +557,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         p->oc = NULL;
     }
     if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
+    if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
     const fy_health_conf_t *hc = u->conf->health;
     bool down = atomic_load(&u->down[p->server]);
     char a[64];
@@ -562,6 +572,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         p->oks = 0;
         if (!down && ++p->fails >= (unsigned)hc->fall) {
             atomic_store(&u->down[p->server], true);
+            atomic_fetch_add(&u->downs[p->server], 1);
             fy_warn("upstream %s: server %s is down (health check: %s)", u->conf->name, a, why);
         }
     }
@@ -647,6 +658,14 @@ static void hc_start_probe(hc_probe_t *p)
         fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
         return;
     }
+    if (u->servers[p->server].h3) {
+        if (!p->h3p) p->h3p = fy_xcalloc(1, sizeof *p->h3p);
+        if (p->h3p->running) return;
+        fy__h3_probe_start(p->h3p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
+                           hc_h2_done, p);
+        fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
+        return;
+    }
     const char *err = "connect failed";
     p->oc = fy_origin_connect(u, u->hc_worker, p->server, u->hc_loop, hc_event, p, &err);
     if (!p->oc) {
@@ -690,5 +709,8 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
         free(p->h2p);
         p->h2p = NULL;
+        if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
+        free(p->h3p);
+        p->h3p = NULL;
     }
 }

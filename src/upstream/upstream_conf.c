@@ -212,13 +212,6 @@ static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         fy_conf_error(ctx, map, "servers", "needs at least one server");
         return -1;
     }
-    const fy_upstream_server_conf_t *sv = u->servers.v;
-    for (size_t i = 0; i < u->servers.n; i++)
-        if (sv[i].h3 && u->health) {
-            fy_conf_error(ctx, map, "health-check",
-                          "active health checks are not supported for h3:// servers yet");
-            return -1;
-        }
     return 0;
 }
 
@@ -315,7 +308,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = U(cert),
-     .doc = "Client certificate chain (PEM) presented to TLS origins (mTLS); with `key`."},
+     .doc = "Client certificate chain (PEM) presented to TLS and `h3://` origins (mTLS); with "
+            "`key`."},
     {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
     {.key = "sticky",
      .type = FY_CT_TABLE_PTR,
@@ -333,6 +327,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .shorthand_key = "path",
      .doc = "Active health checks (one worker probes, all workers obey); shorthand "
             "`health-check: /health`. `h2c://`/`h2://` servers are probed with an HTTP/2 "
-            "stream on the checking worker's pooled connection."},
+            "stream on the checking worker's pooled connection, `h3://` ones with an HTTP/3 "
+            "stream on its pooled QUIC connection."},
     {.key = NULL, .check = check_upstream},
 };

@@ -38,6 +38,7 @@ struct fy_origin_h3 {
     bool linked;
     int state;
     unsigned users;
+    unsigned downs; /* fy__upstream_downs when made: a later down mark retires it */
     fy_list_t waiters;
     size_t nwaiters;
     fy_timer_t timer; /* idle keep-alive */
@@ -178,7 +179,19 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
     wt->s = NULL;
     fy_origin_h3_t **head = slot(u, w, server);
     fy_origin_h3_t *wait_on = NULL;
-    for (fy_origin_h3_t *s = *head; s; s = s->next) {
+    unsigned downs = fy__upstream_downs(u, server);
+    for (fy_origin_h3_t *s = *head, *next; s; s = next) {
+        next = s->next;
+        /* The health checker found the origin down since this connection was made: it may be
+           a QUIC connection to a process that is gone (no RST over UDP; a restarted origin
+           cannot even reset it), so it is not reused; idle, it is closed now. */
+        if (s->downs != downs) {
+            if (s->state == S_READY) {
+                s->state = S_DRAINING; /* its streams finish; the last release closes it */
+                if (s->users == 0) conn_close(s, NULL, true);
+            }
+            continue; /* (a connecting one still serves its waiters, but takes no more) */
+        }
         if (s->state == S_READY && s->users < H3_MAX_STREAMS && fy_h3_client_ready(s->c)) {
             if (s->users == 0) fy_timer_stop(loop, &s->timer);
             s->users++;
@@ -197,12 +210,15 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
         s->server = server;
         s->loop = loop;
         s->state = S_CONNECTING;
+        s->downs = downs;
         fy_list_init(&s->waiters);
         fy_timer_init(&s->timer, on_timer, s);
         fy_quic_client_opts_t o = {.conf = &origin_quic,
                                    .sni = uc->sni ? uc->sni : sv->host,
                                    .ca_file = uc->ca,
                                    .insecure = uc->insecure,
+                                   .cert_file = uc->cert,
+                                   .key_file = uc->key,
                                    .name = uc->name};
         s->c = fy_h3_client_connect(loop, (const struct sockaddr *)&sv->addr, sv->addrlen, &o,
                                     &conn_ops, s);
@@ -283,4 +299,131 @@ void fy__upstream_h3_worker_close(fy_upstream_t *u, int w)
             free(s);
         }
     }
+}
+
+/* ---- active health probes over HTTP/3 ---- */
+
+static void probe_finish(fy__h3_probe_t *p, int status, const char *why)
+{
+    if (!p->running) return;
+    p->running = false;
+    p->done(p->ud, status, why);
+}
+
+static void probe_head(void *ud, int status, fy_headers_t *hs, bool end)
+{
+    (void)hs;
+    (void)end;
+    if (status >= 200) probe_finish(ud, status, "");
+}
+static void probe_data(void *ud, const char *p, size_t n)
+{
+    fy__h3_probe_t *pr = ud;
+    (void)p;
+    if (pr->st) fy_h3_client_consume(pr->st, n);
+}
+static void probe_end(void *ud, fy_headers_t *trailers)
+{
+    (void)trailers;
+    probe_finish(ud, 0, "stream ended without a response");
+}
+static void probe_error(void *ud, int kind, uint64_t code, const char *why)
+{
+    (void)kind;
+    (void)code;
+    probe_finish(ud, 0, why);
+}
+static ssize_t probe_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+{
+    (void)ud;
+    (void)buf;
+    (void)len;
+    *trailers = NULL;
+    return 0;
+}
+static const fy_h3_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
+                                                    probe_body};
+
+static bool probe_go(fy__h3_probe_t *p, fy_origin_h3_t *s)
+{
+    p->s = s;
+    const fy_upstream_server_conf_t *sv =
+        &((const fy_upstream_server_conf_t *)fy_upstream_conf(p->u)->servers.v)[p->server];
+    fy_headers_t hs = {0};
+    FY_HDR_ADD(&p->arena, &hs, ":method", "GET", 3);
+    FY_HDR_ADD(&p->arena, &hs, ":scheme", "https", 5);
+    FY_HDR_ADD(&p->arena, &hs, ":authority", sv->authority, strlen(sv->authority));
+    FY_HDR_ADD(&p->arena, &hs, ":path", p->path, strlen(p->path));
+    FY_HDR_ADD(&p->arena, &hs, "user-agent", "ferry-health-check", 18);
+    p->st = s->c ? fy_h3_client_submit(s->c, &hs, false, &p->arena, &probe_ops, p) : NULL;
+    return p->st != NULL;
+}
+
+static void probe_ready(fy_origin_h3_waiter_t *wt, fy_origin_h3_t *s, const char *err)
+{
+    fy__h3_probe_t *p = fy_container_of(wt, fy__h3_probe_t, wt);
+    if (!s) {
+        probe_finish(p, 0, err ? err : "connect failed");
+        return;
+    }
+    if (!probe_go(p, s)) probe_finish(p, 0, "cannot open a stream");
+}
+
+static void probe_later(fy_defer_t *d)
+{
+    fy__h3_probe_t *p = d->data;
+    probe_finish(p, 0, p->err);
+}
+
+void fy__h3_probe_start(fy__h3_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                        const char *path, void (*done)(void *ud, int status, const char *why),
+                        void *ud)
+{
+    p->u = u;
+    p->server = server;
+    p->path = path;
+    p->done = done;
+    p->ud = ud;
+    p->running = true;
+    if (!p->arena_live) {
+        fy_arena_init(&p->arena, p->first, sizeof p->first, 4096);
+        p->arena_live = true;
+    }
+    p->wt.cb = probe_ready;
+    bool ready = false;
+    const char *err = "connect failed";
+    fy_origin_h3_t *s = fy_origin_h3_acquire(u, w, server, loop, &p->wt, &ready, &err);
+    if (ready) {
+        if (!probe_go(p, s)) { /* report outside of start */
+            p->err = "cannot open a stream";
+            p->later.cb = probe_later;
+            p->later.data = p;
+            fy_defer(loop, &p->later);
+        }
+        return;
+    }
+    if (!p->wt.s) {
+        p->err = err;
+        p->later.cb = probe_later;
+        p->later.data = p;
+        fy_defer(loop, &p->later);
+    }
+}
+
+void fy__h3_probe_stop(fy__h3_probe_t *p, fy_loop_t *loop)
+{
+    /* stopped with its stream still waiting: the checker's timeout. A QUIC connection to a
+       dead origin would otherwise live on until its idle timeout, and every further probe
+       would wait on it; close it so the next probe connects afresh. */
+    bool timed_out = p->running && p->st;
+    p->running = false;
+    fy_defer_cancel(loop, &p->later);
+    fy_origin_h3_cancel_wait(&p->wt);
+    if (p->st) fy_h3_client_release(p->st);
+    p->st = NULL;
+    if (p->s && timed_out) conn_close(p->s, "health check timed out", true);
+    if (p->s) fy_origin_h3_release(p->s);
+    p->s = NULL;
+    if (p->arena_live) fy_arena_free(&p->arena);
+    p->arena_live = false;
 }

@@ -11,6 +11,9 @@ void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server);
 void fy__origin_close_now(fy_origin_conn_t *oc);
 /* Close worker w's HTTP/2 sessions (worker exit). */
 void fy__upstream_h2_worker_close(fy_upstream_t *u, int w);
+/* How many times the health checker has marked `server` down (any worker may read it):
+ * origin connections made before the last time are not reused. */
+unsigned fy__upstream_downs(fy_upstream_t *u, int server);
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server);
 void fy__upstream_h3_worker_close(fy_upstream_t *u, int w);
 
@@ -38,5 +41,28 @@ void fy__h2_probe_start(fy__h2_probe_t *p, fy_upstream_t *u, int w, int server, 
                         const char *path, void (*done)(void *ud, int status, const char *why),
                         void *ud);
 void fy__h2_probe_stop(fy__h2_probe_t *p, fy_loop_t *loop);
+
+/* The same over HTTP/3 (a GET stream on a pooled h3:// connection of the checking worker). */
+typedef struct fy__h3_probe {
+    fy_origin_h3_waiter_t wt;
+    fy_origin_h3_t *s;
+    struct fy_h3_client_stream *st;
+    fy_upstream_t *u;
+    int server;
+    const char *path;
+    fy_arena_t arena;
+    char first[1024];
+    bool running;
+    bool arena_live;
+    fy_defer_t later;
+    const char *err;
+    void (*done)(void *ud, int status, const char *why);
+    void *ud;
+} fy__h3_probe_t;
+
+void fy__h3_probe_start(fy__h3_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                        const char *path, void (*done)(void *ud, int status, const char *why),
+                        void *ud);
+void fy__h3_probe_stop(fy__h3_probe_t *p, fy_loop_t *loop);
 
 #endif

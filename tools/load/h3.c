@@ -1,8 +1,11 @@
 /* ferry-load over HTTP/3: each worker thread runs ferry's own event loop and HTTP/3 client
  * codec (src/h3/h3_client.c on src/quic: ngtcp2 + GnuTLS) instead of worker.c's epoll loop,
  * because QUIC owns its UDP socket and timers. Accounting goes through the same fl_finish /
- * fl_count_error, so the report is the same as for h1/h2. Closed loop only: -c connections,
- * each with -m requests in flight. */
+ * fl_count_error, so the report is the same as for h1/h2. Closed loop: -c connections, each
+ * with -m requests in flight. Open loop (--rate): the worker's share of the rate on a fixed
+ * schedule (a 1 ms loop tick issues what is due), each request on the next connection with a
+ * free stream, its latency counted from its scheduled time; when no stream is free the
+ * schedule falls behind and the backlog's latency grows, as in worker.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,7 @@ static __thread h3_worker_t *hw;
 
 static void lconn_start(h3_lconn_t *lc);
 static void issue_all(h3_lconn_t *lc);
+static void pump(void);
 
 static bool stopping(void)
 {
@@ -58,7 +62,11 @@ static void req_done(h3_req_t *r, int err)
     fy_h3_client_release(r->s);
     r->s = NULL;
     fl_finish(lc->fc, r->t_start, r->status, r->body, err);
-    if (!stopping()) issue_all(lc);
+    if (stopping()) return;
+    if (fl_cfg.rate > 0)
+        pump();
+    else
+        issue_all(lc);
 }
 
 static void on_head(void *ud, int status, fy_headers_t *hs, bool end)
@@ -97,34 +105,69 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
 
 static const fy_h3_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body};
 
+/* Submit one request on `r` (free) of `lc`; false when the server's stream credit is used up
+ * (on_credit comes back). */
+static bool issue_one(h3_lconn_t *lc, h3_req_t *r, uint64_t t_start)
+{
+    fl_worker_t *w = hw->w;
+    fy_arena_reset(&r->arena);
+    fy_headers_t hs = {0};
+    const fl_url_t *u = &fl_cfg.urls[lc->url_rr++ % (uint32_t)fl_cfg.nurls];
+    FY_HDR_ADD(&r->arena, &hs, ":method", fl_cfg.method, strlen(fl_cfg.method));
+    FY_HDR_ADD(&r->arena, &hs, ":scheme", "https", 5);
+    FY_HDR_ADD(&r->arena, &hs, ":authority", fl_cfg.authority, strlen(fl_cfg.authority));
+    FY_HDR_ADD(&r->arena, &hs, ":path", u->path, strlen(u->path));
+    for (int k = 0; k < fl_cfg.nheaders; k++)
+        fy_headers_add(&r->arena, &hs, fl_cfg.headers[k].name, strlen(fl_cfg.headers[k].name),
+                       fl_cfg.headers[k].value, strlen(fl_cfg.headers[k].value));
+    r->lc = lc;
+    r->status = 0;
+    r->body = 0;
+    r->body_off = 0;
+    r->t_start = t_start;
+    r->s = fy_h3_client_submit(lc->cli, &hs, fl_cfg.body != NULL, &r->arena, &sops, r);
+    if (!r->s) return false;
+    r->busy = true;
+    lc->fc->inflight++;
+    w->issued++;
+    return true;
+}
+
 static void issue_all(h3_lconn_t *lc)
 {
     fl_worker_t *w = hw->w;
-    if (!lc->ready) return;
+    if (!lc->ready || fl_cfg.rate > 0) return;
     for (int i = 0; i < fl_cfg.streams && !stopping(); i++) {
         h3_req_t *r = &lc->reqs[i];
         if (r->busy) continue;
         if (w->budget && w->issued >= w->budget) return;
-        fy_arena_reset(&r->arena);
-        fy_headers_t hs = {0};
-        const fl_url_t *u = &fl_cfg.urls[lc->url_rr++ % (uint32_t)fl_cfg.nurls];
-        FY_HDR_ADD(&r->arena, &hs, ":method", fl_cfg.method, strlen(fl_cfg.method));
-        FY_HDR_ADD(&r->arena, &hs, ":scheme", "https", 5);
-        FY_HDR_ADD(&r->arena, &hs, ":authority", fl_cfg.authority, strlen(fl_cfg.authority));
-        FY_HDR_ADD(&r->arena, &hs, ":path", u->path, strlen(u->path));
-        for (int k = 0; k < fl_cfg.nheaders; k++)
-            fy_headers_add(&r->arena, &hs, fl_cfg.headers[k].name, strlen(fl_cfg.headers[k].name),
-                           fl_cfg.headers[k].value, strlen(fl_cfg.headers[k].value));
-        r->lc = lc;
-        r->status = 0;
-        r->body = 0;
-        r->body_off = 0;
-        r->t_start = fl_now_ns();
-        r->s = fy_h3_client_submit(lc->cli, &hs, fl_cfg.body != NULL, &r->arena, &sops, r);
-        if (!r->s) return; /* stream credit: on_credit comes back here */
-        r->busy = true;
-        lc->fc->inflight++;
-        w->issued++;
+        if (!issue_one(lc, r, fl_now_ns())) return;
+    }
+}
+
+/* Open loop: issue every request whose scheduled time has come, round robin over the
+ * connections with a free stream. */
+static void pump(void)
+{
+    fl_worker_t *w = hw->w;
+    w->now = fl_now_ns();
+    while (!stopping() && w->next_sched <= w->now && !(w->budget && w->issued >= w->budget)) {
+        h3_req_t *r = NULL;
+        h3_lconn_t *lc = NULL;
+        for (int k = 0; k < w->nconns && !r; k++) {
+            h3_lconn_t *x = &hw->lcs[(w->rr + k) % w->nconns];
+            if (!x->ready) continue;
+            for (int i = 0; i < fl_cfg.streams; i++)
+                if (!x->reqs[i].busy) {
+                    r = &x->reqs[i];
+                    lc = x;
+                    w->rr = (w->rr + k + 1) % w->nconns;
+                    break;
+                }
+        }
+        if (!r) return; /* backlog: stays due; its latency keeps growing from next_sched */
+        if (!issue_one(lc, r, w->next_sched)) return;
+        w->next_sched += w->interval_ns;
     }
 }
 
@@ -133,12 +176,18 @@ static void on_ready(void *ud)
     h3_lconn_t *lc = ud;
     lc->ready = true;
     lc->fc->w->st.connects++;
-    issue_all(lc);
+    if (fl_cfg.rate > 0)
+        pump();
+    else
+        issue_all(lc);
 }
 
 static void on_credit(void *ud)
 {
-    issue_all(ud);
+    if (fl_cfg.rate > 0)
+        pump();
+    else
+        issue_all(ud);
 }
 
 static void on_goaway(void *ud)
@@ -184,7 +233,8 @@ static void on_tick(fy_timer_t *t)
         fy_loop_stop(&hw->loop);
         return;
     }
-    fy_timer_start(&hw->loop, t, 10);
+    if (fl_cfg.rate > 0) pump();
+    fy_timer_start(&hw->loop, t, fl_cfg.rate > 0 ? 1 : 10);
 }
 
 void *fl_h3_worker_run(fl_worker_t *w)
@@ -217,6 +267,7 @@ void *fl_h3_worker_run(fl_worker_t *w)
         nanosleep(&ts, NULL);
     }
     fy_loop_update_time(&self.loop);
+    w->next_sched = w->t0 + (w->interval_ns * (uint64_t)w->id) / (uint64_t)fl_cfg.threads;
     for (int i = 0; i < w->nconns; i++) lconn_start(&self.lcs[i]);
     fy_timer_init(&self.tick, on_tick, NULL);
     fy_timer_start(&self.loop, &self.tick, 10);

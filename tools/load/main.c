@@ -526,10 +526,6 @@ int main(int argc, char **argv)
     fl_cfg.addrlen = ai->ai_addrlen;
     freeaddrinfo(ai);
     if (fl_cfg.proto == FL_H1 && fl_h1_build_templates() < 0) return 1;
-    if (fl_cfg.proto == FL_H3 && fl_cfg.rate > 0) {
-        fprintf(stderr, "ferry-load: --rate is not supported with h3:// yet (closed loop only)\n");
-        return 2;
-    }
     if (fl_cfg.tls && fl_cfg.proto != FL_H3 && !(fl_cfg.ssl_ctx = make_ssl_ctx())) {
         fprintf(stderr, "ferry-load: cannot create the TLS context\n");
         return 1;
