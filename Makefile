@@ -11,7 +11,11 @@ BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
-             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium nodejs npm
+             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium
+# Node.js + npm drive Chromium (npm's playwright-core) in the browser tests. Installed from
+# Debian only when no `npm` is on the machine: a Node.js from elsewhere (e.g. NodeSource, which
+# bundles npm) conflicts with Debian's npm package.
+NODE_PKGS  = nodejs npm
 BENCH_PKGS = wrk nginx-light valgrind strace caddy mitmproxy haproxy lighttpd h2o \
              libnginx-mod-stream nghttp2-client
 PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
@@ -24,6 +28,7 @@ all: build
 
 deps:
 	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	command -v npm >/dev/null 2>&1 || missing="$$missing $(NODE_PKGS)"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  $(SUDO) apt-get update -qq && \
@@ -32,6 +37,7 @@ deps:
 
 bench-deps:
 	@missing=$$(for p in $(BUILD_PKGS) $(TEST_PKGS) $(BENCH_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	command -v npm >/dev/null 2>&1 || missing="$$missing $(NODE_PKGS)"; \
 	if [ -n "$$missing" ]; then \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
