@@ -539,13 +539,18 @@ static void test_embedded(void)
         free(old);
         return;
     }
-    CHECK_EQ_INT(c->listeners.n, 2);
+    CHECK_EQ_INT(c->listeners.n, 3);
     const fy_listener_conf_t *l = c->listeners.v;
     CHECK(!strcmp(l[0].address, "127.0.0.1:8080") && l[0].tls == NULL);
-    CHECK(l[0].protocols == FY_PROTO_H1 && l[1].protocols == FY_PROTO_H1);
+    CHECK(l[0].protocols == (FY_PROTO_H1 | FY_PROTO_H2C));
     CHECK(!strcmp(l[1].address, "127.0.0.1:8443") && l[1].tls && l[1].tls->self_signed);
-    CHECK_EQ_INT(c->routes.n, 2);
+    CHECK(l[1].protocols == (FY_PROTO_H1 | FY_PROTO_H2 | FY_PROTO_H3));
+    CHECK(!strcmp(l[2].address, "127.0.0.1:8888") && l[2].kind == FY_LISTENER_INTERCEPT);
+    CHECK_EQ_INT(c->upstreams.n, 1);
+    CHECK_EQ_INT(c->routes.n, 3);
     const fy_route_conf_t *r = c->routes.v;
+    CHECK(!strcmp(r[0].match.path, "/proxy/") && r[0].proxy);
+    r++; /* the demo site's routes follow */
     CHECK(!strcmp(r[0].match.path, "/health") && r[0].respond);
     CHECK(r[0].respond && r[0].respond->status == 200 && !strcmp(r[0].respond->body, "ok\n"));
     CHECK(r[0].respond && r[0].respond->headers.n == 1 &&
@@ -565,7 +570,7 @@ static void test_embedded(void)
     static const char *const expect[] = {
         "# effective configuration of c.yaml (defaults included)\n",
         "\nworkers: auto\n",
-        "\n  - address: 127.0.0.1:8080\n    protocols: [h1]\n    tls: null\n",
+        "\n  - address: 127.0.0.1:8080\n    protocols: [h1, h2c]\n    tls: null\n",
         "\n    tls:\n      self-signed: true\n",
         "      min-version: \"1.2\"\n",
         "      handshake-timeout: 10s\n",
