@@ -20,7 +20,8 @@ struct fy_h1_client {
     fy_h1_client_want_fn want;
     void *ud;
     fy_h1_limits_t lim;
-    fy_h1_header_t *hdrs;
+    fy_h1_header_t *hdrs; /* the response parser's fields: a pool chunk when they fit */
+    bool hdrs_pooled;
     bool head_req;
     bool upgrade; /* the request asked for an Upgrade */
     /* to the origin */
@@ -69,7 +70,6 @@ fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_l
     c->want = want;
     c->ud = ud;
     c->lim = *limits;
-    c->hdrs = fy_arena_alloc(a, sizeof(fy_h1_header_t) * limits->max_headers);
     c->head_req = head_request;
     c->req_body_done = true;
     return c;
@@ -94,6 +94,22 @@ static void update_want(fy_h1_client_t *c)
 }
 
 /* ---- request ---- */
+
+/* Raw appends into a buffer sized beforehand. */
+typedef struct wbuf {
+    char *p;
+    size_t len;
+} wbuf_t;
+static inline void w_put(wbuf_t *w, const char *s, size_t n)
+{
+    memcpy(w->p + w->len, s, n);
+    w->len += n;
+}
+#define W_LIT(w, lit) w_put((w), (lit), sizeof(lit) - 1)
+static inline void w_str(wbuf_t *w, fy_str_t s)
+{
+    w_put(w, s.p, s.len);
+}
 
 typedef struct sbuf {
     char *p;
@@ -122,7 +138,7 @@ static void sb_str(sbuf_t *b, fy_str_t s)
 
 /* A made-up Sec-WebSocket-Key (RFC 6455 §4.1: 16 random bytes, base64): the client (an
  * RFC 8441 one) sent none, and the origin wants one. Not a secret. */
-static void ws_key(fy_h1_client_t *c, sbuf_t *b)
+static void ws_key(fy_h1_client_t *c, wbuf_t *b)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -143,9 +159,13 @@ static void ws_key(fy_h1_client_t *c, sbuf_t *b)
         key[o++] = i + 1 < 16 ? b64[v >> 6 & 63] : '=';
         key[o++] = i + 2 < 16 ? b64[v & 63] : '=';
     }
-    SB_LIT(b, "Sec-WebSocket-Key: ");
-    sb_put(b, key, o);
-    SB_LIT(b, "\r\n");
+    static const char name[] = "Sec-WebSocket-Key: ";
+    memcpy(b->p + b->len, name, sizeof name - 1);
+    b->len += sizeof name - 1;
+    memcpy(b->p + b->len, key, o);
+    b->len += o;
+    memcpy(b->p + b->len, "\r\n", 2);
+    b->len += 2;
 }
 
 /* Fields the codec writes itself (framing, connection management). */
@@ -175,29 +195,41 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
     size_t i = 0;
     for (; i < hs->n && hs->v[i].name.len && hs->v[i].name.p[0] == ':'; i++) {
         fy_str_t n = hs->v[i].name, v = hs->v[i].value;
-        if (fy_str_ieq(n, ":method", 7))
-            method = v;
-        else if (fy_str_ieq(n, ":path", 5))
+        switch (n.len) {
+        case 5:
             path = v;
-        else if (fy_str_ieq(n, ":authority", 10))
-            authority = v;
-        else if (fy_str_ieq(n, ":protocol", 9))
+            break; /* :path */
+        case 7:    /* :method, :scheme */
+            if (n.p[1] == 'm' || n.p[1] == 'M') method = v;
+            break;
+        case 9:
             protocol = v;
+            break; /* :protocol */
+        case 10:
+            authority = v;
+            break; /* :authority */
+        default:
+            break;
+        }
     }
     c->upgrade = protocol.len > 0;
-    sbuf_t b = {fy_arena_alloc(c->a, 1024), 0, 1024, c->a};
+    /* an upper bound of the head: every field at most once as "name: value\r\n" (joined
+       cookies take less), the request line, Host, and our framing fields */
+    size_t need = method.len + path.len + authority.len + 2 * protocol.len + 256;
+    for (size_t k = i; k < hs->n; k++) need += hs->v[k].name.len + hs->v[k].value.len + 4;
+    wbuf_t b = {fy_arena_alloc(c->a, need), 0};
     if (c->upgrade && fy_str_ieq(method, "connect", 7))
-        SB_LIT(&b, "GET"); /* extended CONNECT (RFC 8441) is an Upgrade in HTTP/1.1 */
+        W_LIT(&b, "GET"); /* extended CONNECT (RFC 8441) is an Upgrade in HTTP/1.1 */
     else
-        sb_str(&b, method);
-    SB_LIT(&b, " ");
+        w_str(&b, method);
+    W_LIT(&b, " ");
     if (path.len)
-        sb_str(&b, path);
+        w_str(&b, path);
     else
-        SB_LIT(&b, "/");
-    SB_LIT(&b, " HTTP/1.1\r\nHost: ");
-    sb_str(&b, authority);
-    SB_LIT(&b, "\r\n");
+        W_LIT(&b, "/");
+    W_LIT(&b, " HTTP/1.1\r\nHost: ");
+    w_str(&b, authority);
+    W_LIT(&b, "\r\n");
     bool cookies_done = false, has_key = false, has_version = false;
     for (size_t k = i; k < hs->n; k++) {
         fy_str_t n = hs->v[k].name;
@@ -207,43 +239,43 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
                §8.2.3), joined with "; " */
             if (cookies_done) continue;
             cookies_done = true;
-            SB_LIT(&b, "Cookie: ");
+            W_LIT(&b, "Cookie: ");
             bool first = true;
             for (size_t j = k; j < hs->n; j++) {
                 if (!fy_str_ieq(hs->v[j].name, "cookie", 6)) continue;
-                if (!first) SB_LIT(&b, "; ");
-                sb_str(&b, hs->v[j].value);
+                if (!first) W_LIT(&b, "; ");
+                w_str(&b, hs->v[j].value);
                 first = false;
             }
-            SB_LIT(&b, "\r\n");
+            W_LIT(&b, "\r\n");
             continue;
         }
         if (c->upgrade && n.len == 17 && fy_str_ieq(n, "sec-websocket-key", 17)) has_key = true;
         if (c->upgrade && n.len == 21 && fy_str_ieq(n, "sec-websocket-version", 21))
             has_version = true;
-        sb_str(&b, n);
-        SB_LIT(&b, ": ");
-        sb_str(&b, hs->v[k].value);
-        SB_LIT(&b, "\r\n");
+        w_str(&b, n);
+        W_LIT(&b, ": ");
+        w_str(&b, hs->v[k].value);
+        W_LIT(&b, "\r\n");
     }
     c->req_has_body = c->upgrade || body_len != 0;
     if (c->upgrade) {
-        SB_LIT(&b, "Connection: Upgrade\r\nUpgrade: ");
-        sb_str(&b, protocol);
-        SB_LIT(&b, "\r\n");
+        W_LIT(&b, "Connection: Upgrade\r\nUpgrade: ");
+        w_str(&b, protocol);
+        W_LIT(&b, "\r\n");
         if (fy_str_ieq(protocol, "websocket", 9)) {
             if (!has_key) ws_key(c, &b);
-            if (!has_version) SB_LIT(&b, "Sec-WebSocket-Version: 13\r\n");
+            if (!has_version) W_LIT(&b, "Sec-WebSocket-Version: 13\r\n");
         }
     } else if (body_len > 0) {
         char cl[40];
         int n = snprintf(cl, sizeof cl, "Content-Length: %lld\r\n", (long long)body_len);
-        sb_put(&b, cl, (size_t)n);
+        w_put(&b, cl, (size_t)n);
     } else if (body_len < 0) {
-        SB_LIT(&b, "Transfer-Encoding: chunked\r\n");
+        W_LIT(&b, "Transfer-Encoding: chunked\r\n");
         c->req_chunked = true;
     }
-    SB_LIT(&b, "\r\n");
+    W_LIT(&b, "\r\n");
     c->out[0] = (struct iovec){b.p, b.len};
     c->nout = 1;
     c->req_body_done = !c->req_has_body;
@@ -354,17 +386,54 @@ static void on_trailer(void *ud, fy_h1_str_t name, fy_h1_str_t value)
                    fy_arena_strndup(c->a, value.p, value.len), value.len);
 }
 
-/* The head's fields as arena memory (the input buffer is reused for the body): one copy of
- * the whole head, the fields pointing into it. */
+/* Does a Connection value name fields beyond close / keep-alive / upgrade (RFC 9110 §7.6.1)? */
+static bool names_more(fy_str_t v)
+{
+    const char *p = v.p, *e = v.p + v.len;
+    while (p < e) {
+        while (p < e && (*p == ',' || *p == ' ' || *p == '\t')) p++;
+        const char *t = p;
+        while (p < e && *p != ',' && *p != ' ' && *p != '\t') p++;
+        fy_str_t tok = fy_str(t, (size_t)(p - t));
+        if (tok.len && !fy_str_ieq(tok, "close", 5) && !fy_str_ieq(tok, "keep-alive", 10) &&
+            !fy_str_ieq(tok, "upgrade", 7))
+            return true;
+    }
+    return false;
+}
+
+/* Is the field named in one of the head's Connection fields? */
+static bool conn_listed(const fy_h1_resp_t *r, fy_h1_str_t name)
+{
+    char low[64];
+    if (name.len >= sizeof low) return false;
+    for (size_t i = 0; i < name.len; i++) low[i] = fy_lower(name.p[i]);
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (r->headers[i].name.len == 10 && fy_h1_str_eq_lit(r->headers[i].name, "connection") &&
+            fy_str_list_has(fy_str(r->headers[i].value.p, r->headers[i].value.len), low, name.len))
+            return true;
+    return false;
+}
+
+/* The head's end-to-end fields as arena memory (the input buffer is reused for the body): one
+ * copy of the whole head, the fields pointing into it. Fields that a Connection field names
+ * are connection-specific (RFC 9110 §7.6.1) and stay here; the other hop-by-hop fields are
+ * fixed names the owner knows. */
 static void head_fields(fy_h1_client_t *c, fy_headers_t *hs, const char *head, size_t len)
 {
+    const fy_h1_resp_t *r = &c->resp;
+    bool named = false;
+    for (size_t i = 0; i < r->nheaders && !named; i++)
+        if (r->headers[i].name.len == 10 && fy_h1_str_eq_lit(r->headers[i].name, "connection"))
+            named = names_more(fy_str(r->headers[i].value.p, r->headers[i].value.len));
     char *copy = fy_arena_alloc(c->a, len);
     memcpy(copy, head, len);
     *hs = (fy_headers_t){0};
-    hs->cap = c->resp.nheaders ? c->resp.nheaders : 1;
+    hs->cap = r->nheaders ? r->nheaders : 1;
     hs->v = fy_arena_alloc(c->a, hs->cap * sizeof *hs->v);
-    for (size_t i = 0; i < c->resp.nheaders; i++) {
-        const fy_h1_header_t *h = &c->resp.headers[i];
+    for (size_t i = 0; i < r->nheaders; i++) {
+        const fy_h1_header_t *h = &r->headers[i];
+        if (named && conn_listed(r, h->name)) continue;
         hs->v[hs->n].name = fy_str(copy + (h->name.p - head), h->name.len);
         hs->v[hs->n].value = fy_str(copy + (h->value.p - head), h->value.len);
         hs->n++;
@@ -380,6 +449,12 @@ static void end_response(fy_h1_client_t *c)
 /* Parse heads; returns false when the head is not complete yet (or the stream failed). */
 static bool parse_head(fy_h1_client_t *c)
 {
+    if (!c->hdrs) {
+        c->hdrs_pooled = c->lim.max_headers * sizeof(fy_h1_header_t) <= FY_CHUNK_SIZE;
+        c->hdrs = c->hdrs_pooled
+                      ? fy_pool_get(fy_chunk_pool())
+                      : fy_arena_alloc(c->a, sizeof(fy_h1_header_t) * c->lim.max_headers);
+    }
     for (;;) {
         fy_h1_resp_init(&c->resp, c->hdrs);
         const char *head = c->ibuf + c->ipos;
@@ -581,5 +656,8 @@ void fy_h1_client_free(fy_h1_client_t *c)
 {
     if (c->ibuf) fy_pool_put(fy_chunk_pool(), c->ibuf);
     if (c->obuf) fy_pool_put(fy_chunk_pool(), c->obuf);
+    if (c->hdrs_pooled) fy_pool_put(fy_chunk_pool(), c->hdrs);
     c->ibuf = c->obuf = NULL;
+    c->hdrs = NULL;
+    c->hdrs_pooled = false;
 }

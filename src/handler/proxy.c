@@ -108,13 +108,56 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static bool is_hop_by_hop(fy_str_t n)
+/* Fields with a rule of their own, by name (one switch on the length per field instead of a
+ * chain of comparisons: this runs for every field of every request and response). */
+enum {
+    F_PASS = 0,
+    F_HOP,   /* hop-by-hop (RFC 9110 §7.6.1), proxy authentication */
+    F_TE,    /* hop-by-hop, but "te: trailers" goes on to HTTP/2 and HTTP/3 origins */
+    F_CL,    /* content-length: the codecs frame bodies */
+    F_HOST,  /* host: from the route or the client's authority */
+    F_DATE,  /* date, server: ours in responses */
+    F_XFF,   /* x-forwarded-for */
+    F_XFX,   /* x-forwarded-proto, x-forwarded-host */
+    F_WSKEY, /* sec-websocket-key */
+    F_WSACC, /* sec-websocket-accept */
+};
+
+static int field_class(fy_str_t n)
 {
-    return fy_str_ieq(n, "connection", 10) || fy_str_ieq(n, "keep-alive", 10) ||
-           fy_str_ieq(n, "proxy-connection", 16) || fy_str_ieq(n, "te", 2) ||
-           fy_str_ieq(n, "trailer", 7) || fy_str_ieq(n, "transfer-encoding", 17) ||
-           fy_str_ieq(n, "upgrade", 7) || fy_str_ieq(n, "http2-settings", 14) ||
-           fy_str_ieq(n, "proxy-authorization", 19) || fy_str_ieq(n, "proxy-authenticate", 18);
+    switch (n.len) {
+    case 2:
+        return fy_str_ieq(n, "te", 2) ? F_TE : F_PASS;
+    case 4:
+        if (fy_str_ieq(n, "host", 4)) return F_HOST;
+        return fy_str_ieq(n, "date", 4) ? F_DATE : F_PASS;
+    case 6:
+        return fy_str_ieq(n, "server", 6) ? F_DATE : F_PASS;
+    case 7:
+        return fy_str_ieq(n, "trailer", 7) || fy_str_ieq(n, "upgrade", 7) ? F_HOP : F_PASS;
+    case 10:
+        return fy_str_ieq(n, "connection", 10) || fy_str_ieq(n, "keep-alive", 10) ? F_HOP : F_PASS;
+    case 14:
+        if (fy_str_ieq(n, "content-length", 14)) return F_CL;
+        return fy_str_ieq(n, "http2-settings", 14) ? F_HOP : F_PASS;
+    case 15:
+        return fy_str_ieq(n, "x-forwarded-for", 15) ? F_XFF : F_PASS;
+    case 16:
+        if (fy_str_ieq(n, "proxy-connection", 16)) return F_HOP;
+        return fy_str_ieq(n, "x-forwarded-host", 16) ? F_XFX : F_PASS;
+    case 17:
+        if (fy_str_ieq(n, "transfer-encoding", 17)) return F_HOP;
+        if (fy_str_ieq(n, "x-forwarded-proto", 17)) return F_XFX;
+        return fy_str_ieq(n, "sec-websocket-key", 17) ? F_WSKEY : F_PASS;
+    case 18:
+        return fy_str_ieq(n, "proxy-authenticate", 18) ? F_HOP : F_PASS;
+    case 19:
+        return fy_str_ieq(n, "proxy-authorization", 19) ? F_HOP : F_PASS;
+    case 20:
+        return fy_str_ieq(n, "sec-websocket-accept", 20) ? F_WSACC : F_PASS;
+    default:
+        return F_PASS;
+    }
 }
 
 /* Is `n` named in a Connection header of `hs` (those are hop-by-hop too)? */
@@ -167,10 +210,6 @@ static void sb_put(sbuf_t *b, const char *s, size_t n)
 static void sb_str(sbuf_t *b, fy_str_t s)
 {
     sb_put(b, s.p, s.len);
-}
-static void sb_cstr(sbuf_t *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
 }
 
 /* The origin-form target for the origin: the route's prefix stripped and/or added. */
@@ -403,74 +442,105 @@ static void build_fields(proxy_req_t *pr, fy_headers_t *hs)
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
     bool h1 = pr->okind == O_H1; /* the h1 codec keeps the client's case */
-    *hs = (fy_headers_t){0};
+    /* sized once: 5 pseudo-headers, the client's fields, the route's, and ours (3 forwarded,
+       via, te, content-length) */
+    hs->cap = q->headers.n + pc->set_headers.n + 12;
+    hs->v = fy_arena_alloc(a, hs->cap * sizeof *hs->v);
+    hs->n = 0;
+#define PUT(np, nl, vp, vl) (hs->v[hs->n++] = (fy_header_t){fy_str((np), (nl)), fy_str((vp), (vl))})
     if (pr->tunnel)
-        h2_add(a, hs, ":method", 7, "CONNECT", 7); /* extended CONNECT (RFC 8441) */
+        PUT(":method", 7, "CONNECT", 7); /* extended CONNECT (RFC 8441) */
     else
-        h2_add(a, hs, ":method", 7, q->method.p, q->method.len);
-    h2_add(a, hs, ":scheme", 7, sv->tls ? "https" : "http", sv->tls ? 5 : 4);
+        PUT(":method", 7, q->method.p, q->method.len);
+    PUT(":scheme", 7, sv->tls ? "https" : "http", sv->tls ? 5 : 4);
     if (pc->preserve_host && q->authority.len)
-        h2_add(a, hs, ":authority", 10, q->authority.p, q->authority.len);
+        PUT(":authority", 10, q->authority.p, q->authority.len);
     else
-        h2_add(a, hs, ":authority", 10, sv->authority, strlen(sv->authority));
-    sbuf_t b = {fy_arena_alloc(a, 256), 0, 256, a};
+        PUT(":authority", 10, sv->authority, strlen(sv->authority));
+    sbuf_t b = {fy_arena_alloc(a, q->target.len + 64), 0, q->target.len + 64, a};
     put_path(pr, &b);
-    h2_add(a, hs, ":path", 5, b.p, b.len);
+    PUT(":path", 5, b.p, b.len);
     if (pr->tunnel) {
         char *pl = fy_arena_alloc(a, q->protocol.len + 1);
         for (size_t i = 0; i < q->protocol.len; i++) pl[i] = fy_lower(q->protocol.p[i]);
-        h2_add(a, hs, ":protocol", 9, pl, q->protocol.len);
+        PUT(":protocol", 9, pl, q->protocol.len);
     }
-    bool any_xff = false;
+    bool any_xff = false, conn = false;
+    for (size_t i = 0; i < q->headers.n && !conn; i++)
+        conn = q->headers.v[i].name.len == 10 && fy_str_ieq(q->headers.v[i].name, "connection", 10);
     for (size_t i = 0; i < q->headers.n; i++) {
         const fy_header_t *h = &q->headers.v[i];
-        if (fy_str_ieq(h->name, "te", 2) && fy_str_list_has(h->value, "trailers", 8) &&
-            !pr->tunnel) {
-            h2_add(a, hs, "te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
+        switch (field_class(h->name)) {
+        case F_TE:
+            if (!h1 && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
+                PUT("te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
             continue;
+        case F_HOP:
+        case F_HOST:
+        case F_CL:
+            continue;
+        case F_WSKEY:
+            if (pr->tunnel && !h1) continue; /* RFC 8441 §5: no key over HTTP/2 */
+            break;
+        case F_XFF:
+            if (pc->forwarded) {
+                any_xff = true; /* every one of them is kept, in order, below */
+                continue;
+            }
+            break;
+        case F_XFX:
+            if (pc->forwarded) continue; /* ours replace what the client claims */
+            break;
+        default:
+            break;
         }
-        if (fy_str_ieq(h->name, "host", 4) || fy_str_ieq(h->name, "content-length", 14) ||
-            is_hop_by_hop(h->name) || named_in_connection(&q->headers, h->name) ||
-            in_list(&pc->remove_headers, h->name) || in_map(&pc->set_headers, h->name))
-            continue;
-        if (pr->tunnel && !h1 && fy_str_ieq(h->name, "sec-websocket-key", 17))
-            continue; /* RFC 8441 §5: no key over HTTP/2 */
-        if (pc->forwarded && fy_str_ieq(h->name, "x-forwarded-for", 15)) {
-            any_xff = true;
-            continue;
-        }
-        if (pc->forwarded && (fy_str_ieq(h->name, "x-forwarded-proto", 17) ||
-                              fy_str_ieq(h->name, "x-forwarded-host", 16)))
+        if ((conn && named_in_connection(&q->headers, h->name)) ||
+            (pc->remove_headers.n && in_list(&pc->remove_headers, h->name)) ||
+            (pc->set_headers.n && in_map(&pc->set_headers, h->name)))
             continue;
         if (h1)
-            h2_add(a, hs, h->name.p, h->name.len, h->value.p, h->value.len);
+            PUT(h->name.p, h->name.len, h->value.p, h->value.len);
         else
             h2_add_lower(a, hs, h->name, h->value);
     }
-    for (size_t i = 0; i < pc->set_headers.n; i++)
-        h2_add_lower(a, hs, fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i])),
-                     fy_str(pc->set_headers.values[i], strlen(pc->set_headers.values[i])));
+    for (size_t i = 0; i < pc->set_headers.n; i++) {
+        if (h1)
+            PUT(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i]), pc->set_headers.values[i],
+                strlen(pc->set_headers.values[i]));
+        else
+            h2_add_lower(a, hs, fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i])),
+                         fy_str(pc->set_headers.values[i], strlen(pc->set_headers.values[i])));
+    }
     if (pc->forwarded) {
         char ip[64];
         fy_sock_host_str(ex->remote, ip, sizeof ip);
-        sbuf_t x = {fy_arena_alloc(a, 128), 0, 128, a};
-        for (size_t i = 0; any_xff && i < q->headers.n; i++)
-            if (fy_str_ieq(q->headers.v[i].name, "x-forwarded-for", 15)) {
-                sb_str(&x, q->headers.v[i].value);
-                SB_LIT(&x, ", ");
-            }
-        sb_cstr(&x, ip);
-        h2_add(a, hs, "x-forwarded-for", 15, x.p, x.len);
-        h2_add(a, hs, "x-forwarded-proto", 17, q->scheme.p, q->scheme.len);
-        if (q->authority.len)
-            h2_add(a, hs, "x-forwarded-host", 16, q->authority.p, q->authority.len);
+        size_t il = strlen(ip);
+        const char *xff = ip;
+        size_t xl = il;
+        if (any_xff) {
+            sbuf_t x = {fy_arena_alloc(a, 128), 0, 128, a};
+            for (size_t i = 0; i < q->headers.n; i++)
+                if (fy_str_ieq(q->headers.v[i].name, "x-forwarded-for", 15)) {
+                    sb_str(&x, q->headers.v[i].value);
+                    SB_LIT(&x, ", ");
+                }
+            sb_put(&x, ip, il);
+            xff = x.p;
+            xl = x.len;
+        } else {
+            xff = fy_arena_strndup(a, ip, il);
+        }
+        PUT("x-forwarded-for", 15, xff, xl);
+        PUT("x-forwarded-proto", 17, q->scheme.p, q->scheme.len);
+        if (q->authority.len) PUT("x-forwarded-host", 16, q->authority.p, q->authority.len);
     }
-    if (pc->via) h2_add(a, hs, "via", 3, "1.1 ferry", 9);
+    if (pc->via) PUT("via", 3, "1.1 ferry", 9);
     if (!pr->tunnel && q->content_length > 0) {
         char *cl = fy_arena_alloc(a, 24);
         int n = snprintf(cl, 24, "%lld", (long long)q->content_length);
-        h2_add(a, hs, "content-length", 14, cl, (size_t)n);
+        PUT("content-length", 14, cl, (size_t)n);
     }
+#undef PUT
 }
 
 /* Sec-WebSocket-Accept for an HTTP/1.1 client's key (RFC 6455 §4.2.2): the HTTP/2 origin
@@ -583,26 +653,38 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     }
     set_timer(pr, T_IDLE);
     int64_t cl = -1;
-    /* HTTP/1.1 heads may name more hop-by-hop fields in Connection */
-    bool conn_named = h1 && FY_HDR_FIND(hs, "connection");
+    fy_headers_t *rh = &ex->res.headers;
+    size_t need = rh->n + hs->n + pc->response_set_headers.n + 3;
+    if (rh->cap < need) { /* sized once */
+        fy_header_t *v = fy_arena_alloc(ex->arena, need * sizeof *v);
+        if (rh->n) memcpy(v, rh->v, rh->n * sizeof *v);
+        rh->v = v;
+        rh->cap = need;
+    }
     for (size_t i = 0; i < hs->n; i++) {
         fy_str_t n = hs->v[i].name, v = hs->v[i].value;
-        if (fy_str_ieq(n, "content-length", 14)) {
+        switch (field_class(n)) {
+        case F_CL:
             cl = 0;
             for (size_t j = 0; j < v.len && v.p[j] >= '0' && v.p[j] <= '9'; j++)
                 cl = cl * 10 + (v.p[j] - '0');
             continue;
+        case F_HOP:
+        case F_TE:
+        case F_DATE:
+            continue;
+        case F_WSACC:
+            /* the origin's handshake proof goes on only between two HTTP/1.1 ends (h2
+               clients get none, h1 clients of an h2/h3 origin get ours) */
+            if (pr->tunnel && (ex->req.version >= 20 || !h1)) continue;
+            break;
+        default:
+            break;
         }
-        if (is_hop_by_hop(n) || fy_str_ieq(n, "date", 4) || fy_str_ieq(n, "server", 6) ||
-            in_list(&pc->response_remove_headers, n) || in_map(&pc->response_set_headers, n) ||
-            (conn_named && named_in_connection(hs, n)))
+        if ((pc->response_remove_headers.n && in_list(&pc->response_remove_headers, n)) ||
+            (pc->response_set_headers.n && in_map(&pc->response_set_headers, n)))
             continue;
-        /* the origin's handshake proof goes on only between two HTTP/1.1 ends (h2 clients
-           get none, h1 clients of an h2/h3 origin get ours) */
-        if (pr->tunnel && (ex->req.version >= 20 || !h1) &&
-            fy_str_ieq(n, "sec-websocket-accept", 20))
-            continue;
-        fy_headers_add(ex->arena, &ex->res.headers, n.p, n.len, v.p, v.len);
+        rh->v[rh->n++] = (fy_header_t){n, v};
     }
     add_response_extras(pr);
     pr->o_head = true;
