@@ -2,11 +2,13 @@
 #include "h1/h1_client.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/uio.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/errors.h"
 #include "core/pool.h"
 #include "h1/h1_resp.h"
@@ -50,6 +52,8 @@ struct fy_h1_client {
     bool tunnel_open;
     bool dead;     /* failed or released: no more callbacks */
     bool released; /* fy_h1_client_release ran */
+    bool freed;    /* fy_h1_client_free ran: free the struct once no call is on the stack */
+    int depth;     /* calls into the codec on the stack */
     bool in_io;
     fy_headers_t trailers;
 };
@@ -63,7 +67,9 @@ fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_l
                                  bool head_request, const fy_h1_client_stream_ops_t *ops,
                                  fy_h1_client_want_fn want, void *ud)
 {
-    fy_h1_client_t *c = fy_arena_calloc(a, sizeof *c);
+    /* not arena memory: a callback may end the exchange (and reset its arena) while the codec
+       is still on the stack; the struct goes when the outermost call returns */
+    fy_h1_client_t *c = fy_xcalloc(1, sizeof *c);
     c->t = t;
     c->a = a;
     c->ops = ops;
@@ -73,6 +79,12 @@ fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_l
     c->head_req = head_request;
     c->req_body_done = true;
     return c;
+}
+
+#define ENTER(c) ((c)->depth++)
+static void leave(fy_h1_client_t *c)
+{
+    if (--c->depth == 0 && c->freed) free(c);
 }
 
 static void fail(fy_h1_client_t *c, int kind, uint32_t code, const char *why)
@@ -212,6 +224,7 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
             break;
         }
     }
+    ENTER(c);
     c->upgrade = protocol.len > 0;
     /* an upper bound of the head: every field at most once as "name: value\r\n" (joined
        cookies take less), the request line, Host, and our framing fields */
@@ -282,6 +295,7 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
     if (!c->req_body_done) fill(c); /* the head goes out with the first piece of body */
     if (!c->dead) pump(c);
     if (!c->dead) update_want(c);
+    leave(c);
 }
 
 /* Pull the next piece of request body into out[] (after what is queued). */
@@ -366,8 +380,10 @@ void fy_h1_client_resume(fy_h1_client_t *c)
     if (c->dead) return;
     c->body_deferred = false;
     if (c->nout) return; /* EPOLLOUT pulls more once these are written */
+    ENTER(c);
     pump(c);
     update_want(c);
+    leave(c);
 }
 
 /* ---- response ---- */
@@ -489,7 +505,8 @@ static bool parse_head(fy_h1_client_t *c)
             fy_h1_chunked_init(&c->chunked);
         }
         head_fields(c, &hs, head, (size_t)r);
-        bool end = c->body_kind == FY_H1_RESP_NONE;
+        bool end = c->body_kind == FY_H1_RESP_NONE ||
+                   (c->body_kind == FY_H1_RESP_LENGTH && c->body_left == 0);
         c->rstate = end ? R_DONE : R_BODY;
         c->ops->on_head(c->ud, status, &hs, end);
         if (c->dead) return false;
@@ -617,9 +634,11 @@ static void rd(fy_h1_client_t *c)
 void fy_h1_client_io(fy_h1_client_t *c, uint32_t events)
 {
     if (c->dead) return;
+    ENTER(c);
     if ((events & EPOLLOUT) && c->nout) pump(c);
     if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) rd(c);
     update_want(c);
+    leave(c);
 }
 
 void fy_h1_client_consume(fy_h1_client_t *c, size_t n)
@@ -628,12 +647,14 @@ void fy_h1_client_consume(fy_h1_client_t *c, size_t n)
     c->held = n < c->held ? c->held - n : 0;
     if (c->held) return;
     if (c->rstate == R_DONE) return;
+    ENTER(c);
     c->ipos += c->held_in;
     c->held_in = 0;
     if (c->ipos >= c->ilen) c->ipos = c->ilen = 0;
     if (c->ilen > c->ipos) process(c); /* more is buffered already */
     if (!c->dead && c->held == 0) rd(c);
     update_want(c);
+    leave(c);
 }
 
 bool fy_h1_client_got_bytes(const fy_h1_client_t *c)
@@ -654,10 +675,13 @@ bool fy_h1_client_release(fy_h1_client_t *c)
 
 void fy_h1_client_free(fy_h1_client_t *c)
 {
+    c->dead = c->released = true;
     if (c->ibuf) fy_pool_put(fy_chunk_pool(), c->ibuf);
     if (c->obuf) fy_pool_put(fy_chunk_pool(), c->obuf);
     if (c->hdrs_pooled) fy_pool_put(fy_chunk_pool(), c->hdrs);
     c->ibuf = c->obuf = NULL;
     c->hdrs = NULL;
     c->hdrs_pooled = false;
+    c->freed = true;
+    if (c->depth == 0) free(c);
 }

@@ -56,9 +56,9 @@ typedef struct fy_h1_client_stream_ops {
  * <0 (then the codec fails the stream with FY_H1C_CONN). */
 typedef int (*fy_h1_client_want_fn)(void *ud, uint32_t events);
 
-/* A codec for one request on `t` (connected, handshake done), in arena `a` (freed with it;
- * buffers come from the chunk pool until fy_h1_client_release). `limits` bound the response
- * head; `head_request`: the request is HEAD (no response body whatever the head says). */
+/* A codec for one request on `t` (connected, handshake done); its heads and fields live in
+ * arena `a`, its buffers come from the chunk pool (until fy_h1_client_free). `limits` bound the
+ * response head; `head_request`: the request is HEAD (no response body whatever the head says). */
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
                                  bool head_request, const fy_h1_client_stream_ops_t *ops,
                                  fy_h1_client_want_fn want, void *ud);
@@ -82,7 +82,9 @@ bool fy_h1_client_got_bytes(const fy_h1_client_t *c);
  * once). Returns whether the connection may carry another request (both messages complete and
  * delimited, no extra bytes, no close, no upgrade). Bytes given to on_data stay valid. */
 bool fy_h1_client_release(fy_h1_client_t *c);
-/* After release, once on_data's bytes are no longer needed: buffers back to the pool. */
+/* After release, once on_data's bytes are no longer needed: buffers back to the pool, and
+ * the codec freed (at once, or when the call into it that led here returns). Every codec
+ * made must be freed. */
 void fy_h1_client_free(fy_h1_client_t *c);
 
 #endif
