@@ -2,13 +2,11 @@
 #include "h1/h1_client.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/uio.h>
 #include <time.h>
 
-#include "core/alloc.h"
 #include "core/errors.h"
 #include "core/pool.h"
 #include "h1/h1_resp.h"
@@ -37,7 +35,8 @@ struct fy_h1_client {
     bool body_deferred;
     bool shut;
     /* from the origin */
-    char *ibuf; /* a pool chunk */
+    char *ibuf; /* the rest of the codec's own pool chunk */
+    size_t icap;
     size_t ilen, ipos;
     fy_h1_resp_t resp;
     int rstate;
@@ -63,13 +62,22 @@ static void fill(fy_h1_client_t *c);
 static void rd(fy_h1_client_t *c);
 static void process(fy_h1_client_t *c);
 
+/* The codec lives at the start of one pool chunk, its read buffer is the rest: one pool get
+ * per exchange, no malloc. */
+#define FY_H1C_SELF ((sizeof(fy_h1_client_t) + 63) & ~(size_t)63)
+_Static_assert(FY_H1C_SELF <= 1024, "the codec leaves most of its chunk to the read buffer");
+
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
                                  bool head_request, const fy_h1_client_stream_ops_t *ops,
                                  fy_h1_client_want_fn want, void *ud)
 {
     /* not arena memory: a callback may end the exchange (and reset its arena) while the codec
        is still on the stack; the struct goes when the outermost call returns */
-    fy_h1_client_t *c = fy_xcalloc(1, sizeof *c);
+    char *chunk = fy_pool_get(fy_chunk_pool());
+    fy_h1_client_t *c = (fy_h1_client_t *)chunk;
+    memset(c, 0, sizeof *c);
+    c->ibuf = chunk + FY_H1C_SELF;
+    c->icap = FY_CHUNK_SIZE - FY_H1C_SELF;
     c->t = t;
     c->a = a;
     c->ops = ops;
@@ -84,7 +92,7 @@ fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_l
 #define ENTER(c) ((c)->depth++)
 static void leave(fy_h1_client_t *c)
 {
-    if (--c->depth == 0 && c->freed) free(c);
+    if (--c->depth == 0 && c->freed) fy_pool_put(fy_chunk_pool(), c);
 }
 
 static void fail(fy_h1_client_t *c, int kind, uint32_t code, const char *why)
@@ -594,11 +602,7 @@ static void process(fy_h1_client_t *c)
 static void rd(fy_h1_client_t *c)
 {
     for (int guard = 0; guard < 64 && !c->dead && c->held == 0 && c->rstate != R_DONE; guard++) {
-        if (!c->ibuf) {
-            c->ibuf = fy_pool_get(fy_chunk_pool());
-            c->ilen = c->ipos = 0;
-        }
-        if (c->ilen == FY_CHUNK_SIZE) {
+        if (c->ilen == c->icap) {
             if (c->rstate == R_HEAD) {
                 fail(c, FY_H1C_PROTOCOL, 1, "response head from the origin too large");
                 return;
@@ -611,7 +615,7 @@ static void rd(fy_h1_client_t *c)
             c->ilen -= c->ipos;
             c->ipos = 0;
         }
-        ssize_t n = c->t->ops->read(c->t, c->ibuf + c->ilen, FY_CHUNK_SIZE - c->ilen);
+        ssize_t n = c->t->ops->read(c->t, c->ibuf + c->ilen, c->icap - c->ilen);
         if (n == 0) break;
         if (n < 0) {
             if (n == FY_EEOF && c->rstate == R_BODY && c->body_kind == FY_H1_RESP_CLOSE) {
@@ -676,12 +680,11 @@ bool fy_h1_client_release(fy_h1_client_t *c)
 void fy_h1_client_free(fy_h1_client_t *c)
 {
     c->dead = c->released = true;
-    if (c->ibuf) fy_pool_put(fy_chunk_pool(), c->ibuf);
     if (c->obuf) fy_pool_put(fy_chunk_pool(), c->obuf);
     if (c->hdrs_pooled) fy_pool_put(fy_chunk_pool(), c->hdrs);
-    c->ibuf = c->obuf = NULL;
+    c->obuf = NULL;
     c->hdrs = NULL;
     c->hdrs_pooled = false;
     c->freed = true;
-    if (c->depth == 0) free(c);
+    if (c->depth == 0) fy_pool_put(fy_chunk_pool(), c); /* and its read buffer */
 }
