@@ -26,7 +26,6 @@ typedef struct proxy_handler {
     fy_upstream_t *up;
 } proxy_handler_t;
 
-enum { R_HEAD = 0, R_BODY, R_DONE };
 enum { T_FIRST_BYTE = 1, T_IDLE };
 
 /* Which client codec carries the exchange to the origin: every one of them has the same
@@ -47,9 +46,7 @@ typedef struct proxy_req {
     uint64_t sent_us; /* request head handed to the origin (least-time) */
     fy_timer_t timer;
     int timer_kind;
-    int rstate;
     int in_codec;          /* inside a call into the h1 codec: deliver after it returns */
-    bool req_body_done;    /* the client's body was all taken by the codec */
     bool req_body_waiting; /* asked the client codec for body, not given yet */
     bool sent_any;         /* request body bytes reached the codec: no more retry */
     bool got_bytes;        /* the failed attempt had received response bytes */
@@ -648,7 +645,16 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     const fy_proxy_conf_t *pc = pr->ph->conf;
     bool h1 = pr->okind == O_H1;
     if (status < 200 && !(status == 101 && h1)) {
-        if (status != 100) fy_exchange_send_informational(ex, status, hs); /* 103 & co */
+        /* 100 is ours to give (the client codec answers Expect); 103 Early Hints and others
+           go on, without hop-by-hop fields (an HTTP/1.1 origin may send some) */
+        if (status == 100) return;
+        size_t k = 0;
+        for (size_t i = 0; i < hs->n; i++) {
+            int fc = field_class(hs->v[i].name);
+            if (fc != F_HOP && fc != F_TE) hs->v[k++] = hs->v[i];
+        }
+        hs->n = k;
+        fy_exchange_send_informational(ex, status, hs);
         return;
     }
     set_timer(pr, T_IDLE);
@@ -703,7 +709,6 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
                 FY_HDR_ADD(ex->arena, &ex->res.headers, "sec-websocket-accept", v, 28);
             }
         }
-        pr->rstate = R_BODY;
         fy_upstream_report(pr->ph->up, pr->worker, pr->server, true, pr->loop->now_ms);
         fy_exchange_start_response(ex, &proxy_producer);
         pr->res_sending = true; /* the 101/200 goes out now, before any tunnel byte */
@@ -726,7 +731,6 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     else
         ex->res.content_length = cl;
     if (status == 204 || status == 304) ex->res.content_length = -1;
-    pr->rstate = end ? R_DONE : R_BODY;
     fy_upstream_report(pr->ph->up, pr->worker, pr->server, ok, pr->loop->now_ms);
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
         fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
@@ -782,7 +786,6 @@ static void o_on_end(void *ud, fy_headers_t *trailers)
 {
     proxy_req_t *pr = ud;
     pr->o_end = true;
-    pr->rstate = R_DONE;
     if (trailers->n) pr->ex->res_trailers = *trailers;
     if (pr->tunnel_open) pr->q_end = true; /* the origin ended the tunnel */
     deliver(pr);
@@ -847,7 +850,6 @@ static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
             return (ssize_t)n;
         }
         if (pr->q_end) {
-            pr->req_body_done = true;
             *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;
             return 0;
         }
@@ -1087,7 +1089,6 @@ static void attempt(proxy_req_t *pr)
     pr->sent_any = false;
     pr->got_bytes = false;
     pr->o_head = pr->o_end = false;
-    pr->rstate = R_HEAD;
     pr->zn = 0;
     pr->rb_head = pr->rb_count = 0;
     const fy_upstream_server_conf_t *sv =
@@ -1113,8 +1114,6 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->loop = ex->ctx->loop;
     pr->worker = ex->ctx->worker_id;
     pr->tunnel = ex->req.protocol.len > 0;
-    pr->req_body_done = ex->req.content_length == 0 && !pr->tunnel; /* a tunnel's bytes are
-                                                                        its body */
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
     ex->handler_data = pr;
