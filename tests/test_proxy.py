@@ -272,7 +272,8 @@ class OriginHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if self.path.startswith("/hints"):
-            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n"
+                             b"Keep-Alive: timeout=5\r\n\r\n")
             self.wfile.flush()
             data = b"after hints\n"
             self.send_response(200)
@@ -1705,6 +1706,7 @@ def test_interim_103_relayed_to_h1_client(server, origins):
     assert data.startswith(b"HTTP/1.1 103 Early Hints\r\n"), data[:200]
     hints, _, rest = data.partition(b"\r\n\r\n")
     assert b"link: </a.css>; rel=preload" in hints.lower()
+    assert b"keep-alive" not in hints.lower()  # hop-by-hop: not relayed in the interim head
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
     assert rest.endswith(b"after hints\n")
 
