@@ -273,8 +273,8 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
      .offset = L(to) + offsetof(fy_l4_target_t, upstream),
      .doc = "Name of an `upstreams:` group instead of `target`: its balancing and passive "
             "health (failed connects eject a server) apply; the servers' URL scheme is ignored "
-            "at layer 4. Its `health-check:` probes are HTTP requests: use them only for "
-            "servers that also answer HTTP."},
+            "at layer 4. Give it `health-check: {type: tcp}` for connect probes (a TLS "
+            "handshake probe with `https://` server URLs); the default probe is an HTTP GET."},
     {.key = "sni",
      .type = FY_CT_TABLE_LIST,
      .offset = L(sni),
