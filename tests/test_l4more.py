@@ -166,3 +166,112 @@ def test_l4_health_type_config_error(tmp_path):
     assert r.returncode == 1
     assert "health-check.type: expected one of: http, tcp" in r.stderr, r.stderr
     assert r.stderr.startswith(f"{cfg}:")
+
+
+# ---- QUIC Version Negotiation and unknown versions ----
+
+class VnOrigin:
+    """A UDP origin that answers every datagram with a Version Negotiation packet built from
+    the client's connection IDs (RFC 9000 §17.2.1), listing version 1. Counts what it got."""
+
+    def __init__(self):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.bind(("127.0.0.1", 0))
+        self.port = self.s.getsockname()[1]
+        self.s.settimeout(0.2)
+        self.got = []
+        self.stopped = False
+        import threading
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        while not self.stopped:
+            try:
+                d, a = self.s.recvfrom(65536)
+            except OSError:
+                continue
+            self.got.append(d)
+            self.s.sendto(vn_reply(d), a)
+
+    def close(self):
+        self.stopped = True
+        self.t.join(2)
+        self.s.close()
+
+
+def long_hdr(version, dcid, scid, pad=1200):
+    return (bytes([0xc0]) + version.to_bytes(4, "big") + bytes([len(dcid)]) + dcid +
+            bytes([len(scid)]) + scid + b"\x00" * pad)
+
+
+def vn_reply(pkt):
+    dl = pkt[5]
+    dcid = pkt[6:6 + dl]
+    sl = pkt[6 + dl]
+    scid = pkt[7 + dl:7 + dl + sl]
+    return (b"\x80" + b"\x00\x00\x00\x00" + bytes([len(scid)]) + scid + bytes([len(dcid)]) +
+            dcid + (1).to_bytes(4, "big"))
+
+
+def udp_ask(port, pkt, tries=1, wait=0.5):
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.bind(("127.0.0.1", 0))
+    c.settimeout(wait)
+    try:
+        for _ in range(tries):
+            c.sendto(pkt, ("127.0.0.1", port))
+            try:
+                return c.recvfrom(65536)[0]
+            except socket.timeout:
+                pass
+        return None
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def vn_origin():
+    o = VnOrigin()
+    yield o
+    o.close()
+
+
+def test_l4_quic_unknown_version_default_gets_origin_vn(server, vn_origin):
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    unknown-version: default
+    target: 127.0.0.1:{vn_origin.port}
+""", start=False)
+    f.start(wait_ports=[])
+    # an unknown version (a greased one) starts a flow to the default target; the origin's
+    # Version Negotiation comes back to the client byte for byte
+    pkt = long_hdr(0x1a2a3a4a, b"\x11" * 8, b"\x22" * 5)
+    got = udp_ask(f.port, pkt, tries=20)
+    assert got == vn_reply(pkt)
+    assert got[1:5] == b"\x00\x00\x00\x00" and got[6:11] == b"\x22" * 5
+    n = len(vn_origin.got)
+    # a Version Negotiation packet from a client is never relayed, even with `default`
+    vn = vn_reply(long_hdr(1, b"\x33" * 8, b"\x44" * 8, pad=0)) + b"\x00" * 1200
+    assert udp_ask(f.port, vn, tries=3, wait=0.3) is None
+    assert len(vn_origin.got) == n
+    assert "datagram dropped: Version Negotiation from a client" in f.log()
+
+
+def test_l4_quic_unknown_version_dropped_by_default(server, vn_origin):
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    target: 127.0.0.1:{vn_origin.port}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    pkt = long_hdr(0x1a2a3a4a, b"\x11" * 8, b"\x22" * 5)
+    assert udp_ask(f.port, pkt, tries=3, wait=0.3) is None
+    assert vn_origin.got == []
+    assert "datagram dropped: QUIC version other than 1" in f.log()
