@@ -21,8 +21,8 @@ class TcpEcho:
     """Echo server: echoes every byte; on the client's FIN, finishes echoing and then (after
     `tail` bytes, if given) closes its side. Records the first bytes of each connection."""
 
-    def __init__(self, tail=b""):
-        self.port = free_port()
+    def __init__(self, tail=b"", port=None):
+        self.port = port or free_port()
         self.tail = tail
         self.first = []
         self.ls = socket.socket()

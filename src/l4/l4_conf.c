@@ -273,8 +273,8 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
      .offset = L(to) + offsetof(fy_l4_target_t, upstream),
      .doc = "Name of an `upstreams:` group instead of `target`: its balancing and passive "
             "health (failed connects eject a server) apply; the servers' URL scheme is ignored "
-            "at layer 4. Its `health-check:` probes are HTTP requests: use them only for "
-            "servers that also answer HTTP."},
+            "at layer 4. Give it `health-check: {type: tcp}` for connect probes (a TLS "
+            "handshake probe with `https://` server URLs); the default probe is an HTTP GET."},
     {.key = "sni",
      .type = FY_CT_TABLE_LIST,
      .offset = L(sni),
@@ -345,8 +345,10 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
      .offset = L(unknown_version),
      .dflt = "drop",
      .enums = unknowns,
-     .doc = "quic-passthrough: datagrams of QUIC versions other than 1 (and Version "
-            "Negotiation) are dropped, or sent to the default target."},
+     .doc = "quic-passthrough: a new flow whose first packet has a QUIC version other than 1 "
+            "is dropped, or sent to the default target (`target`/`upstream`; the origin's "
+            "Version Negotiation then goes back to the client). Version Negotiation packets "
+            "from clients are always dropped: only servers send them (RFC 9000 §6)."},
     {.key = "backlog",
      .type = FY_CT_INT,
      .offset = L(backlog),

@@ -379,9 +379,15 @@ static fy__l4_udp_sess_t *new_flow(fy__l4_wl_t *wl, const uint8_t *d, size_t len
         drop(wl, "not the start of a QUIC connection");
         return NULL;
     }
+    if (hdr.version == 0) {
+        /* RFC 9000 §6.1, §17.2.1: only servers send Version Negotiation, in answer to a
+           client's packet; one arriving from a client starts nothing (never relayed, even with
+           unknown-version: default). An origin's VN travels back through the client's flow. */
+        drop(wl, "Version Negotiation from a client");
+        return NULL;
+    }
     if (hdr.version != FY_QUIC_V1) {
-        if (c->unknown_version == FY_L4_UNKNOWN_DEFAULT && (c->to.target || c->to.upstream) &&
-            hdr.version != 0) {
+        if (c->unknown_version == FY_L4_UNKNOWN_DEFAULT && (c->to.target || c->to.upstream)) {
             fy__l4_udp_sess_t *s = sess_new(wl, client, clen, h);
             if (s && sess_connect(s, &c->to, wl->l->up) < 0) {
                 sess_close(s, "connect failed");

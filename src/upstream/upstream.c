@@ -593,6 +593,10 @@ static void hc_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
         hc_result(p, false, oc->error ? oc->error : "connect failed");
         return;
     }
+    if ((ev & FY_ORIGIN_READY) && hc->type == FY_HEALTH_TCP) {
+        hc_result(p, true, ""); /* connected (and TLS handshake done): that was the test */
+        return;
+    }
     if (ev & FY_ORIGIN_READY) {
         const fy_upstream_server_conf_t *sv = &u->servers[p->server];
         char req[1024];
@@ -650,7 +654,7 @@ static void hc_start_probe(hc_probe_t *p)
 {
     fy_upstream_t *u = p->u;
     if (p->oc) return; /* the previous probe is still running */
-    if (u->servers[p->server].h2) {
+    if (u->servers[p->server].h2 && u->conf->health->type == FY_HEALTH_HTTP) {
         if (!p->h2p) p->h2p = fy_xcalloc(1, sizeof *p->h2p);
         if (p->h2p->running) return;
         fy__h2_probe_start(p->h2p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,

@@ -134,13 +134,23 @@ static int validate_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *f
     return 0;
 }
 
+static const char *const health_types[] = {"http", "tcp", NULL};
+
 static const fy_conf_directive_t health_table[] = {
+    {.key = "type",
+     .type = FY_CT_ENUM,
+     .offset = H(type),
+     .dflt = "http",
+     .enums = health_types,
+     .doc = "`http`: GET `path`, judged by the status. `tcp`: the connection opening is the "
+            "test (for `https://`/`h2://` servers, the TLS handshake too, verified as for "
+            "requests): for layer-4 groups and non-HTTP origins."},
     {.key = "path",
      .type = FY_CT_STRING,
      .offset = H(path),
      .dflt = "/",
      .validate = validate_path,
-     .doc = "Path requested with GET on every server."},
+     .doc = "Path requested with GET on every server (type http)."},
     {.key = "interval",
      .type = FY_CT_DURATION,
      .offset = H(interval_ms),

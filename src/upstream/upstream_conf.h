@@ -22,8 +22,11 @@ typedef struct fy_sticky_conf {
     char *header; /* pin by the hash of a request header's value */
 } fy_sticky_conf_t;
 
-/* `health-check:` active probes (HTTP GET over a fresh connection) */
+enum fy_health_type { FY_HEALTH_HTTP, FY_HEALTH_TCP };
+
+/* `health-check:` active probes (HTTP GET over a fresh connection, or just the connection) */
 typedef struct fy_health_conf {
+    int type;              /* enum fy_health_type, default http */
     char *path;            /* default "/" */
     uint64_t interval_ms;  /* default 5s */
     uint64_t timeout_ms;   /* default 2s */
