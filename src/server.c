@@ -483,11 +483,19 @@ static void *worker_main(void *arg)
     w->alog = NULL;
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
+    fy_h3_thread_cleanup();
     fy_router_thread_cleanup();
     if (s->mitm) fy_mitm_worker_close(s->mitm, w->id);
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
         if (w->id == 0) fy_upstream_health_stop(s->upstreams[i]);
         fy_upstream_worker_close(s->upstreams[i], w->id);
+    }
+    /* QUIC origin connections (h3://) free their memory in deferred callbacks */
+    while ((d = w->loop.defer_head)) {
+        w->loop.defer_head = d->next;
+        if (!w->loop.defer_head) w->loop.defer_tail = &w->loop.defer_head;
+        d->queued = false;
+        d->cb(d);
     }
     fy_pool_drain(fy_chunk_pool());
     return NULL;

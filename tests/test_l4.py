@@ -662,6 +662,10 @@ def test_l4_tls_terminate_oneliner_to_plain_echo(server, tcp_echo):
     p = os.urandom(300000)
     got, _ = tls_echo_roundtrip(port, p)
     assert sha(got) == sha(p)
+    for _ in range(200):  # the origin records its first bytes when the session ends
+        if e.first:
+            break
+        time.sleep(0.05)
     assert e.first and e.first[-1] == p[:256]  # plaintext at the origin
 
 
@@ -949,3 +953,145 @@ def test_l4_http_listener_sni_map_needs_tls(tmp_path):
     r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True)
     assert r.returncode == 1
     assert "listeners[0].sni: needs tls" in r.stderr, r.stderr
+
+
+def test_l4_quic_passthrough_follows_nat_rebinding(server, quic_backends, tmp_path):
+    """gtlsclient changes its local port mid-connection without path validation (NAT
+    rebinding): the flow is found again by the origin's connection ID."""
+    f = server(f"""
+workers: 1
+log:
+  level: debug
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    target: 127.0.0.1:{quic_backends['alpha.test']}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    dl = tmp_path / "dl-rebind"
+    dl.mkdir()
+    r = subprocess.run([GTLS_CLIENT, "-q", "--timeout=5s", "--exit-on-all-streams-close",
+                        "--change-local-addr=300ms", "--nat-rebinding", "--delay-stream=1s",
+                        f"--download={dl}", "127.0.0.1", str(f.port),
+                        "https://localhost/index.html"], capture_output=True, timeout=30)
+    assert (dl / "index.html").exists(), r
+    assert (dl / "index.html").read_text() == "quic backend alpha.test\n"
+    assert "QUIC flow found by connection ID at a new client address" in f.log()
+
+
+def test_l4_tcp_connect_timeout(server):
+    """An origin whose accept queue is full drops SYNs: connect-timeout closes the session."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(0)
+    port = ls.getsockname()[1]
+    fillers = []
+    for _ in range(8):  # fill the accept queue (nobody accepts)
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    time.sleep(0.2)
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{port}
+    connect-timeout: 300ms
+""")
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=20)
+    assert s.recv(10) == b""
+    s.close()
+    for c in fillers:
+        c.close()
+    ls.close()
+    assert "connect to origin timed out" in f.log()
+
+
+def test_l4_sigterm_lets_open_sessions_finish(server, tcp_echo):
+    e = tcp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{e.port}
+""")
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=10)
+    s.sendall(b"before")
+    assert s.recv(100) == b"before"
+    f.proc.send_signal(15)
+    time.sleep(0.3)
+    assert f.proc.poll() is None  # still relaying the open session
+    s.sendall(b"after")
+    assert s.recv(100) == b"after"
+    s.close()
+    assert f.proc.wait(20) == 0
+
+
+BIG_HELLO = (os.path.dirname(os.path.abspath(__file__))
+             + "/../fuzz/corpus/l4_quic/big_hello_three_initials")
+
+
+def test_l4_quic_hello_across_datagrams_and_peek_timeout(server, udp_echo):
+    """A 2.6 KB ClientHello (SNI pq.example) in three Initial datagrams (made by
+    src/l4/l4_quic_test.c): all three are held, then relayed in order once the SNI is known;
+    the first alone is dropped at peek-timeout."""
+    parts = open(BIG_HELLO, "rb").read().split(b"\xff\xfe\xfd")
+    assert len(parts) == 3 and all(len(p) == 1200 for p in parts)
+    e = udp_echo(tag=b"E:")
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    peek-timeout: 300ms
+    sni:
+      - server-name: pq.example
+        target: 127.0.0.1:{e.port}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(2)
+    for p in parts:
+        c.sendto(p, ("127.0.0.1", f.port))
+    got = [c.recvfrom(65536)[0] for _ in range(3)]
+    assert got == [b"E:" + p for p in parts]
+    c.close()
+    # only the first datagram of a hello: held, then dropped at peek-timeout
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(1)
+    c.sendto(parts[0], ("127.0.0.1", f.port))
+    with pytest.raises(socket.timeout):
+        c.recvfrom(65536)
+    for _ in range(100):
+        if "QUIC ClientHello incomplete after peek-timeout" in f.log():
+            break
+        time.sleep(0.05)
+    assert "QUIC ClientHello incomplete after peek-timeout" in f.log()
+    c.close()
+
+
+def test_l4_quic_held_datagrams_bound(server, udp_echo):
+    """At most 32 datagrams are held while a flow's ClientHello is incomplete."""
+    parts = open(BIG_HELLO, "rb").read().split(b"\xff\xfe\xfd")
+    e = udp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    target: 127.0.0.1:{e.port}
+""", start=False)
+    f.start(wait_ports=[])
+    time.sleep(0.3)
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(33):
+        c.sendto(parts[0], ("127.0.0.1", f.port))
+    c.close()
+    for _ in range(100):
+        if "more than 32 datagrams before the QUIC ClientHello" in f.log():
+            break
+        time.sleep(0.05)
+    assert "more than 32 datagrams before the QUIC ClientHello was complete" in f.log()

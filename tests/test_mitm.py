@@ -576,6 +576,7 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     release = threading.Event()
+    arrived = threading.Event()
 
     class Slow(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -584,6 +585,7 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
             pass
 
         def do_GET(self):
+            arrived.set()
             release.wait(20)
             self.send_response(200)
             self.send_header("content-length", "2")
@@ -598,6 +600,9 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
         t = threading.Thread(target=lambda: results.update(
             a=curl("-x", srv.proxy, f"http://127.0.0.1:{slow.server_address[1]}/")))
         t.start()
+        # only once the slow request holds the slot: before, a request to the other origin
+        # could hold it and the slow one would be the one refused
+        assert arrived.wait(15), results
         deadline = time.time() + 10
         while time.time() < deadline:
             # the slow origin holds the only origin slot once its request is in flight
@@ -606,7 +611,7 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
             if r.stdout == b"502":
                 break
             time.sleep(0.05)
-        assert r.stdout == b"502"
+        assert r.stdout == b"502", srv.log()[-3000:]
         assert "too many origins in use" in srv.log()
         release.set()
         t.join(20)

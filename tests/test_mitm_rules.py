@@ -108,18 +108,51 @@ RULES = """\
 """
 
 
+ECHO_TLS_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {d}/err;
+pid {d}/pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/tmp_body;
+    proxy_temp_path {d}/tmp_proxy;
+    fastcgi_temp_path {d}/tmp_fastcgi;
+    uwsgi_temp_path {d}/tmp_uwsgi;
+    scgi_temp_path {d}/tmp_scgi;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{ proxy_pass http://127.0.0.1:{echo}; }}
+    }}
+}}
+"""
+
+
 @pytest.fixture(scope="module")
-def echo_tls(certs):  # noqa: F811
-    import ssl
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(certs["cert"]), str(certs["key"]))
-    ctx.set_alpn_protocols(["h2", "http/1.1"])  # the probe sees h2: the client gets h2 too
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv.server_address[1]
-    srv.shutdown()
+def echo_tls(tmp_path_factory, certs, echo):  # noqa: F811
+    """The echo origin behind a TLS origin that really speaks h2 (nginx): the probe sees h2,
+    the client is offered h2 and Ferry forwards over h2 (protocol mirroring)."""
+    from conftest import free_port, wait_port
+    d = tmp_path_factory.mktemp("nginx-echo-tls")
+    port = free_port()
+    (d / "nginx.conf").write_text(ECHO_TLS_CONF.format(d=d, port=port, echo=echo,
+                                                       cert=certs["cert"], key=certs["key"]))
+    proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(port)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("http", ["--http1.1", "--http2"])

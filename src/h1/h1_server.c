@@ -331,12 +331,15 @@ static void handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)
 
 /* `Upgrade: h2c` with HTTP2-Settings on a bodiless request, on a listener that serves h2c and
  * with nothing of ours in flight: continue in HTTP/2 (RFC 7540 §3.2). Returns true if the
- * connection was handed over. Anything else about the request keeps it on HTTP/1.1. */
+ * connection was handed over. Anything else about the request keeps it on HTTP/1.1; so does an
+ * absolute-form (proxy) request: the upgrade is for the origin, and stream 1 would lose the
+ * request's absolute URI (curl --http2 -x sends one). */
 static bool try_upgrade_h2c(h1_conn_t *c)
 {
     fy_http_ctx_t *ctx = c->ctx;
-    if (!c->req.conn_upgrade || ctx->is_tls || !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 ||
-        c->body_mode != B_NONE || output_pending(c) || c->ex.req.version < 11)
+    if (!c->req.conn_upgrade || c->ex.req.absolute_form || ctx->is_tls ||
+        !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 || c->body_mode != B_NONE ||
+        output_pending(c) || c->ex.req.version < 11)
         return false;
     const fy_headers_t *hs = &c->ex.req.headers;
     const fy_header_t *up = FY_HDR_FIND(hs, "upgrade"), *cn = FY_HDR_FIND(hs, "connection");

@@ -524,6 +524,13 @@ static void dispatch(h2_stream_t *s, bool end_stream)
         return;
     }
     if (q->method_id == FY_M_CONNECT) {
+        if (q->protocol.len == 0 && c->ctx->forward_proxy) {
+            /* classic CONNECT to a forward proxy (RFC 9113 §8.5: :authority, no :path): the
+               handler answers 2xx and the DATA both ways are the tunnel */
+            q->content_length = -1;
+            fy_exchange_dispatch(ex);
+            return;
+        }
         if (q->protocol.len == 0) {
             fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
             return;
@@ -632,7 +639,8 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         return 0;
     }
     s->ex.body_received += len;
-    if (s->ex.body_received > c->ctx->limits->max_body) {
+    /* a CONNECT tunnel's DATA are not a request body: no body-size limit */
+    if (s->ex.body_received > c->ctx->limits->max_body && s->ex.req.method_id != FY_M_CONNECT) {
         if (!s->ex.response_started)
             fy_exchange_fail(&s->ex, 413, "request body over limits.body-size");
         else

@@ -14,6 +14,7 @@
 
 #define MAX_HEAD 65536 /* a response field section we buffer at most */
 #define CTRL_MAX 4096
+#define ENC_TABLE_MAX 4096 /* our QPACK encoder's dynamic table, at most */
 
 struct fy_h3_client_stream {
     fy_h3_client_t *c; /* NULL once the connection is gone */
@@ -107,6 +108,8 @@ static void write_fields(fy_h3_client_stream_t *s, const fy_headers_t *hs)
     nghttp3_buf_init(&rb);
     nghttp3_buf_init(&eb);
     if (nghttp3_qpack_encoder_encode(c->enc, &pb, &rb, &eb, s->qs->id, nv, hs->n) == 0) {
+        if (nghttp3_buf_len(&eb) && c->qenc)
+            fy_quic_stream_write(c->qc, c->qenc, eb.pos, nghttp3_buf_len(&eb));
         frame_hdr(c, s->qs, FY_H3_HEADERS, nghttp3_buf_len(&pb) + nghttp3_buf_len(&rb));
         fy_quic_stream_write(c->qc, s->qs, pb.pos, nghttp3_buf_len(&pb));
         fy_quic_stream_write(c->qc, s->qs, rb.pos, nghttp3_buf_len(&rb));
@@ -351,10 +354,22 @@ static void response_recv(fy_h3_client_stream_t *s, const uint8_t *p, size_t n, 
 
 /* ---- control and QPACK streams ---- */
 
+/* our encoder's dynamic table: what the origin's decoder allows, at most ENC_TABLE_MAX */
+static uint64_t on_setting(void *ud, uint64_t id, uint64_t v)
+{
+    fy_h3_client_t *c = ud;
+    if (id == FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY)
+        nghttp3_qpack_encoder_set_max_dtable_capacity(c->enc,
+                                                      v < ENC_TABLE_MAX ? v : ENC_TABLE_MAX);
+    if (id == FY_H3_SETTINGS_QPACK_BLOCKED_STREAMS)
+        nghttp3_qpack_encoder_set_max_blocked_streams(c->enc, v < 100 ? v : 100);
+    return 0;
+}
+
 static void control_frame(fy_h3_client_t *c, uni_t *u)
 {
     if (u->rd.type == FY_H3_SETTINGS) {
-        uint64_t e = fy_h3_settings_parse(u->fb, u->fn, NULL, NULL);
+        uint64_t e = fy_h3_settings_parse(u->fb, u->fn, on_setting, c);
         if (e) conn_error(c, e, "bad SETTINGS");
     } else if (u->rd.type == FY_H3_GOAWAY) {
         c->goaway = true;
@@ -587,7 +602,7 @@ fy_h3_client_t *fy_h3_client_connect(fy_loop_t *loop, const struct sockaddr *sa,
     c->conf = o->conf;
     fy_list_init(&c->streams);
     const nghttp3_mem *mem = nghttp3_mem_default();
-    if (nghttp3_qpack_encoder_new(&c->enc, 0, mem) != 0 ||
+    if (nghttp3_qpack_encoder_new(&c->enc, ENC_TABLE_MAX, mem) != 0 ||
         nghttp3_qpack_decoder_new(&c->dec, 0, 0, mem) != 0) {
         if (c->enc) nghttp3_qpack_encoder_del(c->enc);
         free(c);

@@ -12,12 +12,14 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
 #include "net/sock.h"
 
 #define CTRL_FRAME_MAX 4096 /* SETTINGS/GOAWAY/... payloads we buffer on the control stream */
 #define FILE_PIECE 65536    /* DATA frame size when sending files */
+#define ENC_TABLE_MAX 4096  /* our QPACK encoder's dynamic table, at most */
 
 typedef struct h3_conn h3_conn_t;
 
@@ -79,6 +81,7 @@ struct h3_conn {
     fy_list_t streams;
     size_t nstreams;
     fy_list_t blocked;
+    nghttp3_buf pb, rb, eb; /* QPACK encoder output, reused for every field section */
 };
 
 static void conn_error(h3_conn_t *c, uint64_t code, const char *why)
@@ -109,11 +112,12 @@ static void flush_decoder(h3_conn_t *c)
 {
     size_t len = nghttp3_qpack_decoder_get_decoder_streamlen(c->dec);
     if (!len || !c->qdec) return;
-    uint8_t *tmp = fy_xmalloc(len);
+    uint8_t stack[256];
+    uint8_t *tmp = len <= sizeof stack ? stack : fy_xmalloc(len);
     nghttp3_buf b = {tmp, tmp + len, tmp, tmp};
     nghttp3_qpack_decoder_write_decoder(c->dec, &b);
     qwrite(c, c->qdec, b.pos, (size_t)(b.last - b.pos));
-    free(tmp);
+    if (tmp != stack) free(tmp);
 }
 
 /* ---- response side ---- */
@@ -161,23 +165,18 @@ static char *lower_dup(h3_stream_t *s, fy_str_t n)
 static void write_headers(h3_stream_t *s, nghttp3_nv *nv, size_t n)
 {
     h3_conn_t *c = s->c;
-    nghttp3_buf pb, rb, eb;
-    nghttp3_buf_init(&pb);
-    nghttp3_buf_init(&rb);
-    nghttp3_buf_init(&eb);
-    int r = nghttp3_qpack_encoder_encode(c->enc, &pb, &rb, &eb, s->qs->id, nv, n);
+    nghttp3_buf_reset(&c->pb);
+    nghttp3_buf_reset(&c->rb);
+    nghttp3_buf_reset(&c->eb);
+    int r = nghttp3_qpack_encoder_encode(c->enc, &c->pb, &c->rb, &c->eb, s->qs->id, nv, n);
     if (r != 0) {
         conn_error(c, FY_H3_INTERNAL_ERROR, "QPACK encoder failed");
-    } else {
-        if (nghttp3_buf_len(&eb) && c->qenc) qwrite(c, c->qenc, eb.pos, nghttp3_buf_len(&eb));
-        write_frame_hdr(c, s->qs, FY_H3_HEADERS, nghttp3_buf_len(&pb) + nghttp3_buf_len(&rb));
-        qwrite(c, s->qs, pb.pos, nghttp3_buf_len(&pb));
-        qwrite(c, s->qs, rb.pos, nghttp3_buf_len(&rb));
+        return;
     }
-    const nghttp3_mem *mem = nghttp3_mem_default();
-    nghttp3_buf_free(&pb, mem);
-    nghttp3_buf_free(&rb, mem);
-    nghttp3_buf_free(&eb, mem);
+    if (nghttp3_buf_len(&c->eb) && c->qenc) qwrite(c, c->qenc, c->eb.pos, nghttp3_buf_len(&c->eb));
+    write_frame_hdr(c, s->qs, FY_H3_HEADERS, nghttp3_buf_len(&c->pb) + nghttp3_buf_len(&c->rb));
+    qwrite(c, s->qs, c->pb.pos, nghttp3_buf_len(&c->pb));
+    qwrite(c, s->qs, c->rb.pos, nghttp3_buf_len(&c->rb));
 }
 
 #define NV(n, v, vl) ((nghttp3_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), 0})
@@ -382,9 +381,21 @@ static const fy_sink_ops_t h3_sink = {
 
 /* ---- request side ---- */
 
+static fy_pool_t *stream_pool(void)
+{
+    static __thread fy_pool_t pool;
+    if (!pool.size) fy_pool_init(&pool, sizeof(h3_stream_t), 256);
+    return &pool;
+}
+
+void fy_h3_thread_cleanup(void)
+{
+    fy_pool_drain(stream_pool());
+}
+
 static h3_stream_t *stream_new(h3_conn_t *c, fy_quic_stream_t *qs)
 {
-    h3_stream_t *s = fy_xmalloc(sizeof *s);
+    h3_stream_t *s = fy_pool_get(stream_pool());
     memset(s, 0, offsetof(h3_stream_t, arena_first));
     s->c = c;
     s->qs = qs;
@@ -416,10 +427,9 @@ static void stream_free(h3_stream_t *s)
     fy_list_remove(&s->link);
     c->nstreams--;
     fy_arena_free(&s->arena);
-    free(s->hbuf);
     free(s->pend);
     free(s->body);
-    free(s);
+    fy_pool_put(stream_pool(), s);
     if (c->nstreams == 0 && c->goaway && !c->closing) {
         c->closing = true;
         fy_quic_conn_close(c->qc, FY_H3_NO_ERROR, NULL);
@@ -586,8 +596,7 @@ static int decode_headers(h3_stream_t *s)
         return 1;
     }
     flush_decoder(c);
-    free(s->hbuf);
-    s->hbuf = NULL;
+    s->hbuf = NULL; /* arena memory */
     s->hlen = s->hoff = s->hcap = 0;
     return 0;
 }
@@ -717,7 +726,7 @@ static void request_recv(h3_stream_t *s, const uint8_t *p, size_t n, bool fin)
                     s->skip_headers = true;
                 } else {
                     s->hcap = s->rd.len ? s->rd.len : 1;
-                    s->hbuf = fy_xmalloc(s->hcap);
+                    s->hbuf = fy_arena_alloc(&s->arena, s->hcap); /* <= header-bytes */
                     s->hlen = s->hoff = 0;
                 }
             } else if (t == FY_H3_DATA) {
@@ -801,11 +810,15 @@ static void unblock_streams(h3_conn_t *c)
 static uint64_t on_setting(void *ud, uint64_t id, uint64_t v)
 {
     h3_conn_t *c = ud;
-    (void)c;
     if (id == FY_H3_SETTINGS_ENABLE_CONNECT_PROTOCOL && v > 1) return FY_H3_SETTINGS_ERROR;
     if (id == FY_H3_SETTINGS_H3_DATAGRAM && v > 1) return FY_H3_SETTINGS_ERROR;
-    /* QPACK_MAX_TABLE_CAPACITY / BLOCKED_STREAMS: our encoder uses no dynamic table, which
-       every peer must accept; MAX_FIELD_SECTION_SIZE is advisory */
+    /* our encoder's dynamic table: what the client's decoder allows, at most ENC_TABLE_MAX
+       (MAX_FIELD_SECTION_SIZE is advisory) */
+    if (id == FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY)
+        nghttp3_qpack_encoder_set_max_dtable_capacity(c->enc,
+                                                      v < ENC_TABLE_MAX ? v : ENC_TABLE_MAX);
+    if (id == FY_H3_SETTINGS_QPACK_BLOCKED_STREAMS)
+        nghttp3_qpack_encoder_set_max_blocked_streams(c->enc, v < 100 ? v : 100);
     return 0;
 }
 
@@ -974,7 +987,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     fy_list_init(&c->streams);
     fy_list_init(&c->blocked);
     const nghttp3_mem *mem = nghttp3_mem_default();
-    if (nghttp3_qpack_encoder_new(&c->enc, 0, mem) != 0 ||
+    if (nghttp3_qpack_encoder_new(&c->enc, ENC_TABLE_MAX, mem) != 0 ||
         nghttp3_qpack_decoder_new(&c->dec, (size_t)conf->qpack_table_capacity,
                                   (size_t)conf->qpack_blocked_streams, mem) != 0) {
         if (c->enc) nghttp3_qpack_encoder_del(c->enc);
@@ -1126,6 +1139,10 @@ static void app_close(void *app)
     }
     nghttp3_qpack_encoder_del(c->enc);
     nghttp3_qpack_decoder_del(c->dec);
+    const nghttp3_mem *mem = nghttp3_mem_default();
+    nghttp3_buf_free(&c->pb, mem);
+    nghttp3_buf_free(&c->rb, mem);
+    nghttp3_buf_free(&c->eb, mem);
     fy_list_remove(&c->node.link);
     ctx->nconns--;
     free(c);

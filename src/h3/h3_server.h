@@ -20,4 +20,7 @@ fy_quic_endpoint_t *fy_h3_endpoint_start(fy_http_ctx_t *ctx, fy_quic_server_t *q
  * fy_http_ctx_drain). */
 void fy_h3_endpoint_drain(fy_quic_endpoint_t *ep);
 
+/* Free the calling worker's cached stream objects (at worker exit). */
+void fy_h3_thread_cleanup(void);
+
 #endif

@@ -30,6 +30,7 @@
 #include "handler/proxy.h"
 #include "handler/socks5.h"
 #include "http/exchange.h"
+#include "net/resolve.h"
 #include "net/sock.h"
 #include "tls/mint.h"
 #include "tls/tls.h"
@@ -58,6 +59,7 @@ typedef struct mitm {
     fy_ca_t *ca;                     /* owned */
     fy_mint_t *mint;                 /* owned */
     fy_upstream_dyn_t *dyn;          /* owned */
+    fy_resolver_t *resolver;         /* owned: origins' names, off the worker threads */
     fy_proxy_conf_t pconf;           /* of the proxy handlers over ad-hoc origins */
     fy_cidr_t *allow;                /* owned */
     size_t nallow;
@@ -83,9 +85,11 @@ typedef struct tunnel_info {
     int port;
     char name[256]; /* SNI, else the CONNECT host: certificate name and origin SNI */
     bool insecure;
-    char error[400]; /* origin failure: every request gets a 502 page saying this */
-    bool origin_h2;  /* the origin chose h2 in the probe: the client is offered h2 too */
-    bool plain;      /* transparent plain HTTP: no TLS either side; host "" = use Host */
+    char error[400];     /* origin failure: every request gets a 502 page saying this */
+    bool origin_h2;      /* the origin chose h2 in the probe and the listener speaks h2: the client
+                            is offered h2 too */
+    bool origin_alpn_h2; /* the origin chose h2 in the probe: requests go to it over h2 */
+    bool plain;          /* transparent plain HTTP: no TLS either side; host "" = use Host */
 } tunnel_info_t;
 
 enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
@@ -111,8 +115,11 @@ typedef struct tunnel {
     char *c2o, *o2c;     /* relay buffers (owned) */
     size_t c2o_len, c2o_off, o2c_len, o2c_off;
     bool c_eof, o_eof, c_shut, o_shut;
-    int socks_stage;  /* enum fy_socks5_stage while state == S_SOCKS */
-    bool transparent; /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
+    int socks_stage;     /* enum fy_socks5_stage while state == S_SOCKS */
+    bool transparent;    /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
+    fy_resolve_req_t rq; /* the origin's name, while resolving */
+    void (*connected)(struct tunnel *t,
+                      const char *err); /* after connect_origin: fd in oio or err */
 } tunnel_t;
 
 static bool loops(const mitm_t *m, const struct sockaddr *sa);
@@ -179,6 +186,7 @@ static void tunnel_close(tunnel_t *t)
 {
     if (t->closed) return;
     t->closed = true;
+    fy_resolve_cancel(&t->rq);
     fy_timer_stop(t->loop, &t->timer);
     if (t->cio.fd >= 0) {
         fy_io_set(t->loop, &t->cio, 0);
@@ -213,37 +221,50 @@ static void on_timer(fy_timer_t *tm)
     tunnel_close(t);
 }
 
-static int connect_origin(tunnel_t *t, const char **err)
+static int connect_addr(tunnel_t *t, const struct sockaddr *sa, socklen_t len, const char **err)
 {
-    char port[16];
-    snprintf(port, sizeof port, "%d", t->port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-    if (getaddrinfo(t->host, port, &hints, &res) != 0 || !res) {
-        *err = "cannot resolve the host name";
-        return -1;
-    }
-    if (loops(t->m, res->ai_addr)) {
-        freeaddrinfo(res);
+    if (loops(t->m, sa)) {
         *err = "the tunnel is addressed to this proxy itself";
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        freeaddrinfo(res);
         *err = "cannot make a socket";
         return -1;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    int r = connect(fd, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    if (r < 0 && errno != EINPROGRESS) {
+    if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
         *err = "connection refused";
         close(fd);
         return -1;
     }
     t->oio.fd = fd;
     return 0;
+}
+
+static void origin_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                            const char *err)
+{
+    tunnel_t *t = q->data;
+    if (sa && connect_addr(t, sa, len, &err) == 0) err = NULL;
+    t->connected(t, err);
+}
+
+/* Resolve the tunnel's host (off this thread unless literal or cached) and start a
+ * non-blocking connect; `connected` gets the outcome (maybe before this returns). */
+static void connect_origin(tunnel_t *t, void (*connected)(tunnel_t *t, const char *err))
+{
+    t->connected = connected;
+    t->rq.cb = origin_resolved;
+    t->rq.data = t;
+    int r = fy_resolve(t->m->resolver, t->ctx->worker_id, t->loop, t->host, t->port, &t->rq);
+    if (r == 0) return; /* origin_resolved comes later */
+    if (r < 0) {
+        connected(t, t->rq.err);
+        return;
+    }
+    origin_resolved(&t->rq, (struct sockaddr *)&t->rq.addr, t->rq.addrlen, NULL);
 }
 
 /* ---- relay (plain bytes inside CONNECT, passthrough, pinned hosts) ---- */
@@ -312,10 +333,9 @@ static void relay(tunnel_t *t)
     relay_events(t);
 }
 
-static void start_relay(tunnel_t *t)
+static void relay_connected(tunnel_t *t, const char *err)
 {
-    const char *err = NULL;
-    if (connect_origin(t, &err) < 0) {
+    if (err) {
         fy_info("mitm: relay to %s:%d: %s", t->host, t->port, err);
         tunnel_close(t);
         return;
@@ -324,6 +344,13 @@ static void start_relay(tunnel_t *t)
     fy_io_set(t->loop, &t->cio, 0);
     fy_io_set(t->loop, &t->oio, EPOLLOUT);
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+}
+
+static void start_relay(tunnel_t *t)
+{
+    fy_io_set(t->loop, &t->cio, 0); /* quiet while the name resolves */
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+    connect_origin(t, relay_connected);
 }
 
 /* ---- interception ---- */
@@ -376,8 +403,8 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         tunnel_close(t);
         return;
     }
-    /* protocol mirroring: h2 to the client only when the origin speaks it (the proxy handler
-       itself talks HTTP/1.1 to origins until h2 origins land) */
+    /* protocol mirroring: h2 to the client only when the origin speaks it; the exchanges go to
+       the origin in its own protocol (forward(): an h2:// ad-hoc upstream) */
     if (fy_mint_resume(t->m->mint, t->cssl, t->info->name, t->info->origin_h2 && !why) < 0) {
         tunnel_close(t);
         return;
@@ -397,7 +424,8 @@ static void drive_probe(tunnel_t *t)
         const unsigned char *p;
         unsigned len;
         SSL_get0_alpn_selected(t->ossl, &p, &len);
-        t->info->origin_h2 = len == 2 && memcmp(p, "h2", 2) == 0 && t->ctx->h2conf;
+        t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
+        t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
         probe_remember(t->m, t->info, t->loop->now_ms);
         probe_done(t, NULL, NULL);
         return;
@@ -457,9 +485,11 @@ static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now)
     probed_t *p = &m->probed[k % PROBE_CACHE];
     p->hash = k;
     p->until_ms = now + PROBE_TTL_MS;
-    p->h2 = ti->origin_h2;
+    p->h2 = ti->origin_alpn_h2;
     pthread_mutex_unlock(&m->pin_lock);
 }
+
+static void probe_connected(tunnel_t *t, const char *err);
 
 static void start_probe(tunnel_t *t)
 {
@@ -488,12 +518,20 @@ static void start_probe(tunnel_t *t)
     bool h2;
     if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
         /* verified moments ago: the proxied requests' own TLS verifies it again */
-        ti->origin_h2 = h2;
+        ti->origin_alpn_h2 = h2;
+        ti->origin_h2 = h2 && t->ctx->h2conf;
         probe_done(t, NULL, NULL);
         return;
     }
-    const char *err = NULL;
-    if (connect_origin(t, &err) < 0) {
+    fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    connect_origin(t, probe_connected);
+}
+
+static void probe_connected(tunnel_t *t, const char *err)
+{
+    mitm_t *m = t->m;
+    tunnel_info_t *ti = t->info;
+    if (err) {
         probe_done(t, "cannot connect to the origin", err);
         return;
     }
@@ -772,6 +810,178 @@ static int split_authority(fy_str_t a, int dflt, char *host, size_t hlen, int *p
 static tunnel_t *tunnel_new(mitm_t *m, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
                             socklen_t salen);
 
+/* ---- CONNECT over HTTP/2 to the proxy ----
+ * The stream's DATA are the tunnel's bytes. A socketpair joins the stream to the ordinary
+ * fd-based tunnel code (peek, probe, forged TLS, nested codec, relay): this side pumps the
+ * request DATA into the pair and what comes out of it into response DATA, with one buffer in
+ * flight each way (flow control is the h2 windows' and the socket buffers'). */
+typedef struct h2tun {
+    fy_exchange_t *ex;
+    fy_loop_t *loop;
+    fy_io_t io;     /* our end of the pair */
+    const char *in; /* request DATA not yet written into the pair (codec's buffer) */
+    size_t in_len, in_off;
+    bool in_end, in_shut;   /* the client ended its side / we shut the pair's write side */
+    bool sending, sock_eof; /* a response slice is with the codec / the tunnel side closed */
+    bool stopped;
+    int busy;  /* inside h2tun_on_io: the exchange may end (arena reset) under us */
+    bool gone; /* it did: free when the callback unwinds */
+    char out[RELAY_BUF];
+} h2tun_t;
+
+static void h2tun_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end);
+
+static void h2tun_events(h2tun_t *h)
+{
+    uint32_t ev = 0;
+    if (!h->sending && !h->sock_eof) ev |= EPOLLIN;
+    if (h->in_off < h->in_len) ev |= EPOLLOUT;
+    fy_io_set(h->loop, &h->io, ev);
+}
+
+static void h2tun_fail(h2tun_t *h)
+{
+    if (h->stopped) return;
+    h->stopped = true;
+    fy_io_set(h->loop, &h->io, 0);
+    fy_exchange_send(h->ex, NULL, 0, FY_SEND_ERROR);
+}
+
+/* Write pending request DATA into the pair; when all is in, ask for more (or shut). */
+static void h2tun_push(h2tun_t *h)
+{
+    if (h->stopped) return;
+    while (h->in_off < h->in_len) {
+        ssize_t w = send(h->io.fd, h->in + h->in_off, h->in_len - h->in_off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) {
+            h2tun_events(h);
+            return;
+        }
+        if (w < 0) {
+            h2tun_fail(h);
+            return;
+        }
+        h->in_off += (size_t)w;
+    }
+    h->in_len = h->in_off = 0;
+    if (h->in_end) {
+        if (!h->in_shut) shutdown(h->io.fd, SHUT_WR);
+        h->in_shut = true;
+        h2tun_events(h);
+        return;
+    }
+    h2tun_events(h);
+    fy_exchange_read_body(h->ex, h2tun_on_body);
+}
+
+static void h2tun_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
+{
+    h2tun_t *h = ex->handler_data;
+    if (h->stopped) return;
+    h->in = p;
+    h->in_len = n;
+    h->in_off = 0;
+    h->in_end = end;
+    h2tun_push(h);
+}
+
+static void h2tun_pull(h2tun_t *h)
+{
+    if (h->sending || h->sock_eof || h->stopped) return;
+    ssize_t r = recv(h->io.fd, h->out, sizeof h->out, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+        h2tun_events(h);
+        return;
+    }
+    if (r < 0) {
+        h2tun_fail(h);
+        return;
+    }
+    if (r == 0) {
+        h->sock_eof = true;
+        fy_io_set(h->loop, &h->io, h->in_off < h->in_len ? EPOLLOUT : 0);
+        fy_exchange_send(h->ex, NULL, 0, FY_SEND_FINAL);
+        return;
+    }
+    h->sending = true;
+    h2tun_events(h);
+    struct iovec iov = {h->out, (size_t)r};
+    fy_exchange_send(h->ex, &iov, 1, FY_SEND_MORE);
+}
+
+static void h2tun_on_io(fy_io_t *io, uint32_t events)
+{
+    h2tun_t *h = io->data;
+    h->busy++;
+    if (events & EPOLLOUT) h2tun_push(h);
+    if (!h->stopped && !h->gone && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) h2tun_pull(h);
+    if (--h->busy == 0 && h->gone) free(h);
+}
+
+static void h2tun_proceed(fy_exchange_t *ex)
+{
+    h2tun_t *h = ex->handler_data;
+    if (!h->sending) return;
+    h->sending = false;
+    h2tun_pull(h);
+}
+
+static void h2tun_stop(fy_exchange_t *ex)
+{
+    h2tun_t *h = ex->handler_data;
+    h->stopped = true;
+    fy_io_set(h->loop, &h->io, 0);
+}
+
+static const fy_producer_ops_t h2tun_producer = {h2tun_proceed, h2tun_stop};
+
+static void h2tun_free(void *arg)
+{
+    h2tun_t *h = arg;
+    fy_io_set(h->loop, &h->io, 0);
+    close(h->io.fd); /* the tunnel side sees the end */
+    h->io.fd = -1;
+    h->stopped = true;
+    if (h->busy)
+        h->gone = true;
+    else
+        free(h);
+}
+
+static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+        fy_exchange_fail(ex, 503, "cannot make a socketpair for the tunnel");
+        return;
+    }
+    h2tun_t *h = fy_xcalloc(1, sizeof *h);
+    h->ex = ex;
+    h->loop = ex->ctx->loop;
+    h->io.fd = sv[1];
+    h->io.cb = h2tun_on_io;
+    h->io.data = h;
+    fy_arena_on_reset(ex->arena, h2tun_free, h);
+    tunnel_t *t = tunnel_new(m, ex->ctx, sv[0], ex->remote, sizeof(struct sockaddr_storage));
+    snprintf(t->host, sizeof t->host, "%s", host);
+    t->port = port;
+    t->state = S_PEEK;
+    fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    if (fy_io_set(t->loop, &t->cio, EPOLLIN) < 0) {
+        tunnel_close(t);
+        fy_exchange_fail(ex, 503, "cannot watch the tunnel");
+        return;
+    }
+    ex->handler_data = h;
+    ex->res.status = 200;
+    ex->res.content_length = -1;
+    fy_exchange_start_response(ex, &h2tun_producer);
+    h->sending = true;                           /* until proceed: then the pair is read */
+    fy_exchange_send(ex, NULL, 0, FY_SEND_MORE); /* the 200 opens the tunnel */
+    if (!h->stopped) fy_exchange_read_body(ex, h2tun_on_body);
+}
+
 static void connect_start(mitm_t *m, fy_exchange_t *ex)
 {
     char host[256];
@@ -780,8 +990,12 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
         return;
     }
+    if (ex->req.protocol.len) {
+        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
+        return;
+    }
     if (!ex->sink->detach) {
-        fy_exchange_fail(ex, 501, "CONNECT is intercepted on HTTP/1.1 client connections only");
+        h2_connect_start(m, ex, host, port);
         return;
     }
     char *pre = fy_xmalloc(RELAY_BUF);
@@ -1045,18 +1259,8 @@ void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen
         memcpy(&m->own[m->nown++], sa, len);
 }
 
-static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
+static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
 {
-    mitm_t *m = ud;
-    bool created = false;
-    const char *err = NULL;
-    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_get(m->dyn, ex->ctx->worker_id, t->host, t->port,
-                                                     t->tls, t->sni, t->insecure, &created, &err);
-    if (!e) {
-        fy_info("mitm: %s:%d: %s", t->host, t->port, err);
-        fy_exchange_fail(ex, 502, err);
-        return;
-    }
     const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
     if (loops(m, (const struct sockaddr *)&sv->addr)) {
         fy_exchange_fail(ex, 508, "the request is addressed to this proxy itself");
@@ -1069,10 +1273,95 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     ph->ops->on_request(ph, ex);
 }
 
-static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls,
+/* An exchange whose origin's name is being resolved (in its arena). */
+typedef struct pending {
+    fy_resolve_req_t q;
+    mitm_t *m;
+    fy_exchange_t *ex;
+    fy_mitm_target_t t; /* strings copied into the arena */
+} pending_t;
+
+static void dns_failed(fy_exchange_t *ex, const char *err)
+{
+    fy_info("mitm: %s", err);
+    char *body = fy_arena_alloc(ex->arena, 600);
+    int n = snprintf(body, 600, "502 Bad Gateway: %s\n", err);
+    ex->error = "origin host name did not resolve";
+    fy_exchange_respond(ex, 502, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+static void go_addr(pending_t *p, const struct sockaddr *sa, socklen_t len)
+{
+    const char *err = NULL;
+    const fy_mitm_target_t *t = &p->t;
+    fy_upstream_dyn_entry_t *e =
+        fy_upstream_dyn_add(p->m->dyn, p->ex->ctx->worker_id, t->host, t->port, t->tls, t->h2,
+                            t->sni, t->insecure, sa, len, &err);
+    if (!e) {
+        fy_info("mitm: %s:%d: %s", t->host, t->port, err);
+        fy_exchange_fail(p->ex, 502, err);
+        return;
+    }
+    go_entry(p->m, p->ex, e);
+}
+
+static void go_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                        const char *err)
+{
+    pending_t *p = q->data;
+    if (!sa) {
+        dns_failed(p->ex, err);
+        return;
+    }
+    go_addr(p, sa, len);
+}
+
+static void pending_cancel(void *arg)
+{
+    fy_resolve_cancel(&((pending_t *)arg)->q);
+}
+
+static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
+{
+    mitm_t *m = ud;
+    fy_upstream_dyn_entry_t *e = fy_upstream_dyn_find(m->dyn, ex->ctx->worker_id, t->host, t->port,
+                                                      t->tls, t->h2, t->sni, t->insecure);
+    if (e) {
+        go_entry(m, ex, e);
+        return;
+    }
+    pending_t *p = fy_arena_calloc(ex->arena, sizeof *p);
+    p->m = m;
+    p->ex = ex;
+    p->t = *t;
+    size_t hl = strlen(t->host) + 1;
+    char *h = fy_arena_alloc(ex->arena, hl);
+    memcpy(h, t->host, hl);
+    p->t.host = h;
+    if (t->sni) {
+        size_t sl = strlen(t->sni) + 1;
+        char *s = fy_arena_alloc(ex->arena, sl);
+        memcpy(s, t->sni, sl);
+        p->t.sni = s;
+    }
+    p->q.cb = go_resolved;
+    p->q.data = p;
+    int r = fy_resolve(m->resolver, ex->ctx->worker_id, ex->ctx->loop, p->t.host, p->t.port, &p->q);
+    if (r < 0) {
+        dns_failed(ex, p->q.err);
+        return;
+    }
+    if (r == 1) {
+        go_addr(p, (struct sockaddr *)&p->q.addr, p->q.addrlen);
+        return;
+    }
+    fy_arena_on_reset(ex->arena, pending_cancel, p);
+}
+
+static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bool tls, bool h2,
                     const char *sni, bool insecure)
 {
-    fy_mitm_target_t t = {host, port, tls, sni, insecure};
+    fy_mitm_target_t t = {host, port, tls, sni, insecure, h2};
     capture_begin(m, ex);
     if (m->any_hook && fy__mitm_hooks_begin(&m->hooks, ex)) return; /* answered: ex may be gone */
     fy__mitm_rules_run(m->rules, ex, &t, go, m);
@@ -1140,10 +1429,10 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
                 fy_exchange_fail(ex, 400, "no usable Host for a transparent request");
                 return;
             }
-            forward(m, ex, host, port, false, NULL, false);
+            forward(m, ex, host, port, false, false, NULL, false);
             return;
         }
-        forward(m, ex, ti->host, ti->port, true, ti->name, ti->insecure);
+        forward(m, ex, ti->host, ti->port, true, ti->origin_alpn_h2, ti->name, ti->insecure);
         return;
     }
     if (!client_allowed(m, ex->remote)) {
@@ -1173,7 +1462,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         return;
     }
     bool insecure = fy_host_list_match(&m->conf->insecure, host);
-    forward(m, ex, host, port, tls, NULL, insecure);
+    forward(m, ex, host, port, tls, false, NULL, insecure);
 }
 
 /* ---- setup ---- */
@@ -1188,6 +1477,7 @@ static void destroy(fy_handler_t *h)
 {
     mitm_t *m = (mitm_t *)h;
     fy_upstream_dyn_free(m->dyn);
+    fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
@@ -1212,6 +1502,7 @@ void fy_mitm_worker_close(fy_handler_t *h, int w)
 {
     mitm_t *m = (mitm_t *)h;
     fy_upstream_dyn_worker_close(m->dyn, w);
+    fy_resolver_worker_close(m->resolver, w);
 }
 
 static const fy_handler_ops_t mitm_ops = {"mitm", on_request, destroy};
@@ -1288,6 +1579,9 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     }
     m->dyn = fy_upstream_dyn_new(nworkers, (size_t)conf->max_origins, conf->upstream_ca,
                                  conf->connect_timeout_ms, free_proxy);
+    m->resolver =
+        fy_resolver_new(nworkers, (int)conf->resolver_threads, (size_t)conf->resolve_cache,
+                        conf->resolve_ttl_ms, conf->resolve_timeout_ms);
     m->pconf.preserve_host = true;
     m->pconf.forwarded = false; /* an interceptor is invisible: no X-Forwarded-* */
     m->allow = fy_xcalloc(conf->allow.n ? conf->allow.n : 1, sizeof *m->allow);

@@ -63,6 +63,10 @@ typedef struct fy_intercept_conf {
     bool cert_disk;                /* `cert-disk-cache`: also keep them under ca-dir/leaves */
     int64_t max_origins;           /* `max-origins`: ad-hoc origins per worker (LRU) */
     uint64_t connect_timeout_ms;   /* `connect-timeout`: origin connect + TLS, client handshake */
+    uint64_t resolve_timeout_ms;   /* `resolve-timeout`: an origin's name, then 502 */
+    int64_t resolve_cache;         /* `resolve-cache`: names kept (0: none) */
+    uint64_t resolve_ttl_ms;       /* `resolve-ttl` */
+    int64_t resolver_threads;      /* `resolver-threads` */
     uint64_t tunnel_idle_ms;       /* `tunnel-idle-timeout`: relayed tunnels with no traffic */
     char *forward;                 /* `forward`: host:port all transparent traffic goes to */
     char *generic_cert;            /* `generic-certificate`: name forged for no-SNI clients */

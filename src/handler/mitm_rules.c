@@ -618,6 +618,7 @@ void fy__mitm_rules_run(fy_mitm_rules_t *r, fy_exchange_t *ex, const fy_mitm_tar
             target.tls = rt->map_tls;
             target.sni = NULL;
             target.insecure = false;
+            target.h2 = false; /* another origin: its ALPN was never probed */
             char *a = fy_arena_alloc(ex->arena, 300);
             int n = snprintf(a, 300, "%s:%d", rt->map_host, rt->map_port);
             ex->req.authority = fy_str(a, (size_t)n);

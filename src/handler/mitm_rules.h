@@ -23,6 +23,7 @@ typedef struct fy_mitm_target {
     bool tls;
     const char *sni; /* NULL: host */
     bool insecure;
+    bool h2; /* the origin speaks HTTP/2 (its ALPN in the probe): forward over h2 */
 } fy_mitm_target_t;
 
 /* Apply the rules to `ex` bound for `t` (host for matching: t->host). When the request was

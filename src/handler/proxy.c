@@ -16,6 +16,7 @@
 
 #include "h1/h1_resp.h"
 #include "h2/h2_client.h"
+#include "h3/h3_client.h"
 #include "http/exchange.h"
 #include "net/sock.h"
 
@@ -76,8 +77,13 @@ typedef struct proxy_req {
     fy_origin_h2_t *hs;         /* held session */
     fy_h2_client_stream_t *st;  /* our stream (released in drop_origin) */
     fy_origin_h2_waiter_t wait; /* while the session connects */
-    char *rb;                   /* ring of response bytes: a pool chunk, or malloc */
-    size_t rb_cap;              /* the content length when smaller, else the stream window */
+    /* h3:// origins reuse the h2 path (same stream contract) with these instead */
+    bool h3;
+    fy_origin_h3_t *hs3;
+    fy_h3_client_stream_t *st3;
+    fy_origin_h3_waiter_t wait3;
+    char *rb;      /* ring of response bytes: a pool chunk, or malloc */
+    size_t rb_cap; /* the content length when smaller, else the stream window */
     size_t rb_head, rb_count;
     bool rb_pooled;
     bool h2_end;    /* the origin's END_STREAM arrived */
@@ -93,13 +99,16 @@ typedef struct proxy_req {
  * this many times more than `retries`: an origin rotating connections (nginx after
  * keepalive_requests) refuses whole batches, and under load one request can be caught by
  * several GOAWAYs in a row (3 was not enough with 40 requests in flight and 20 per
- * connection). Bounded, so an origin that refuses everything still gets a 502. */
-#define FY_PROXY_REFUSED_EXTRA 8
+ * connection; 8 failed about one run in five under a loaded machine, because the order in
+ * which a GOAWAY's refused streams come back is arbitrary). So a refused request also waits
+ * ahead of the others for the next connection (waiter priority = refusals), which takes the
+ * lowest stream ids there. Bounded, so an origin that refuses everything still gets a 502. */
+#define FY_PROXY_REFUSED_EXTRA 16
 
 static void attempt(proxy_req_t *pr);
 static void do_write(proxy_req_t *pr);
 static void do_read(proxy_req_t *pr);
-static void deliver(proxy_req_t *pr);
+static bool deliver(proxy_req_t *pr);
 
 /* ---- helpers ---- */
 
@@ -336,15 +345,23 @@ static void set_timer(proxy_req_t *pr, int kind)
 static void drop_origin(proxy_req_t *pr, bool reusable)
 {
     if (pr->h2) {
-        fy_origin_h2_cancel_wait(&pr->wait);
-        if (pr->st) fy_h2_client_release(pr->st);
-        pr->st = NULL;
+        if (pr->h3) {
+            fy_origin_h3_cancel_wait(&pr->wait3);
+            if (pr->st3) fy_h3_client_release(pr->st3);
+            pr->st3 = NULL;
+        } else {
+            fy_origin_h2_cancel_wait(&pr->wait);
+            if (pr->st) fy_h2_client_release(pr->st);
+            pr->st = NULL;
+        }
         if (pr->inflight) {
             fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
             pr->inflight = false;
         }
         if (pr->hs) fy_origin_h2_release(pr->hs);
         pr->hs = NULL;
+        if (pr->hs3) fy_origin_h3_release(pr->hs3);
+        pr->hs3 = NULL;
         return;
     }
     if (!pr->oc) return;
@@ -641,12 +658,14 @@ static void finish(proxy_req_t *pr, const char *p, size_t n)
     fy_exchange_send(pr->ex, &iov, n ? 1 : 0, FY_SEND_FINAL);
 }
 
-static void deliver(proxy_req_t *pr)
+/* Returns true when the response was finished: the exchange (and pr, in its arena) may be
+ * gone. */
+static bool deliver(proxy_req_t *pr)
 {
-    if (pr->res_sending || pr->finished || pr->stopped) return;
+    if (pr->res_sending || pr->finished || pr->stopped) return false;
     if (pr->rstate == R_DONE) {
         finish(pr, NULL, 0);
-        return;
+        return true;
     }
     size_t avail = pr->ilen - pr->ipos;
     const char *p = pr->ibuf + pr->ipos;
@@ -665,7 +684,7 @@ static void deliver(proxy_req_t *pr)
                                  pr->ex->ctx->limits->max_header_bytes, on_chunk, on_trailer, pr);
         if (r < 0) {
             origin_failed(pr, 502, "invalid chunked body from the origin", true);
-            return;
+            return true;
         }
         take = pr->dec_out - pr->ipos;
         /* the decoded bytes sit at ipos; the undecoded rest starts at ipos + consumed */
@@ -680,7 +699,7 @@ static void deliver(proxy_req_t *pr)
         pr->rstate = R_DONE;
         pr->ipos += pr->sending_len;
         finish(pr, p, take);
-        return;
+        return true;
     }
     if (take == 0) {
         /* need more from the origin; keep a partial chunk line, drop what is consumed */
@@ -693,12 +712,13 @@ static void deliver(proxy_req_t *pr)
             pr->ipos = pr->ilen = 0;
         }
         update_interest(pr);
-        return;
+        return false;
     }
     pr->res_sending = true;
     update_interest(pr); /* no reading while the client holds our buffer */
     struct iovec iov = {(void *)p, take};
     fy_exchange_send(pr->ex, &iov, 1, FY_SEND_MORE);
+    return false;
 }
 
 static void h2_proceed(proxy_req_t *pr);
@@ -716,8 +736,8 @@ static void proceed(fy_exchange_t *ex)
     pr->sending_len = 0;
     if (pr->ipos >= pr->ilen) pr->ipos = pr->ilen = 0;
     set_timer(pr, T_IDLE);
-    deliver(pr);
-    if (!pr->finished && !pr->res_sending && pr->oc) do_read(pr);
+    if (deliver(pr)) return; /* pr may be gone */
+    if (!pr->res_sending && pr->oc) do_read(pr);
 }
 
 static void stop(fy_exchange_t *ex)
@@ -804,7 +824,7 @@ static void do_read(proxy_req_t *pr)
             }
         }
         set_timer(pr, T_IDLE);
-        deliver(pr);
+        if (deliver(pr)) return; /* finished: the exchange and pr may be gone */
     }
     update_interest(pr);
 }
@@ -1018,6 +1038,7 @@ static void h2_proceed(proxy_req_t *pr)
         pr->rb_count -= n;
         if (pr->rb_count == 0) pr->rb_head = 0;
         if (pr->st) fy_h2_client_consume(pr->st, n); /* the origin may send as much again */
+        if (pr->st3) fy_h3_client_consume(pr->st3, n);
     }
     if (!pr->h2_end) set_timer(pr, T_IDLE);
     h2_deliver(pr);
@@ -1073,12 +1094,14 @@ static void h2_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         pr->sending_len = 0;
         fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
         if (pr->st) fy_h2_client_resume(pr->st); /* the client's bytes may flow now */
+        if (pr->st3) fy_h3_client_resume(pr->st3);
         return;
     }
     if (pr->tunnel) {
         /* refused upgrade: an ordinary response; nothing of the client's goes on */
         pr->q_end = true;
         if (pr->st) fy_h2_client_resume(pr->st);
+        if (pr->st3) fy_h3_client_resume(pr->st3);
     }
     if (ex->req.method_id == FY_M_HEAD)
         ex->res.content_length = cl;
@@ -1114,8 +1137,10 @@ static void h2_on_data(void *ud, const char *p, size_t n)
         }
     }
     if (pr->rb_count + n > pr->rb_cap) { /* the window (or content length) bounds it */
-        fy_h2_client_release(pr->st);
+        if (pr->st) fy_h2_client_release(pr->st);
         pr->st = NULL;
+        if (pr->st3) fy_h3_client_release(pr->st3);
+        pr->st3 = NULL;
         drop_origin(pr, false);
         pr->finished = true;
         fy_exchange_fail(pr->ex, 502, "origin overran the stream window");
@@ -1180,6 +1205,7 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
     pr->qn = n;
     pr->q_end = end;
     if (!pr->in_read_body && pr->st) fy_h2_client_resume(pr->st);
+    if (!pr->in_read_body && pr->st3) fy_h3_client_resume(pr->st3);
 }
 
 static ssize_t h2_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
@@ -1248,6 +1274,74 @@ static void h2_session_ready(fy_origin_h2_waiter_t *wt, fy_origin_h2_t *s, const
     h2_start(pr, s);
 }
 
+/* ---- HTTP/3 origins: the h2 path above on an h3 client stream (upstream_h3.c) ---- */
+
+static void h3_on_error(void *ud, int kind, uint64_t code, const char *why)
+{
+    /* FY_H3C_* and FY_H2C_* kinds have the same values */
+    h2_on_error(ud, kind, (uint32_t)code, why);
+}
+
+static const fy_h3_client_stream_ops_t h3_stream_ops = {h2_on_head, h2_on_data, h2_on_end,
+                                                        h3_on_error, h2_read_body};
+
+static void h3_start(proxy_req_t *pr, fy_origin_h3_t *s)
+{
+    pr->hs3 = s;
+    fy_headers_t hs;
+    build_h2_head(pr, &hs); /* the same fields: pseudo-headers first, lowercase names */
+    bool has_body = pr->tunnel || pr->ex->req.content_length != 0;
+    pr->st3 = fy_h3_client_submit(fy_origin_h3_client(s), &hs, has_body, pr->ex->arena,
+                                  &h3_stream_ops, pr);
+    if (!pr->st3) {
+        origin_failed(pr, 502, "cannot open a stream to the origin", false);
+        return;
+    }
+    pr->sent_us = now_us();
+    set_timer(pr, T_FIRST_BYTE);
+}
+
+static void h3_conn_ready(fy_origin_h3_waiter_t *wt, fy_origin_h3_t *s, const char *err)
+{
+    proxy_req_t *pr = fy_container_of(wt, proxy_req_t, wait3);
+    if (!s) {
+        origin_failed(pr, 502, err ? err : "origin connect failed", true);
+        return;
+    }
+    h3_start(pr, s);
+}
+
+static void attempt_h3(proxy_req_t *pr)
+{
+    fy_upstream_t *up = pr->ph->up;
+    pr->h2 = pr->h3 = true;
+    pr->reused_conn = false;
+    pr->h2_head = pr->h2_end = false;
+    pr->rb_head = pr->rb_count = 0;
+    pr->wait3.cb = h3_conn_ready;
+    fy_upstream_inflight(up, pr->worker, pr->server, 1);
+    pr->inflight = true;
+    bool ready = false;
+    const char *err = "origin connect failed";
+    fy_origin_h3_t *s =
+        fy_origin_h3_acquire(up, pr->worker, pr->server, pr->loop, &pr->wait3, &ready, &err);
+    if (ready) {
+        h3_start(pr, s);
+        return;
+    }
+    if (!pr->wait3.s) { /* not even a socket */
+        fy_upstream_inflight(up, pr->worker, pr->server, -1);
+        pr->inflight = false;
+        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
+        if (retryable(pr)) {
+            attempt(pr);
+            return;
+        }
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 502, err);
+    }
+}
+
 static void attempt_h2(proxy_req_t *pr)
 {
     fy_upstream_t *up = pr->ph->up;
@@ -1256,6 +1350,7 @@ static void attempt_h2(proxy_req_t *pr)
     pr->h2_head = pr->h2_end = false;
     pr->rb_head = pr->rb_count = 0;
     pr->wait.cb = h2_session_ready;
+    pr->wait.priority = pr->refusals; /* refused before: first in line on the next connection */
     fy_upstream_inflight(up, pr->worker, pr->server, 1);
     pr->inflight = true;
     bool ready = false;
@@ -1294,11 +1389,16 @@ static void attempt(proxy_req_t *pr)
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
     pr->tried |= 1ull << (pr->server & 63);
     pr->sent_any = false;
+    if (((const fy_upstream_server_conf_t *)fy_upstream_conf(up)->servers.v)[pr->server].h3) {
+        attempt_h3(pr);
+        return;
+    }
     if (((const fy_upstream_server_conf_t *)fy_upstream_conf(up)->servers.v)[pr->server].h2) {
+        pr->h3 = false;
         attempt_h2(pr);
         return;
     }
-    pr->h2 = false;
+    pr->h2 = pr->h3 = false;
     pr->req_chunked = false;
     pr->rstate = R_HEAD;
     pr->ilen = pr->ipos = 0;

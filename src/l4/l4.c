@@ -14,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "l4/l4_conf.h"
 #include "l4/l4_hello.h"
 #include "l4/l4_int.h"
@@ -23,7 +24,7 @@
 #include "tls/tls.h"
 
 #define PIPE_CHUNK 65536
-#define BUF_SIZE 16384
+#define BUF_SIZE FY_CHUNK_SIZE
 
 enum { S_PROXY_HDR, S_PEEK, S_HANDSHAKE, S_CONNECT, S_RELAY };
 
@@ -36,9 +37,11 @@ typedef struct end {
 
 /* one direction: bytes from `src` to `dst` */
 typedef struct dir {
-    int pipe[2]; /* splice mode */
+    int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
     size_t inpipe;
-    uint8_t *buf; /* buffer mode (TLS on the client side): BUF_SIZE */
+    bool use_pipe;
+    uint8_t *buf; /* a pooled chunk while bytes are in flight: small messages (and everything
+                     with TLS) go through it; an idle direction holds none */
     size_t off, len;
     bool eof;  /* src ended */
     bool shut; /* dst half-closed after eof */
@@ -51,7 +54,7 @@ typedef struct tcp_sess {
     end_t c, o;
     dir_t up, down; /* up: client -> origin */
     int state;
-    bool splice;
+    bool splice; /* both ends plain: a direction moving bulk switches to splice(2) */
     bool closed;
     fy_timer_t timer;
     fy_defer_t defer;
@@ -70,7 +73,7 @@ typedef struct tcp_sess {
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
-static void relay(tcp_sess_t *s);
+static void relay(tcp_sess_t *s, bool up, bool down);
 static void start_connect(tcp_sess_t *s);
 static void do_peek(tcp_sess_t *s);
 
@@ -200,6 +203,7 @@ void fy_l4_free(fy_l4_t *l4)
         for (size_t i = 0; wk->wls && i < l4->nls; i++) {
             if (wk->wls[i].io.fd >= 0) close(wk->wls[i].io.fd);
             free(wk->wls[i].hash);
+            free(wk->wls[i].cids);
         }
         free(wk->wls);
         free(wk->rx);
@@ -296,7 +300,7 @@ static void dir_free(dir_t *d)
     if (d->pipe[0] >= 0) close(d->pipe[0]);
     if (d->pipe[1] >= 0) close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
-    free(d->buf);
+    if (d->buf) fy_pool_put(fy_chunk_pool(), d->buf);
     d->buf = NULL;
 }
 
@@ -386,7 +390,7 @@ static void do_proxy_hdr(tcp_sess_t *s)
             return;
         }
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s);
+        relay(s, true, true);
     } else {
         start_connect(s);
     }
@@ -452,7 +456,7 @@ static void do_peek(tcp_sess_t *s)
         }
         set_events(s, &s->c, EPOLLIN);
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s);
+        relay(s, true, true);
         return;
     }
     start_connect(s);
@@ -476,10 +480,7 @@ static void on_origin_ready(tcp_sess_t *s)
 {
     fy__l4_worker_t *w = s->wl->w;
     const fy_l4_conf_t *c = s->wl->l->conf;
-    if (s->up_grp) {
-        fy_upstream_report(s->up_grp, w->id, s->server, true, w->loop->now_ms);
-        fy_upstream_inflight(s->up_grp, w->id, s->server, 1);
-    }
+    if (s->up_grp) fy_upstream_report(s->up_grp, w->id, s->server, true, w->loop->now_ms);
     if (c->proxy_protocol != FY_L4_PP_OFF) {
         s->pplen =
             fy_l4_proxy_build(c->proxy_protocol == FY_L4_PP_V1 ? 1 : 2, (struct sockaddr *)&s->peer,
@@ -491,25 +492,10 @@ static void on_origin_ready(tcp_sess_t *s)
         }
     }
     s->state = S_RELAY;
+    if (s->up_grp) fy_upstream_inflight(s->up_grp, w->id, s->server, 1); /* -1 in sess_close */
     s->splice = !s->terminate;
-    dir_t *d[2] = {&s->up, &s->down};
-    for (int i = 0; i < 2; i++) {
-        if (s->splice) {
-            if (pipe2(d[i]->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
-                fy_error("l4 %s: pipe2: %s", c->name, strerror(errno));
-                sess_close(s, "pipe2 failed");
-                return;
-            }
-        } else {
-            d[i]->buf = malloc(BUF_SIZE);
-            if (!d[i]->buf) {
-                sess_close(s, "out of memory");
-                return;
-            }
-        }
-    }
     fy_timer_start(w->loop, &s->timer, c->idle_timeout_ms);
-    relay(s);
+    relay(s, true, true);
 }
 
 static void on_connected(tcp_sess_t *s)
@@ -583,7 +569,7 @@ static void start_connect(tcp_sess_t *s)
 
 static bool pending(const tcp_sess_t *s, const dir_t *d)
 {
-    return s->splice ? d->inpipe > 0 : d->len > d->off;
+    return d->inpipe > 0 || d->len > d->off;
 }
 
 static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
@@ -592,17 +578,29 @@ static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
     return t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN;
 }
 
+/* An empty buffer goes back to the pool: idle sessions hold no chunk. */
+static void release_buf(dir_t *d)
+{
+    if (d->buf && d->len == d->off) {
+        fy_pool_put(fy_chunk_pool(), d->buf);
+        d->buf = NULL;
+        d->len = d->off = 0;
+    }
+}
+
 /* Move bytes src -> dst until something would block. Returns 1 on progress, 0 none, -1 on a
  * fatal error. */
 static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
 {
     int progress = 0;
+    bool drained = false; /* a plain socket gave less than asked: wait for epoll */
     d->wait_src = d->wait_dst = 0;
     if (d->shut) return 0;
     for (;;) {
         if (pending(s, d)) {
             ssize_t n;
-            if (s->splice) {
+            bool from_pipe = d->inpipe > 0;
+            if (from_pipe) {
                 n = splice(d->pipe[0], NULL, dst->io.fd, NULL, d->inpipe,
                            SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
                 if (n < 0) n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
@@ -616,15 +614,21 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
                 return progress;
             }
             progress = 1;
-            if (s->splice)
+            if (from_pipe)
                 d->inpipe -= (size_t)n;
             else if ((d->off += (size_t)n) == d->len)
                 d->off = d->len = 0;
             continue;
         }
         if (d->eof) break;
+        if (drained) { /* saves the read that would only say EAGAIN (level-triggered) */
+            d->wait_src = EPOLLIN;
+            release_buf(d);
+            return progress;
+        }
         ssize_t n;
-        if (s->splice) {
+        if (!d->use_pipe && !d->buf) d->buf = fy_pool_get(fy_chunk_pool());
+        if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (n == 0)
@@ -642,13 +646,19 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
         if (n < 0) return -1;
         if (n == 0) {
             d->wait_src = want_ev(src->t, EPOLLIN);
+            release_buf(d);
             return progress;
         }
         progress = 1;
-        if (s->splice)
+        drained = !src->t->is_tls && (size_t)n < (d->use_pipe ? (size_t)PIPE_CHUNK : BUF_SIZE);
+        if (d->use_pipe) {
             d->inpipe = (size_t)n;
-        else
+        } else {
             d->len = (size_t)n;
+            /* bulk: zero-copy from now on (small messages cost less through the buffer) */
+            if (s->splice && n == BUF_SIZE && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
+                d->use_pipe = true;
+        }
     }
     /* src ended and everything was written: pass the half-close on */
     if (d->eof && !pending(s, d) && !d->shut) {
@@ -658,19 +668,22 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
     return progress;
 }
 
-static void relay(tcp_sess_t *s)
+/* Pump the directions an event concerns (both when TLS is on the client side: a TLS read
+   may wait for writability). */
+static void relay(tcp_sess_t *s, bool up, bool down)
 {
     if (s->state == S_HANDSHAKE) {
         do_handshake(s);
         return;
     }
     if (s->state != S_RELAY) return;
-    int a = pump(s, &s->up, &s->c, &s->o);
+    if (!s->splice) up = down = true;
+    int a = up ? pump(s, &s->up, &s->c, &s->o) : 0;
     if (a < 0) {
         sess_close(s, "client side error");
         return;
     }
-    int b = pump(s, &s->down, &s->o, &s->c);
+    int b = down ? pump(s, &s->down, &s->o, &s->c) : 0;
     if (b < 0) {
         sess_close(s, "origin side error");
         return;
@@ -695,7 +708,7 @@ static void on_client_io(fy_io_t *io, uint32_t ev)
         do_peek(s);
         break;
     default:
-        relay(s);
+        relay(s, ev & (EPOLLIN | EPOLLHUP | EPOLLERR), ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
     }
 }
 
@@ -705,7 +718,7 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
     if (s->state == S_CONNECT)
         on_connected(s);
     else
-        relay(s);
+        relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR), ev & (EPOLLIN | EPOLLHUP | EPOLLERR));
 }
 
 static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, socklen_t sl,

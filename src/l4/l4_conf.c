@@ -271,8 +271,10 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
     {.key = "upstream",
      .type = FY_CT_STRING,
      .offset = L(to) + offsetof(fy_l4_target_t, upstream),
-     .doc = "Name of an `upstreams:` group (balancing, passive and active health) instead of "
-            "`target`; the servers' URL scheme is ignored at layer 4."},
+     .doc = "Name of an `upstreams:` group instead of `target`: its balancing and passive "
+            "health (failed connects eject a server) apply; the servers' URL scheme is ignored "
+            "at layer 4. Its `health-check:` probes are HTTP requests: use them only for "
+            "servers that also answer HTTP."},
     {.key = "sni",
      .type = FY_CT_TABLE_LIST,
      .offset = L(sni),

@@ -34,7 +34,9 @@ typedef struct fy__l4_wl {
     size_t nsessions;
     fy__l4_udp_sess_t **hash; /* owned: client address -> session (UDP) */
     size_t hmask;
-    uint64_t dropped; /* datagrams dropped: table full, unknown flow, bad Initial */
+    fy__l4_udp_sess_t **cids; /* owned: server connection ID -> QUIC session (same size) */
+    uint32_t cid_lens;        /* bit L set: some server CID of length L is in `cids` */
+    uint64_t dropped;         /* datagrams dropped: table full, unknown flow, bad Initial */
 } fy__l4_wl_t;
 
 struct fy__l4_worker {

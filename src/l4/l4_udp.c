@@ -37,6 +37,13 @@ struct fy__l4_udp_sess {
     fy_quic_crypto_t crypto;
     uint8_t *q; /* owned: held datagrams, each [len:2][bytes] */
     size_t qlen, qn;
+    /* QUIC: the connection ID the origin chose (the SCID of its first long-header reply);
+       clients address the connection by it, so a client whose address changed (NAT
+       rebinding) is found again by it */
+    fy__l4_udp_sess_t *cnext;
+    uint8_t scid[FY_QUIC_CID_MAX];
+    size_t scid_len;
+    uint32_t cid_hash;
 };
 
 static uint32_t addr_hash(const struct sockaddr_storage *a, socklen_t len)
@@ -45,6 +52,13 @@ static uint32_t addr_hash(const struct sockaddr_storage *a, socklen_t len)
     uint32_t h = 2166136261u;
     size_t n = a->ss_family == AF_INET ? sizeof(struct sockaddr_in) : len;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static uint32_t cid_hash(const uint8_t *cid, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++) h = (h ^ cid[i]) * 16777619u;
     return h;
 }
 
@@ -72,7 +86,12 @@ void fy__l4_udp_init(fy__l4_wl_t *wl)
     size_t want = (size_t)wl->l->conf->max_sessions, n = 16;
     while (n < want && n < HASH_MAX) n <<= 1;
     wl->hash = calloc(n, sizeof *wl->hash);
-    wl->hmask = wl->hash ? n - 1 : 0;
+    wl->cids = calloc(n, sizeof *wl->cids);
+    wl->hmask = wl->hash && wl->cids ? n - 1 : 0;
+    if (!wl->cids) {
+        free(wl->hash);
+        wl->hash = NULL;
+    }
     if (!wl->w->rx) wl->w->rx = malloc((size_t)BATCH * DGRAM_MAX);
 }
 
@@ -97,6 +116,11 @@ static void sess_close(fy__l4_udp_sess_t *s, const char *why)
     fy__l4_udp_sess_t **pp = &wl->hash[s->hash & wl->hmask];
     while (*pp && *pp != s) pp = &(*pp)->hnext;
     if (*pp) *pp = s->hnext;
+    if (s->scid_len) {
+        pp = &wl->cids[s->cid_hash & wl->hmask];
+        while (*pp && *pp != s) pp = &(*pp)->cnext;
+        if (*pp) *pp = s->cnext;
+    }
     fy_quic_crypto_free(&s->crypto);
     free(s->q);
     s->q = NULL;
@@ -118,6 +142,55 @@ static void on_timer(fy_timer_t *t)
     sess_close(s, s->peeking ? "peek timeout" : "idle timeout");
 }
 
+/* The origin's first long-header reply names the connection ID clients will use. */
+static void learn_cid(fy__l4_udp_sess_t *s, const uint8_t *d, size_t len)
+{
+    fy_quic_hdr_t h;
+    if (fy_quic_parse_hdr(d, len, &h) < 0 || !h.is_long || h.scid_len == 0) return;
+    fy__l4_wl_t *wl = s->wl;
+    memcpy(s->scid, h.scid, h.scid_len);
+    s->scid_len = h.scid_len;
+    s->cid_hash = cid_hash(h.scid, h.scid_len);
+    s->cnext = wl->cids[s->cid_hash & wl->hmask];
+    wl->cids[s->cid_hash & wl->hmask] = s;
+    wl->cid_lens |= 1u << h.scid_len;
+}
+
+/* A datagram from an unknown address that carries the connection ID of a routed QUIC flow:
+   the client's address changed (NAT rebinding). Returns the flow, moved to the new address. */
+static fy__l4_udp_sess_t *find_by_cid(fy__l4_wl_t *wl, const uint8_t *d, size_t len,
+                                      const struct sockaddr_storage *client, socklen_t clen,
+                                      uint32_t ah)
+{
+    if (!wl->cid_lens || len < 2) return NULL;
+    fy__l4_udp_sess_t *s = NULL;
+    if (d[0] & 0x80) {
+        fy_quic_hdr_t h;
+        if (fy_quic_parse_hdr(d, len, &h) < 0 || h.version != FY_QUIC_V1) return NULL;
+        uint32_t ch = cid_hash(h.dcid, h.dcid_len);
+        for (s = wl->cids[ch & wl->hmask]; s; s = s->cnext)
+            if (s->scid_len == h.dcid_len && !memcmp(s->scid, h.dcid, h.dcid_len)) break;
+    } else { /* short header: the DCID length is not on the wire; try the lengths in use */
+        for (size_t l = 1; l <= FY_QUIC_CID_MAX && !s; l++) {
+            if (!(wl->cid_lens >> l & 1) || 1 + l > len) continue;
+            uint32_t ch = cid_hash(d + 1, l);
+            for (s = wl->cids[ch & wl->hmask]; s; s = s->cnext)
+                if (s->scid_len == l && !memcmp(s->scid, d + 1, l)) break;
+        }
+    }
+    if (!s || s->closed || s->peeking) return NULL;
+    fy__l4_udp_sess_t **pp = &wl->hash[s->hash & wl->hmask];
+    while (*pp && *pp != s) pp = &(*pp)->hnext;
+    if (*pp) *pp = s->hnext;
+    s->client = *client;
+    s->clen = clen;
+    s->hash = ah;
+    s->hnext = wl->hash[ah & wl->hmask];
+    wl->hash[ah & wl->hmask] = s;
+    fy_debug("l4 %s: QUIC flow found by connection ID at a new client address", wl->l->conf->name);
+    return s;
+}
+
 /* origin -> client: recvmmsg on the session socket, sendmmsg on the listener's */
 static void on_origin_read(fy_io_t *io, uint32_t ev)
 {
@@ -135,6 +208,8 @@ static void on_origin_read(fy_io_t *io, uint32_t ev)
             m[i].msg_hdr.msg_iovlen = 1;
         }
         int n = recvmmsg(io->fd, m, BATCH, MSG_DONTWAIT, NULL);
+        if (n > 0 && !s->scid_len && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH)
+            learn_cid(s, iov[0].iov_base, m[0].msg_len);
         if (n <= 0) {
             if (n < 0 && errno == ECONNREFUSED && s->up)
                 fy_upstream_report(s->up, wl->w->id, s->server, false, wl->w->loop->now_ms);
@@ -255,6 +330,9 @@ static void quic_feed(fy__l4_udp_sess_t *s, const uint8_t *d, size_t len)
         return;
     }
     if (s->qn >= QUEUE_MAX || len > 0xffff) {
+        fy_info("l4 %s: more than %d datagrams before the QUIC ClientHello was complete: flow "
+                "dropped",
+                c->name, QUEUE_MAX);
         sess_close(s, "too many datagrams before the ClientHello");
         return;
     }
@@ -369,6 +447,8 @@ void fy__l4_udp_on_read(fy_io_t *io, uint32_t ev)
                     quic_feed(s, iov[i].iov_base, m[i].msg_len);
                     continue;
                 }
+                if (!s && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH)
+                    s = find_by_cid(wl, iov[i].iov_base, m[i].msg_len, &from[i], fl, h);
                 if (!s) s = new_flow(wl, iov[i].iov_base, m[i].msg_len, &from[i], fl, h);
             }
             if ((s != run || i == n) && run && nout) {

@@ -31,6 +31,7 @@ typedef struct srv_state {
     unsigned fails;
     uint64_t ejected_until;
     void *h2; /* HTTP/2 sessions (upstream_h2.c) */
+    void *h3; /* HTTP/3 connections (upstream_h3.c) */
 } srv_state_t;
 
 typedef struct up_worker {
@@ -75,7 +76,7 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
     bool any_tls = false, any_h2 = false;
     for (size_t i = 0; i < u->nservers; i++) {
         u->total_weight += u->servers[i].weight;
-        any_tls |= u->servers[i].tls && !u->servers[i].h2;
+        any_tls |= u->servers[i].tls && !u->servers[i].h2 && !u->servers[i].h3;
         any_h2 |= u->servers[i].tls && u->servers[i].h2;
     }
     if (any_h2) {
@@ -138,6 +139,7 @@ void fy_upstream_free(fy_upstream_t *u)
 void fy_upstream_worker_close(fy_upstream_t *u, int w)
 {
     fy__upstream_h2_worker_close(u, w);
+    fy__upstream_h3_worker_close(u, w);
     for (size_t i = 0; i < u->nservers; i++)
         while (u->workers[w].srv[i].idle) {
             fy_origin_conn_t *oc = u->workers[w].srv[i].idle;
@@ -156,6 +158,11 @@ void fy__origin_close_now(fy_origin_conn_t *oc)
 void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server)
 {
     return &u->workers[w].srv[server].h2;
+}
+
+void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server)
+{
+    return &u->workers[w].srv[server].h3;
 }
 
 const fy_upstream_conf_t *fy_upstream_conf(const fy_upstream_t *u)

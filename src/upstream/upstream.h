@@ -100,6 +100,7 @@ typedef struct fy_origin_h2_waiter {
     /* The session is ready and counted for the waiter (s), or it failed (s NULL, err). */
     void (*cb)(struct fy_origin_h2_waiter *wt, fy_origin_h2_t *s, const char *err);
     fy_origin_h2_t *s; /* the session waited on while queued */
+    int priority;      /* higher is served first (ties in arrival order); e.g. past refusals */
 } fy_origin_h2_waiter_t;
 
 /* A session of `server` for worker w. Returns it counted for the caller (*ready = true), or
@@ -121,5 +122,25 @@ int fy_origin_want(fy_origin_conn_t *oc, uint32_t events);
 /* Give a held connection back: to the pool when `reusable` and there is room, else closed.
  * The owner's callback is not called again. */
 void fy_origin_release(fy_origin_conn_t *oc, bool reusable);
+
+/* ---- HTTP/3 origins (h3://): multiplexed QUIC connections, upstream/upstream_h3.c ----
+ * Same shape as the h2 sessions above: acquire a connection with a free stream slot (ready at
+ * once, or the waiter's cb runs when one is), submit on fy_origin_h3_client, release after the
+ * stream is released. */
+typedef struct fy_origin_h3 fy_origin_h3_t;
+typedef struct fy_h3_client fy_h3_client_t;
+
+typedef struct fy_origin_h3_waiter {
+    fy_list_t link;
+    void (*cb)(struct fy_origin_h3_waiter *wt, fy_origin_h3_t *s, const char *err);
+    fy_origin_h3_t *s; /* the connection waited on while queued */
+} fy_origin_h3_waiter_t;
+
+fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                     fy_origin_h3_waiter_t *wt, bool *ready, const char **err);
+void fy_origin_h3_cancel_wait(fy_origin_h3_waiter_t *wt);
+fy_h3_client_t *fy_origin_h3_client(fy_origin_h3_t *s);
+void fy_origin_h3_release(fy_origin_h3_t *s);
+size_t fy_origin_h3_count(fy_upstream_t *u, int w, int server);
 
 #endif

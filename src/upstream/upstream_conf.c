@@ -31,11 +31,9 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
         sv->h2 = true;
         rest = url + 5;
     } else if (strncmp(url, "h3://", 5) == 0) {
-        fy_conf_error(ctx, node, NULL,
-                      "'%s': HTTP/3 origins are not supported yet; use http://, https://, h2c:// "
-                      "or h2://",
-                      url);
-        return -1;
+        sv->tls = true; /* HTTP/3 over QUIC (UDP), ALPN h3 */
+        sv->h3 = true;
+        rest = url + 5;
     } else {
         fy_conf_error(ctx, node, NULL, "expected a URL like http://127.0.0.1:8080, got '%s'", url);
         return -1;
@@ -103,8 +101,9 @@ static const fy_conf_directive_t server_table[] = {
      .offset = S(url),
      .required = true,
      .validate = validate_url,
-     .doc = "`http://`, `https://`, `h2c://` (HTTP/2, prior knowledge) or `h2://` (HTTP/2 over "
-            "TLS, ALPN h2) `HOST:PORT` (resolved once at start)."},
+     .doc = "`http://`, `https://`, `h2c://` (HTTP/2, prior knowledge), `h2://` (HTTP/2 over "
+            "TLS, ALPN h2) or `h3://` (HTTP/3 over QUIC, verified with `ca`/`insecure`/`sni`) "
+            "`HOST:PORT` (resolved once at start)."},
     {.key = "weight",
      .type = FY_CT_INT,
      .offset = S(weight),
@@ -213,6 +212,13 @@ static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         fy_conf_error(ctx, map, "servers", "needs at least one server");
         return -1;
     }
+    const fy_upstream_server_conf_t *sv = u->servers.v;
+    for (size_t i = 0; i < u->servers.n; i++)
+        if (sv[i].h3 && u->health) {
+            fy_conf_error(ctx, map, "health-check",
+                          "active health checks are not supported for h3:// servers yet");
+            return -1;
+        }
     return 0;
 }
 

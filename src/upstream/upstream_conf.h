@@ -33,13 +33,14 @@ typedef struct fy_health_conf {
 } fy_health_conf_t;
 
 typedef struct fy_upstream_server_conf {
-    char *url;      /* `url`: http:// https:// h2c:// h2:// HOST:PORT (shorthand: the URL alone) */
+    char *url; /* `url`: http:// https:// h2c:// h2:// h3:// HOST:PORT (shorthand: the URL alone) */
     int64_t weight; /* `weight`, default 1 */
     /* resolved while loading */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     bool tls;
     bool h2;         /* h2c:// or h2://: HTTP/2 to this server (multiplexed) */
+    bool h3;         /* h3://: HTTP/3 over QUIC to this server (multiplexed, upstream_h3.c) */
     char *host;      /* host part, for SNI and certificate checks */
     char *authority; /* host[:port] as in the URL, for Host when not preserved */
 } fy_upstream_server_conf_t;

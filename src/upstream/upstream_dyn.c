@@ -1,7 +1,6 @@
 /* Ad-hoc origins: per-worker LRU tables of single-server upstreams. */
 #include "upstream/upstream_dyn.h"
 
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,15 +77,20 @@ static void free_dyn(fy_upstream_dyn_t *d, dyn_t *x)
     free(x);
 }
 
-fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const char *host,
-                                             int port, bool tls, const char *sni, bool insecure,
-                                             bool *created, const char **err)
+static void make_key(char *key, size_t n, const char *host, int port, bool tls, bool h2,
+                     const char *sni, bool insecure)
+{
+    snprintf(key, n, "%c|%s|%d|%s|%c", tls ? (h2 ? '2' : 's') : 'p', host, port, sni ? sni : "",
+             insecure ? 'i' : 'v');
+}
+
+fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const char *host,
+                                              int port, bool tls, bool h2, const char *sni,
+                                              bool insecure)
 {
     dyn_worker_t *dw = &d->w[w];
     char key[600];
-    snprintf(key, sizeof key, "%c|%s|%d|%s|%c", tls ? 's' : 'p', host, port, sni ? sni : "",
-             insecure ? 'i' : 'v');
-    *created = false;
+    make_key(key, sizeof key, host, port, tls, h2 && tls, sni, insecure);
     for (dyn_t *x = dw->head; x; x = x->next)
         if (strcmp(x->key, key) == 0) {
             if (x != dw->head) {
@@ -95,6 +99,25 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const 
             }
             return &x->e;
         }
+    return NULL;
+}
+
+fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const char *host,
+                                             int port, bool tls, bool h2, const char *sni,
+                                             bool insecure, const struct sockaddr *addr,
+                                             socklen_t addrlen, const char **err)
+{
+    h2 = h2 && tls; /* h2c origins are never learned: plain http stays HTTP/1.1 */
+    /* another exchange may have made it while this one's name was being resolved */
+    fy_upstream_dyn_entry_t *have = fy_upstream_dyn_find(d, w, host, port, tls, h2, sni, insecure);
+    if (have) return have;
+    dyn_worker_t *dw = &d->w[w];
+    char key[600];
+    make_key(key, sizeof key, host, port, tls, h2, sni, insecure);
+    if (addrlen > sizeof(struct sockaddr_storage)) {
+        *err = "bad origin address";
+        return NULL;
+    }
     if (dw->n >= d->max) {
         dyn_t *v = dw->tail;
         while (v && v->e.inflight) v = v->prev;
@@ -107,24 +130,20 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const 
         fy_upstream_worker_close(v->e.up, w);
         free_dyn(d, v);
     }
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
-    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
-        *err = "cannot resolve the origin's host name";
-        return NULL;
-    }
     dyn_t *x = fy_xcalloc(1, sizeof *x);
-    memcpy(&x->server.addr, res->ai_addr, res->ai_addrlen);
-    x->server.addrlen = res->ai_addrlen;
-    freeaddrinfo(res);
+    memcpy(&x->server.addr, addr, addrlen);
+    x->server.addrlen = addrlen;
     char buf[600];
     bool v6 = strchr(host, ':') != NULL;
-    snprintf(buf, sizeof buf, "%s://%s%s%s:%d", tls ? "https" : "http", v6 ? "[" : "", host,
-             v6 ? "]" : "", port);
+    snprintf(buf, sizeof buf, "%s://%s%s%s:%d",
+             h2    ? "h2"
+             : tls ? "https"
+                   : "http",
+             v6 ? "[" : "", host, v6 ? "]" : "", port);
     x->server.url = fy_xstrdup(buf);
     x->server.weight = 1;
     x->server.tls = tls;
+    x->server.h2 = h2;
     x->server.host = fy_xstrdup(host);
     snprintf(buf, sizeof buf, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
     x->server.authority = fy_xstrdup(buf);
@@ -151,7 +170,6 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const 
     }
     push_dyn(dw, x);
     dw->n++;
-    *created = true;
     return &x->e;
 }
 

@@ -1,5 +1,5 @@
 /* Ad-hoc origins for the intercepting proxy: upstreams made on demand, one per
- * (tls, host, port, sni, insecure) key and worker, so that intercepted exchanges reuse the
+ * (tls, h2, host, port, sni, insecure) key and worker, so that intercepted exchanges reuse the
  * ordinary connect / TLS / keep-alive pool code of upstream.c. Per-worker tables: no locks.
  * Bounded: at most `max` origins per worker; past that the least recently used one without
  * requests in flight is dropped (its idle connections closed). */
@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <sys/socket.h>
 
 #include "upstream/upstream.h"
 
@@ -27,12 +29,19 @@ fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
 /* After every worker is done with it (fy_upstream_dyn_worker_close ran on each). */
 void fy_upstream_dyn_free(fy_upstream_dyn_t *d);
 
-/* The entry for worker `w` and this origin, created (host resolved, blocking for names that
- * are not literals) when missing. NULL with *err (static) when the host does not resolve or
- * every one of `max` entries is in use. `sni` NULL: the host. *created tells a new one. */
-fy_upstream_dyn_entry_t *fy_upstream_dyn_get(fy_upstream_dyn_t *d, int w, const char *host,
-                                             int port, bool tls, const char *sni, bool insecure,
-                                             bool *created, const char **err);
+/* The entry for worker `w` and this origin (made most recent), or NULL when there is none.
+ * `sni` NULL: the host. `h2` (with tls): the origin is reached over HTTP/2 (an h2:// server:
+ * multiplexed sessions). */
+fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const char *host,
+                                              int port, bool tls, bool h2, const char *sni,
+                                              bool insecure);
+/* Make the entry for this origin at `addr` (resolved by the caller, off the worker thread:
+ * net/resolve.h), evicting the least recently used idle one when `max` are there. NULL with
+ * *err (static) when every one of `max` entries is in use or TLS setup failed. */
+fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const char *host,
+                                             int port, bool tls, bool h2, const char *sni,
+                                             bool insecure, const struct sockaddr *addr,
+                                             socklen_t addrlen, const char **err);
 /* Close worker w's entries and their pooled connections (on that worker's thread). */
 void fy_upstream_dyn_worker_close(fy_upstream_dyn_t *d, int w);
 /* Entries of worker w (tests, metrics). */

@@ -351,7 +351,12 @@ fy_origin_h2_t *fy_origin_h2_acquire(fy_upstream_t *u, int w, int server, fy_loo
         s->linked = true;
         wait_on = s;
     }
-    fy_list_insert_tail(&wait_on->waiters, &wt->link);
+    /* by priority, then arrival: walk back over the waiters of lower priority */
+    fy_list_t *after = wait_on->waiters.prev;
+    while (after != &wait_on->waiters &&
+           fy_container_of(after, fy_origin_h2_waiter_t, link)->priority < wt->priority)
+        after = after->prev;
+    fy_list_insert_tail(after->next, &wt->link); /* i.e. right after `after` */
     wait_on->nwaiters++;
     wt->s = wait_on;
     return NULL;

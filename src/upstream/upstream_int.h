@@ -11,6 +11,8 @@ void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server);
 void fy__origin_close_now(fy_origin_conn_t *oc);
 /* Close worker w's HTTP/2 sessions (worker exit). */
 void fy__upstream_h2_worker_close(fy_upstream_t *u, int w);
+void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server);
+void fy__upstream_h3_worker_close(fy_upstream_t *u, int w);
 
 /* An active health probe over HTTP/2 (a GET stream on a pooled session of the checking
  * worker). `done` gets the final status (>0) or 0 with a static reason; it is called once,
