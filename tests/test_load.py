@@ -578,6 +578,59 @@ def test_load_proxy_connect_tunnel():
             s.close()
 
 
+def test_load_proxy_connect_hosts_rotate():
+    """--connect-hosts N: each new connection CONNECTs to the next of N addresses counting up
+    from the URL's host (the forging row: a new host per connection)."""
+    elsock, estop = tcp_echo_server()
+    eport = elsock.getsockname()[1]
+    lsock, stop, seen = tunnel_proxy(eport)
+    try:
+        rc, rep = load(f"tcp://127.0.1.250:{eport}", "--proxy", f"127.0.0.1:{lsock.getsockname()[1]}",
+                       "--connect-hosts", 10, "-c", 12, "-m", 1, "--size", 64, "-n", 12,
+                       expect_rc=0)
+        assert_clean(rep, 12)
+        hosts = sorted(h.split()[1] for h in seen)
+        want = sorted(f"{a}:{eport}" for a in ["127.0.1.250", "127.0.1.251", "127.0.1.252",
+                                               "127.0.1.253", "127.0.1.254", "127.0.1.255",
+                                               "127.0.2.0", "127.0.2.1", "127.0.2.2", "127.0.2.3",
+                                               "127.0.1.250", "127.0.1.251"])
+        assert hosts == want, hosts
+    finally:
+        for s, e in ((lsock, stop), (elsock, estop)):
+            e.set()
+            s.close()
+
+
+def test_load_tls_echo(tmp_path):
+    """tls:// is the TCP echo inside TLS (the tls-terminate row): every byte verified."""
+    import ssl
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True,
+                   capture_output=True, timeout=60)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+
+    def handler(c):
+        with ctx.wrap_socket(c, server_side=True) as t:
+            while True:
+                d = t.recv(65536)
+                if not d:
+                    break
+                t.sendall(d)
+
+    lsock, stop = serve_threads(handler)
+    try:
+        rc, rep = load(f"tls://127.0.0.1:{lsock.getsockname()[1]}", "--insecure", "-c", 2,
+                       "-m", 2, "--size", 1000, "-n", 100, expect_rc=0)
+        assert_clean(rep, 100)
+        assert rep["protocol"] == "tcp-echo" and rep["body_bytes"] == 100 * 1000
+    finally:
+        stop.set()
+        lsock.close()
+
+
 def test_load_proxy_connect_tls(server, tmp_path):
     """https:// through --proxy: CONNECT, then TLS with the origin through the tunnel."""
     crt, key = tmp_path / "c.crt", tmp_path / "c.key"
@@ -698,6 +751,8 @@ def test_load_wrong_echo_is_counted():
     (["http://127.0.0.1:1/", "--proxy", "nohostport"], "--proxy"),
     (["http://127.0.0.1:1/", "--proxy", "127.0.0.1:0"], "--proxy"),
     (["udp://127.0.0.1:1", "--proxy", "127.0.0.1:9"], "--proxy"),
+    (["tcp://127.0.0.1:1", "--connect-hosts", "4"], "--connect-hosts"),
+    (["tcp://localhost:1", "--proxy", "127.0.0.1:9", "--connect-hosts", "4"], "--connect-hosts"),
     (["ws://127.0.0.1:1/a", "--url", "ws://127.0.0.1:1/b"], "--url"),
     (["ws://127.0.0.1:1/", "--h2"], "--h2"),
 ])

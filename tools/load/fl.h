@@ -114,8 +114,10 @@ typedef struct fl_config {
     int64_t expect_bytes;             /* -1 = not checked */
     size_t echo_size;                 /* tcp/udp: message size */
     bool json;
-    bool proxy_connect;  /* --proxy: CONNECT authority through addr first */
-    bool proxy_absolute; /* --proxy with plain h1: absolute-form request targets */
+    bool proxy_connect;     /* --proxy: CONNECT authority through addr first */
+    bool proxy_absolute;    /* --proxy with plain h1: absolute-form request targets */
+    uint32_t connect_hosts; /* --connect-hosts N: CONNECT to connect_base + (k mod N) */
+    uint32_t connect_base;  /* the URL's IPv4 address, host order */
     SSL_CTX *ssl_ctx;
     const char *url_text; /* borrowed: the first URL as given */
 } fl_config_t;

@@ -1,6 +1,7 @@
 /* ferry-load: command line, set-up, threads, and the report (human table or --json). */
 #include "fl.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -24,7 +25,8 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: ferry-load URL [options]\n"
-        "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT udp://HOST:PORT ws:// wss://\n"
+        "  URL: http:// https:// h2c:// h2:// (TLS) tcp://HOST:PORT tls://HOST:PORT (echo in TLS)\n"
+        "       udp://HOST:PORT ws:// wss://\n"
         "  -c N             connections (default 16)\n"
         "  -m N             concurrent streams per connection (h2), messages in flight (echo)\n"
         "  -t N             threads (default 1)\n"
@@ -46,6 +48,9 @@ static void usage(FILE *f)
         "  --insecure       do not verify the server certificate\n"
         "  --proxy HOST:PORT  explicit HTTP proxy: http:// URLs as absolute-form requests,\n"
         "                   others through a CONNECT tunnel\n"
+        "  --connect-hosts N  with --proxy: each new connection CONNECTs to the next of N\n"
+        "                   IPv4 addresses counting up from the URL's (a new host per\n"
+        "                   connection: certificate forging on an intercepting proxy)\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -126,6 +131,8 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
         proto = FL_H3, tls = true, defport = "443"; /* QUIC: tools/load/h3.c */
     } else if (sl == 3 && !strncasecmp(url, "tcp", 3)) {
         proto = FL_TCP_ECHO, defport = NULL;
+    } else if (sl == 3 && !strncasecmp(url, "tls", 3)) {
+        proto = FL_TCP_ECHO, tls = true, defport = NULL; /* TCP echo inside TLS */
     } else if (sl == 3 && !strncasecmp(url, "udp", 3)) {
         proto = FL_UDP_ECHO, defport = NULL;
     } else if (sl == 2 && !strncasecmp(url, "ws", 2)) {
@@ -133,7 +140,7 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
     } else if (sl == 3 && !strncasecmp(url, "wss", 3)) {
         proto = FL_WS_ECHO, tls = true, defport = "443";
     } else {
-        die_usage(url, "unsupported scheme (http https h2c h2 h3 tcp udp ws wss)");
+        die_usage(url, "unsupported scheme (http https h2c h2 h3 tcp tls udp ws wss)");
     }
     const char *h = sep + 3;
     const char *path = strchr(h, '/');
@@ -375,6 +382,7 @@ int main(int argc, char **argv)
                                             "--pipeline",
                                             "--size",
                                             "--proxy",
+                                            "--connect-hosts",
                                             "--h1",
                                             "--h2",
                                             "--json",
@@ -385,7 +393,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 18; /* --h1 and the ones after it take no value */
+        bool is_flag = ki >= 19; /* --h1 and the ones after it take no value */
         if (!is_flag) {
             if (attached)
                 v = attached;
@@ -450,6 +458,8 @@ int main(int argc, char **argv)
             want_h2 = true;
         } else if (!strcmp(name, "--proxy")) {
             proxy = v;
+        } else if (!strcmp(name, "--connect-hosts")) {
+            fl_cfg.connect_hosts = (uint32_t)parse_int(name, v, 1, 1 << 24);
         } else if (!strcmp(name, "--json")) {
             fl_cfg.json = true;
         } else if (!strcmp(name, "--insecure")) {
@@ -516,6 +526,15 @@ int main(int argc, char **argv)
          * tunnel first (then TLS, h2c, WebSocket or echo bytes through it) */
         fl_cfg.proxy_connect = fl_cfg.tls || fl_cfg.proto != FL_H1;
         fl_cfg.proxy_absolute = !fl_cfg.proxy_connect;
+    }
+    if (fl_cfg.connect_hosts) {
+        struct in_addr a4;
+        if (!proxy || !fl_cfg.proxy_connect)
+            die_usage("--connect-hosts",
+                      "needs --proxy and a URL that is tunneled (TLS, h2c, echo)");
+        if (inet_pton(AF_INET, fl_cfg.host, &a4) != 1)
+            die_usage("--connect-hosts", "the URL's host must be an IPv4 address");
+        fl_cfg.connect_base = ntohl(a4.s_addr);
     }
     int gr = getaddrinfo(proxy ? phost : fl_cfg.host, proxy ? pport : fl_cfg.port, &hints, &ai);
     if (gr != 0) {

@@ -189,9 +189,16 @@ static void conn_tunneled(fl_conn_t *c);
 /* --proxy: the CONNECT request; the reply is read by tunnel_step */
 static void tunnel_start(fl_conn_t *c)
 {
-    char req[700];
-    int n = snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", fl_cfg.authority,
-                     fl_cfg.authority);
+    char req[700], vary[64];
+    const char *auth = fl_cfg.authority;
+    if (fl_cfg.connect_hosts) { /* a new host per connection (one thread counts for all) */
+        static _Atomic uint32_t next;
+        uint32_t a = fl_cfg.connect_base + next++ % fl_cfg.connect_hosts;
+        snprintf(vary, sizeof(vary), "%u.%u.%u.%u:%s", a >> 24, (a >> 16) & 255u, (a >> 8) & 255u,
+                 a & 255u, fl_cfg.port);
+        auth = vary;
+    }
+    int n = snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", auth, auth);
     /* a fresh socket's send buffer takes these few bytes whole */
     if (n <= 0 || write(c->fd, req, (size_t)n) != n) {
         conn_fail_setup(c, FL_ERR_CONNECT);
