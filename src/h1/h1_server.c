@@ -564,13 +564,18 @@ static bool write_head(h1_conn_t *c)
     return true;
 }
 
-/* Queue body bytes: copied while they fit in the write buffer, referenced otherwise. */
+/* Body pieces up to this size are copied into the write buffer (so a head and a small body,
+ * or many pipelined responses, leave in one write); larger ones are referenced and written
+ * from the handler's buffer with writev (a proxied 64 KiB body is not copied twice). */
+#define COPY_MAX 4096
+
+/* Queue body bytes: small pieces copied while they fit in the write buffer, others referenced. */
 static bool queue_data(h1_conn_t *c, const struct iovec *bufs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         size_t len = bufs[i].iov_len;
         if (len == 0) continue;
-        if (c->nrefs == 0 && len <= wfree(c)) {
+        if (c->nrefs == 0 && len <= COPY_MAX && len <= wfree(c)) {
             memcpy(c->wbuf + c->wlen, bufs[i].iov_base, len);
             c->wlen += len;
         } else {
