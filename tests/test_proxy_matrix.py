@@ -18,18 +18,21 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
 from conftest import Ferry, free_port, wait_port
 from test_h3 import GTLS, gtls, statuses
 from test_load import LOAD, assert_clean, load
+from test_proxy import CLIENTS as CURL_CLIENTS
 from test_proxy import certs, curl  # noqa: F401 (module fixture)
 
 BIG = 256 * 1024
 POST = 64 * 1024
 TINY = b"tiny file for the 5x5 matrix\n"
 
+NGINX_PROTO = {"http": "HTTP/1.1", "https": "HTTP/1.1", "h2c": "HTTP/2.0", "h2": "HTTP/2.0"}
 CLIENTS = ["h1", "h1tls", "h2c", "h2", "h3"]
 ORIGINS = ["http", "https", "h2c", "h2", "h3"]
 
@@ -41,7 +44,8 @@ error_log {d}/err;
 pid {d}/pid;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
+    log_format proto '$server_port $server_protocol $request_method $request_uri';
+    access_log {d}/access.log proto;
     client_body_temp_path {d}/tmp_body;
     proxy_temp_path {d}/tmp_proxy;
     fastcgi_temp_path {d}/tmp_fastcgi;
@@ -134,7 +138,7 @@ def nginx(tmp_path_factory, certs, content, h3origin):  # noqa: F811
         proc.kill()
         proc.wait(timeout=10)
         raise AssertionError("nginx did not start: " + (d / "err").read_text())
-    yield ports
+    yield {"ports": ports, "log": d / "access.log"}
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -172,7 +176,7 @@ def fronts(tmp_path_factory, nginx, h3origin, certs):  # noqa: F811
                 url = f"h3://127.0.0.1:{h3origin.port}"
                 ca = h3origin.data / "selfsigned.crt"
             else:
-                url = f"{origin}://127.0.0.1:{nginx[origin]}"
+                url = f"{origin}://127.0.0.1:{nginx['ports'][origin]}"
                 ca = certs["ca"]
             f = _ferry(tmp_path_factory.mktemp(f"front_{origin}"), FRONT.format(url=url, ca=ca))
             started[origin] = f
@@ -194,18 +198,30 @@ def fetch(front, client, path, tmp, post=None):
         assert rc == 0, out[-3000:]
         st = statuses(out)
         assert len(st) == 1, out[-3000:]
-        f = dl / path.rsplit("/", 1)[1]
+        f = dl / path.rsplit("/", 1)[1]  # gtlsclient keeps the query in the file name
         return st[0], f.read_bytes() if f.exists() else b""
     args = ("--data-binary", f"@{post}") if post else ()
     r = curl(front, client, path, *args)
     assert r.rc == 0, r.stderr
+    assert r.version == CURL_CLIENTS[client][3], (client, r.version)  # the protocol asked for
     return r.status, r.body
 
 
 @pytest.mark.parametrize("origin", ORIGINS)
 @pytest.mark.parametrize("client", CLIENTS)
-def test_matrix(fronts, content, tmp_path, client, origin):
+def test_matrix(fronts, nginx, content, tmp_path, client, origin):
     front = fronts(origin)
+    marker = f"/tiny.txt?m={client}-{origin}"
+    st, body = fetch(front, client, marker, tmp_path)
+    assert st == 200 and body == TINY, (st, body[:200], front.log()[-2000:])
+    if origin != "h3":
+        # nginx saw the request over the origin protocol asked for (it logs after answering)
+        want = f"{nginx['ports'][origin]} {NGINX_PROTO[origin]} GET {marker}"
+        for _ in range(100):
+            if want in nginx["log"].read_text():
+                break
+            time.sleep(0.05)
+        assert want in nginx["log"].read_text(), want
     st, body = fetch(front, client, "/tiny.txt", tmp_path)
     assert st == 200 and body == TINY, (st, body[:200], front.log()[-2000:])
     st, body = fetch(front, client, "/big.bin", tmp_path)
