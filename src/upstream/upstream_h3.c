@@ -136,7 +136,7 @@ static void serve_waiters(fy_origin_h3_t *s)
     s->users--;
     if (s->state == S_CLOSED)
         reap_maybe(s);
-    else if (s->state == S_READY && s->users == 0)
+    else if (s->state == S_READY && s->users == 0 && s->nwaiters == 0)
         fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
 }
 
@@ -174,7 +174,7 @@ static const fy_h3_client_conn_ops_t conn_ops = {on_ready, on_credit, on_goaway,
 static void on_timer(fy_timer_t *t)
 {
     fy_origin_h3_t *s = t->data;
-    if (s->state == S_READY && s->users == 0) conn_close(s, NULL, true);
+    if (s->state == S_READY && s->users == 0 && s->nwaiters == 0) conn_close(s, NULL, true);
 }
 
 fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
@@ -278,6 +278,7 @@ void fy_origin_h3_release(fy_origin_h3_t *s)
         return;
     }
     if (s->state != S_READY) return;
+    if (s->nwaiters) return; /* requests wait for its stream credit: on_credit serves them */
     size_t idle = 0;
     for (fy_origin_h3_t *o = *slot(s->u, s->w, s->server); o; o = o->next)
         if (o->state == S_READY && o->users == 0) idle++;
