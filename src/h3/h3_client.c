@@ -203,6 +203,11 @@ bool fy_h3_client_ready(const fy_h3_client_t *c)
     return c->ready && !c->goaway && !c->closing;
 }
 
+bool fy_h3_client_can_open(fy_h3_client_t *c)
+{
+    return fy_h3_client_ready(c) && fy_quic_streams_bidi_left(c->qc) > 0;
+}
+
 size_t fy_h3_client_nstreams(const fy_h3_client_t *c)
 {
     return c->nstreams;

@@ -78,6 +78,10 @@ void fy_h3_client_resume(fy_h3_client_stream_t *s);
 void fy_h3_client_release(fy_h3_client_stream_t *s);
 
 bool fy_h3_client_ready(const fy_h3_client_t *c);
+/* Ready and the server's MAX_STREAMS leaves a bidirectional stream to open now (QUIC stream
+ * credit comes back only when the server has seen a stream fully closed, which can be later
+ * than the owner's release: ops->on_credit tells when more arrives). */
+bool fy_h3_client_can_open(fy_h3_client_t *c);
 size_t fy_h3_client_nstreams(const fy_h3_client_t *c);
 
 #endif

@@ -112,14 +112,19 @@ static void serve_waiters(fy_origin_h3_t *s)
     s->users++;
     while (!fy_list_empty(&s->waiters)) {
         fy_origin_h3_waiter_t *wt = fy_container_of(s->waiters.next, fy_origin_h3_waiter_t, link);
-        fy_list_remove(&wt->link);
-        s->nwaiters--;
-        wt->s = NULL;
-        if (s->state == S_READY && s->users - 1 < H3_MAX_STREAMS) {
+        if (s->state == S_READY && s->users - 1 < H3_MAX_STREAMS && fy_h3_client_ready(s->c)) {
+            /* out of QUIC stream credit: the rest wait here for on_credit */
+            if (!fy_h3_client_can_open(s->c)) break;
+            fy_list_remove(&wt->link);
+            s->nwaiters--;
+            wt->s = NULL;
             s->users++;
             wt->cb(wt, s, NULL);
             continue;
         }
+        fy_list_remove(&wt->link);
+        s->nwaiters--;
+        wt->s = NULL;
         bool ready = false;
         const char *err = "origin connect failed";
         fy_origin_h3_t *o = fy_origin_h3_acquire(s->u, s->w, s->server, s->loop, wt, &ready, &err);
@@ -131,7 +136,7 @@ static void serve_waiters(fy_origin_h3_t *s)
     s->users--;
     if (s->state == S_CLOSED)
         reap_maybe(s);
-    else if (s->state == S_READY && s->users == 0)
+    else if (s->state == S_READY && s->users == 0 && s->nwaiters == 0)
         fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
 }
 
@@ -169,7 +174,7 @@ static const fy_h3_client_conn_ops_t conn_ops = {on_ready, on_credit, on_goaway,
 static void on_timer(fy_timer_t *t)
 {
     fy_origin_h3_t *s = t->data;
-    if (s->state == S_READY && s->users == 0) conn_close(s, NULL, true);
+    if (s->state == S_READY && s->users == 0 && s->nwaiters == 0) conn_close(s, NULL, true);
 }
 
 fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
@@ -193,10 +198,17 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
             continue; /* (a connecting one still serves its waiters, but takes no more) */
         }
         if (s->state == S_READY && s->users < H3_MAX_STREAMS && fy_h3_client_ready(s->c)) {
-            if (s->users == 0) fy_timer_stop(loop, &s->timer);
-            s->users++;
-            *ready = true;
-            return s;
+            /* Our users count drops when a request is done, but the server's stream credit
+               (MAX_STREAMS) comes back only after it has seen the stream closed: with none
+               left, wait on this connection for on_credit rather than fail the submit. */
+            if (fy_h3_client_can_open(s->c)) {
+                if (s->users == 0) fy_timer_stop(loop, &s->timer);
+                s->users++;
+                *ready = true;
+                return s;
+            }
+            if (s->nwaiters < H3_MAX_STREAMS && !wait_on) wait_on = s;
+            continue;
         }
         if (s->state == S_CONNECTING && s->nwaiters < H3_MAX_STREAMS && !wait_on) wait_on = s;
     }
@@ -233,6 +245,7 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
         s->linked = true;
         wait_on = s;
     }
+    if (wait_on->state == S_READY) fy_timer_stop(loop, &wait_on->timer);
     fy_list_insert_tail(&wait_on->waiters, &wt->link);
     wait_on->nwaiters++;
     wt->s = wait_on;
@@ -265,6 +278,7 @@ void fy_origin_h3_release(fy_origin_h3_t *s)
         return;
     }
     if (s->state != S_READY) return;
+    if (s->nwaiters) return; /* requests wait for its stream credit: on_credit serves them */
     size_t idle = 0;
     for (fy_origin_h3_t *o = *slot(s->u, s->w, s->server); o; o = o->next)
         if (o->state == S_READY && o->users == 0) idle++;
