@@ -212,21 +212,24 @@ def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # no
         assert _wait_log(srv, f"server 127.0.0.1:{dead} is down (health check"), srv.log()[-3000:]
         # (gtlsserver may have missed the very first probe's Initial while starting: wait until
         # its server is not marked down, bounded)
-        deadline = time.time() + 20
+        # (a probe must have succeeded since the last down mark, if there was one; and the
+        # requests may wait out one QUIC handshake timeout (10 s), so they get 30 s)
+        deadline = time.time() + 30
         while time.time() < deadline:
             log = srv.log()
-            if log.rfind(f"{gport} is down") <= log.rfind(f"{gport} is up"):
+            down, up = log.rfind(f"{gport} is down"), log.rfind(f"{gport} is up")
+            if down < 0 or down < up:
                 break
             time.sleep(0.05)
         for i in range(10):
-            st, hs, body = http_request(srv.ports[1], "/s.txt")
+            st, hs, body = http_request(srv.ports[1], "/s.txt", timeout=30)
             assert (st, body) == (200, b"small\n"), (i, st, body)
         # the live one goes away ...
         mark = len(srv.log())
         stop_origin(origin)
         assert _wait_log(srv, f"server 127.0.0.1:{gport} is down (health check", after=mark), \
             srv.log()[-3000:]
-        st, hs, body = http_request(srv.ports[1], "/s.txt")
+        st, hs, body = http_request(srv.ports[1], "/s.txt", timeout=30)
         assert st in (502, 503), st  # every server is down
         # ... and comes back on the same port
         mark = len(srv.log())
@@ -237,7 +240,7 @@ def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # no
         # pooled before the down mark (the old gtlsserver is gone and the new one cannot reset
         # it) instead of sending requests into it
         for i in range(8):
-            st, hs, body = http_request(srv.ports[1], "/s.txt")
+            st, hs, body = http_request(srv.ports[1], "/s.txt", timeout=30)
             assert (st, body) == (200, b"small\n"), (i, st, body)
     finally:
         stop_origin(origin)
