@@ -86,8 +86,7 @@ static void on_error(void *ud, int kind, uint32_t code, const char *why)
 {
     st_t *s = ud;
     (void)code;
-    if (s->ended || s->failed || !why || (kind != FY_H1C_CONN && kind != FY_H1C_PROTOCOL))
-        abort();
+    if (s->ended || s->failed || !why || (kind != FY_H1C_CONN && kind != FY_H1C_PROTOCOL)) abort();
     s->failed = true;
 }
 
@@ -137,7 +136,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const fy_h1_limits_t lim = {256, 1024, 16};
     fy_h1_client_t *c = fy_h1_client_new(&a, &m.t, &lim, mode == 1, &ops, want, &s);
     fy_headers_t hs = {0};
-    add(&a, &hs, ":method", mode == 0 ? "GET" : mode == 1 ? "HEAD" : mode == 2 ? "POST" : "CONNECT");
+    add(&a, &hs, ":method",
+        mode == 0   ? "GET"
+        : mode == 1 ? "HEAD"
+        : mode == 2 ? "POST"
+                    : "CONNECT");
     add(&a, &hs, ":scheme", "http");
     add(&a, &hs, ":authority", "o.test");
     add(&a, &hs, ":path", "/");

@@ -718,3 +718,13 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         p->h3p = NULL;
     }
 }
+
+void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_conf_t *sv,
+                      const char *path, bool tls)
+{
+    FY_HDR_ADD(a, hs, ":method", "GET", 3);
+    FY_HDR_ADD(a, hs, ":scheme", tls ? "https" : "http", tls ? 5 : 4);
+    FY_HDR_ADD(a, hs, ":authority", sv->authority, strlen(sv->authority));
+    FY_HDR_ADD(a, hs, ":path", path, strlen(path));
+    FY_HDR_ADD(a, hs, "user-agent", "ferry-health-check", 18);
+}

@@ -364,11 +364,7 @@ static bool probe_go(fy__h3_probe_t *p, fy_origin_h3_t *s)
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(p->u)->servers.v)[p->server];
     fy_headers_t hs = {0};
-    FY_HDR_ADD(&p->arena, &hs, ":method", "GET", 3);
-    FY_HDR_ADD(&p->arena, &hs, ":scheme", "https", 5);
-    FY_HDR_ADD(&p->arena, &hs, ":authority", sv->authority, strlen(sv->authority));
-    FY_HDR_ADD(&p->arena, &hs, ":path", p->path, strlen(p->path));
-    FY_HDR_ADD(&p->arena, &hs, "user-agent", "ferry-health-check", 18);
+    fy__probe_fields(&p->arena, &hs, sv, p->path, true);
     p->st = s->c ? fy_h3_client_submit(s->c, &hs, false, &p->arena, &probe_ops, p) : NULL;
     return p->st != NULL;
 }

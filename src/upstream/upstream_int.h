@@ -3,6 +3,7 @@
 #define FY_UPSTREAM_UPSTREAM_INT_H
 
 #include "core/arena.h"
+#include "http/exchange.h"
 #include "upstream/upstream.h"
 
 /* The head of worker w's HTTP/2 session list for `server` (owned by upstream_h2.c). */
@@ -36,6 +37,10 @@ typedef struct fy__h2_probe {
     void (*done)(void *ud, int status, const char *why);
     void *ud;
 } fy__h2_probe_t;
+
+/* The request fields of an h2/h3 health-check GET for `path` on server `sv` (upstream.c). */
+void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_conf_t *sv,
+                      const char *path, bool tls);
 
 void fy__h2_probe_start(fy__h2_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
                         const char *path, void (*done)(void *ud, int status, const char *why),
