@@ -18,8 +18,10 @@
 
 static const char usage[] =
     "usage:\n"
-    "  ferry                         run the embedded default config (demo site on\n"
-    "                                http://127.0.0.1:8080 and https://127.0.0.1:8443)\n"
+    "  ferry                         run the embedded default config: demo site on\n"
+    "                                http://127.0.0.1:8080 and https://127.0.0.1:8443 (h1, h2,\n"
+    "                                h3), proxy demo under /proxy/, intercepting proxy on\n"
+    "                                127.0.0.1:8888\n"
     "  ferry run -c FILE             run the configuration in FILE\n"
     "  ferry check -c FILE           validate FILE and print the effective configuration\n"
     "  ferry serve DIR [--listen ADDR] [--tls self-signed|CERT:KEY] [--protocols h1,...]\n"
@@ -27,7 +29,7 @@ static const char usage[] =
     "                                serve the files in DIR (default 127.0.0.1:8080)\n"
     "  ferry proxy URL [--listen ADDR] [--tls ...] [--protocols ...] [--upstream-ca FILE]\n"
     "                  [--workers N] [--access-log stdout|FILE]\n"
-    "                                reverse-proxy to URL (http:// https:// h2c:// h2://)\n"
+    "                                reverse-proxy to URL (http:// https:// h2c:// h2:// h3://)\n"
     "  ferry mitm [--listen ADDR] [--ca-dir DIR] [--upstream-ca FILE] [--workers N]\n"
     "                  [--access-log stdout|FILE] [--har FILE]\n"
     "                                intercepting proxy (default 127.0.0.1:8888)\n"
