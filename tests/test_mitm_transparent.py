@@ -120,6 +120,16 @@ def start(net, tmp, extra=""):
     (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, n=net.n))
     net.spawn(net.p, "/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf"),
               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # nginx first: until it listens, Ferry's connect to the original destination is refused
+    # and the client gets Ferry's 502 page (correctly), which is not what the tests measure
+    deadline = time.time() + 15
+    while True:
+        r = net.run(net.p, "curl", "-sS", "--max-time", "2", f"http://10.77.{net.n}.2/index.html")
+        if r.returncode == 0 and r.stdout == b"hello from the original destination\n":
+            break
+        if time.time() > deadline:
+            raise AssertionError("setup: nginx did not answer: " + r.stderr.decode())
+        time.sleep(0.1)
     cfg = tmp / "ferry.yaml"
     cfg.write_text("workers: 2\nlisteners:\n  - address: \":8443\"\n    kind: transparent\n"
                    f"intercept:\n  ca-dir: {tmp}/ca\n  upstream-ca: {d}/ca.pem\n"
