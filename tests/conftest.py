@@ -5,7 +5,9 @@ loopback ports, {docroot} a per-test directory, {data} the data dir), starts `fe
 waits until every listener accepts, and at teardown stops it with SIGTERM and fails the test if
 ferry did not exit 0 or if its log holds an [alert]/[emerg] line or any sanitizer report.
 """
+import atexit
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,21 +23,216 @@ BAD_LOG = ("[alert]", "[emerg]", "AddressSanitizer", "LeakSanitizer", "runtime e
            "UndefinedBehaviorSanitizer")
 
 
+def _port_range():
+    """Ports to hand out: below the kernel's ephemeral range, so that no outgoing connection
+    (curl, Ferry to an origin, h2load) can be given one as its local port between free_port()
+    and the bind of the server the test starts on it."""
+    try:
+        lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    hi = max(lo - 1, 12000)
+    return max(10000, hi - 16000), hi
+
+
+_PORTS = _port_range()
+_GIVEN = set()  # never hand out a port twice in one session (a stopped server may linger)
+_RNG = random.SystemRandom()
+
+
+def _bindable(port):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+_CLAIMS = Path("/tmp/ferry-test-ports")
+
+
+def _claim(port):
+    """Reserve `port` machine-wide for this process: test runs of other worktrees on the same
+    machine draw from the same range, and Ferry listens with SO_REUSEPORT, so two Ferries
+    given the same port would both bind it and share its connections (a TLS client then
+    reaching a plain listener, say). A claim whose owner is gone is taken over."""
+    try:
+        _CLAIMS.mkdir(exist_ok=True)
+        f = _CLAIMS / str(port)
+        for _ in range(2):
+            try:
+                fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                try:
+                    owner = int(f.read_text() or "0")
+                except (OSError, ValueError):
+                    owner = 0
+                if owner and owner != os.getpid() and Path(f"/proc/{owner}").exists():
+                    return False
+                f.unlink(missing_ok=True)
+                continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return True
+        return False
+    except OSError:
+        return True  # no shared directory: the bind checks still apply
+
+
+def _release_claims():
+    for p in _GIVEN:
+        try:
+            f = _CLAIMS / str(p)
+            if f.read_text() == str(os.getpid()):
+                f.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+atexit.register(_release_claims)
+
+
 def free_port():
-    with socket.socket() as s:
+    """A loopback port that nothing holds (TCP and UDP), outside the ephemeral range, and
+    that no other test run on this machine was given."""
+    for _ in range(500):
+        p = _RNG.randrange(*_PORTS)
+        if p in _GIVEN or p in (8080, 8443, 8888):
+            continue
+        if _bindable(p) and _claim(p):
+            _GIVEN.add(p)
+            return p
+    with socket.socket() as s:  # the range is exhausted: let the kernel pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def wait_port(port, timeout=15.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_port(port, timeout=15.0, proc=None):
+    """Wait until something accepts TCP connections on loopback `port` (tripled under
+    sanitizers); fails at once if `proc` (the Popen expected to listen there) exited."""
+    deadline = time.monotonic() + timeout * (3 if SANITIZED else 1)
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise TimeoutError(f"port {port}: the process exited ({proc.returncode})")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"port {port} did not open")
+
+
+def _inodes(kind, port, listen_only):
+    """Inodes of the sockets in /proc/net/<kind>{,6} whose local port is `port`."""
+    out = set()
+    for f in (kind, kind + "6"):
+        try:
+            lines = Path(f"/proc/net/{f}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) != port:
+                continue
+            if listen_only and fields[3] != "0A":
+                continue
+            out.add(fields[9])
+    return out
+
+
+def _proc_tree(pid):
+    pids, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p in pids:
+            continue
+        pids.add(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in
+                         Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def _socket_inodes(pid):
+    out = set()
+    for p in _proc_tree(pid):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
+    return out
+
+
+def owns_port(pid, port, kind="tcp"):
+    """Whether process `pid` (or a child of it) holds a listening TCP socket / a bound UDP
+    socket on loopback `port`. Raises PortShared if another process holds one too: Ferry
+    binds with SO_REUSEPORT, so a Ferry of another test run on this machine that drew the
+    same port binds it as well and the kernel spreads the connections over both."""
+    inodes = _inodes(kind, port, listen_only=(kind == "tcp"))
+    if not inodes:
+        return False
+    ours = inodes & _socket_inodes(pid)
+    if ours and inodes - ours:
+        raise PortShared(f"{kind} port {port} is also held by another process")
+    return bool(ours)
+
+
+class PortShared(AssertionError):
+    pass
+
+
+def conns_to(pid, port):
+    """How many established TCP connections process `pid` has to loopback port `port` (an
+    origin's): lets a test wait for a pooled connection to be closed instead of sleeping."""
+    ours = _socket_inodes(pid)
+    n = 0
+    for f in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{f}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port and \
+                    fields[9] in ours:
+                n += 1
+    return n
+
+
+def wait_for(cond, timeout=15.0, what="condition", proc=None, interval=0.05):
+    """Poll cond() until true; AssertionError after `timeout` seconds (tripled under
+    sanitizers), or as soon as `proc` (a Popen) has exited."""
+    deadline = time.monotonic() + timeout * (3 if SANITIZED else 1)
+    while True:
+        v = cond()
+        if v:
+            return v
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_udp(port, proc=None, timeout=15.0):
+    """Wait until a UDP socket is bound on loopback `port` (by `proc`, a Popen, if given).
+    UDP has no handshake to poll: a bound socket queues datagrams, so this is readiness."""
+    if proc is not None:
+        return wait_for(lambda: owns_port(proc.pid, port, "udp"), timeout,
+                        f"UDP port {port} to be bound", proc)
+    return wait_for(lambda: _inodes("udp", port, False), timeout, f"UDP port {port} to be bound")
 
 
 class Ferry:
@@ -53,9 +250,10 @@ class Ferry:
                                 tmp=self.tmp) if text is not None else None
         self.args = args
         self.proc = None
+        self.port_clash = False
         self.logfile = self.tmp / "ferry.log"
 
-    def start(self, wait_ports=None):
+    def start(self, wait_ports=None, udp_ports=()):
         env = dict(os.environ)
         env["HOME"] = str(self.tmp)
         env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
@@ -68,12 +266,21 @@ class Ferry:
         self.log_fh = open(self.logfile, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log_fh, env=env,
                                      text=True)
-        for p in (wait_ports if wait_ports is not None else self.listener_ports()):
+        # Ready means: this ferry (not some other process that took the port) holds a
+        # listening socket on every port; fail at once if it exited (a bind error, say).
+        waits = [(p, "tcp") for p in (wait_ports if wait_ports is not None
+                                      else self.listener_ports())]
+        waits += [(p, "udp") for p in udp_ports]
+        for p, kind in waits:
             try:
-                wait_port(p)
-            except TimeoutError:
-                self.proc.kill()
-                raise AssertionError(f"ferry did not start:\n{self.log()}")
+                wait_for(lambda: owns_port(self.proc.pid, p, kind), 15,
+                         f"ferry to listen on {kind} port {p}", self.proc)
+            except AssertionError as e:
+                self.port_clash = isinstance(e, PortShared)
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait()
+                raise AssertionError(f"ferry did not start ({e}):\n{self.log()}")
         return self
 
     def listener_ports(self):
@@ -123,7 +330,23 @@ def server(tmp_path):
         f.docroot.mkdir(exist_ok=True)
         started.append(f)
         if start:
-            f.start()
+            for attempt in range(3):
+                try:
+                    f.start()
+                    break
+                except AssertionError:
+                    # Another process took one of the ports between free_port() and ferry's
+                    # bind (other suites on the machine): the test has not seen the ports
+                    # yet, so start again on fresh ones.
+                    if attempt == 2 or not (f.port_clash or
+                                            "Address already in use" in f.log()):
+                        raise
+                    f.log_fh.close()
+                    started.remove(f)
+                    f = Ferry(tmp_path / f"s{len(started)}-retry{attempt}", text, args, **kw)
+                    f.tmp.mkdir(parents=True, exist_ok=True)
+                    f.docroot.mkdir(exist_ok=True)
+                    started.append(f)
         return f
 
     yield make
