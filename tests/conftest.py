@@ -211,6 +211,11 @@ def conns_to(pid, port):
     return n
 
 
+def bound(seconds):
+    """A wait's upper bound: tripled under sanitizers (2-5x slower on a loaded machine)."""
+    return seconds * (3 if SANITIZED else 1)
+
+
 def wait_for(cond, timeout=15.0, what="condition", proc=None, interval=0.05):
     """Poll cond() until true; AssertionError after `timeout` seconds (tripled under
     sanitizers), or as soon as `proc` (a Popen) has exited."""

@@ -4,6 +4,7 @@ answers, so every lookup hangs; Ferry must keep serving and give a 502 naming th
 resolve-timeout. Prints one JSON object with what it saw. argv: FERRY TMPDIR"""
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -31,7 +32,8 @@ env = dict(os.environ, HOME=tmp, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
 log = open(os.path.join(tmp, "ferry.log"), "w")
 proc = subprocess.Popen([ferry, "run", "-c", cfg], stdout=subprocess.DEVNULL, stderr=log, env=env)
 out = {}
-for _ in range(300):
+deadline = time.monotonic() + 60  # bounded: ferry (maybe under ASan) is listening
+while time.monotonic() < deadline and proc.poll() is None:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
         break
@@ -51,7 +53,9 @@ res = {}
 t = threading.Thread(target=lambda: res.update(
     slow=curl("-x", proxy, "-w", "\n%{http_code}", "http://hangs.example/")))
 t.start()
-time.sleep(0.3)  # the slow lookup is under way (not a timing assertion: order only)
+# the slow lookup is under way once its query reaches the silent DNS socket (left unread);
+# a fixed pause could end before a loaded machine got that far
+out["lookup_seen"] = bool(select.select([dns], [], [], 30)[0])
 # the worker is not blocked: the proxy's own page answers while the lookup hangs
 out["info"] = curl("-w", "\n%{http_code}", proxy + "/")
 out["slow_done_before_info"] = "slow" in res

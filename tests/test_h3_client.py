@@ -11,12 +11,11 @@ import os
 import random
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, free_port
+from conftest import FERRY, free_port, wait_udp
 
 GTLSSERVER = shutil.which("gtlsserver")
 H3GET = os.environ.get("FERRY_H3GET", str(Path(FERRY).parent / "h3get"))
@@ -56,7 +55,7 @@ def origin(tmp_path, cert):
     proc = subprocess.Popen([GTLSSERVER, "-q", "-d", str(docs), "127.0.0.1", str(port),
                              str(cert / "key.pem"), str(cert / "cert.pem")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)  # UDP: nothing to poll for readiness; h3get retries its handshake anyway
+    wait_udp(port, proc)  # bound: its socket queues the first Initial
     yield port, docs
     proc.terminate()
     try:

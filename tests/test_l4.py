@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import FERRY, free_port, wait_port
+from conftest import FERRY, free_port, wait_port, wait_udp
 
 
 # ---- peers ----
@@ -374,8 +374,7 @@ l4:
     mode: udp
     target: 127.0.0.1:{e.port}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     errors = []
 
     def client(i):
@@ -420,13 +419,14 @@ l4:
     mode: udp
     target: 127.0.0.1:{e.port}
     max-sessions: 2
-    idle-timeout: 1s
+    idle-timeout: 3s
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
+    # (3 s: the first two sessions must stay while the third is refused, on a loaded machine)
     cs = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
     for c in cs:
-        c.settimeout(1)
+        c.settimeout(10)
+    cs[2].settimeout(1)
     for c in cs[:2]:
         c.sendto(b"hi", ("127.0.0.1", f.port))
         assert c.recvfrom(100)[0] == b"hi"
@@ -454,7 +454,7 @@ def test_l4_udp_oneliner(server, udp_echo):
     port = free_port()
     f = server(args=["l4", f"127.0.0.1:{e.port}", "--udp", "--listen", f"127.0.0.1:{port}",
                      "--workers", "1"], start=False)
-    f.start(wait_ports=[])
+    f.start(wait_ports=[], udp_ports=[port])
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.settimeout(1)
     got = None
@@ -723,6 +723,7 @@ def quic_backends(tmp_path):
                               str(crt)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(p)
         out[name] = port
+        wait_udp(port, p)  # bound: its socket queues the first Initial
     yield out
     for p in procs:
         p.terminate()
@@ -760,8 +761,7 @@ l4:
       - server-name: "*.test"
         target: 127.0.0.1:{quic_backends['beta.test']}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     body, r = gtls_get(tmp_path, "alpha.test", f.port, "a")
     assert body == "quic backend alpha.test\n", r
     body, r = gtls_get(tmp_path, "beta.test", f.port, "b")
@@ -783,8 +783,7 @@ l4:
     peek-timeout: 500ms
     target: 127.0.0.1:{quic_backends['alpha.test']}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     # capture a real Initial from gtlsclient
     cap = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     cap.bind(("127.0.0.1", 0))
@@ -835,8 +834,7 @@ l4:
     peek-max: 256
     target: 127.0.0.1:{quic_backends['alpha.test']}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     body, r = gtls_get_numeric(tmp_path, f.port)
     assert body is None
     assert "QUIC ClientHello larger than peek-max (256 bytes)" in f.log()
@@ -852,8 +850,7 @@ l4:
     unknown-version: default
     target: 127.0.0.1:{e.port}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.settimeout(1)
     pkt = b"\xc0\x0a\x0a\x0a\x0a\x04abcd\x04efgh" + b"\x00" * 1200
@@ -967,8 +964,7 @@ l4:
     mode: quic-passthrough
     target: 127.0.0.1:{quic_backends['alpha.test']}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     dl = tmp_path / "dl-rebind"
     dl.mkdir()
     r = subprocess.run([GTLS_CLIENT, "-q", "--timeout=5s", "--exit-on-all-streams-close",
@@ -1050,8 +1046,7 @@ l4:
       - server-name: pq.example
         target: 127.0.0.1:{e.port}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     c.settimeout(2)
     for p in parts:
@@ -1084,8 +1079,7 @@ l4:
     mode: quic-passthrough
     target: 127.0.0.1:{e.port}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for _ in range(33):
         c.sendto(parts[0], ("127.0.0.1", f.port))

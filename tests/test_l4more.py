@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from conftest import FERRY, free_port
+from conftest import FERRY, SANITIZED, free_port
 from test_l4 import TcpEcho, echo_roundtrip, make_cert, tcp_echo, udp_echo  # noqa: F401
 
 
 def wait_log(f, text, count=1, limit=200):
     """Wait (bounded) until `text` is in the log `count` times."""
-    for _ in range(limit):
+    for _ in range(limit * (3 if SANITIZED else 1)):
         if f.log().count(text) >= count:
             return True
         time.sleep(0.05)
@@ -140,7 +140,7 @@ upstreams:
     servers: [https://127.0.0.1:{tport}, https://127.0.0.1:{plain.port}]
     ca: "{crt}"
     sni: origin.test
-    health-check: {{{{type: tcp, interval: 100ms, timeout: 1s, fall: 1, rise: 1}}}}
+    health-check: {{{{type: tcp, interval: 100ms, timeout: 5s, fall: 1, rise: 1}}}}
 l4:
   - listen: 127.0.0.1:{{port}}
     mode: tls-passthrough
@@ -246,7 +246,7 @@ l4:
     unknown-version: default
     target: 127.0.0.1:{vn_origin.port}
 """, start=False)
-    f.start(wait_ports=[])
+    f.start(wait_ports=[], udp_ports=[f.port])
     # an unknown version (a greased one) starts a flow to the default target; the origin's
     # Version Negotiation comes back to the client byte for byte
     pkt = long_hdr(0x1a2a3a4a, b"\x11" * 8, b"\x22" * 5)
@@ -269,8 +269,7 @@ l4:
     mode: quic-passthrough
     target: 127.0.0.1:{vn_origin.port}
 """, start=False)
-    f.start(wait_ports=[])
-    time.sleep(0.3)
+    f.start(wait_ports=[], udp_ports=[f.port])
     pkt = long_hdr(0x1a2a3a4a, b"\x11" * 8, b"\x22" * 5)
     assert udp_ask(f.port, pkt, tries=3, wait=0.3) is None
     assert vn_origin.got == []

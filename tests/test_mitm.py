@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, free_port, wait_port
+from conftest import FERRY, bound, free_port, wait_port
 
 CURL_TIMEOUT = 15
 BIG = 300 * 1024
@@ -335,7 +335,7 @@ def test_mitm_pinning_bypass(server, certs, nginx):
     srv = mitm(server, certs, extra="  pinning-failures: 2\n  pinning-ttl: 1h\n")
     for _ in range(2):
         assert pinning_client(srv.port, "localhost", nginx.tls_port, certs["ca"]) is None
-    deadline = time.time() + 5
+    deadline = time.time() + bound(5)
     while "certificate pinning" not in srv.log() and time.time() < deadline:
         time.sleep(0.05)
     assert "passing it through undecrypted" in srv.log()
@@ -463,7 +463,7 @@ def test_mitm_har_capture(server, certs, nginx, tmp_path):
     for i, (url, http) in enumerate(zip(urls, ["--http1.1", "--http2", "--http1.1"])):
         r = curl(http, "-x", srv.proxy, "--cacert", str(srv.ca), "-A", f"agent-{i}", url)
         assert r.returncode == 0, r.stderr
-        deadline = time.time() + 5
+        deadline = time.time() + bound(5)
         while True:  # written when the flow completes; the file is valid JSON after each
             log = json.loads(har.read_text())["log"]
             if len(log["entries"]) == i + 1 or time.time() > deadline:
@@ -495,7 +495,7 @@ def test_mitm_har_request_body_and_cap(server, certs, nginx, tmp_path):
     r = curl("-x", srv.proxy, "--data-binary", "0123456789abcdef", "-H",
              "Content-Type: text/plain", f"http://127.0.0.1:{nginx.port}/index.html")
     assert r.returncode == 0
-    deadline = time.time() + 5
+    deadline = time.time() + bound(5)
     while not json.loads(har.read_text())["log"]["entries"] and time.time() < deadline:
         time.sleep(0.02)
     e = json.loads(har.read_text())["log"]["entries"][0]
@@ -603,7 +603,7 @@ def test_mitm_max_origins_all_in_use_502(server, certs, nginx):
         # only once the slow request holds the slot: before, a request to the other origin
         # could hold it and the slow one would be the one refused
         assert arrived.wait(15), results
-        deadline = time.time() + 10
+        deadline = time.time() + bound(10)
         while time.time() < deadline:
             # the slow origin holds the only origin slot once its request is in flight
             r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}",

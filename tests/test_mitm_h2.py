@@ -134,6 +134,7 @@ def test_mitm_dns_timeout_does_not_block_worker(tmp_path):
     out = json.loads(p.stdout)
     info_body, _, info_code = out["info"]["out"].rpartition("\n")
     assert info_code == "200" and "Ferry intercepting proxy" in info_body, out
+    assert out["lookup_seen"], out
     assert not out["slow_done_before_info"], out  # served while the lookup was hanging
     body, _, code = out["slow"]["out"].rpartition("\n")
     assert code == "502", out

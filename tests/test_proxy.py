@@ -28,7 +28,8 @@ import h2.connection
 import h2.events
 import pytest
 
-from conftest import FERRY as FERRY_BIN, free_port, http_request, wait_port
+from conftest import (FERRY as FERRY_BIN, bound, conns_to, free_port, http_request, wait_for,
+                      wait_port)
 
 CURL_TIMEOUT = 10
 SOCK_TIMEOUT = 10.0
@@ -139,7 +140,7 @@ class Nginx:
         """(connection serial, request line) of the logged requests whose line holds marker.
         nginx writes the line after the response has gone out: with `expect`, wait (bounded)
         for that many lines."""
-        deadline = time.time() + 5
+        deadline = time.time() + bound(5)
         while True:
             out = []
             for line in self.access_log.read_text(errors="replace").splitlines():
@@ -1624,11 +1625,14 @@ def test_repeated_headers_and_odd_targets_pass_through(server, origins):
 
 
 def test_pool_keepalive_timeout(server, nginx):
-    srv = start(server, [f"http://127.0.0.1:{nginx.port}"], upstream={"keepalive-timeout": "1s"})
+    # 3 s: the pooled connection must outlive the gap between two curls on a loaded machine;
+    # then wait until Ferry has closed it (rather than sleeping past the timeout)
+    srv = start(server, [f"http://127.0.0.1:{nginx.port}"], upstream={"keepalive-timeout": "3s"})
     marker = uuid.uuid4().hex
     assert curl(srv, "h1", f"/tiny.txt?m={marker}&i=0").status == 200
     assert curl(srv, "h1", f"/tiny.txt?m={marker}&i=1").status == 200
-    time.sleep(1.6)
+    wait_for(lambda: conns_to(srv.proc.pid, nginx.port) == 0, 20,
+             "the idle pooled connection to be closed")
     assert curl(srv, "h1", f"/tiny.txt?m={marker}&i=2").status == 200
     lines = nginx.access_lines(marker, expect=3)
     assert len(lines) == 3
@@ -1658,8 +1662,8 @@ def test_active_health_check_takes_a_dead_server_out(server, origins):
     dead = dead_url()
     srv = start(server, [dead, a.url],
                 upstream={"retries": 0, "health-check": {"path": "/health", "interval": "100ms",
-                                                         "fall": 1, "rise": 1}})
-    deadline = time.time() + 10
+                                                         "timeout": "5s", "fall": 1, "rise": 1}})
+    deadline = time.time() + bound(10)
     while "is down (health check" not in srv.log() and time.time() < deadline:
         time.sleep(0.05)
     assert "is down (health check" in srv.log()
@@ -1675,16 +1679,19 @@ def test_active_health_check_brings_a_server_back(server, origins):
     b = origins(name="b", status=500)
     srv = start(server, [a.url, b.url],
                 upstream={"health-check": {"path": "/hc", "interval": "100ms", "fall": 1,
-                                           "rise": 1}})
-    deadline = time.time() + 10
-    while "is down (health check" not in srv.log() and time.time() < deadline:
+                                           "rise": 1, "timeout": "5s"}})
+    # (timeout 5s: with fall 1, one slow probe of the healthy `a` on a loaded machine would
+    # take it out; the waits name b, so that such a mark cannot stand in for b's)
+    bname = b.url.split("//", 1)[1]
+    deadline = time.time() + bound(10)
+    while f"{bname} is down (health check" not in srv.log() and time.time() < deadline:
         time.sleep(0.05)
-    assert "is down (health check: unexpected status)" in srv.log()
+    assert f"{bname} is down (health check: unexpected status)" in srv.log(), srv.log()[-3000:]
     b.status = 200
-    deadline = time.time() + 10
-    while "is up (health check)" not in srv.log() and time.time() < deadline:
+    deadline = time.time() + bound(10)
+    while f"{bname} is up (health check)" not in srv.log() and time.time() < deadline:
         time.sleep(0.05)
-    assert "is up (health check)" in srv.log()
+    assert f"{bname} is up (health check)" in srv.log(), srv.log()[-3000:]
     before = b.count()
     res = h1_get_many(srv.port, [f"/back{i}" for i in range(10)])
     assert [s for s, _, _ in res] == [200] * 10

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import free_port, http_request
+from conftest import free_port, http_request, wait_udp
 from test_h3 import gtls, statuses
 from test_h3_client import _ws_frame, _ws_parse, cert, ws_origin  # noqa: F401 (fixtures)
 
@@ -35,7 +35,7 @@ def gorigin(tmp_path, cert):  # noqa: F811
     proc = subprocess.Popen([GTLSSERVER, "-q", "-d", str(docs), "127.0.0.1", str(port),
                              str(cert / "key.pem"), str(cert / "cert.pem")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)  # UDP: no readiness to poll; QUIC retransmits the first Initial anyway
+    wait_udp(port, proc)  # bound: its socket queues the first Initial
     yield port, docs
     proc.terminate()
     try:
@@ -190,9 +190,11 @@ def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # no
     gport = free_port()
 
     def start_origin():
-        return subprocess.Popen([GTLSSERVER, "-q", "-d", str(docs), "127.0.0.1", str(gport),
-                                 str(cert / "key.pem"), str(cert / "cert.pem")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen([GTLSSERVER, "-q", "-d", str(docs), "127.0.0.1", str(gport),
+                              str(cert / "key.pem"), str(cert / "cert.pem")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_udp(gport, p)  # bound: its socket queues the first Initial
+        return p
 
     def stop_origin(p):
         p.terminate()
@@ -207,7 +209,7 @@ def test_proxy_h3_active_health_check_down_and_up(server, tmp_path, cert):  # no
         dead = free_port()
         cfg = front_config(f"h3://127.0.0.1:{dead}, h3://127.0.0.1:{gport}", cert / "cert.pem")
         cfg = cfg.replace("    ca: ", "    retries: 0\n    health-check: {{path: /health, "
-                          "interval: 200ms, timeout: 1s, fall: 1, rise: 1}}\n    ca: ")
+                          "interval: 200ms, timeout: 5s, fall: 1, rise: 1}}\n    ca: ")
         srv = server(cfg)
         assert _wait_log(srv, f"server 127.0.0.1:{dead} is down (health check"), srv.log()[-3000:]
         # (gtlsserver may have missed the very first probe's Initial while starting: wait until
@@ -267,7 +269,7 @@ def test_proxy_h3_origin_client_certificate(server, tmp_path, cert):  # noqa: F8
                                str(gport), str(cert / "key.pem"), str(cert / "cert.pem")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)  # UDP: no readiness to poll; QUIC retransmits the first Initial anyway
+        wait_udp(gport, origin)  # bound: its socket queues the first Initial
         cfg = f"""
 workers: 1
 data-dir: {{data}}
