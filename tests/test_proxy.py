@@ -1169,7 +1169,8 @@ def test_ejection_and_recovery(server, origins):
     bad = origins(name="bad", status=500)
     good = origins(name="good")
     srv = start(server, [bad.url, good.url],
-                upstream={"max-fails": 2, "fail-timeout": "2s"})
+                upstream={"max-fails": 2, "fail-timeout": "5s"})
+    # (5 s: the bad server must stay out for the rest of these 20 on a loaded machine)
     res = h1_get_many(srv.port, [f"/e{i}" for i in range(20)])
     statuses = [s for s, _, _ in res]
     # 5xx is relayed (never retried), but after max-fails the bad server sits out
@@ -1179,7 +1180,12 @@ def test_ejection_and_recovery(server, origins):
     assert "ejected" in srv.log(), srv.log()
     # recovery: the server is healthy again and comes back after fail-timeout
     bad.status = 200
-    time.sleep(2.5)
+    before = bad.count()
+    deadline = time.time() + bound(30)  # until fail-timeout is over and it is picked again
+    while bad.count() == before and time.time() < deadline:
+        assert [s for s, _, _ in h1_get_many(srv.port, ["/g"])] == [200]
+        time.sleep(0.1)
+    assert bad.count() > before, "the ejected server never came back"
     before = bad.count()
     res = h1_get_many(srv.port, [f"/f{i}" for i in range(20)])
     assert [s for s, _, _ in res] == [200] * 20
