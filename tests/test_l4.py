@@ -262,8 +262,9 @@ log:
 l4:
   - listen: 127.0.0.1:{{port}}
     target: 127.0.0.1:{e.port}
-    idle-timeout: 300ms
+    idle-timeout: 2s
 """)
+    # (2 s: the session must not idle out between the connect and the first byte)
     s = socket.create_connection(("127.0.0.1", f.port), timeout=10)
     s.sendall(b"x")
     assert s.recv(1) == b"x"
@@ -1041,7 +1042,7 @@ workers: 1
 l4:
   - listen: 127.0.0.1:{{port}}
     mode: quic-passthrough
-    peek-timeout: 300ms
+    peek-timeout: 1s
     sni:
       - server-name: pq.example
         target: 127.0.0.1:{e.port}

@@ -561,12 +561,15 @@ def test_mitm_connect_timeout_closes_silent_tunnel(server, certs, nginx):
 
 
 def test_mitm_tunnel_idle_timeout(server, certs, nginx):
-    srv = mitm(server, certs, extra="  tunnel-idle-timeout: 300ms\n")
+    # 2 s: the relay must not go idle between the CONNECT's 200 and the GET on a loaded machine
+    srv = mitm(server, certs, extra="  tunnel-idle-timeout: 2s\n")
     s = _connect(srv.port, f"127.0.0.1:{nginx.port}")
     s.sendall(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")  # plain bytes: relayed
     data = b""
     while b"hello from nginx\n" not in data:
-        data += s.recv(4096)
+        b = s.recv(4096)
+        assert b, f"tunnel closed before the response: {data!r}"
+        data += b
     assert _closed_within(s, 15)  # nginx keeps the connection; the idle relay is closed
     s.close()
     assert "relay timeout" in srv.log()
