@@ -111,11 +111,18 @@ def free_port():
 
 def wait_port(port, timeout=15.0, proc=None):
     """Wait until something accepts TCP connections on loopback `port` (tripled under
-    sanitizers); fails at once if `proc` (the Popen expected to listen there) exited."""
+    sanitizers). With `proc` (the Popen expected to listen there): until that process holds
+    the listening socket (not some other process that took the port), failing at once if it
+    exited; raises TimeoutError either way."""
     deadline = time.monotonic() + timeout * (3 if SANITIZED else 1)
     while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise TimeoutError(f"port {port}: the process exited ({proc.returncode})")
+        if proc is not None:
+            if proc.poll() is not None:
+                raise TimeoutError(f"port {port}: the process exited ({proc.returncode})")
+            if owns_port(proc.pid, port):
+                return
+            time.sleep(0.05)
+            continue
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return

@@ -814,8 +814,8 @@ http {{
     p = subprocess.Popen([NGINX, "-c", str(d / "nginx.conf"), "-p", str(d)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(tls_port)
-        wait_port(h2c_port)
+        wait_port(tls_port, proc=p)
+        wait_port(h2c_port, proc=p)
         yield tls_port, h2c_port
     finally:
         p.terminate()

@@ -96,7 +96,7 @@ class Nginx:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             for p in (self.port, self.tls_port, self.h1_port):
-                wait_port(p)
+                wait_port(p, proc=self.proc)
         except TimeoutError:
             self.stop()
             raise AssertionError("nginx did not start: " + (d / "err").read_text())
@@ -416,7 +416,7 @@ def test_mitm_oneliner(tmp_path, certs, nginx):
                          stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     try:
-        wait_port(port)
+        wait_port(port, proc=p)
         r = curl("-x", f"http://127.0.0.1:{port}", "--cacert", str(tmp_path / "ca/ferry-ca.pem"),
                  f"https://localhost:{nginx.tls_port}/index.html")
         assert r.stdout == b"hello from nginx\n", r.stderr

@@ -21,7 +21,7 @@ def hooks(tmp_path, certs):  # noqa: F811
     p = subprocess.Popen([str(EXAMPLE), str(port), str(tmp_path / "ca"), str(certs["ca"])],
                          stdout=subprocess.PIPE, stderr=log,
                          env=dict(os.environ, HOME=str(tmp_path)))
-    wait_port(port)
+    wait_port(port, proc=p)
     p.port = port
     p.proxy = f"http://127.0.0.1:{port}"
     p.ca = tmp_path / "ca" / "ferry-ca.pem"

@@ -44,7 +44,7 @@ def nginx_with_gzip(n):
                                    str(n.d / "nginx.conf")],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         from conftest import wait_port
-        wait_port(n.port)
+        wait_port(n.port, proc=n.proc)
     return n
 
 
@@ -144,7 +144,7 @@ def echo_tls(tmp_path_factory, certs, echo):  # noqa: F811
     proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_port(port)
+        wait_port(port, proc=proc)
         yield port
     finally:
         proc.terminate()

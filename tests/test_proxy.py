@@ -124,8 +124,8 @@ class Nginx:
         self.proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            wait_port(self.port)
-            wait_port(self.tls_port)
+            wait_port(self.port, proc=self.proc)
+            wait_port(self.tls_port, proc=self.proc)
         except TimeoutError:
             self.stop()
             raise AssertionError("nginx did not start: " + self.error_log())

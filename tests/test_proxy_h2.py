@@ -85,7 +85,7 @@ class Nginx2:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             for p in self.ports.values():
-                wait_port(p)
+                wait_port(p, proc=self.proc)
         except TimeoutError:
             self.stop()
             raise AssertionError("nginx did not start: " + (d / "err").read_text())

@@ -133,7 +133,7 @@ def nginx(tmp_path_factory, certs, content, h3origin):  # noqa: F811
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for p in ports.values():
-            wait_port(p)
+            wait_port(p, proc=proc)
     except TimeoutError:
         proc.kill()
         proc.wait(timeout=10)
