@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import free_port
+from conftest import bound, free_port
 
 GTLS = shutil.which("gtlsclient")
 pytestmark = pytest.mark.skipif(GTLS is None, reason="gtlsclient (Debian ngtcp2-client) missing")
@@ -100,7 +100,7 @@ def who(port, tmp, timeout="3s"):
 
 
 def wait_log(srv, pattern, timeout=15.0):
-    deadline = time.time() + timeout
+    deadline = time.time() + bound(timeout)
     while time.time() < deadline:
         if re.search(pattern, srv.log()):
             return True

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import free_port, http_request, wait_udp
+from conftest import bound, free_port, http_request, wait_udp
 from test_h3 import gtls, statuses
 from test_h3_client import _ws_frame, _ws_parse, cert, ws_origin  # noqa: F401 (fixtures)
 
@@ -166,7 +166,7 @@ routes:
 
 
 def _wait_log(srv, text, timeout=20.0, after=0):
-    deadline = time.time() + timeout
+    deadline = time.time() + bound(timeout)
     while time.time() < deadline:
         if text in srv.log()[after:]:
             return True
