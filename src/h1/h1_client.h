@@ -76,6 +76,10 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events);
 void fy_h1_client_consume(fy_h1_client_t *c, size_t n);
 /* More request body is available after read_body deferred. */
 void fy_h1_client_resume(fy_h1_client_t *c);
+/* Whether request bytes are still to go out (body not all pulled, or queued): after a
+ * complete early response the codec goes on sending them, and release says the connection is
+ * reusable only once they are out. */
+bool fy_h1_client_sending(const fy_h1_client_t *c);
 /* Whether any response byte arrived (a pooled connection that closed without one was stale). */
 bool fy_h1_client_got_bytes(const fy_h1_client_t *c);
 /* Done: no more callbacks and no more transport use (the connection may go back to a pool at
