@@ -690,10 +690,18 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events)
     ENTER(c);
     if ((events & EPOLLOUT) && c->nout) pump(c);
     if (c->held && (events & EPOLLIN)) c->in_dropped = true;
-    if (!c->dead && c->rstate == R_DONE && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
-        fail(c, FY_H1C_CONN, 0, "origin closed or sent bytes after its response");
-    else if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+    if (!c->dead && c->rstate == R_DONE && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+        if (!c->req_body_done || c->nout) {
+            /* an early response's body still going out: this connection is lost */
+            fail(c, FY_H1C_CONN, 0, "origin closed or sent bytes after its response");
+        } else if (c->want(c->ud, 0) < 0) {
+            /* the response is complete and waits for the owner to release: not our event
+               any more (release tells whether the connection is still fit) */
+            fail(c, FY_H1C_CONN, 0, "origin socket error");
+        }
+    } else if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
         rd(c);
+    }
     update_want(c);
     leave(c);
 }

@@ -836,7 +836,7 @@ static void o_on_end(void *ud, fy_headers_t *trailers)
 static void o_on_error(void *ud, int kind, uint32_t code, const char *why)
 {
     proxy_req_t *pr = ud;
-    if (pr->trail) {
+    if (pr->trail || (pr->o_end && pr->okind == O_H1)) {
         /* the response is complete: only the connection is lost (release says so) */
         pr->trail_abort = true;
         deliver(pr);
