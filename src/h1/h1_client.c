@@ -329,17 +329,26 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
 static void fill(fy_h1_client_t *c)
 {
     if (c->upgrade && !c->tunnel_open) return; /* nothing of the client's before the 101 */
-    if (!c->obuf) {
-        /* a large body goes out in larger pieces (fewer writes), tunnels in small ones */
-        c->ocap = c->big_body && !c->upgrade ? FY_H1C_BIG_OUT : FY_CHUNK_SIZE;
-        c->obuf = c->ocap == FY_CHUNK_SIZE ? fy_pool_get(fy_chunk_pool()) : malloc(c->ocap);
-        if (!c->obuf) {
-            c->ocap = FY_CHUNK_SIZE;
-            c->obuf = fy_pool_get(fy_chunk_pool());
-        }
-    }
     const fy_headers_t *tr = NULL;
-    ssize_t n = c->ops->read_body(c->ud, c->obuf, c->ocap, &tr);
+    const char *p = NULL;
+    ssize_t n;
+    if (c->ops->ref_body) {
+        /* no copy: out[] points into the owner's buffer until it is all written (fill is
+           called again only then) */
+        n = c->ops->ref_body(c->ud, &p, (size_t)1 << 30, &tr);
+    } else {
+        if (!c->obuf) {
+            /* a large body goes out in larger pieces (fewer writes), tunnels in small ones */
+            c->ocap = c->big_body && !c->upgrade ? FY_H1C_BIG_OUT : FY_CHUNK_SIZE;
+            c->obuf = c->ocap == FY_CHUNK_SIZE ? fy_pool_get(fy_chunk_pool()) : malloc(c->ocap);
+            if (!c->obuf) {
+                c->ocap = FY_CHUNK_SIZE;
+                c->obuf = fy_pool_get(fy_chunk_pool());
+            }
+        }
+        n = c->ops->read_body(c->ud, c->obuf, c->ocap, &tr);
+        p = c->obuf;
+    }
     if (c->dead) return;
     if (n == FY_H1C_DEFER) {
         c->body_deferred = true;
@@ -353,10 +362,10 @@ static void fill(fy_h1_client_t *c)
         if (c->req_chunked) {
             int l = snprintf(c->pre, sizeof c->pre, "%zx\r\n", (size_t)n);
             c->out[c->nout++] = (struct iovec){c->pre, (size_t)l};
-            c->out[c->nout++] = (struct iovec){c->obuf, (size_t)n};
+            c->out[c->nout++] = (struct iovec){(void *)p, (size_t)n};
             c->out[c->nout++] = (struct iovec){(void *)"\r\n", 2};
         } else {
-            c->out[c->nout++] = (struct iovec){c->obuf, (size_t)n};
+            c->out[c->nout++] = (struct iovec){(void *)p, (size_t)n};
         }
         return;
     }

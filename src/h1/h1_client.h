@@ -50,6 +50,11 @@ typedef struct fy_h1_client_stream_ops {
     void (*on_end)(void *ud, fy_headers_t *trailers);
     void (*on_error)(void *ud, int kind, uint32_t code, const char *why);
     ssize_t (*read_body)(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
+    /* Optional, used instead of read_body when set: the same, but *p is set to the owner's
+     * bytes (up to len) instead of copying them. They must stay valid until the next
+     * read_body/ref_body call or fy_h1_client_release: the codec calls again only once they
+     * are all written. */
+    ssize_t (*ref_body)(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
 } fy_h1_client_stream_ops_t;
 
 /* Readiness the codec waits for on the transport's fd: EPOLLIN and/or EPOLLOUT. Returns 0 or

@@ -142,7 +142,7 @@ static int want(void *ud, uint32_t ev)
     return 0;
 }
 
-static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body};
+static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
 static const fy_h1_limits_t lim = {1024, 1024, 16};
 
 typedef struct fx {

@@ -884,14 +884,16 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
     if (!pr->in_read_body) resume_body(pr);
 }
 
-static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+/* The next piece of the client's body for the origin codec, in place (*p): valid until the
+ * client codec is asked for more, which happens here, once the piece is taken. */
+static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
 {
     proxy_req_t *pr = ud;
     if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_H2C_DEFER;
     for (int guard = 0; guard < 64; guard++) {
         if (pr->qn) {
             size_t n = pr->qn < len ? pr->qn : len;
-            memcpy(buf, pr->qp, n);
+            *p = pr->qp;
             pr->qp += n;
             pr->qn -= n;
             pr->sent_any = true;
@@ -909,6 +911,14 @@ static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
         if (pr->req_body_waiting) return FY_H2C_DEFER;
     }
     return FY_H2C_DEFER;
+}
+
+static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+{
+    const char *p = NULL;
+    ssize_t n = take_body(ud, &p, len, trailers);
+    if (n > 0) memcpy(buf, p, (size_t)n);
+    return n;
 }
 
 static const fy_h2_client_stream_ops_t h2_stream_ops = {o_on_head, o_on_data, o_on_end, o_on_error,
@@ -1055,8 +1065,8 @@ static int h1_want(void *ud, uint32_t ev)
     return pr->oc ? fy_origin_want(pr->oc, ev) : 0;
 }
 
-static const fy_h1_client_stream_ops_t h1_stream_ops = {o_on_head, o_on_data, o_on_end, o_on_error,
-                                                        o_read_body};
+static const fy_h1_client_stream_ops_t h1_stream_ops = {o_on_head,  o_on_data,   o_on_end,
+                                                        o_on_error, o_read_body, take_body};
 
 static void h1_start(proxy_req_t *pr)
 {
