@@ -730,7 +730,9 @@ void fy_h1_client_consume(fy_h1_client_t *c, size_t n)
     if (c->ilen > c->ipos) process(c); /* more is buffered already */
     /* after a short read the socket was empty: EPOLLIN (still set) says when more comes,
        so no read that would only return EAGAIN (one per relayed WebSocket message) */
-    if (!c->dead && c->held == 0 && (dropped || !c->short_read || c->t->ops->pending(c->t))) rd(c);
+    if (!c->dead && c->held == 0 &&
+        (dropped || !c->short_read || (c->t->ops->pending && c->t->ops->pending(c->t))))
+        rd(c);
     update_want(c);
     leave(c);
 }

@@ -252,10 +252,12 @@ static void test_chunked_bytewise(void)
     for (int i = 0; i < 200 && !f.o.ended && !f.o.errors; i++) {
         fy_h1_client_io(f.c, EPOLLIN);
         if (f.o.held) {
-            CHECK(f.o.want == 0); /* nothing read while bytes are held */
+            /* EPOLLIN stays while bytes are held (no epoll_ctl pair per piece); when the
+               origin sends meanwhile, nothing is read and the interest is dropped */
             int reads = f.m.reads;
             fy_h1_client_io(f.c, EPOLLIN);
             CHECK_EQ_INT(f.m.reads, reads);
+            CHECK(f.o.want == 0);
             drain(&f);
         }
     }
@@ -391,6 +393,8 @@ static void test_errors(void)
     fy_h1_client_submit(f.c, &hs, 0);
     fy_h1_client_io(f.c, EPOLLIN);
     drain(&f);
+    /* the read was short: the EOF comes with the next readiness, not a read on consume */
+    fy_h1_client_io(f.c, EPOLLIN);
     CHECK(!f.o.ended);
     CHECK_EQ_INT(f.o.errors, 1);
     CHECK_EQ_INT(f.o.err_code, 0);
