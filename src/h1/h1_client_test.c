@@ -295,6 +295,47 @@ static void test_post_chunked_trailers_partial_writes(void)
     CHECK(fx_done(&f));
 }
 
+/* The origin answers before the request body is all sent: the codec keeps sending it (with
+ * EPOLLOUT while the origin is slow to take it) and the connection is reusable once it is
+ * out; an origin event in the meantime loses the connection but not the response. */
+static void test_early_response_body_goes_on(void)
+{
+    fx_t f;
+    fx_init(&f, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false);
+    f.o.body[0] = "abc";
+    f.o.body[1] = "defg";
+    f.o.nbody = 2;
+    f.o.defer_once = true;
+    fy_headers_t hs;
+    get_fields(&f, &hs, "POST");
+    fy_h1_client_submit(f.c, &hs, 7);
+    fy_h1_client_io(f.c, EPOLLIN);
+    CHECK(f.o.ended && f.o.errors == 0);
+    CHECK(fy_h1_client_sending(f.c));
+    f.m.out_cap = f.m.out_len + 2; /* the origin is slow to take the rest */
+    fy_h1_client_resume(f.c);
+    CHECK(fy_h1_client_sending(f.c));
+    CHECK((f.o.want & EPOLLOUT) && (f.o.want & EPOLLIN));
+    f.m.out_cap = 0;
+    fy_h1_client_io(f.c, EPOLLOUT);
+    CHECK(!fy_h1_client_sending(f.c));
+    CHECK(out_has(&f, "Content-Length: 7\r\n\r\nabcdefg"));
+    CHECK_EQ_INT(f.o.errors, 0);
+    CHECK(fx_done(&f)); /* reusable: both messages complete */
+
+    fx_init(&f, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false);
+    f.o.defer_once = true;
+    get_fields(&f, &hs, "POST");
+    fy_h1_client_submit(f.c, &hs, 7);
+    fy_h1_client_io(f.c, EPOLLIN);
+    CHECK(f.o.ended && fy_h1_client_sending(f.c));
+    f.m.in_eof = true;
+    fy_h1_client_io(f.c, EPOLLIN | EPOLLHUP); /* the origin closes meanwhile */
+    CHECK_EQ_INT(f.o.errors, 1);
+    CHECK(!fy_h1_client_sending(f.c));
+    CHECK(!fx_done(&f));
+}
+
 static void test_content_length_body(void)
 {
     fx_t f;
@@ -469,6 +510,6 @@ static void test_not_reusable(void)
 }
 
 FY_TEST_MAIN(test_get_keepalive(); test_chunked_bytewise();
-             test_post_chunked_trailers_partial_writes(); test_content_length_body();
-             test_interim(); test_head_request(); test_upgrade(); test_errors();
-             test_not_reusable())
+             test_post_chunked_trailers_partial_writes(); test_early_response_body_goes_on();
+             test_content_length_body(); test_interim(); test_head_request(); test_upgrade();
+             test_errors(); test_not_reusable())
