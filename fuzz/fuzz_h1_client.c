@@ -114,7 +114,7 @@ static int want(void *ud, uint32_t ev)
     return 0;
 }
 
-static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body};
+static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
 
 static void add(fy_arena_t *a, fy_headers_t *hs, const char *n, const char *v)
 {

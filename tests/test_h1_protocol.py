@@ -1000,6 +1000,55 @@ def test_h1_unread_body_in_pieces_then_next_request(server):
         assert r.status == 200 and r.body == HELLO
 
 
+def test_h1_early_response_large_upload_drained_exactly(server):
+    """The answer comes before a large upload ends; the rest of the body is dropped (read
+    straight from the socket), but not one byte past it: the request glued right behind the
+    body is served, and a smuggled-looking body byte never becomes a request."""
+    srv = server(BASE)
+    with Client(srv.port) as c:
+        n = 900 * 1024
+        body = (GET_SMUGGLED * (n // len(GET_SMUGGLED) + 1))[:n]
+        c.send(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % n + body[:1000])
+        r = c.response()
+        assert r.status == 200 and r.body == HELLO and r.get("Connection") is None
+        c.send(body[1000:] + GET + GET)
+        for _ in range(2):
+            r = c.response()
+            assert r.status == 200 and r.body == HELLO
+        assert c.is_open()
+
+
+def test_h1_early_response_upload_in_slow_pieces(server):
+    """An upload the response overtook keeps the connection while its rest trickles in."""
+    srv = server(BASE)
+    with Client(srv.port) as c:
+        n = 600 * 1024
+        c.send(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % n)
+        r = c.response()
+        assert r.status == 200 and r.body == HELLO
+        piece = b"p" * (n // 6)
+        for _ in range(6):
+            c.send(piece)
+            time.sleep(0.02)
+        c.send(GET)
+        r = c.response()
+        assert r.status == 200 and r.body == HELLO
+        assert c.is_open()
+
+
+def test_h1_early_response_client_gives_up_mid_upload(server):
+    """The client closes in the middle of a body being drained: the connection is closed,
+    the server goes on serving others (and logs no alert: the fixture checks)."""
+    srv = server(BASE)
+    with Client(srv.port) as c:
+        c.send(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 500000\r\n\r\n" + b"x" * 70000)
+        r = c.response()
+        assert r.status == 200 and r.body == HELLO
+    with Client(srv.port) as c:
+        c.send(GET)
+        assert c.response().body == HELLO
+
+
 UNREAD_CLOSE = {
     "http11_connection_close": b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n"
                                b"Connection: close\r\n\r\nabc",

@@ -93,6 +93,8 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root {d}/www;
+        # answers before reading the request body (then discards it, keeping the connection)
+        location /early-return {{ client_max_body_size 0; return 200 "early ok\\n"; }}
     }}
     server {{
         listen 127.0.0.1:{tls_port} ssl;
@@ -1512,6 +1514,60 @@ def test_early_response_before_upload_finished(server, origins, client, path):
         assert r.status == 403 and r.body == b"early no\n", (r, srv.log()[-2000:])
     r = curl(srv, client, "/ok")
     assert r.rc == 0 and r.status == 200, r
+
+
+def test_early_response_origin_connection_reused(server, nginx):
+    """nginx `return` answers a POST before reading its body: the response goes to the client
+    at once and the rest of the body still goes to the origin, so that its connection is
+    reused (before, every such request cost a new origin connection)."""
+    srv = start(server, [f"http://127.0.0.1:{nginx.port}"])
+    marker = uuid.uuid4().hex
+    body = os.urandom(256 << 10)
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=SOCK_TIMEOUT)
+    try:
+        for i in range(12):
+            c.request("POST", f"/early-return?m={marker}&i={i}", body=body)
+            r = c.getresponse()
+            assert r.status == 200 and r.read() == b"early ok\n", (i, srv.log()[-2000:])
+    finally:
+        c.close()
+    conns = {c for c, _ in nginx.access_lines(marker, expect=12)}
+    assert len(conns) <= 2, conns
+
+
+@pytest.mark.parametrize("client", ["h1", "h1tls"])
+def test_early_response_large_upload_origin_connection_closed(server, nginx, client):
+    """More unsent body than FY_PROXY_TRAIL_MAX (1 MiB) after an early response: the client
+    gets the whole response at once, the origin connection is closed instead of fed, and the
+    proxy goes on working. (h2 clients: test_early_response_before_upload_finished.)"""
+    srv = start(server, [f"http://127.0.0.1:{nginx.port}"])
+    f = srv.tmp / "up.bin"
+    f.write_bytes(os.urandom(3 << 20))
+    r = curl(srv, client, "/early-return", "--data-binary", f"@{f}", "-H", "Expect:")
+    assert r.status == 200 and r.body == b"early ok\n", (r, srv.log()[-2000:])
+    r = curl(srv, client, "/tiny.txt")
+    assert r.rc == 0 and r.status == 200 and r.body == TINY, r
+
+
+def test_early_response_trailing_body_every_client(server, nginx, client):
+    """A 200 KiB upload answered early, from every client protocol (h1: the body goes on to
+    the origin; h2: the stream may be reset with NO_ERROR after the response): the response
+    is complete and the next request on the proxy is served."""
+    srv = start(server, [f"http://127.0.0.1:{nginx.port}"])
+    up = os.urandom(200 << 10)
+    f = srv.tmp / "up.bin"
+    f.write_bytes(up)
+    for _ in range(2):
+        if client in H2:
+            st, body, reset = h2_post(srv.ports[CLIENTS[client][0]], client == "h2",
+                                      "/early-return", up)
+            assert st == 200 and body == b"early ok\n", (st, body, reset, srv.log()[-2000:])
+            assert reset in (None, 0), reset
+            continue
+        r = curl(srv, client, "/early-return", "--data-binary", f"@{f}", "-H", "Expect:")
+        assert r.rc == 0 and r.status == 200 and r.body == b"early ok\n", (r, srv.log()[-2000:])
+    r = curl(srv, client, "/tiny.txt")
+    assert r.rc == 0 and r.status == 200 and r.body == TINY, r
 
 
 def test_slow_client_gets_everything(server, nginx, client):

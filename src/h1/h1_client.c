@@ -2,6 +2,7 @@
 #include "h1/h1_client.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/uio.h>
@@ -27,16 +28,19 @@ struct fy_h1_client {
     /* to the origin */
     struct iovec out[4];
     int nout;
-    char *obuf; /* a pool chunk: request body pulled through read_body */
+    char *obuf; /* a pool chunk, or FY_H1C_BIG_OUT (malloc) for a large request body */
+    size_t ocap;
     char pre[24];
     bool req_chunked;
+    bool big_body; /* chunked, or more than a chunk */
     bool req_has_body;
     bool req_body_done;
     bool body_deferred;
     bool shut;
     /* from the origin */
-    char *ibuf; /* the rest of the codec's own pool chunk */
+    char *ibuf; /* the rest of the codec's own pool chunk, or big_in */
     size_t icap;
+    char *big_in; /* FY_H1C_BIG_IN bytes for a large body (malloc) */
     size_t ilen, ipos;
     fy_h1_resp_t resp;
     int rstate;
@@ -54,8 +58,12 @@ struct fy_h1_client {
     bool freed;    /* fy_h1_client_free ran: free the struct once no call is on the stack */
     int depth;     /* calls into the codec on the stack */
     bool in_io;
+    bool in_dropped; /* EPOLLIN came while bytes were held: interest dropped until consumed */
+    bool short_read; /* the last read got less than it asked for: the socket was emptied */
     fy_headers_t trailers;
 };
+
+#define FY_H1C_BIG_OUT (64 * 1024)
 
 static void pump(fy_h1_client_t *c);
 static void fill(fy_h1_client_t *c);
@@ -106,10 +114,20 @@ static void update_want(fy_h1_client_t *c)
 {
     /* once the response is complete the owner releases the connection at once (to its pool,
        which sets its own interest): changing it here would cost two epoll_ctl per request */
-    if (c->dead || c->rstate == R_DONE) return;
+    if (c->dead) return;
     uint32_t ev = 0;
+    if (c->rstate == R_DONE) {
+        if (c->req_body_done && c->nout == 0) return;
+        /* an early response: the rest of the request body still goes out; EPOLLIN stays
+           to notice an origin that closes (anything it sends now is fatal too) */
+        ev = EPOLLIN | (c->nout ? EPOLLOUT : 0);
+        if (c->want(c->ud, ev) < 0) fail(c, FY_H1C_CONN, 0, "origin socket error");
+        return;
+    }
     if (c->nout) ev |= EPOLLOUT;
-    if (c->rstate != R_DONE && c->held == 0) ev |= EPOLLIN;
+    /* while the owner holds bytes, EPOLLIN stays (lazily, as the h1 server does) unless the
+       origin actually sends meanwhile: no epoll_ctl pair for every piece relayed */
+    if (c->rstate != R_DONE && (c->held == 0 || !c->in_dropped)) ev |= EPOLLIN;
     if (c->want(c->ud, ev) < 0) fail(c, FY_H1C_CONN, 0, "origin socket error");
 }
 
@@ -280,6 +298,7 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
         W_LIT(&b, "\r\n");
     }
     c->req_has_body = c->upgrade || body_len != 0;
+    c->big_body = body_len < 0 || body_len > FY_CHUNK_SIZE;
     if (c->upgrade) {
         W_LIT(&b, "Connection: Upgrade\r\nUpgrade: ");
         w_str(&b, protocol);
@@ -310,9 +329,26 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
 static void fill(fy_h1_client_t *c)
 {
     if (c->upgrade && !c->tunnel_open) return; /* nothing of the client's before the 101 */
-    if (!c->obuf) c->obuf = fy_pool_get(fy_chunk_pool());
     const fy_headers_t *tr = NULL;
-    ssize_t n = c->ops->read_body(c->ud, c->obuf, FY_CHUNK_SIZE, &tr);
+    const char *p = NULL;
+    ssize_t n;
+    if (c->ops->ref_body) {
+        /* no copy: out[] points into the owner's buffer until it is all written (fill is
+           called again only then) */
+        n = c->ops->ref_body(c->ud, &p, (size_t)1 << 30, &tr);
+    } else {
+        if (!c->obuf) {
+            /* a large body goes out in larger pieces (fewer writes), tunnels in small ones */
+            c->ocap = c->big_body && !c->upgrade ? FY_H1C_BIG_OUT : FY_CHUNK_SIZE;
+            c->obuf = c->ocap == FY_CHUNK_SIZE ? fy_pool_get(fy_chunk_pool()) : malloc(c->ocap);
+            if (!c->obuf) {
+                c->ocap = FY_CHUNK_SIZE;
+                c->obuf = fy_pool_get(fy_chunk_pool());
+            }
+        }
+        n = c->ops->read_body(c->ud, c->obuf, c->ocap, &tr);
+        p = c->obuf;
+    }
     if (c->dead) return;
     if (n == FY_H1C_DEFER) {
         c->body_deferred = true;
@@ -326,10 +362,10 @@ static void fill(fy_h1_client_t *c)
         if (c->req_chunked) {
             int l = snprintf(c->pre, sizeof c->pre, "%zx\r\n", (size_t)n);
             c->out[c->nout++] = (struct iovec){c->pre, (size_t)l};
-            c->out[c->nout++] = (struct iovec){c->obuf, (size_t)n};
+            c->out[c->nout++] = (struct iovec){(void *)p, (size_t)n};
             c->out[c->nout++] = (struct iovec){(void *)"\r\n", 2};
         } else {
-            c->out[c->nout++] = (struct iovec){c->obuf, (size_t)n};
+            c->out[c->nout++] = (struct iovec){(void *)p, (size_t)n};
         }
         return;
     }
@@ -599,8 +635,28 @@ static void process(fy_h1_client_t *c)
     if (c->rstate == R_BODY && c->held == 0 && !c->dead) body(c);
 }
 
+/* A body larger than the chunk's room is read in pieces of FY_H1C_BIG_IN: a 64 KiB response
+ * takes one read and one write instead of five of each (syscalls, not copies, were most of
+ * the relay's cost). Tunnels keep the small buffer: their messages are small. */
+#define FY_H1C_BIG_IN (64 * 1024)
+
+static void grow_input(fy_h1_client_t *c)
+{
+    size_t keep = c->ilen - c->ipos;
+    char *b = malloc(FY_H1C_BIG_IN);
+    if (!b) return; /* the small buffer still works */
+    memcpy(b, c->ibuf + c->ipos, keep);
+    c->big_in = c->ibuf = b;
+    c->icap = FY_H1C_BIG_IN;
+    c->ipos = 0;
+    c->ilen = keep;
+}
+
 static void rd(fy_h1_client_t *c)
 {
+    if (c->rstate == R_BODY && !c->big_in && !c->tunnel_open && c->held == 0 &&
+        (c->body_kind != FY_H1_RESP_LENGTH || c->body_left > c->icap - c->ilen))
+        grow_input(c);
     for (int guard = 0; guard < 64 && !c->dead && c->held == 0 && c->rstate != R_DONE; guard++) {
         if (c->ilen == c->icap) {
             if (c->rstate == R_HEAD) {
@@ -615,7 +671,8 @@ static void rd(fy_h1_client_t *c)
             c->ilen -= c->ipos;
             c->ipos = 0;
         }
-        ssize_t n = c->t->ops->read(c->t, c->ibuf + c->ilen, c->icap - c->ilen);
+        size_t room = c->icap - c->ilen;
+        ssize_t n = c->t->ops->read(c->t, c->ibuf + c->ilen, room);
         if (n == 0) break;
         if (n < 0) {
             if (n == FY_EEOF && c->rstate == R_BODY && c->body_kind == FY_H1_RESP_CLOSE) {
@@ -630,6 +687,7 @@ static void rd(fy_h1_client_t *c)
             return;
         }
         c->got_bytes = true;
+        c->short_read = (size_t)n < room;
         c->ilen += (size_t)n;
         process(c);
     }
@@ -640,7 +698,19 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events)
     if (c->dead) return;
     ENTER(c);
     if ((events & EPOLLOUT) && c->nout) pump(c);
-    if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) rd(c);
+    if (c->held && (events & EPOLLIN)) c->in_dropped = true;
+    if (!c->dead && c->rstate == R_DONE && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+        if (!c->req_body_done || c->nout) {
+            /* an early response's body still going out: this connection is lost */
+            fail(c, FY_H1C_CONN, 0, "origin closed or sent bytes after its response");
+        } else if (c->want(c->ud, 0) < 0) {
+            /* the response is complete and waits for the owner to release: not our event
+               any more (release tells whether the connection is still fit) */
+            fail(c, FY_H1C_CONN, 0, "origin socket error");
+        }
+    } else if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+        rd(c);
+    }
     update_want(c);
     leave(c);
 }
@@ -650,15 +720,26 @@ void fy_h1_client_consume(fy_h1_client_t *c, size_t n)
     if (c->dead || n == 0) return;
     c->held = n < c->held ? c->held - n : 0;
     if (c->held) return;
+    bool dropped = c->in_dropped;
+    c->in_dropped = false;
     if (c->rstate == R_DONE) return;
     ENTER(c);
     c->ipos += c->held_in;
     c->held_in = 0;
     if (c->ipos >= c->ilen) c->ipos = c->ilen = 0;
     if (c->ilen > c->ipos) process(c); /* more is buffered already */
-    if (!c->dead && c->held == 0) rd(c);
+    /* after a short read the socket was empty: EPOLLIN (still set) says when more comes,
+       so no read that would only return EAGAIN (one per relayed WebSocket message) */
+    if (!c->dead && c->held == 0 &&
+        (dropped || !c->short_read || (c->t->ops->pending && c->t->ops->pending(c->t))))
+        rd(c);
     update_want(c);
     leave(c);
+}
+
+bool fy_h1_client_sending(const fy_h1_client_t *c)
+{
+    return !c->dead && (!c->req_body_done || c->nout > 0);
 }
 
 bool fy_h1_client_got_bytes(const fy_h1_client_t *c)
@@ -680,10 +761,15 @@ bool fy_h1_client_release(fy_h1_client_t *c)
 void fy_h1_client_free(fy_h1_client_t *c)
 {
     c->dead = c->released = true;
-    if (c->obuf) fy_pool_put(fy_chunk_pool(), c->obuf);
+    if (c->obuf && c->ocap == FY_CHUNK_SIZE)
+        fy_pool_put(fy_chunk_pool(), c->obuf);
+    else
+        free(c->obuf);
     if (c->hdrs_pooled) fy_pool_put(fy_chunk_pool(), c->hdrs);
     c->obuf = NULL;
     c->hdrs = NULL;
+    free(c->big_in);
+    c->big_in = NULL;
     c->hdrs_pooled = false;
     c->freed = true;
     if (c->depth == 0) fy_pool_put(fy_chunk_pool(), c); /* and its read buffer */

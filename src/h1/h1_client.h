@@ -50,6 +50,11 @@ typedef struct fy_h1_client_stream_ops {
     void (*on_end)(void *ud, fy_headers_t *trailers);
     void (*on_error)(void *ud, int kind, uint32_t code, const char *why);
     ssize_t (*read_body)(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
+    /* Optional, used instead of read_body when set: the same, but *p is set to the owner's
+     * bytes (up to len) instead of copying them. They must stay valid until the next
+     * read_body/ref_body call or fy_h1_client_release: the codec calls again only once they
+     * are all written. */
+    ssize_t (*ref_body)(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
 } fy_h1_client_stream_ops_t;
 
 /* Readiness the codec waits for on the transport's fd: EPOLLIN and/or EPOLLOUT. Returns 0 or
@@ -76,6 +81,10 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events);
 void fy_h1_client_consume(fy_h1_client_t *c, size_t n);
 /* More request body is available after read_body deferred. */
 void fy_h1_client_resume(fy_h1_client_t *c);
+/* Whether request bytes are still to go out (body not all pulled, or queued): after a
+ * complete early response the codec goes on sending them, and release says the connection is
+ * reusable only once they are out. */
+bool fy_h1_client_sending(const fy_h1_client_t *c);
 /* Whether any response byte arrived (a pooled connection that closed without one was stale). */
 bool fy_h1_client_got_bytes(const fy_h1_client_t *c);
 /* Done: no more callbacks and no more transport use (the connection may go back to a pool at

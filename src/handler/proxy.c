@@ -81,7 +81,9 @@ typedef struct proxy_req {
     size_t qn;
     bool q_end;
     bool in_read_body;
-    int refusals; /* streams the origin refused (not processed): retried apart from `retries` */
+    bool trail;       /* early response: the rest of the request body still goes to the origin */
+    bool trail_abort; /* ... not any more (origin error, timeout): close it instead */
+    int refusals;     /* streams the origin refused (not processed): retried apart from `retries` */
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
@@ -93,6 +95,13 @@ typedef struct proxy_req {
  * ahead of the others for the next connection (waiter priority = refusals), which takes the
  * lowest stream ids there. Bounded, so an origin that refuses everything still gets a 502. */
 #define FY_PROXY_REFUSED_EXTRA 16
+
+/* An HTTP/1.1 origin that answers before the request body is all sent (nginx `return`, an
+ * early 401 or 413) leaves the connection reusable only once the body's end went out. Up to
+ * this many unsent bytes the body of an HTTP/1.1 client keeps flowing after the response (it
+ * gets the whole response at once; only the exchange's end waits), so that the connection
+ * goes back to the pool instead of costing a new one per request; more, and it is closed. */
+#define FY_PROXY_TRAIL_MAX (1u << 20)
 
 static void attempt(proxy_req_t *pr);
 static void deliver(proxy_req_t *pr);
@@ -340,6 +349,12 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
 static void on_timer(fy_timer_t *t)
 {
     proxy_req_t *pr = t->data;
+    if (pr->trail) {
+        /* the response is complete: the rest of the body is not worth failing it for */
+        pr->trail_abort = true;
+        deliver(pr);
+        return;
+    }
     if (pr->timer_kind == T_FIRST_BYTE)
         origin_failed(pr, 504, "origin first-byte timeout", true);
     else
@@ -576,9 +591,30 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
 }
 
+/* Is this complete response one to finish after the rest of the request body (above)? */
+static bool trail_body(proxy_req_t *pr)
+{
+    const fy_exchange_t *ex = pr->ex;
+    if (pr->okind != O_H1 || !pr->c1 || pr->tunnel || !fy_h1_client_sending(pr->c1)) return false;
+    if (ex->req.content_length <= 0 || ex->body_received > (uint64_t)ex->req.content_length)
+        return false;
+    /* HTTP/1.1 clients only, and only a response complete by its Content-Length: a chunked
+       one, or END_STREAM on h2/h3, would come only after the upload, and clients wait for
+       that end before they send more (curl 7.88 stalls an h2 upload after the response) */
+    if (ex->req.version >= 20 || (ex->res.content_length < 0 && ex->req.method_id != FY_M_HEAD))
+        return false;
+    return (uint64_t)ex->req.content_length - ex->body_received <= FY_PROXY_TRAIL_MAX;
+}
+
 static void deliver(proxy_req_t *pr)
 {
     if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec) return;
+    if (pr->trail) {
+        /* the response is out; finish once the body's end reached the origin */
+        if (!pr->trail_abort && pr->c1 && fy_h1_client_sending(pr->c1)) return;
+        finish(pr, NULL, 0);
+        return;
+    }
     struct iovec iov[2];
     int n = 0;
     size_t len = 0;
@@ -592,7 +628,10 @@ static void deliver(proxy_req_t *pr)
         if (pr->rb_count > first) iov[n++] = (struct iovec){pr->rb, pr->rb_count - first};
         len = pr->rb_count;
     }
-    if (pr->o_end) {
+    if (pr->o_end && trail_body(pr)) {
+        pr->trail = true;
+        if (!len) return;
+    } else if (pr->o_end) {
         /* the bytes (ring, or the h1 codec's buffer) stay until the exchange is done */
         finish(pr, iov, n);
         return;
@@ -797,6 +836,12 @@ static void o_on_end(void *ud, fy_headers_t *trailers)
 static void o_on_error(void *ud, int kind, uint32_t code, const char *why)
 {
     proxy_req_t *pr = ud;
+    if (pr->trail || (pr->o_end && pr->okind == O_H1)) {
+        /* the response is complete: only the connection is lost (release says so) */
+        pr->trail_abort = true;
+        deliver(pr);
+        return;
+    }
     /* the h1 codec says (code 1) when the failure is the origin's; h2/h3 streams count unless
        they were refused (not processed) */
     bool count = pr->okind == O_H1 ? code == 1 : kind != FY_H2C_REFUSED;
@@ -839,14 +884,16 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
     if (!pr->in_read_body) resume_body(pr);
 }
 
-static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+/* The next piece of the client's body for the origin codec, in place (*p): valid until the
+ * client codec is asked for more, which happens here, once the piece is taken. */
+static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
 {
     proxy_req_t *pr = ud;
     if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_H2C_DEFER;
     for (int guard = 0; guard < 64; guard++) {
         if (pr->qn) {
             size_t n = pr->qn < len ? pr->qn : len;
-            memcpy(buf, pr->qp, n);
+            *p = pr->qp;
             pr->qp += n;
             pr->qn -= n;
             pr->sent_any = true;
@@ -864,6 +911,14 @@ static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
         if (pr->req_body_waiting) return FY_H2C_DEFER;
     }
     return FY_H2C_DEFER;
+}
+
+static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+{
+    const char *p = NULL;
+    ssize_t n = take_body(ud, &p, len, trailers);
+    if (n > 0) memcpy(buf, p, (size_t)n);
+    return n;
 }
 
 static const fy_h2_client_stream_ops_t h2_stream_ops = {o_on_head, o_on_data, o_on_end, o_on_error,
@@ -1010,8 +1065,8 @@ static int h1_want(void *ud, uint32_t ev)
     return pr->oc ? fy_origin_want(pr->oc, ev) : 0;
 }
 
-static const fy_h1_client_stream_ops_t h1_stream_ops = {o_on_head, o_on_data, o_on_end, o_on_error,
-                                                        o_read_body};
+static const fy_h1_client_stream_ops_t h1_stream_ops = {o_on_head,  o_on_data,   o_on_end,
+                                                        o_on_error, o_read_body, take_body};
 
 static void h1_start(proxy_req_t *pr)
 {
