@@ -5,9 +5,12 @@
  * nghttp2_session_mem_recv and drain it with nghttp2_session_mem_send into one write buffer,
  * so a burst of responses leaves in one write.
  *
- * A stream is an exchange. Response bodies: the handler's buffers are referenced until
- * nghttp2's data provider copies them into DATA frames (files are pread straight into the
- * frame), then `proceed` is called. Request bodies are copied into a per-stream buffer no
+ * A stream is an exchange. Response bodies: the handler's buffers are referenced, not copied
+ * by nghttp2 (NGHTTP2_DATA_FLAG_NO_COPY): send_data writes the 9-byte frame header and the
+ * payload from the handler's memory straight to the transport together with the frames
+ * queued before it, and copies only what the transport did not take (or a small payload) into
+ * the write buffer, so no reference outlives the callback. Then `proceed` is called. Files
+ * are pread straight into the frame. Request bodies are copied into a per-stream buffer no
  * larger than the stream window, and WINDOW_UPDATE is sent only as the handler consumes them
  * (automatic window updates are off): a slow handler stalls only its own stream.
  */
@@ -48,7 +51,10 @@ typedef struct h2_stream {
     bool deferred;     /* data provider returned DEFERRED */
     bool want_proceed; /* the handler's data was taken: call proceed */
     bool ex_done;      /* the exchange is over for the handler (logged) */
-    bool closed;       /* nghttp2 closed the stream */
+    /* data_read gave the handler's last bytes by reference: after send_data took them, the
+       exchange is done (FINAL) or the handler may send more (proceed) */
+    bool done_after_send, proceed_after_send;
+    bool closed; /* nghttp2 closed the stream */
     struct iovec pend[MAX_PEND];
     int npend;
     int file_fd;
@@ -80,6 +86,8 @@ struct h2_conn {
     char *rbuf;
     char *wbuf;
     size_t wcap, wlen, wsent;
+    bool wblocked; /* send_data found the transport full: wait for EPOLLOUT */
+    bool werr;     /* send_data failed to write: close */
     fy_list_t streams;
     size_t nstreams;
     uint64_t glitches;
@@ -137,35 +145,38 @@ static void proceed_cb(fy_defer_t *d)
     if (s->ex.producer && s->ex.producer->proceed) s->ex.producer->proceed(&s->ex);
 }
 
+static void schedule_proceed(h2_stream_t *s)
+{
+    s->want_proceed = true;
+    s->defer.cb = proceed_cb;
+    s->defer.data = s;
+    fy_defer(s->c->loop, &s->defer);
+}
+
 static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
     h2_stream_t *s = src->ptr;
-    size_t n = 0;
-    while (n < length && s->npend) {
-        struct iovec *v = &s->pend[0];
-        size_t k = v->iov_len < length - n ? v->iov_len : length - n;
-        memcpy(buf + n, v->iov_base, k);
-        n += k;
-        v->iov_base = (char *)v->iov_base + k;
-        v->iov_len -= k;
-        if (v->iov_len == 0) {
-            memmove(s->pend, s->pend + 1, (size_t)(s->npend - 1) * sizeof s->pend[0]);
-            s->npend--;
-        }
-    }
-    if (n < length && s->file_left) {
-        size_t k = s->file_left < length - n ? s->file_left : length - n;
-        ssize_t r = pread(s->file_fd, buf + n, k, s->file_off);
+    size_t n = 0, more = 0;
+    if (s->npend) {
+        /* by reference: send_data takes the bytes from s->pend in this same mem_send */
+        size_t avail = 0;
+        for (int i = 0; i < s->npend; i++) avail += s->pend[i].iov_len;
+        n = avail < length ? avail : length;
+        more = avail - n;
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    } else if (s->file_left) {
+        size_t k = s->file_left < length ? s->file_left : length;
+        ssize_t r = pread(s->file_fd, buf, k, s->file_off);
         if (r <= 0) {
             fy_error("h2: read file: %s", r < 0 ? strerror(errno) : "file shrank");
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
         }
-        n += (size_t)r;
+        n = (size_t)r;
         s->file_off += r;
         s->file_left -= (size_t)r;
     }
-    if (s->npend == 0 && s->file_left == 0) {
+    if (more == 0 && s->file_left == 0) {
         if (s->final) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             if (s->ex.res_trailers.n) {
@@ -181,19 +192,141 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
                 }
                 nghttp2_submit_trailer(ng, id, nv, nt);
             }
-            stream_done(s);
+            /* the handler's last buffers must outlive send_data: done after it */
+            if (*flags & NGHTTP2_DATA_FLAG_NO_COPY)
+                s->done_after_send = true;
+            else
+                stream_done(s);
         } else if (n == 0) {
             s->deferred = true;
             return NGHTTP2_ERR_DEFERRED;
+        } else if (*flags & NGHTTP2_DATA_FLAG_NO_COPY) {
+            s->proceed_after_send = true; /* send_data may refuse it for now (WOULDBLOCK) */
         } else {
             /* everything the handler gave is copied: it may send more */
-            s->want_proceed = true;
-            s->defer.cb = proceed_cb;
-            s->defer.data = s;
-            fy_defer(s->c->loop, &s->defer);
+            schedule_proceed(s);
         }
     }
     return (ssize_t)n;
+}
+
+/* Append bytes to the write buffer. */
+static void wbuf_put(h2_conn_t *c, const void *p, size_t n)
+{
+    if (c->wsent == c->wlen) c->wlen = c->wsent = 0;
+    if (c->wlen + n > c->wcap) {
+        size_t cap = c->wcap ? c->wcap : 16384;
+        while (cap < c->wlen + n) cap *= 2;
+        c->wbuf = fy_xrealloc(c->wbuf, cap);
+        c->wcap = cap;
+    }
+    memcpy(c->wbuf + c->wlen, p, n);
+    c->wlen += n;
+}
+
+/* DATA payloads up to this size are copied into the write buffer (they leave with the frames
+ * around them in one write); larger ones are written from the handler's memory. */
+#define COPY_MAX 4096
+#define TLS_RECORD 16384 /* tls_writev gathers at most one record's plaintext per call */
+
+/* nghttp2's send_data_callback for a DATA frame given by reference (data_read): the frame
+ * header `hd` and `length` payload bytes taken from s->pend (never padded: there is no
+ * select_padding callback). Large payloads go to the transport at once, after the bytes
+ * already queued in wbuf; whatever it does not take is copied into wbuf, so the handler's
+ * memory is not referenced after this returns. With the transport known full, the frame is
+ * refused (WOULDBLOCK: nghttp2 offers it again later) rather than copied. */
+static int send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, size_t length,
+                     nghttp2_data_source *src, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = src->ptr;
+    if (c->wblocked) return NGHTTP2_ERR_WOULDBLOCK;
+    struct iovec iov[MAX_PEND + 2];
+    int n = 0;
+    size_t queued = c->wlen - c->wsent;
+    if (queued) iov[n++] = (struct iovec){c->wbuf + c->wsent, queued};
+    int first = n;
+    iov[n++] = (struct iovec){(void *)hd, 9};
+    size_t left = length;
+    int k = 0;
+    while (left) {
+        if (k == s->npend) return NGHTTP2_ERR_CALLBACK_FAILURE; /* not possible */
+        struct iovec *v = &s->pend[k];
+        size_t l = v->iov_len < left ? v->iov_len : left;
+        iov[n++] = (struct iovec){v->iov_base, l};
+        left -= l;
+        if (l == v->iov_len) {
+            k++;
+        } else {
+            v->iov_base = (char *)v->iov_base + l;
+            v->iov_len -= l;
+        }
+    }
+    if (k) {
+        memmove(s->pend, s->pend + k, (size_t)(s->npend - k) * sizeof s->pend[0]);
+        s->npend -= k;
+    }
+    size_t total = queued + 9 + length, done = 0;
+    bool tls = c->t->is_tls;
+    if (length > COPY_MAX && (!tls || total >= TLS_RECORD)) {
+        struct iovec w_iov[MAX_PEND + 2];
+        memcpy(w_iov, iov, (size_t)n * sizeof iov[0]);
+        struct iovec *p = w_iov;
+        int pn = n;
+        for (;;) {
+            ssize_t w = c->t->ops->writev(c->t, p, pn);
+            if (w < 0) {
+                c->werr = true;
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+            }
+            if (w == 0) {
+                c->wblocked = true;
+                break;
+            }
+            done += (size_t)w;
+            if (done == total) break;
+            if (!tls) {
+                c->wblocked = true; /* a short write: the socket is full */
+                break;
+            }
+            size_t a = (size_t)w;
+            while (a >= p->iov_len) {
+                a -= p->iov_len;
+                p++;
+                pn--;
+            }
+            p->iov_base = (char *)p->iov_base + a;
+            p->iov_len -= a;
+            /* a tail shorter than a record waits for the next frame (or the flush) in wbuf */
+            if (total - done < TLS_RECORD) break;
+        }
+    }
+    /* the rest of the sequence [queued, hd, payload] after `done` bytes */
+    size_t skip;
+    if (done < queued) {
+        c->wsent += done;
+        skip = 0;
+    } else {
+        c->wlen = c->wsent = 0;
+        skip = done - queued;
+    }
+    for (int i = first; i < n; i++) {
+        if (skip >= iov[i].iov_len) {
+            skip -= iov[i].iov_len;
+            continue;
+        }
+        wbuf_put(c, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+        skip = 0;
+    }
+    if (s->proceed_after_send) {
+        s->proceed_after_send = false;
+        schedule_proceed(s);
+    }
+    if (s->done_after_send) {
+        s->done_after_send = false;
+        stream_done(s);
+    }
+    return 0;
 }
 
 static bool is_conn_specific(fy_str_t n)
@@ -309,10 +442,7 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     }
     if (state == FY_SEND_MORE && total == 0 && s->npend == 0 && s->file_left == 0 && !s->closed) {
         /* nothing to copy (a head-only send that opens a tunnel): proceed at once */
-        s->want_proceed = true;
-        s->defer.cb = proceed_cb;
-        s->defer.data = s;
-        fy_defer(c->loop, &s->defer);
+        schedule_proceed(s);
     }
     schedule_flush(c);
 }
@@ -759,10 +889,12 @@ static void update_events(h2_conn_t *c)
 static void conn_flush(h2_conn_t *c)
 {
     bool drained = false;
+    c->wblocked = false;
     for (;;) {
         while (c->wlen > c->wsent) {
             struct iovec iov = {c->wbuf + c->wsent, c->wlen - c->wsent};
-            ssize_t w = c->t->ops->writev(c->t, &iov, 1);
+            /* send_data just found the transport full: no write that would only fail */
+            ssize_t w = c->wblocked ? 0 : c->t->ops->writev(c->t, &iov, 1);
             if (w == 0) {
                 c->timer_send = true;
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->send_timeout_ms);
@@ -784,28 +916,22 @@ static void conn_flush(h2_conn_t *c)
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
         }
         if (drained) break; /* nghttp2 had nothing more last time: no empty round */
-        while (c->wlen < WBUF_SOFT) {
+        /* large DATA frames are written by send_data during mem_send; the rest is copied */
+        while (c->wlen - c->wsent < WBUF_SOFT && !c->wblocked) {
             const uint8_t *d;
             ssize_t n = nghttp2_session_mem_send(c->ng, &d);
             if (n < 0) {
-                fy_info("h2: %s", nghttp2_strerror((int)n));
+                if (!c->werr) fy_info("h2: %s", nghttp2_strerror((int)n));
                 conn_close(c);
                 return;
             }
             if (n == 0) {
-                drained = true;
+                drained = !c->wblocked;
                 break;
             }
-            if (c->wlen + (size_t)n > c->wcap) {
-                size_t cap = c->wcap ? c->wcap : 16384;
-                while (cap < c->wlen + (size_t)n) cap *= 2;
-                c->wbuf = fy_xrealloc(c->wbuf, cap);
-                c->wcap = cap;
-            }
-            memcpy(c->wbuf + c->wlen, d, (size_t)n);
-            c->wlen += (size_t)n;
+            wbuf_put(c, d, (size_t)n);
         }
-        if (c->wlen == 0) break;
+        if (c->wlen == c->wsent) break;
     }
     if (!nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng)) {
         conn_close(c);
@@ -955,6 +1081,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
         nghttp2_option_new(&opt);
         nghttp2_option_set_no_auto_window_update(opt, 1);
         /* backstop only: our own budget (on_frame_recv) answers ENHANCE_YOUR_CALM first */
