@@ -227,14 +227,16 @@ static void wbuf_put(h2_conn_t *c, const void *p, size_t n)
 /* DATA payloads up to this size are copied into the write buffer (they leave with the frames
  * around them in one write); larger ones are written from the handler's memory. */
 #define COPY_MAX 4096
-#define TLS_RECORD 16384 /* tls_writev gathers at most one record's plaintext per call */
 
 /* nghttp2's send_data_callback for a DATA frame given by reference (data_read): the frame
  * header `hd` and `length` payload bytes taken from s->pend (never padded: there is no
- * select_padding callback). Large payloads go to the transport at once, after the bytes
- * already queued in wbuf; whatever it does not take is copied into wbuf, so the handler's
- * memory is not referenced after this returns. With the transport known full, the frame is
- * refused (WOULDBLOCK: nghttp2 offers it again later) rather than copied. */
+ * select_padding callback). On plain TCP a large payload goes to the socket at once with
+ * writev, after the bytes already queued in wbuf; whatever the socket does not take is copied
+ * into wbuf, so the handler's memory is not referenced after this returns. Over TLS the frame
+ * is copied into wbuf once: OpenSSL encrypts a record from contiguous plaintext, so the header
+ * and the payload must be assembled somewhere, and wbuf (written with one SSL_write per full
+ * record) is that place, instead of nghttp2's frame buffer and then wbuf. With the socket known
+ * full, the frame is refused (WOULDBLOCK: nghttp2 offers it again later) rather than copied. */
 static int send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, size_t length,
                      nghttp2_data_source *src, void *ud)
 {
@@ -266,40 +268,15 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, s
         memmove(s->pend, s->pend + k, (size_t)(s->npend - k) * sizeof s->pend[0]);
         s->npend -= k;
     }
-    size_t total = queued + 9 + length, done = 0;
-    bool tls = c->t->is_tls;
-    if (length > COPY_MAX && (!tls || total >= TLS_RECORD)) {
-        struct iovec w_iov[MAX_PEND + 2];
-        memcpy(w_iov, iov, (size_t)n * sizeof iov[0]);
-        struct iovec *p = w_iov;
-        int pn = n;
-        for (;;) {
-            ssize_t w = c->t->ops->writev(c->t, p, pn);
-            if (w < 0) {
-                c->werr = true;
-                return NGHTTP2_ERR_CALLBACK_FAILURE;
-            }
-            if (w == 0) {
-                c->wblocked = true;
-                break;
-            }
-            done += (size_t)w;
-            if (done == total) break;
-            if (!tls) {
-                c->wblocked = true; /* a short write: the socket is full */
-                break;
-            }
-            size_t a = (size_t)w;
-            while (a >= p->iov_len) {
-                a -= p->iov_len;
-                p++;
-                pn--;
-            }
-            p->iov_base = (char *)p->iov_base + a;
-            p->iov_len -= a;
-            /* a tail shorter than a record waits for the next frame (or the flush) in wbuf */
-            if (total - done < TLS_RECORD) break;
+    size_t done = 0;
+    if (length > COPY_MAX && !c->t->is_tls) {
+        ssize_t w = c->t->ops->writev(c->t, iov, n);
+        if (w < 0) {
+            c->werr = true;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
+        done = (size_t)w;
+        if (done < queued + 9 + length) c->wblocked = true; /* short: the socket is full */
     }
     /* the rest of the sequence [queued, hd, payload] after `done` bytes */
     size_t skip;
