@@ -37,6 +37,14 @@
 
 typedef struct h2_conn h2_conn_t;
 
+/* A read buffer. Request DATA the handler is waiting for are given to it where they lie in
+ * this buffer instead of being copied into the stream's: the stream then holds a reference
+ * until the handler reads on, and the connection reads into a fresh buffer meanwhile. */
+typedef struct h2_rbuf {
+    int refs;
+    char data[FY_CHUNK_SIZE];
+} h2_rbuf_t;
+
 typedef struct h2_stream {
     fy_exchange_t ex;
     fy_arena_t arena;
@@ -61,7 +69,9 @@ typedef struct h2_stream {
     off_t file_off;
     size_t file_left;
     /* request body */
-    char *body; /* owned (malloc), at most the stream window */
+    char *body;      /* owned (malloc), at most the stream window */
+    h2_rbuf_t *held; /* the handler's slice lies in this read buffer (one reference) */
+    size_t held_len;
     size_t body_cap, body_len, body_given;
     bool body_end, body_wanted, body_delivered;
     bool end_delivered; /* on_body(end=true) was called */
@@ -83,7 +93,7 @@ struct h2_conn {
     nghttp2_session *ng;
     fy_timer_t timer;
     bool timer_send;
-    char *rbuf;
+    h2_rbuf_t *rbuf;
     char *wbuf;
     size_t wcap, wlen, wsent;
     bool wblocked; /* send_data found the transport full: wait for EPOLLOUT */
@@ -107,6 +117,7 @@ static void conn_close(h2_conn_t *c);
 static void conn_flush(h2_conn_t *c);
 static void reread_cb(fy_defer_t *d);
 static void stream_free(h2_stream_t *s);
+static void rbuf_release(h2_rbuf_t *b);
 
 static void schedule_flush(h2_conn_t *c)
 {
@@ -457,6 +468,18 @@ static void h2_read_body(fy_exchange_t *ex)
     h2_stream_t *s = ex->codec;
     h2_conn_t *c = s->c;
     if (s->closed) return;
+    if (s->held) {
+        /* the slice given from the read buffer is consumed: let the buffer go, reopen */
+        size_t given = s->held_len;
+        rbuf_release(s->held);
+        s->held = NULL;
+        s->held_len = 0;
+        if (s->unconsumed >= given) {
+            nghttp2_session_consume(c->ng, s->id, given);
+            s->unconsumed -= given;
+            schedule_flush(c);
+        }
+    }
     /* what the handler had is consumed: drop it and reopen the window by that much */
     if (s->body_given) {
         size_t given = s->body_given;
@@ -516,9 +539,29 @@ static fy_pool_t *stream_pool(void)
     return &pool;
 }
 
+static fy_pool_t *rbuf_pool(void)
+{
+    static __thread fy_pool_t pool;
+    if (!pool.size) fy_pool_init(&pool, sizeof(h2_rbuf_t), 16);
+    return &pool;
+}
+
+static h2_rbuf_t *rbuf_get(void)
+{
+    h2_rbuf_t *b = fy_pool_get(rbuf_pool());
+    b->refs = 1;
+    return b;
+}
+
+static void rbuf_release(h2_rbuf_t *b)
+{
+    if (--b->refs == 0) fy_pool_put(rbuf_pool(), b);
+}
+
 static void stream_free(h2_stream_t *s)
 {
     h2_conn_t *c = s->c;
+    if (s->held) rbuf_release(s->held);
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
     c->nstreams--;
@@ -757,6 +800,19 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         nghttp2_session_consume(ng, id, len);
         return 0;
     }
+    if (s->body_wanted && s->body_len == 0 && !s->held && c->rbuf &&
+        (const char *)data >= c->rbuf->data &&
+        (const char *)data + len <= c->rbuf->data + FY_CHUNK_SIZE) {
+        /* the handler waits and nothing is buffered: give it the bytes where they are */
+        s->held = c->rbuf;
+        s->held->refs++;
+        s->held_len = len;
+        s->unconsumed += len;
+        s->body_wanted = false;
+        s->body_delivered = true;
+        s->ex.on_body(&s->ex, (const char *)data, len, false);
+        return 0;
+    }
     if (!s->body) {
         /* never reallocated: the handler may hold slices of it (echo sends them back). The
            peer cannot send more than the stream window before we consume, so this is enough:
@@ -844,7 +900,7 @@ static void conn_close(h2_conn_t *c)
     fy_io_set(c->loop, &c->io, 0);
     if (c->t != &c->sock) c->t->ops->destroy(c->t);
     close(c->sock.fd);
-    if (c->rbuf) fy_pool_put(fy_chunk_pool(), c->rbuf);
+    if (c->rbuf) rbuf_release(c->rbuf);
     free(c->wbuf);
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
@@ -939,9 +995,9 @@ static void on_io(fy_io_t *io, uint32_t ev)
     if (c->closed) return;
     c->in_io = true;
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-        if (!c->rbuf) c->rbuf = fy_pool_get(fy_chunk_pool());
         for (int i = 0; i < 8; i++) {
-            ssize_t n = c->t->ops->read(c->t, c->rbuf, FY_CHUNK_SIZE);
+            if (!c->rbuf) c->rbuf = rbuf_get();
+            ssize_t n = c->t->ops->read(c->t, c->rbuf->data, FY_CHUNK_SIZE);
             if (n == 0) break;
             if (n < 0) {
                 c->in_io = false;
@@ -949,7 +1005,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
                 return;
             }
             c->t->want = 0;
-            if (feed(c, c->rbuf, (size_t)n) < 0) {
+            if (feed(c, c->rbuf->data, (size_t)n) < 0) {
                 /* nghttp2 queued a GOAWAY where it could: send it, then close */
                 c->in_io = false;
                 conn_flush(c);
@@ -957,10 +1013,15 @@ static void on_io(fy_io_t *io, uint32_t ev)
                 return;
             }
             if (c->closed) return;
+            if (c->rbuf->refs > 1) {
+                /* a handler holds a slice of it: the next read goes to another buffer */
+                rbuf_release(c->rbuf);
+                c->rbuf = NULL;
+            }
             if ((size_t)n < FY_CHUNK_SIZE && !c->t->ops->pending(c->t)) break;
         }
         if (c->rbuf) {
-            fy_pool_put(fy_chunk_pool(), c->rbuf);
+            rbuf_release(c->rbuf);
             c->rbuf = NULL;
         }
         if (c->t->ops->pending(c->t)) fy_defer(c->loop, &c->reread);
@@ -1004,6 +1065,7 @@ void fy_h2_thread_cleanup(void)
     cbs = NULL;
     opt = NULL;
     fy_pool_drain(stream_pool());
+    fy_pool_drain(rbuf_pool());
     fy_h2_client_thread_cleanup();
 }
 
