@@ -6,12 +6,14 @@
  * so a burst of responses leaves in one write.
  *
  * A stream is an exchange. Response bodies: the handler's buffers are referenced, not copied
- * by nghttp2 (NGHTTP2_DATA_FLAG_NO_COPY): send_data writes the 9-byte frame header and the
- * payload from the handler's memory straight to the transport together with the frames
- * queued before it, and copies only what the transport did not take (or a small payload) into
- * the write buffer, so no reference outlives the callback. Then `proceed` is called. Files
- * are pread straight into the frame. Request bodies are copied into a per-stream buffer no
- * larger than the stream window, and WINDOW_UPDATE is sent only as the handler consumes them
+ * by nghttp2 (NGHTTP2_DATA_FLAG_NO_COPY): on plain TCP send_data writes the 9-byte frame
+ * header and a large payload from the handler's memory straight to the socket together with
+ * the frames queued before it; over TLS (and for small payloads) the frame is copied once into
+ * the write buffer. Only what the socket did not take is copied, so no reference outlives the
+ * callback. Then `proceed` is called. Files are pread straight into the frame. Request bodies:
+ * DATA the handler is waiting for are lent to it where they lie in the read buffer (which is
+ * refcounted; reading goes on into a fresh one); others are copied into a per-stream buffer no
+ * larger than the stream window. WINDOW_UPDATE is sent only as the handler consumes them
  * (automatic window updates are off): a slow handler stalls only its own stream.
  */
 #include "h2/h2_server.h"
