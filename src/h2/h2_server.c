@@ -158,6 +158,11 @@ static void proceed_cb(fy_defer_t *d)
     if (s->ex.producer && s->ex.producer->proceed) s->ex.producer->proceed(&s->ex);
 }
 
+/* Response bodies up to this size are copied (into nghttp2's frame, then the write buffer:
+ * cheaper than the send_data round for a few bytes, and they leave with the frames around
+ * them in one write); larger ones are given to nghttp2 by reference (send_data). */
+#define COPY_MAX 4096
+
 static void schedule_proceed(h2_stream_t *s)
 {
     s->want_proceed = true;
@@ -172,12 +177,28 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     h2_stream_t *s = src->ptr;
     size_t n = 0, more = 0;
     if (s->npend) {
-        /* by reference: send_data takes the bytes from s->pend in this same mem_send */
         size_t avail = 0;
         for (int i = 0; i < s->npend; i++) avail += s->pend[i].iov_len;
-        n = avail < length ? avail : length;
+        if (avail > COPY_MAX) {
+            /* by reference: send_data takes the bytes from s->pend in this same mem_send */
+            n = avail < length ? avail : length;
+            *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+        } else {
+            /* a small body: copied into the frame here, cheaper than the send_data round */
+            while (n < length && s->npend) {
+                struct iovec *v = &s->pend[0];
+                size_t k = v->iov_len < length - n ? v->iov_len : length - n;
+                memcpy(buf + n, v->iov_base, k);
+                n += k;
+                v->iov_base = (char *)v->iov_base + k;
+                v->iov_len -= k;
+                if (v->iov_len == 0) {
+                    memmove(s->pend, s->pend + 1, (size_t)(s->npend - 1) * sizeof s->pend[0]);
+                    s->npend--;
+                }
+            }
+        }
         more = avail - n;
-        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     } else if (s->file_left) {
         size_t k = s->file_left < length ? s->file_left : length;
         ssize_t r = pread(s->file_fd, buf, k, s->file_off);
@@ -223,23 +244,22 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     return (ssize_t)n;
 }
 
+static void wbuf_grow(h2_conn_t *c, size_t n)
+{
+    size_t cap = c->wcap ? c->wcap : 16384;
+    while (cap < c->wlen + n) cap *= 2;
+    c->wbuf = fy_xrealloc(c->wbuf, cap);
+    c->wcap = cap;
+}
+
 /* Append bytes to the write buffer. */
-static void wbuf_put(h2_conn_t *c, const void *p, size_t n)
+static inline void wbuf_put(h2_conn_t *c, const void *p, size_t n)
 {
     if (c->wsent == c->wlen) c->wlen = c->wsent = 0;
-    if (c->wlen + n > c->wcap) {
-        size_t cap = c->wcap ? c->wcap : 16384;
-        while (cap < c->wlen + n) cap *= 2;
-        c->wbuf = fy_xrealloc(c->wbuf, cap);
-        c->wcap = cap;
-    }
+    if (c->wlen + n > c->wcap) wbuf_grow(c, n);
     memcpy(c->wbuf + c->wlen, p, n);
     c->wlen += n;
 }
-
-/* DATA payloads up to this size are copied into the write buffer (they leave with the frames
- * around them in one write); larger ones are written from the handler's memory. */
-#define COPY_MAX 4096
 
 /* nghttp2's send_data_callback for a DATA frame given by reference (data_read): the frame
  * header `hd` and `length` payload bytes taken from s->pend (never padded: there is no
