@@ -43,8 +43,8 @@ typedef struct h2_conn h2_conn_t;
  * this buffer instead of being copied into the stream's: the stream then holds a reference
  * until the handler reads on, and the connection reads into a fresh buffer meanwhile. */
 typedef struct h2_rbuf {
+    char data[FY_CHUNK_SIZE]; /* first: aligned as malloc aligns */
     int refs;
-    char data[FY_CHUNK_SIZE];
 } h2_rbuf_t;
 
 typedef struct h2_stream {
