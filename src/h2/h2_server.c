@@ -5,10 +5,15 @@
  * nghttp2_session_mem_recv and drain it with nghttp2_session_mem_send into one write buffer,
  * so a burst of responses leaves in one write.
  *
- * A stream is an exchange. Response bodies: the handler's buffers are referenced until
- * nghttp2's data provider copies them into DATA frames (files are pread straight into the
- * frame), then `proceed` is called. Request bodies are copied into a per-stream buffer no
- * larger than the stream window, and WINDOW_UPDATE is sent only as the handler consumes them
+ * A stream is an exchange. Response bodies: the handler's buffers are referenced, not copied
+ * by nghttp2 (NGHTTP2_DATA_FLAG_NO_COPY): on plain TCP send_data writes the 9-byte frame
+ * header and a large payload from the handler's memory straight to the socket together with
+ * the frames queued before it; over TLS (and for small payloads) the frame is copied once into
+ * the write buffer. Only what the socket did not take is copied, so no reference outlives the
+ * callback. Then `proceed` is called. Files are pread straight into the frame. Request bodies:
+ * DATA the handler is waiting for are lent to it where they lie in the read buffer (which is
+ * refcounted; reading goes on into a fresh one); others are copied into a per-stream buffer no
+ * larger than the stream window. WINDOW_UPDATE is sent only as the handler consumes them
  * (automatic window updates are off): a slow handler stalls only its own stream.
  */
 #include "h2/h2_server.h"
@@ -34,6 +39,14 @@
 
 typedef struct h2_conn h2_conn_t;
 
+/* A read buffer. Request DATA the handler is waiting for are given to it where they lie in
+ * this buffer instead of being copied into the stream's: the stream then holds a reference
+ * until the handler reads on, and the connection reads into a fresh buffer meanwhile. */
+typedef struct h2_rbuf {
+    char data[FY_CHUNK_SIZE]; /* first: aligned as malloc aligns */
+    int refs;
+} h2_rbuf_t;
+
 typedef struct h2_stream {
     fy_exchange_t ex;
     fy_arena_t arena;
@@ -48,14 +61,19 @@ typedef struct h2_stream {
     bool deferred;     /* data provider returned DEFERRED */
     bool want_proceed; /* the handler's data was taken: call proceed */
     bool ex_done;      /* the exchange is over for the handler (logged) */
-    bool closed;       /* nghttp2 closed the stream */
+    /* data_read gave the handler's last bytes by reference: after send_data took them, the
+       exchange is done (FINAL) or the handler may send more (proceed) */
+    bool done_after_send, proceed_after_send;
+    bool closed; /* nghttp2 closed the stream */
     struct iovec pend[MAX_PEND];
     int npend;
     int file_fd;
     off_t file_off;
     size_t file_left;
     /* request body */
-    char *body; /* owned (malloc), at most the stream window */
+    char *body;      /* owned (malloc), at most the stream window */
+    h2_rbuf_t *held; /* the handler's slice lies in this read buffer (one reference) */
+    size_t held_len;
     size_t body_cap, body_len, body_given;
     bool body_end, body_wanted, body_delivered;
     bool end_delivered; /* on_body(end=true) was called */
@@ -77,9 +95,11 @@ struct h2_conn {
     nghttp2_session *ng;
     fy_timer_t timer;
     bool timer_send;
-    char *rbuf;
+    h2_rbuf_t *rbuf;
     char *wbuf;
     size_t wcap, wlen, wsent;
+    bool wblocked; /* send_data found the transport full: wait for EPOLLOUT */
+    bool werr;     /* send_data failed to write: close */
     fy_list_t streams;
     size_t nstreams;
     uint64_t glitches;
@@ -99,6 +119,7 @@ static void conn_close(h2_conn_t *c);
 static void conn_flush(h2_conn_t *c);
 static void reread_cb(fy_defer_t *d);
 static void stream_free(h2_stream_t *s);
+static void rbuf_release(h2_rbuf_t *b);
 
 static void schedule_flush(h2_conn_t *c)
 {
@@ -137,35 +158,59 @@ static void proceed_cb(fy_defer_t *d)
     if (s->ex.producer && s->ex.producer->proceed) s->ex.producer->proceed(&s->ex);
 }
 
+/* Response bodies up to this size are copied (into nghttp2's frame, then the write buffer:
+ * cheaper than the send_data round for a few bytes, and they leave with the frames around
+ * them in one write); larger ones are given to nghttp2 by reference (send_data). */
+#define COPY_MAX 4096
+
+static void schedule_proceed(h2_stream_t *s)
+{
+    s->want_proceed = true;
+    s->defer.cb = proceed_cb;
+    s->defer.data = s;
+    fy_defer(s->c->loop, &s->defer);
+}
+
 static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
     h2_stream_t *s = src->ptr;
-    size_t n = 0;
-    while (n < length && s->npend) {
-        struct iovec *v = &s->pend[0];
-        size_t k = v->iov_len < length - n ? v->iov_len : length - n;
-        memcpy(buf + n, v->iov_base, k);
-        n += k;
-        v->iov_base = (char *)v->iov_base + k;
-        v->iov_len -= k;
-        if (v->iov_len == 0) {
-            memmove(s->pend, s->pend + 1, (size_t)(s->npend - 1) * sizeof s->pend[0]);
-            s->npend--;
+    size_t n = 0, more = 0;
+    if (s->npend) {
+        size_t avail = 0;
+        for (int i = 0; i < s->npend; i++) avail += s->pend[i].iov_len;
+        if (avail > COPY_MAX) {
+            /* by reference: send_data takes the bytes from s->pend in this same mem_send */
+            n = avail < length ? avail : length;
+            *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+        } else {
+            /* a small body: copied into the frame here, cheaper than the send_data round */
+            while (n < length && s->npend) {
+                struct iovec *v = &s->pend[0];
+                size_t k = v->iov_len < length - n ? v->iov_len : length - n;
+                memcpy(buf + n, v->iov_base, k);
+                n += k;
+                v->iov_base = (char *)v->iov_base + k;
+                v->iov_len -= k;
+                if (v->iov_len == 0) {
+                    memmove(s->pend, s->pend + 1, (size_t)(s->npend - 1) * sizeof s->pend[0]);
+                    s->npend--;
+                }
+            }
         }
-    }
-    if (n < length && s->file_left) {
-        size_t k = s->file_left < length - n ? s->file_left : length - n;
-        ssize_t r = pread(s->file_fd, buf + n, k, s->file_off);
+        more = avail - n;
+    } else if (s->file_left) {
+        size_t k = s->file_left < length ? s->file_left : length;
+        ssize_t r = pread(s->file_fd, buf, k, s->file_off);
         if (r <= 0) {
             fy_error("h2: read file: %s", r < 0 ? strerror(errno) : "file shrank");
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
         }
-        n += (size_t)r;
+        n = (size_t)r;
         s->file_off += r;
         s->file_left -= (size_t)r;
     }
-    if (s->npend == 0 && s->file_left == 0) {
+    if (more == 0 && s->file_left == 0) {
         if (s->final) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             if (s->ex.res_trailers.n) {
@@ -181,19 +226,117 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
                 }
                 nghttp2_submit_trailer(ng, id, nv, nt);
             }
-            stream_done(s);
+            /* the handler's last buffers must outlive send_data: done after it */
+            if (*flags & NGHTTP2_DATA_FLAG_NO_COPY)
+                s->done_after_send = true;
+            else
+                stream_done(s);
         } else if (n == 0) {
             s->deferred = true;
             return NGHTTP2_ERR_DEFERRED;
+        } else if (*flags & NGHTTP2_DATA_FLAG_NO_COPY) {
+            s->proceed_after_send = true; /* send_data may refuse it for now (WOULDBLOCK) */
         } else {
             /* everything the handler gave is copied: it may send more */
-            s->want_proceed = true;
-            s->defer.cb = proceed_cb;
-            s->defer.data = s;
-            fy_defer(s->c->loop, &s->defer);
+            schedule_proceed(s);
         }
     }
     return (ssize_t)n;
+}
+
+static void wbuf_grow(h2_conn_t *c, size_t n)
+{
+    size_t cap = c->wcap ? c->wcap : 16384;
+    while (cap < c->wlen + n) cap *= 2;
+    c->wbuf = fy_xrealloc(c->wbuf, cap);
+    c->wcap = cap;
+}
+
+/* Append bytes to the write buffer. */
+static inline void wbuf_put(h2_conn_t *c, const void *p, size_t n)
+{
+    if (c->wsent == c->wlen) c->wlen = c->wsent = 0;
+    if (c->wlen + n > c->wcap) wbuf_grow(c, n);
+    memcpy(c->wbuf + c->wlen, p, n);
+    c->wlen += n;
+}
+
+/* nghttp2's send_data_callback for a DATA frame given by reference (data_read): the frame
+ * header `hd` and `length` payload bytes taken from s->pend (never padded: there is no
+ * select_padding callback). On plain TCP a large payload goes to the socket at once with
+ * writev, after the bytes already queued in wbuf; whatever the socket does not take is copied
+ * into wbuf, so the handler's memory is not referenced after this returns. Over TLS the frame
+ * is copied into wbuf once: OpenSSL encrypts a record from contiguous plaintext, so the header
+ * and the payload must be assembled somewhere, and wbuf (written with one SSL_write per full
+ * record) is that place, instead of nghttp2's frame buffer and then wbuf. With the socket known
+ * full, the frame is refused (WOULDBLOCK: nghttp2 offers it again later) rather than copied. */
+static int send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, size_t length,
+                     nghttp2_data_source *src, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = src->ptr;
+    if (c->wblocked) return NGHTTP2_ERR_WOULDBLOCK;
+    struct iovec iov[MAX_PEND + 2];
+    int n = 0;
+    size_t queued = c->wlen - c->wsent;
+    if (queued) iov[n++] = (struct iovec){c->wbuf + c->wsent, queued};
+    int first = n;
+    iov[n++] = (struct iovec){(void *)hd, 9};
+    size_t left = length;
+    int k = 0;
+    while (left) {
+        if (k == s->npend) return NGHTTP2_ERR_CALLBACK_FAILURE; /* not possible */
+        struct iovec *v = &s->pend[k];
+        size_t l = v->iov_len < left ? v->iov_len : left;
+        iov[n++] = (struct iovec){v->iov_base, l};
+        left -= l;
+        if (l == v->iov_len) {
+            k++;
+        } else {
+            v->iov_base = (char *)v->iov_base + l;
+            v->iov_len -= l;
+        }
+    }
+    if (k) {
+        memmove(s->pend, s->pend + k, (size_t)(s->npend - k) * sizeof s->pend[0]);
+        s->npend -= k;
+    }
+    size_t done = 0;
+    if (length > COPY_MAX && !c->t->is_tls) {
+        ssize_t w = c->t->ops->writev(c->t, iov, n);
+        if (w < 0) {
+            c->werr = true;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        done = (size_t)w;
+        if (done < queued + 9 + length) c->wblocked = true; /* short: the socket is full */
+    }
+    /* the rest of the sequence [queued, hd, payload] after `done` bytes */
+    size_t skip;
+    if (done < queued) {
+        c->wsent += done;
+        skip = 0;
+    } else {
+        c->wlen = c->wsent = 0;
+        skip = done - queued;
+    }
+    for (int i = first; i < n; i++) {
+        if (skip >= iov[i].iov_len) {
+            skip -= iov[i].iov_len;
+            continue;
+        }
+        wbuf_put(c, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+        skip = 0;
+    }
+    if (s->proceed_after_send) {
+        s->proceed_after_send = false;
+        schedule_proceed(s);
+    }
+    if (s->done_after_send) {
+        s->done_after_send = false;
+        stream_done(s);
+    }
+    return 0;
 }
 
 static bool is_conn_specific(fy_str_t n)
@@ -309,10 +452,7 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     }
     if (state == FY_SEND_MORE && total == 0 && s->npend == 0 && s->file_left == 0 && !s->closed) {
         /* nothing to copy (a head-only send that opens a tunnel): proceed at once */
-        s->want_proceed = true;
-        s->defer.cb = proceed_cb;
-        s->defer.data = s;
-        fy_defer(c->loop, &s->defer);
+        schedule_proceed(s);
     }
     schedule_flush(c);
 }
@@ -350,6 +490,18 @@ static void h2_read_body(fy_exchange_t *ex)
     h2_stream_t *s = ex->codec;
     h2_conn_t *c = s->c;
     if (s->closed) return;
+    if (s->held) {
+        /* the slice given from the read buffer is consumed: let the buffer go, reopen */
+        size_t given = s->held_len;
+        rbuf_release(s->held);
+        s->held = NULL;
+        s->held_len = 0;
+        if (s->unconsumed >= given) {
+            nghttp2_session_consume(c->ng, s->id, given);
+            s->unconsumed -= given;
+            schedule_flush(c);
+        }
+    }
     /* what the handler had is consumed: drop it and reopen the window by that much */
     if (s->body_given) {
         size_t given = s->body_given;
@@ -409,9 +561,29 @@ static fy_pool_t *stream_pool(void)
     return &pool;
 }
 
+static fy_pool_t *rbuf_pool(void)
+{
+    static __thread fy_pool_t pool;
+    if (!pool.size) fy_pool_init(&pool, sizeof(h2_rbuf_t), 16);
+    return &pool;
+}
+
+static h2_rbuf_t *rbuf_get(void)
+{
+    h2_rbuf_t *b = fy_pool_get(rbuf_pool());
+    b->refs = 1;
+    return b;
+}
+
+static void rbuf_release(h2_rbuf_t *b)
+{
+    if (--b->refs == 0) fy_pool_put(rbuf_pool(), b);
+}
+
 static void stream_free(h2_stream_t *s)
 {
     h2_conn_t *c = s->c;
+    if (s->held) rbuf_release(s->held);
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
     c->nstreams--;
@@ -650,6 +822,19 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         nghttp2_session_consume(ng, id, len);
         return 0;
     }
+    if (s->body_wanted && s->body_len == 0 && !s->held && c->rbuf &&
+        (const char *)data >= c->rbuf->data &&
+        (const char *)data + len <= c->rbuf->data + FY_CHUNK_SIZE) {
+        /* the handler waits and nothing is buffered: give it the bytes where they are */
+        s->held = c->rbuf;
+        s->held->refs++;
+        s->held_len = len;
+        s->unconsumed += len;
+        s->body_wanted = false;
+        s->body_delivered = true;
+        s->ex.on_body(&s->ex, (const char *)data, len, false);
+        return 0;
+    }
     if (!s->body) {
         /* never reallocated: the handler may hold slices of it (echo sends them back). The
            peer cannot send more than the stream window before we consume, so this is enough:
@@ -737,7 +922,7 @@ static void conn_close(h2_conn_t *c)
     fy_io_set(c->loop, &c->io, 0);
     if (c->t != &c->sock) c->t->ops->destroy(c->t);
     close(c->sock.fd);
-    if (c->rbuf) fy_pool_put(fy_chunk_pool(), c->rbuf);
+    if (c->rbuf) rbuf_release(c->rbuf);
     free(c->wbuf);
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
@@ -759,10 +944,12 @@ static void update_events(h2_conn_t *c)
 static void conn_flush(h2_conn_t *c)
 {
     bool drained = false;
+    c->wblocked = false;
     for (;;) {
         while (c->wlen > c->wsent) {
             struct iovec iov = {c->wbuf + c->wsent, c->wlen - c->wsent};
-            ssize_t w = c->t->ops->writev(c->t, &iov, 1);
+            /* send_data just found the transport full: no write that would only fail */
+            ssize_t w = c->wblocked ? 0 : c->t->ops->writev(c->t, &iov, 1);
             if (w == 0) {
                 c->timer_send = true;
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->send_timeout_ms);
@@ -784,28 +971,22 @@ static void conn_flush(h2_conn_t *c)
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
         }
         if (drained) break; /* nghttp2 had nothing more last time: no empty round */
-        while (c->wlen < WBUF_SOFT) {
+        /* large DATA frames are written by send_data during mem_send; the rest is copied */
+        while (c->wlen - c->wsent < WBUF_SOFT && !c->wblocked) {
             const uint8_t *d;
             ssize_t n = nghttp2_session_mem_send(c->ng, &d);
             if (n < 0) {
-                fy_info("h2: %s", nghttp2_strerror((int)n));
+                if (!c->werr) fy_info("h2: %s", nghttp2_strerror((int)n));
                 conn_close(c);
                 return;
             }
             if (n == 0) {
-                drained = true;
+                drained = !c->wblocked;
                 break;
             }
-            if (c->wlen + (size_t)n > c->wcap) {
-                size_t cap = c->wcap ? c->wcap : 16384;
-                while (cap < c->wlen + (size_t)n) cap *= 2;
-                c->wbuf = fy_xrealloc(c->wbuf, cap);
-                c->wcap = cap;
-            }
-            memcpy(c->wbuf + c->wlen, d, (size_t)n);
-            c->wlen += (size_t)n;
+            wbuf_put(c, d, (size_t)n);
         }
-        if (c->wlen == 0) break;
+        if (c->wlen == c->wsent) break;
     }
     if (!nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng)) {
         conn_close(c);
@@ -836,9 +1017,9 @@ static void on_io(fy_io_t *io, uint32_t ev)
     if (c->closed) return;
     c->in_io = true;
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-        if (!c->rbuf) c->rbuf = fy_pool_get(fy_chunk_pool());
         for (int i = 0; i < 8; i++) {
-            ssize_t n = c->t->ops->read(c->t, c->rbuf, FY_CHUNK_SIZE);
+            if (!c->rbuf) c->rbuf = rbuf_get();
+            ssize_t n = c->t->ops->read(c->t, c->rbuf->data, FY_CHUNK_SIZE);
             if (n == 0) break;
             if (n < 0) {
                 c->in_io = false;
@@ -846,7 +1027,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
                 return;
             }
             c->t->want = 0;
-            if (feed(c, c->rbuf, (size_t)n) < 0) {
+            if (feed(c, c->rbuf->data, (size_t)n) < 0) {
                 /* nghttp2 queued a GOAWAY where it could: send it, then close */
                 c->in_io = false;
                 conn_flush(c);
@@ -854,10 +1035,15 @@ static void on_io(fy_io_t *io, uint32_t ev)
                 return;
             }
             if (c->closed) return;
+            if (c->rbuf->refs > 1) {
+                /* a handler holds a slice of it: the next read goes to another buffer */
+                rbuf_release(c->rbuf);
+                c->rbuf = NULL;
+            }
             if ((size_t)n < FY_CHUNK_SIZE && !c->t->ops->pending(c->t)) break;
         }
         if (c->rbuf) {
-            fy_pool_put(fy_chunk_pool(), c->rbuf);
+            rbuf_release(c->rbuf);
             c->rbuf = NULL;
         }
         if (c->t->ops->pending(c->t)) fy_defer(c->loop, &c->reread);
@@ -901,6 +1087,7 @@ void fy_h2_thread_cleanup(void)
     cbs = NULL;
     opt = NULL;
     fy_pool_drain(stream_pool());
+    fy_pool_drain(rbuf_pool());
     fy_h2_client_thread_cleanup();
 }
 
@@ -955,6 +1142,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
         nghttp2_option_new(&opt);
         nghttp2_option_set_no_auto_window_update(opt, 1);
         /* backstop only: our own budget (on_frame_recv) answers ENHANCE_YOUR_CALM first */
