@@ -33,10 +33,11 @@ struct fy_origin_h2 {
     unsigned users; /* exchanges holding the session */
     fy_list_t waiters;
     size_t nwaiters;
-    fy_timer_t timer; /* SETTINGS wait, then idle keep-alive */
-    fy_defer_t kick;  /* deferred flush */
-    fy_defer_t reap;  /* deferred free */
-    uint8_t *wbuf;    /* owned: frames not yet written */
+    fy_timer_t timer;  /* SETTINGS wait, then idle keep-alive */
+    fy_defer_t kick;   /* deferred flush */
+    fy_defer_t reap;   /* deferred free */
+    fy_defer_t reread; /* TLS holds decrypted bytes that epoll cannot signal */
+    uint8_t *wbuf;     /* owned: frames not yet written */
     size_t wlen, wsent, wcap;
     bool want_out;
     bool in_io;
@@ -78,6 +79,7 @@ static void reap_maybe(fy_origin_h2_t *s)
 {
     if (s->state == S_CLOSED && s->users == 0 && !s->reap.queued) {
         fy_defer_cancel(s->loop, &s->kick);
+        fy_defer_cancel(s->loop, &s->reread);
         s->reap.cb = reap_cb;
         s->reap.data = s;
         fy_defer(s->loop, &s->reap);
@@ -265,6 +267,8 @@ static void on_timer(fy_timer_t *t)
     }
 }
 
+static void reread_cb(fy_defer_t *d);
+
 static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
 {
     fy_origin_h2_t *s = ud;
@@ -308,9 +312,23 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
             }
         }
         fy_pool_put(fy_chunk_pool(), buf);
+        /* the read cap or a short socket read may leave records inside the TLS library: the
+           socket will not signal them again (a 256 KiB response lost its last bytes so) */
+        if (s->state != S_CLOSED && s->oc && s->oc->t->ops->pending(s->oc->t) &&
+            !s->reread.queued) {
+            s->reread.cb = reread_cb;
+            s->reread.data = s;
+            fy_defer(s->loop, &s->reread);
+        }
     }
     s->in_io = false;
     if (s->state != S_CLOSED) flush(s);
+}
+
+static void reread_cb(fy_defer_t *d)
+{
+    fy_origin_h2_t *s = d->data;
+    if (s->state != S_CLOSED && s->oc) on_event(s->oc, EPOLLIN, s);
 }
 
 fy_origin_h2_t *fy_origin_h2_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
@@ -419,6 +437,7 @@ void fy__upstream_h2_worker_close(fy_upstream_t *u, int w)
             fy_timer_stop(s->loop, &s->timer);
             fy_defer_cancel(s->loop, &s->kick);
             fy_defer_cancel(s->loop, &s->reap);
+            fy_defer_cancel(s->loop, &s->reread);
             if (s->oc) fy__origin_close_now(s->oc);
             s->oc = NULL;
             s->state = S_CLOSED;
