@@ -695,8 +695,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
     return progress;
 }
 
-/* Pump the directions an event concerns (both when TLS is on the client side: a TLS read
-   may wait for writability). */
+/* Pump the directions an event concerns. */
 static void relay(tcp_sess_t *s, bool up, bool down)
 {
     if (s->state == S_HANDSHAKE) {
@@ -704,7 +703,6 @@ static void relay(tcp_sess_t *s, bool up, bool down)
         return;
     }
     if (s->state != S_RELAY) return;
-    if (!s->splice) up = down = true;
     int a = up ? pump(s, &s->up, &s->c, &s->o) : 0;
     if (a < 0) {
         sess_close(s, "client side error");
@@ -720,20 +718,39 @@ static void relay(tcp_sess_t *s, bool up, bool down)
         return;
     }
     if (a || b) fy_timer_start(s->wl->w->loop, &s->timer, s->wl->l->conf->idle_timeout_ms);
-    /* Plain sockets are edge-triggered: a direction only stops reading on EAGAIN, on a short
-       read (the receive queue was empty: later bytes raise a new edge) or when its
+    /* Both ends are edge-triggered: a direction only stops reading on EAGAIN, on a short
+       plain read (the receive queue was empty: later bytes raise a new edge) or when its
        destination blocks (then the mask changes, and EPOLL_CTL_MOD re-polls). That spares
-       the kernel the re-poll a level-triggered item costs after every event. TLS keeps
-       level-triggered: its library may hold bytes the socket no longer shows. */
+       the kernel the re-poll a level-triggered item costs after every event. A TLS end is
+       read until the library says WANT_READ (its socket said EAGAIN), so records the
+       library holds are never left behind while the direction waits for its source; when
+       it waits for its destination instead, that end's readiness resumes it and it reads
+       the held records first. */
     uint32_t cm = s->up.wait_src | s->down.wait_dst, om = s->down.wait_src | s->up.wait_dst;
-    if (s->splice) { /* a FIN that arrives with the last bytes must be seen: EPOLLRDHUP */
-        if (cm & EPOLLIN) cm |= EPOLLRDHUP;
-        if (om & EPOLLIN) om |= EPOLLRDHUP;
-        if (cm) cm |= EPOLLET;
-        if (om) om |= EPOLLET;
-    }
+    /* a FIN that arrives with the last bytes must be seen: EPOLLRDHUP */
+    if (cm & EPOLLIN) cm |= EPOLLRDHUP;
+    if (om & EPOLLIN) om |= EPOLLRDHUP;
+    if (cm) cm |= EPOLLET;
+    if (om) om |= EPOLLET;
     set_events(s, &s->c, cm);
     set_events(s, &s->o, om);
+}
+
+/* With TLS on the client side a direction may wait for either readiness of either end (a
+   TLS read can want writability, a TLS write readability): an event pumps the directions
+   whose recorded wait (wait_src on their source end, wait_dst on their destination end) it
+   answers, and only those. Pumping both on every event cost a read that only said EAGAIN on
+   each side per relayed message. A hang-up or error pumps both. */
+static void relay_tls(tcp_sess_t *s, bool client, uint32_t ev)
+{
+    if (s->state != S_RELAY || (ev & (EPOLLHUP | EPOLLERR))) {
+        relay(s, true, true);
+        return;
+    }
+    if (ev & EPOLLRDHUP) ev |= EPOLLIN;
+    uint32_t up = client ? s->up.wait_src : s->up.wait_dst;
+    uint32_t down = client ? s->down.wait_dst : s->down.wait_src;
+    relay(s, (up & ev) != 0, (down & ev) != 0);
 }
 
 static void on_client_io(fy_io_t *io, uint32_t ev)
@@ -748,8 +765,11 @@ static void on_client_io(fy_io_t *io, uint32_t ev)
         do_peek(s);
         break;
     default:
-        relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
-              ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
+        if (!s->splice)
+            relay_tls(s, true, ev);
+        else
+            relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
+                  ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
     }
 }
 
@@ -759,6 +779,8 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
     if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->o.fin = true;
     if (s->state == S_CONNECT)
         on_connected(s);
+    else if (!s->splice)
+        relay_tls(s, false, ev);
     else
         relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR),
               ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR));
