@@ -74,6 +74,7 @@ typedef struct tcp_sess {
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
+static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd);
 static void relay(tcp_sess_t *s, bool up, bool down);
 static void start_connect(tcp_sess_t *s);
 static void do_peek(tcp_sess_t *s);
@@ -274,6 +275,15 @@ const fy_l4_target_t *fy__l4_route(const fy__l4_listener_t *l, const char *sni, 
 
 /* ---- TCP sessions ---- */
 
+/* The client end of a terminated session; its reads are tracked so that the relay can
+   tell a drained socket from a short record (see pump). */
+static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd)
+{
+    fy_transport_t *t = fy_tls_transport_new(wl->l->tls, fd);
+    if (t) fy_tls_track_reads(t);
+    return t;
+}
+
 static void set_events(tcp_sess_t *s, end_t *e, uint32_t ev)
 {
     if (e->io.fd < 0 || e->events == ev) return;
@@ -385,7 +395,7 @@ static void do_proxy_hdr(tcp_sess_t *s)
     } else if (mode == FY_L4_TLS_TERMINATE) {
         s->state = S_HANDSHAKE;
         s->terminate = true;
-        s->c.t = fy_tls_transport_new(s->wl->l->tls, s->c.io.fd);
+        s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
             sess_close(s, "out of memory");
             return;
@@ -450,7 +460,7 @@ static void do_peek(tcp_sess_t *s)
     if (term) {
         s->terminate = true;
         s->state = S_HANDSHAKE;
-        s->c.t = fy_tls_transport_new(s->wl->l->tls, s->c.io.fd);
+        s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
             sess_close(s, "out of memory");
             return;
@@ -677,7 +687,10 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
            runs out of slots, one per skb fragment): that one reads on until EAGAIN */
         /* ... nor does one after the peer's FIN came in: edge-triggered epoll will not report
            it again, so read on until recv says EOF */
-        drained = !src->t->is_tls && !d->use_pipe && !src->fin && (size_t)n < BUF_SIZE;
+        /* TLS: drained when the library's last socket read was short and it holds no
+           record (saves the read that would only say EAGAIN, and the SSL_read around it) */
+        drained = !d->use_pipe && !src->fin &&
+                  (src->t->is_tls ? fy_tls_read_drained(src->t) : (size_t)n < BUF_SIZE);
         if (d->use_pipe) {
             d->inpipe = (size_t)n;
         } else {
@@ -835,7 +848,7 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
     if (c->mode == FY_L4_TLS_TERMINATE) {
         s->state = S_HANDSHAKE;
         s->terminate = true;
-        s->c.t = fy_tls_transport_new(wl->l->tls, fd);
+        s->c.t = tls_end_new(wl, fd);
         if (!s->c.t) {
             s->c.t = &s->c.sock;
             sess_close(s, "out of memory");
