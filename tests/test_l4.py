@@ -766,6 +766,63 @@ def test_l4_tls_terminate_many_records_per_read_and_backpressure(server, tcp_ech
     assert sha(bytes(got)) == sha(want)
 
 
+def test_l4_tls_terminate_data_close_notify_and_fin_in_one_segment(server, tcp_echo):
+    """The last records, the close_notify and the FIN arrive together: the relay (which
+    skips the read after a short one) still sees the end, half-closes the origin, and the
+    origin's answer and its own end come back."""
+    e = tcp_echo(tail=b"bye")
+    port = free_port()
+    f = server(args=["l4", f"127.0.0.1:{e.port}", "--tls", "self-signed", "--listen",
+                     f"127.0.0.1:{port}", "--workers", "1"], start=False)
+    f.start(wait_ports=[port])
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, outg, server_hostname="localhost")
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(outg.read())
+            b = raw.recv(65536)
+            assert b, "closed during the handshake"
+            inc.write(b)
+    raw.sendall(outg.read())
+    want = b"".join(os.urandom(50 + i) for i in range(40))
+    for i in range(0, len(want), 100):
+        tls.write(want[i:i + 100])
+    try:
+        tls.unwrap()  # queues our close_notify
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(outg.read())
+    raw.shutdown(socket.SHUT_WR)
+    got = bytearray()
+    ended = False
+    while not ended:
+        b = raw.recv(65536)
+        if not b:
+            inc.write_eof()
+        else:
+            inc.write(b)
+        try:
+            while True:
+                d = tls.read(65536)
+                if not d:
+                    ended = True
+                    break
+                got += d
+        except ssl.SSLWantReadError:
+            assert b, "TCP end before the TLS end"
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            ended = True
+    raw.close()
+    assert bytes(got) == want + b"bye"
+
+
 def test_l4_mixed_listener_passthrough_and_terminate(server, tcp_echo, two_tls_backends,
                                                      tmp_path):
     """One tls-passthrough listener: alpha.test passes through, plain.test is terminated
