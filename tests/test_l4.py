@@ -183,6 +183,62 @@ l4:
     assert all(a == b for a, b in results.values())
 
 
+def _pipes(pid):
+    n = 0
+    for d in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{d}").startswith("pipe:")
+        except OSError:
+            pass
+    return n
+
+
+def test_l4_tcp_messages_up_to_64k_go_through_the_buffer_bulk_splices(server, tcp_echo):
+    """A plain session relays a message of up to 64 KiB through its buffer (one read takes
+    it whole: no pipe is made), and switches a direction to splice(2) (a pipe pair) only
+    when a read fills the buffer: bulk. Every byte arrives either way."""
+    e = tcp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{e.port}
+""")
+    pid = f.proc.pid
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=20)
+    s.sendall(b"x")
+    assert s.recv(10) == b"x"
+    base = _pipes(pid)
+    for size in (16384, 40000, 60000, 16384):  # one message at a time, echoed whole
+        m = os.urandom(size)
+        s.sendall(m)
+        got = b""
+        while len(got) < size:
+            b = s.recv(65536)
+            assert b
+            got += b
+        assert got == m
+    assert _pipes(pid) == base, "a message below 64 KiB made a pipe"
+    big = os.urandom(8 << 20)  # bulk, sent while the echo comes back
+    out = []
+
+    def reader():
+        n = 0
+        while n < len(big):
+            b = s.recv(1 << 20)
+            if not b:
+                return
+            out.append(b)
+            n += len(b)
+    t = threading.Thread(target=reader)
+    t.start()
+    s.sendall(big)
+    t.join(60)
+    assert sha(b"".join(out)) == sha(big)
+    assert _pipes(pid) >= base + 2, "bulk did not switch to splice"
+    s.close()
+
+
 def test_l4_tcp_half_close_keeps_other_direction(server, tcp_echo):
     """The client's FIN reaches the origin, which then still sends (tail) before closing."""
     tail = os.urandom(200000)

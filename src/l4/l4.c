@@ -24,7 +24,11 @@
 #include "tls/tls.h"
 
 #define PIPE_CHUNK 65536
-#define BUF_SIZE FY_CHUNK_SIZE
+/* Plain sessions read into 64 KiB buffers: a message up to that size is read whole by a
+   short recv (the queue is then known empty: no read that only says EAGAIN) and sent on;
+   only a read that fills it switches the direction to splice. TLS sessions use the 16 KiB
+   chunks (one record at most per read or write). */
+#define PLAIN_BUF 65536
 
 enum { S_PROXY_HDR, S_PEEK, S_HANDSHAKE, S_CONNECT, S_RELAY };
 
@@ -41,8 +45,9 @@ typedef struct dir {
     int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
     size_t inpipe;
     bool use_pipe;
-    uint8_t *buf; /* a pooled chunk while bytes are in flight: small messages (and everything
-                     with TLS) go through it; an idle direction holds none */
+    uint8_t *buf;    /* a pooled buffer while bytes are in flight: small messages (and everything
+                        with TLS) go through it; an idle direction holds none */
+    fy_pool_t *pool; /* buf's pool (its size is pool->size) */
     size_t off, len;
     bool eof;  /* src ended */
     bool shut; /* dst half-closed after eof */
@@ -311,7 +316,7 @@ static void dir_free(dir_t *d)
     if (d->pipe[0] >= 0) close(d->pipe[0]);
     if (d->pipe[1] >= 0) close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
-    if (d->buf) fy_pool_put(fy_chunk_pool(), d->buf);
+    if (d->buf) fy_pool_put(d->pool, d->buf);
     d->buf = NULL;
 }
 
@@ -589,11 +594,19 @@ static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
     return t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN;
 }
 
+/* The calling worker's free PLAIN_BUF buffers (a few: a direction holds one only while
+   bytes are in flight). */
+static fy_pool_t *plain_pool(void)
+{
+    static __thread fy_pool_t pool = {PLAIN_BUF, 16, NULL, 0};
+    return &pool;
+}
+
 /* An empty buffer goes back to the pool: idle sessions hold no chunk. */
 static void release_buf(dir_t *d)
 {
     if (d->buf && d->len == d->off) {
-        fy_pool_put(fy_chunk_pool(), d->buf);
+        fy_pool_put(d->pool, d->buf);
         d->buf = NULL;
         d->len = d->off = 0;
     }
@@ -660,7 +673,10 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             return progress;
         }
         ssize_t n;
-        if (!d->use_pipe && !d->buf) d->buf = fy_pool_get(fy_chunk_pool());
+        if (!d->use_pipe && !d->buf) {
+            d->pool = s->splice ? plain_pool() : fy_chunk_pool();
+            d->buf = fy_pool_get(d->pool);
+        }
         if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -669,7 +685,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             else if (n < 0)
                 n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
         } else {
-            n = end_read(src, d->buf, BUF_SIZE);
+            n = end_read(src, d->buf, d->pool->size);
         }
         if (n == FY_EEOF) {
             d->eof = true;
@@ -690,13 +706,14 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
         /* TLS: drained when the library's last socket read was short and it holds no
            record (saves the read that would only say EAGAIN, and the SSL_read around it) */
         drained = !d->use_pipe && !src->fin &&
-                  (src->t->is_tls ? fy_tls_read_drained(src->t) : (size_t)n < BUF_SIZE);
+                  (src->t->is_tls ? fy_tls_read_drained(src->t) : (size_t)n < d->pool->size);
         if (d->use_pipe) {
             d->inpipe = (size_t)n;
         } else {
             d->len = (size_t)n;
             /* bulk: zero-copy from now on (small messages cost less through the buffer) */
-            if (s->splice && n == BUF_SIZE && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
+            if (s->splice && (size_t)n == d->pool->size &&
+                pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
                 d->use_pipe = true;
         }
     }
@@ -954,5 +971,6 @@ void fy_l4_worker_close_all(fy_l4_t *l4, int w)
     while (!fy_list_empty(&wk->tcp))
         sess_close(fy_container_of(wk->tcp.next, tcp_sess_t, node), "closing");
     fy__l4_udp_close_all(wk);
+    fy_pool_drain(plain_pool()); /* on the worker's thread: its free relay buffers */
     wk->on_idle = cb;
 }
