@@ -3,6 +3,7 @@ protocol, QUIC passthrough by SNI. Real peers: python sockets, openssl s_server/
 curl (HTTP/1.1 and HTTP/2), Ferry TLS backends, Debian's gtlsclient/gtlsserver (ngtcp2)."""
 import hashlib
 import os
+import select
 import shutil
 import socket
 import ssl
@@ -180,6 +181,62 @@ l4:
         t.join(60)
     assert len(results) == 64
     assert all(a == b for a, b in results.values())
+
+
+def _pipes(pid):
+    n = 0
+    for d in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{d}").startswith("pipe:")
+        except OSError:
+            pass
+    return n
+
+
+def test_l4_tcp_messages_up_to_64k_go_through_the_buffer_bulk_splices(server, tcp_echo):
+    """A plain session relays a message of up to 64 KiB through its buffer (one read takes
+    it whole: no pipe is made), and switches a direction to splice(2) (a pipe pair) only
+    when a read fills the buffer: bulk. Every byte arrives either way."""
+    e = tcp_echo()
+    f = server(f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{{port}}
+    target: 127.0.0.1:{e.port}
+""")
+    pid = f.proc.pid
+    s = socket.create_connection(("127.0.0.1", f.port), timeout=20)
+    s.sendall(b"x")
+    assert s.recv(10) == b"x"
+    base = _pipes(pid)
+    for size in (16384, 40000, 60000, 16384):  # one message at a time, echoed whole
+        m = os.urandom(size)
+        s.sendall(m)
+        got = b""
+        while len(got) < size:
+            b = s.recv(65536)
+            assert b
+            got += b
+        assert got == m
+    assert _pipes(pid) == base, "a message below 64 KiB made a pipe"
+    big = os.urandom(8 << 20)  # bulk, sent while the echo comes back
+    out = []
+
+    def reader():
+        n = 0
+        while n < len(big):
+            b = s.recv(1 << 20)
+            if not b:
+                return
+            out.append(b)
+            n += len(b)
+    t = threading.Thread(target=reader)
+    t.start()
+    s.sendall(big)
+    t.join(60)
+    assert sha(b"".join(out)) == sha(big)
+    assert _pipes(pid) >= base + 2, "bulk did not switch to splice"
+    s.close()
 
 
 def test_l4_tcp_half_close_keeps_other_direction(server, tcp_echo):
@@ -668,6 +725,159 @@ def test_l4_tls_terminate_oneliner_to_plain_echo(server, tcp_echo):
             break
         time.sleep(0.05)
     assert e.first and e.first[-1] == p[:256]  # plaintext at the origin
+
+
+def test_l4_tls_terminate_many_records_per_read_and_backpressure(server, tcp_echo):
+    """tls-terminate with edge-triggered sockets: many small TLS records arrive in one TCP
+    segment (the library reads them all ahead: none may be left behind while the socket
+    stays quiet), and the client does not read for a while at first, so both directions
+    block on their destination and must resume. Every byte comes back, in order."""
+    e = tcp_echo()
+    port = free_port()
+    f = server(args=["l4", f"127.0.0.1:{e.port}", "--tls", "self-signed", "--listen",
+                     f"127.0.0.1:{port}", "--workers", "1"], start=False)
+    f.start(wait_ports=[port])
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, outg, server_hostname="localhost")
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    raw.setblocking(False)
+    deadline = time.monotonic() + 60
+
+    def pump(want_read):
+        """flush our TLS output; read what the socket has into the library"""
+        data = outg.read()
+        while data:
+            select.select([], [raw], [], 5)
+            try:
+                n = raw.send(data)
+                data = data[n:]
+            except BlockingIOError:
+                pass
+        if want_read:
+            r, _, _ = select.select([raw], [], [], 0.2)
+            if r:
+                b = raw.recv(1 << 20)
+                if not b:
+                    inc.write_eof()
+                else:
+                    inc.write(b)
+    while True:  # handshake
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pump(True)
+        assert time.monotonic() < deadline
+    pump(False)
+    # 3000 small records, flushed together: many records per TCP segment
+    msgs = [os.urandom(1 + i % 97) for i in range(3000)]
+    for m in msgs:
+        tls.write(m)
+    big = os.urandom(6 << 20)  # then a bulk part, written while nothing is read back
+    want = b"".join(msgs) + big
+    sent_big = 0
+    data = outg.read()
+    raw.setblocking(True)
+    raw.sendall(data)
+    raw.setblocking(False)
+    got = bytearray()
+    t_stall = time.monotonic() + 1.0
+    while len(got) < len(want):
+        assert time.monotonic() < deadline, f"stalled at {len(got)} of {len(want)} bytes"
+        if sent_big < len(big):
+            sent_big += tls.write(big[sent_big:sent_big + 65536])
+            data = outg.read()
+            while data:  # may block until the proxy (and the echo behind it) drain
+                _, w, _ = select.select([], [raw], [], 0.2)
+                if w:
+                    try:
+                        n = raw.send(data)
+                        data = data[n:]
+                    except BlockingIOError:
+                        pass
+                elif time.monotonic() >= t_stall:
+                    # our send is blocked: read back to let everything move again
+                    try:
+                        inc.write(raw.recv(1 << 20))
+                    except BlockingIOError:
+                        pass
+                    try:
+                        while True:
+                            got += tls.read(1 << 20)
+                    except ssl.SSLWantReadError:
+                        pass
+            continue
+        if time.monotonic() < t_stall:
+            time.sleep(0.05)
+            continue
+        pump(True)
+        try:
+            while True:
+                got += tls.read(1 << 20)
+        except ssl.SSLWantReadError:
+            pass
+    raw.close()
+    assert sha(bytes(got)) == sha(want)
+
+
+def test_l4_tls_terminate_data_close_notify_and_fin_in_one_segment(server, tcp_echo):
+    """The last records, the close_notify and the FIN arrive together: the relay (which
+    skips the read after a short one) still sees the end, half-closes the origin, and the
+    origin's answer and its own end come back."""
+    e = tcp_echo(tail=b"bye")
+    port = free_port()
+    f = server(args=["l4", f"127.0.0.1:{e.port}", "--tls", "self-signed", "--listen",
+                     f"127.0.0.1:{port}", "--workers", "1"], start=False)
+    f.start(wait_ports=[port])
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, outg, server_hostname="localhost")
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(outg.read())
+            b = raw.recv(65536)
+            assert b, "closed during the handshake"
+            inc.write(b)
+    raw.sendall(outg.read())
+    want = b"".join(os.urandom(50 + i) for i in range(40))
+    for i in range(0, len(want), 100):
+        tls.write(want[i:i + 100])
+    try:
+        tls.unwrap()  # queues our close_notify
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(outg.read())
+    raw.shutdown(socket.SHUT_WR)
+    got = bytearray()
+    ended = False
+    while not ended:
+        b = raw.recv(65536)
+        if not b:
+            inc.write_eof()
+        else:
+            inc.write(b)
+        try:
+            while True:
+                d = tls.read(65536)
+                if not d:
+                    ended = True
+                    break
+                got += d
+        except ssl.SSLWantReadError:
+            assert b, "TCP end before the TLS end"
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            ended = True
+    raw.close()
+    assert bytes(got) == want + b"bye"
 
 
 def test_l4_mixed_listener_passthrough_and_terminate(server, tcp_echo, two_tls_backends,

@@ -24,7 +24,11 @@
 #include "tls/tls.h"
 
 #define PIPE_CHUNK 65536
-#define BUF_SIZE FY_CHUNK_SIZE
+/* Plain sessions read into 64 KiB buffers: a message up to that size is read whole by a
+   short recv (the queue is then known empty: no read that only says EAGAIN) and sent on;
+   only a read that fills it switches the direction to splice. TLS sessions use the 16 KiB
+   chunks (one record at most per read or write). */
+#define PLAIN_BUF 65536
 
 enum { S_PROXY_HDR, S_PEEK, S_HANDSHAKE, S_CONNECT, S_RELAY };
 
@@ -41,8 +45,9 @@ typedef struct dir {
     int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
     size_t inpipe;
     bool use_pipe;
-    uint8_t *buf; /* a pooled chunk while bytes are in flight: small messages (and everything
-                     with TLS) go through it; an idle direction holds none */
+    uint8_t *buf;    /* a pooled buffer while bytes are in flight: small messages (and everything
+                        with TLS) go through it; an idle direction holds none */
+    fy_pool_t *pool; /* buf's pool (its size is pool->size) */
     size_t off, len;
     bool eof;  /* src ended */
     bool shut; /* dst half-closed after eof */
@@ -74,6 +79,7 @@ typedef struct tcp_sess {
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
+static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd);
 static void relay(tcp_sess_t *s, bool up, bool down);
 static void start_connect(tcp_sess_t *s);
 static void do_peek(tcp_sess_t *s);
@@ -274,6 +280,15 @@ const fy_l4_target_t *fy__l4_route(const fy__l4_listener_t *l, const char *sni, 
 
 /* ---- TCP sessions ---- */
 
+/* The client end of a terminated session; its reads are tracked so that the relay can
+   tell a drained socket from a short record (see pump). */
+static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd)
+{
+    fy_transport_t *t = fy_tls_transport_new(wl->l->tls, fd);
+    if (t) fy_tls_track_reads(t);
+    return t;
+}
+
 static void set_events(tcp_sess_t *s, end_t *e, uint32_t ev)
 {
     if (e->io.fd < 0 || e->events == ev) return;
@@ -301,7 +316,7 @@ static void dir_free(dir_t *d)
     if (d->pipe[0] >= 0) close(d->pipe[0]);
     if (d->pipe[1] >= 0) close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
-    if (d->buf) fy_pool_put(fy_chunk_pool(), d->buf);
+    if (d->buf) fy_pool_put(d->pool, d->buf);
     d->buf = NULL;
 }
 
@@ -385,7 +400,7 @@ static void do_proxy_hdr(tcp_sess_t *s)
     } else if (mode == FY_L4_TLS_TERMINATE) {
         s->state = S_HANDSHAKE;
         s->terminate = true;
-        s->c.t = fy_tls_transport_new(s->wl->l->tls, s->c.io.fd);
+        s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
             sess_close(s, "out of memory");
             return;
@@ -450,7 +465,7 @@ static void do_peek(tcp_sess_t *s)
     if (term) {
         s->terminate = true;
         s->state = S_HANDSHAKE;
-        s->c.t = fy_tls_transport_new(s->wl->l->tls, s->c.io.fd);
+        s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
             sess_close(s, "out of memory");
             return;
@@ -579,11 +594,19 @@ static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
     return t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN;
 }
 
+/* The calling worker's free PLAIN_BUF buffers (a few: a direction holds one only while
+   bytes are in flight). */
+static fy_pool_t *plain_pool(void)
+{
+    static __thread fy_pool_t pool = {PLAIN_BUF, 16, NULL, 0};
+    return &pool;
+}
+
 /* An empty buffer goes back to the pool: idle sessions hold no chunk. */
 static void release_buf(dir_t *d)
 {
     if (d->buf && d->len == d->off) {
-        fy_pool_put(fy_chunk_pool(), d->buf);
+        fy_pool_put(d->pool, d->buf);
         d->buf = NULL;
         d->len = d->off = 0;
     }
@@ -650,7 +673,10 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             return progress;
         }
         ssize_t n;
-        if (!d->use_pipe && !d->buf) d->buf = fy_pool_get(fy_chunk_pool());
+        if (!d->use_pipe && !d->buf) {
+            d->pool = s->splice ? plain_pool() : fy_chunk_pool();
+            d->buf = fy_pool_get(d->pool);
+        }
         if (d->use_pipe) {
             n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -659,7 +685,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
             else if (n < 0)
                 n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
         } else {
-            n = end_read(src, d->buf, BUF_SIZE);
+            n = end_read(src, d->buf, d->pool->size);
         }
         if (n == FY_EEOF) {
             d->eof = true;
@@ -677,13 +703,17 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
            runs out of slots, one per skb fragment): that one reads on until EAGAIN */
         /* ... nor does one after the peer's FIN came in: edge-triggered epoll will not report
            it again, so read on until recv says EOF */
-        drained = !src->t->is_tls && !d->use_pipe && !src->fin && (size_t)n < BUF_SIZE;
+        /* TLS: drained when the library's last socket read was short and it holds no
+           record (saves the read that would only say EAGAIN, and the SSL_read around it) */
+        drained = !d->use_pipe && !src->fin &&
+                  (src->t->is_tls ? fy_tls_read_drained(src->t) : (size_t)n < d->pool->size);
         if (d->use_pipe) {
             d->inpipe = (size_t)n;
         } else {
             d->len = (size_t)n;
             /* bulk: zero-copy from now on (small messages cost less through the buffer) */
-            if (s->splice && n == BUF_SIZE && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
+            if (s->splice && (size_t)n == d->pool->size &&
+                pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
                 d->use_pipe = true;
         }
     }
@@ -695,8 +725,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
     return progress;
 }
 
-/* Pump the directions an event concerns (both when TLS is on the client side: a TLS read
-   may wait for writability). */
+/* Pump the directions an event concerns. */
 static void relay(tcp_sess_t *s, bool up, bool down)
 {
     if (s->state == S_HANDSHAKE) {
@@ -704,7 +733,6 @@ static void relay(tcp_sess_t *s, bool up, bool down)
         return;
     }
     if (s->state != S_RELAY) return;
-    if (!s->splice) up = down = true;
     int a = up ? pump(s, &s->up, &s->c, &s->o) : 0;
     if (a < 0) {
         sess_close(s, "client side error");
@@ -720,20 +748,39 @@ static void relay(tcp_sess_t *s, bool up, bool down)
         return;
     }
     if (a || b) fy_timer_start(s->wl->w->loop, &s->timer, s->wl->l->conf->idle_timeout_ms);
-    /* Plain sockets are edge-triggered: a direction only stops reading on EAGAIN, on a short
-       read (the receive queue was empty: later bytes raise a new edge) or when its
+    /* Both ends are edge-triggered: a direction only stops reading on EAGAIN, on a short
+       plain read (the receive queue was empty: later bytes raise a new edge) or when its
        destination blocks (then the mask changes, and EPOLL_CTL_MOD re-polls). That spares
-       the kernel the re-poll a level-triggered item costs after every event. TLS keeps
-       level-triggered: its library may hold bytes the socket no longer shows. */
+       the kernel the re-poll a level-triggered item costs after every event. A TLS end is
+       read until the library says WANT_READ (its socket said EAGAIN), so records the
+       library holds are never left behind while the direction waits for its source; when
+       it waits for its destination instead, that end's readiness resumes it and it reads
+       the held records first. */
     uint32_t cm = s->up.wait_src | s->down.wait_dst, om = s->down.wait_src | s->up.wait_dst;
-    if (s->splice) { /* a FIN that arrives with the last bytes must be seen: EPOLLRDHUP */
-        if (cm & EPOLLIN) cm |= EPOLLRDHUP;
-        if (om & EPOLLIN) om |= EPOLLRDHUP;
-        if (cm) cm |= EPOLLET;
-        if (om) om |= EPOLLET;
-    }
+    /* a FIN that arrives with the last bytes must be seen: EPOLLRDHUP */
+    if (cm & EPOLLIN) cm |= EPOLLRDHUP;
+    if (om & EPOLLIN) om |= EPOLLRDHUP;
+    if (cm) cm |= EPOLLET;
+    if (om) om |= EPOLLET;
     set_events(s, &s->c, cm);
     set_events(s, &s->o, om);
+}
+
+/* With TLS on the client side a direction may wait for either readiness of either end (a
+   TLS read can want writability, a TLS write readability): an event pumps the directions
+   whose recorded wait (wait_src on their source end, wait_dst on their destination end) it
+   answers, and only those. Pumping both on every event cost a read that only said EAGAIN on
+   each side per relayed message. A hang-up or error pumps both. */
+static void relay_tls(tcp_sess_t *s, bool client, uint32_t ev)
+{
+    if (s->state != S_RELAY || (ev & (EPOLLHUP | EPOLLERR))) {
+        relay(s, true, true);
+        return;
+    }
+    if (ev & EPOLLRDHUP) ev |= EPOLLIN;
+    uint32_t up = client ? s->up.wait_src : s->up.wait_dst;
+    uint32_t down = client ? s->down.wait_dst : s->down.wait_src;
+    relay(s, (up & ev) != 0, (down & ev) != 0);
 }
 
 static void on_client_io(fy_io_t *io, uint32_t ev)
@@ -748,8 +795,11 @@ static void on_client_io(fy_io_t *io, uint32_t ev)
         do_peek(s);
         break;
     default:
-        relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
-              ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
+        if (!s->splice)
+            relay_tls(s, true, ev);
+        else
+            relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
+                  ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
     }
 }
 
@@ -759,6 +809,8 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
     if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->o.fin = true;
     if (s->state == S_CONNECT)
         on_connected(s);
+    else if (!s->splice)
+        relay_tls(s, false, ev);
     else
         relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR),
               ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR));
@@ -813,7 +865,7 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
     if (c->mode == FY_L4_TLS_TERMINATE) {
         s->state = S_HANDSHAKE;
         s->terminate = true;
-        s->c.t = fy_tls_transport_new(wl->l->tls, fd);
+        s->c.t = tls_end_new(wl, fd);
         if (!s->c.t) {
             s->c.t = &s->c.sock;
             sess_close(s, "out of memory");
@@ -919,5 +971,6 @@ void fy_l4_worker_close_all(fy_l4_t *l4, int w)
     while (!fy_list_empty(&wk->tcp))
         sess_close(fy_container_of(wk->tcp.next, tcp_sess_t, node), "closing");
     fy__l4_udp_close_all(wk);
+    fy_pool_drain(plain_pool()); /* on the worker's thread: its free relay buffers */
     wk->on_idle = cb;
 }

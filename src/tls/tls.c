@@ -35,6 +35,7 @@ typedef struct tls_transport {
     SSL *ssl;
     char *staging; /* plaintext accepted by writev but not yet taken by SSL_write */
     size_t staged;
+    bool short_read; /* fy_tls_track_reads: the last socket read got less than asked */
 } tls_transport_t;
 
 void fy_tls_log_errors(int level, const char *prefix)
@@ -348,6 +349,33 @@ static void tls_destroy(fy_transport_t *t)
     SSL_free(tt->ssl);
     free(tt->staging);
     free(tt);
+}
+
+/* BIO callback on the socket BIO: notes whether the last read drained the socket. */
+static long track_cb(BIO *b, int oper, const char *argp, size_t len, int argi, long argl, int ret,
+                     size_t *processed)
+{
+    (void)argp, (void)argi, (void)argl;
+    if (oper == (BIO_CB_READ | BIO_CB_RETURN)) {
+        tls_transport_t *tt = (tls_transport_t *)BIO_get_callback_arg(b);
+        tt->short_read = ret > 0 && processed && *processed < len;
+    }
+    return ret;
+}
+
+void fy_tls_track_reads(fy_transport_t *t)
+{
+    tls_transport_t *tt = (tls_transport_t *)t;
+    BIO *b = SSL_get_rbio(tt->ssl);
+    if (!b) return;
+    BIO_set_callback_arg(b, (char *)tt);
+    BIO_set_callback_ex(b, track_cb);
+}
+
+bool fy_tls_read_drained(const fy_transport_t *t)
+{
+    const tls_transport_t *tt = (const tls_transport_t *)t;
+    return tt->short_read && !SSL_has_pending(tt->ssl);
 }
 
 static const struct fy_transport_ops tls_ops = {

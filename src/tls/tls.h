@@ -26,6 +26,14 @@ uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
  * t->ops->destroy(t). The handshake runs in t->ops->handshake. */
 fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd);
 
+/* Read tracking (layer 4's tls-terminate relay): after fy_tls_track_reads(t), a read that
+ * returned bytes tells with fy_tls_read_drained(t) whether the socket had nothing more at
+ * the library's last socket read (it got fewer bytes than it asked for) and the library holds
+ * no record either, so an edge-triggered caller may wait for the next event instead of
+ * reading again only to hear WANT_READ. False when unsure. */
+void fy_tls_track_reads(fy_transport_t *t);
+bool fy_tls_read_drained(const fy_transport_t *t);
+
 /* A transport over an SSL already set up by the caller (interception: tls/mint.c), which
  * passes ownership of `ssl` (freed by destroy). `fd` is borrowed. NULL on OOM (ssl freed). */
 struct ssl_st;
