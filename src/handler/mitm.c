@@ -362,6 +362,7 @@ static void hand_over(tunnel_t *t)
     int fd = t->cio.fd;
     fy_io_set(t->loop, &t->cio, 0);
     t->cio.fd = -1;
+    fy_mint_handed_over(t->cssl);
     fy_transport_t *tr = fy_tls_transport_from_ssl(t->cssl, fd);
     t->cssl = NULL;
     tunnel_info_t *info = t->info;

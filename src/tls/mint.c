@@ -407,6 +407,11 @@ int fy_mint_handshake(SSL *ssl, unsigned *want, int *alert)
     }
 }
 
+void fy_mint_handed_over(SSL *ssl)
+{
+    SSL_set_read_ahead(ssl, 1);
+}
+
 const char *fy_mint_sni(SSL *ssl)
 {
     hs_state_t *st = SSL_get_ex_data(ssl, ex_index);
@@ -452,7 +457,16 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
     SSL_CTX_set_min_proto_version(m->ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(m->ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                     SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* record settings as a TLS listener's (tls.c), so that a decrypted tunnel costs what a
+       reverse-proxied connection costs: buffers kept (SSL_MODE_RELEASE_BUFFERS freed and
+       re-allocated the 16 KiB buffers on every request of a keep-alive tunnel), AES-128-GCM
+       first (under server preference OpenSSL's default order picks AES-256: more rounds per
+       record for nothing). Read-ahead is turned on only once the handshake is done
+       (fy_mint_handed_over): during it, OpenSSL then reads record by record and leaves no
+       application data buffered when the nested codec takes the connection over. */
+    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_ciphersuites(m->ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
+                                     "TLS_AES_256_GCM_SHA384");
     SSL_CTX_set_session_cache_mode(m->ctx, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_num_tickets(m->ctx, 0);
     SSL_CTX_set_client_hello_cb(m->ctx, client_hello_cb, m);
