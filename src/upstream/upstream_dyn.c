@@ -10,7 +10,9 @@
 
 typedef struct dyn {
     fy_upstream_dyn_entry_t e;
-    char *key;
+    /* the key, compared field by field (a lookup runs for every intercepted request) */
+    int port;
+    bool tls, h2, insecure;
     fy_upstream_conf_t conf;          /* owned strings below */
     fy_upstream_server_conf_t server; /* conf.servers points here */
     struct dyn *prev, *next;          /* LRU, head = most recent */
@@ -73,15 +75,15 @@ static void free_dyn(fy_upstream_dyn_t *d, dyn_t *x)
     free(x->server.authority);
     free(x->conf.name);
     free(x->conf.sni);
-    free(x->key);
     free(x);
 }
 
-static void make_key(char *key, size_t n, const char *host, int port, bool tls, bool h2,
-                     const char *sni, bool insecure)
+static bool same(const dyn_t *x, const char *host, int port, bool tls, bool h2, const char *sni,
+                 bool insecure)
 {
-    snprintf(key, n, "%c|%s|%d|%s|%c", tls ? (h2 ? '2' : 's') : 'p', host, port, sni ? sni : "",
-             insecure ? 'i' : 'v');
+    const char *xs = x->conf.sni ? x->conf.sni : "";
+    return x->port == port && x->tls == tls && x->h2 == h2 && x->insecure == insecure &&
+           strcmp(x->server.host, host) == 0 && strcmp(xs, sni ? sni : "") == 0;
 }
 
 fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const char *host,
@@ -89,10 +91,9 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const
                                               bool insecure)
 {
     dyn_worker_t *dw = &d->w[w];
-    char key[600];
-    make_key(key, sizeof key, host, port, tls, h2 && tls, sni, insecure);
+    h2 = h2 && tls;
     for (dyn_t *x = dw->head; x; x = x->next)
-        if (strcmp(x->key, key) == 0) {
+        if (same(x, host, port, tls, h2, sni, insecure)) {
             if (x != dw->head) {
                 unlink_dyn(dw, x);
                 push_dyn(dw, x);
@@ -112,8 +113,6 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const 
     fy_upstream_dyn_entry_t *have = fy_upstream_dyn_find(d, w, host, port, tls, h2, sni, insecure);
     if (have) return have;
     dyn_worker_t *dw = &d->w[w];
-    char key[600];
-    make_key(key, sizeof key, host, port, tls, h2, sni, insecure);
     if (addrlen > sizeof(struct sockaddr_storage)) {
         *err = "bad origin address";
         return NULL;
@@ -161,7 +160,10 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const 
     x->conf.ca = d->ca;
     x->conf.insecure = insecure;
     x->conf.sni = sni ? fy_xstrdup(sni) : NULL;
-    x->key = fy_xstrdup(key);
+    x->port = port;
+    x->tls = tls;
+    x->h2 = h2;
+    x->insecure = insecure;
     x->e.up = fy_upstream_new(&x->conf, d->nworkers);
     if (!x->e.up) {
         free_dyn(d, x);
