@@ -544,7 +544,7 @@ static void start_probe(tunnel_t *t)
                    fy_host_list_match(&m->conf->insecure, t->host);
     t->state = S_PROBE;
     fy_io_set(t->loop, &t->cio, 0);
-    bool h2;
+    bool h2 = false;
     if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
         /* verified moments ago: the proxied requests' own TLS verifies it again */
         ti->origin_alpn_h2 = h2;
