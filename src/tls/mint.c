@@ -382,6 +382,7 @@ SSL *fy_mint_ssl_new(fy_mint_t *m, int fd)
     SSL_set_ex_data(ssl, ex_index, st);
     SSL_set_fd(ssl, fd);
     SSL_set_accept_state(ssl);
+    SSL_set_read_ahead(ssl, 1); /* the ClientHello in one read; see fy_mint_resume */
     return ssl;
 }
 
@@ -436,6 +437,11 @@ int fy_mint_resume(fy_mint_t *m, SSL *ssl, const char *name, bool allow_h2)
     if (!st->leaf) return -1;
     if (issued) fy_info("mitm: forged a certificate for %s", name);
     st->allow_h2 = allow_h2;
+    /* An h1 codec takes over whatever the client sent with its Finished (fy_h1_conn_start
+       reads it); an h2 one only reads on readiness, so when h2 may be chosen the rest of the
+       handshake is read record by record and nothing is left in OpenSSL's buffer. The client
+       sends nothing between its ClientHello and our reply: the buffer is empty here. */
+    SSL_set_read_ahead(ssl, !allow_h2);
     st->phase = 2;
     return 0;
 }
@@ -484,9 +490,8 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
        reverse-proxied connection costs: buffers kept (SSL_MODE_RELEASE_BUFFERS freed and
        re-allocated the 16 KiB buffers on every request of a keep-alive tunnel), AES-128-GCM
        first (under server preference OpenSSL's default order picks AES-256: more rounds per
-       record for nothing). Read-ahead is turned on only once the handshake is done
-       (fy_mint_handed_over): during it, OpenSSL then reads record by record and leaves no
-       application data buffered when the nested codec takes the connection over. */
+       record for nothing). Read-ahead is set per SSL (fy_mint_ssl_new, fy_mint_resume,
+       fy_mint_handed_over). */
     SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_ciphersuites(m->ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
                                      "TLS_AES_256_GCM_SHA384");

@@ -137,7 +137,9 @@ static void test_handshake(void)
             if (sr == FY_MINT_HELLO) {
                 paused++;
                 CHECK(strcmp(fy_mint_sni(s), "shop.example") == 0);
-                CHECK_EQ_INT(fy_mint_resume(m, s, fy_mint_sni(s), false), 0);
+                /* h2 allowed: the rest of the handshake is read record by record */
+                CHECK_EQ_INT(fy_mint_resume(m, s, fy_mint_sni(s), true), 0);
+                CHECK(!SSL_get_read_ahead(s));
                 sr = 0;
             }
         }
@@ -150,7 +152,9 @@ static void test_handshake(void)
     CHECK(strcmp(SSL_CIPHER_get_name(SSL_get_current_cipher(s)), "TLS_AES_128_GCM_SHA256") == 0);
     /* read-ahead after the hand-over: two records in the socket, one SSL_read of the first
        one's size, and the second one is already in OpenSSL's buffer */
+    CHECK(!SSL_get_read_ahead(s));
     fy_mint_handed_over(s);
+    CHECK(SSL_get_read_ahead(s));
     CHECK(SSL_write(c, "first", 5) == 5);
     CHECK(SSL_write(c, "second", 6) == 6);
     char buf[16];
@@ -159,6 +163,12 @@ static void test_handshake(void)
     CHECK(SSL_has_pending(s));
     CHECK_EQ_INT(SSL_read(s, buf, sizeof buf), 6);
     CHECK(memcmp(buf, "second", 6) == 0);
+    /* h1 only: read-ahead all along (an h1 codec reads what came with the Finished) */
+    SSL *s1 = fy_mint_ssl_new(m, sv[1]);
+    CHECK(SSL_get_read_ahead(s1));
+    CHECK_EQ_INT(fy_mint_resume(m, s1, "shop.example", false), 0);
+    CHECK(SSL_get_read_ahead(s1));
+    SSL_free(s1);
     SSL_free(c);
     SSL_free(s);
     SSL_CTX_free(cctx);
