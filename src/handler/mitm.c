@@ -382,8 +382,9 @@ static void hand_over(tunnel_t *t)
         fy_h1_conn_start(ctx, fd, tr, (struct sockaddr *)&remote, sizeof remote, info, free);
 }
 
-/* why: NULL when the origin is fine; else the 502 page says "why: detail" */
-static void probe_done(tunnel_t *t, const char *why, const char *detail)
+/* why: NULL when the origin is fine; else the 502 page says "why: detail". `waited`: the
+   client's handshake was paused for a probe connection (it may have left meanwhile). */
+static void probe_done(tunnel_t *t, const char *why, const char *detail, bool waited)
 {
     if (t->ossl) {
         SSL_free(t->ossl);
@@ -399,7 +400,7 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         fy_warn("mitm: origin %s:%d (%s): %s", t->host, t->port, t->info->name, t->info->error);
     }
     char b;
-    if (recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    if (waited && recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
         /* the client left while we probed: not a refusal of our certificate (pinning) */
         fy_info("mitm: client to %s:%d left during the origin handshake", t->host, t->port);
         tunnel_close(t);
@@ -429,7 +430,7 @@ static void drive_probe(tunnel_t *t)
         t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
         t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
         probe_remember(t->m, t->info, t->loop->now_ms);
-        probe_done(t, NULL, NULL);
+        probe_done(t, NULL, NULL, true);
         return;
     }
     int e = SSL_get_error(t->ossl, r);
@@ -442,7 +443,7 @@ static void drive_probe(tunnel_t *t)
     if (v != X509_V_OK) {
         snprintf(msg, sizeof msg, "%s", X509_verify_cert_error_string(v));
         ERR_clear_error();
-        probe_done(t, "the origin's certificate is not trusted", msg);
+        probe_done(t, "the origin's certificate is not trusted", msg, true);
         return;
     }
     unsigned long le = ERR_get_error();
@@ -452,11 +453,11 @@ static void drive_probe(tunnel_t *t)
         socklen_t sl = sizeof soerr;
         getsockopt(t->oio.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
         probe_done(t, "cannot connect to the origin",
-                   soerr ? strerror(soerr) : "connection closed during the TLS handshake");
+                   soerr ? strerror(soerr) : "connection closed during the TLS handshake", true);
         return;
     }
     ERR_error_string_n(le, msg, sizeof msg);
-    probe_done(t, "TLS handshake with the origin failed", msg);
+    probe_done(t, "TLS handshake with the origin failed", msg, true);
 }
 
 static uint64_t probe_key(const tunnel_info_t *ti)
@@ -543,15 +544,16 @@ static void start_probe(tunnel_t *t)
     ti->insecure = fy_host_list_match(&m->conf->insecure, ti->name) ||
                    fy_host_list_match(&m->conf->insecure, t->host);
     t->state = S_PROBE;
-    fy_io_set(t->loop, &t->cio, 0);
     bool h2 = false;
     if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
-        /* verified moments ago: the proxied requests' own TLS verifies it again */
+        /* verified moments ago: the proxied requests' own TLS verifies it again. The client
+           stays registered for reading (the handshake goes on at once): no epoll_ctl pair */
         ti->origin_alpn_h2 = h2;
         ti->origin_h2 = h2 && t->ctx->h2conf;
-        probe_done(t, NULL, NULL);
+        probe_done(t, NULL, NULL, false);
         return;
     }
+    fy_io_set(t->loop, &t->cio, 0);
     fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
     connect_origin(t, probe_connected);
 }
@@ -561,7 +563,7 @@ static void probe_connected(tunnel_t *t, const char *err)
     mitm_t *m = t->m;
     tunnel_info_t *ti = t->info;
     if (err) {
-        probe_done(t, "cannot connect to the origin", err);
+        probe_done(t, "cannot connect to the origin", err, true);
         return;
     }
     t->ossl = SSL_new(ti->insecure ? m->probe_insecure : m->probe);
