@@ -30,6 +30,10 @@ struct fy_upstream_dyn {
     uint64_t connect_timeout_ms;
     void (*user_free)(void *);
     dyn_worker_t *w;
+    /* owned: TLS client contexts shared by every entry, [insecure] (NULL: each entry makes
+       its own). One per entry loaded the CA bundle again for each new origin: ~5.8M
+       instructions (SSL_CTX_new and the PEM bundle) on the first request to every host. */
+    fy_tls_client_ctx_t *tls[2], *tls_h2[2];
 };
 
 fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
@@ -42,6 +46,11 @@ fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
     d->connect_timeout_ms = connect_timeout_ms;
     d->user_free = user_free;
     d->w = fy_xcalloc((size_t)nworkers, sizeof *d->w);
+    for (int i = 0; i < 2; i++) {
+        d->tls[i] = fy_tls_client_ctx_new(d->ca, i, NULL, NULL);
+        d->tls_h2[i] = fy_tls_client_ctx_new(d->ca, i, NULL, NULL);
+        if (d->tls_h2[i]) fy_tls_client_ctx_alpn_h2(d->tls_h2[i]);
+    }
     return d;
 }
 
@@ -164,7 +173,8 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const 
     x->tls = tls;
     x->h2 = h2;
     x->insecure = insecure;
-    x->e.up = fy_upstream_new(&x->conf, d->nworkers);
+    x->e.up =
+        fy_upstream_new_with_tls(&x->conf, d->nworkers, d->tls[insecure], d->tls_h2[insecure]);
     if (!x->e.up) {
         free_dyn(d, x);
         *err = "origin TLS setup failed";
@@ -197,6 +207,10 @@ void fy_upstream_dyn_free(fy_upstream_dyn_t *d)
     if (!d) return;
     for (int w = 0; w < d->nworkers; w++) fy_upstream_dyn_worker_close(d, w);
     free(d->w);
+    for (int i = 0; i < 2; i++) {
+        fy_tls_client_ctx_free(d->tls[i]);
+        fy_tls_client_ctx_free(d->tls_h2[i]);
+    }
     free(d->ca);
     free(d);
 }

@@ -1,7 +1,7 @@
 /* Unit tests of upstream/upstream_dyn.c: the lookup key (every field tells origins apart, a NULL
- * SNI equals "", h2 counts only with TLS), most-recent ordering and the LRU bound that spares
- * entries in use. */
-#include "upstream/upstream_dyn.h"
+ * SNI equals "", h2 counts only with TLS), most-recent ordering, the LRU bound that spares
+ * entries in use, and TLS client contexts made once for all entries. */
+#include "upstream_dyn.c"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,6 +30,8 @@ static fy_upstream_dyn_entry_t *add(fy_upstream_dyn_t *d, const char *host, int 
 static void test_key(void)
 {
     fy_upstream_dyn_t *d = fy_upstream_dyn_new(1, 64, NULL, 1000, NULL);
+    /* made once, shared by the entries (verifying and insecure; http/1.1 and h2 ALPN) */
+    CHECK(d->tls[0] && d->tls[1] && d->tls_h2[0] && d->tls_h2[1]);
     fy_upstream_dyn_entry_t *a = add(d, "a.example", 443, true, false, "a.example", true);
     CHECK(fy_upstream_dyn_find(d, 0, "a.example", 443, true, false, "a.example", true) == a);
     /* each field of the key on its own makes another origin */
