@@ -37,8 +37,9 @@
 #include "upstream/upstream_dyn.h"
 
 #define MAX_PINS 256
-#define PROBE_CACHE 512    /* origins whose probe succeeded, remembered (shared) */
+#define PROBE_CACHE 1024   /* origins whose probe succeeded, remembered (shared) */
 #define PROBE_TTL_MS 60000 /* for this long: later tunnels skip the probe connection */
+#define PROBE_WAYS 8       /* entries per set of the probe cache */
 #define RELAY_BUF 16384
 
 typedef struct pin {
@@ -362,6 +363,7 @@ static void hand_over(tunnel_t *t)
     int fd = t->cio.fd;
     fy_io_set(t->loop, &t->cio, 0);
     t->cio.fd = -1;
+    fy_mint_handed_over(t->cssl);
     fy_transport_t *tr = fy_tls_transport_from_ssl(t->cssl, fd);
     t->cssl = NULL;
     tunnel_info_t *info = t->info;
@@ -380,8 +382,9 @@ static void hand_over(tunnel_t *t)
         fy_h1_conn_start(ctx, fd, tr, (struct sockaddr *)&remote, sizeof remote, info, free);
 }
 
-/* why: NULL when the origin is fine; else the 502 page says "why: detail" */
-static void probe_done(tunnel_t *t, const char *why, const char *detail)
+/* why: NULL when the origin is fine; else the 502 page says "why: detail". `waited`: the
+   client's handshake was paused for a probe connection (it may have left meanwhile). */
+static void probe_done(tunnel_t *t, const char *why, const char *detail, bool waited)
 {
     if (t->ossl) {
         SSL_free(t->ossl);
@@ -397,7 +400,7 @@ static void probe_done(tunnel_t *t, const char *why, const char *detail)
         fy_warn("mitm: origin %s:%d (%s): %s", t->host, t->port, t->info->name, t->info->error);
     }
     char b;
-    if (recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    if (waited && recv(t->cio.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
         /* the client left while we probed: not a refusal of our certificate (pinning) */
         fy_info("mitm: client to %s:%d left during the origin handshake", t->host, t->port);
         tunnel_close(t);
@@ -427,7 +430,7 @@ static void drive_probe(tunnel_t *t)
         t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
         t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
         probe_remember(t->m, t->info, t->loop->now_ms);
-        probe_done(t, NULL, NULL);
+        probe_done(t, NULL, NULL, true);
         return;
     }
     int e = SSL_get_error(t->ossl, r);
@@ -440,7 +443,7 @@ static void drive_probe(tunnel_t *t)
     if (v != X509_V_OK) {
         snprintf(msg, sizeof msg, "%s", X509_verify_cert_error_string(v));
         ERR_clear_error();
-        probe_done(t, "the origin's certificate is not trusted", msg);
+        probe_done(t, "the origin's certificate is not trusted", msg, true);
         return;
     }
     unsigned long le = ERR_get_error();
@@ -450,11 +453,11 @@ static void drive_probe(tunnel_t *t)
         socklen_t sl = sizeof soerr;
         getsockopt(t->oio.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
         probe_done(t, "cannot connect to the origin",
-                   soerr ? strerror(soerr) : "connection closed during the TLS handshake");
+                   soerr ? strerror(soerr) : "connection closed during the TLS handshake", true);
         return;
     }
     ERR_error_string_n(le, msg, sizeof msg);
-    probe_done(t, "TLS handshake with the origin failed", msg);
+    probe_done(t, "TLS handshake with the origin failed", msg, true);
 }
 
 static uint64_t probe_key(const tunnel_info_t *ti)
@@ -466,14 +469,33 @@ static uint64_t probe_key(const tunnel_info_t *ti)
     return h | 1;
 }
 
+/* The probe cache is set-associative: PROBE_WAYS entries per set, the set chosen by the mixed
+   key. (Direct-mapped by key % 512, it kept only 62 of 200 similar host names apart: the rest
+   evicted each other, and most new tunnels paid a second origin connection and handshake.) */
+static probed_t *probe_set(mitm_t *m, uint64_t k)
+{
+    uint64_t x = k; /* a 64-bit finalizer: FNV's low bits vary little between similar names */
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    size_t set = (size_t)(x % (PROBE_CACHE / PROBE_WAYS));
+    return &m->probed[set * PROBE_WAYS];
+}
+
 /* A verified probe of this origin within PROBE_TTL_MS: its ALPN into *h2. */
 static bool probe_cached(mitm_t *m, const tunnel_info_t *ti, uint64_t now, bool *h2)
 {
     uint64_t k = probe_key(ti);
+    bool hit = false;
     pthread_mutex_lock(&m->pin_lock);
-    probed_t *p = &m->probed[k % PROBE_CACHE];
-    bool hit = p->hash == k && p->until_ms > now;
-    if (hit) *h2 = p->h2;
+    probed_t *set = probe_set(m, k);
+    for (int i = 0; i < PROBE_WAYS && !hit; i++)
+        if (set[i].hash == k && set[i].until_ms > now) {
+            hit = true;
+            *h2 = set[i].h2;
+        }
     pthread_mutex_unlock(&m->pin_lock);
     return hit;
 }
@@ -482,7 +504,15 @@ static void probe_remember(mitm_t *m, const tunnel_info_t *ti, uint64_t now)
 {
     uint64_t k = probe_key(ti);
     pthread_mutex_lock(&m->pin_lock);
-    probed_t *p = &m->probed[k % PROBE_CACHE];
+    probed_t *set = probe_set(m, k), *p = NULL;
+    /* the same origin, else the entry that expires first (empty and expired ones first) */
+    for (int i = 0; i < PROBE_WAYS && !p; i++)
+        if (set[i].hash == k) p = &set[i];
+    if (!p) {
+        p = &set[0];
+        for (int i = 1; i < PROBE_WAYS; i++)
+            if (set[i].until_ms < p->until_ms) p = &set[i];
+    }
     p->hash = k;
     p->until_ms = now + PROBE_TTL_MS;
     p->h2 = ti->origin_alpn_h2;
@@ -514,15 +544,16 @@ static void start_probe(tunnel_t *t)
     ti->insecure = fy_host_list_match(&m->conf->insecure, ti->name) ||
                    fy_host_list_match(&m->conf->insecure, t->host);
     t->state = S_PROBE;
-    fy_io_set(t->loop, &t->cio, 0);
-    bool h2;
+    bool h2 = false;
     if (probe_cached(m, ti, t->loop->now_ms, &h2)) {
-        /* verified moments ago: the proxied requests' own TLS verifies it again */
+        /* verified moments ago: the proxied requests' own TLS verifies it again. The client
+           stays registered for reading (the handshake goes on at once): no epoll_ctl pair */
         ti->origin_alpn_h2 = h2;
         ti->origin_h2 = h2 && t->ctx->h2conf;
-        probe_done(t, NULL, NULL);
+        probe_done(t, NULL, NULL, false);
         return;
     }
+    fy_io_set(t->loop, &t->cio, 0);
     fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
     connect_origin(t, probe_connected);
 }
@@ -532,7 +563,7 @@ static void probe_connected(tunnel_t *t, const char *err)
     mitm_t *m = t->m;
     tunnel_info_t *ti = t->info;
     if (err) {
-        probe_done(t, "cannot connect to the origin", err);
+        probe_done(t, "cannot connect to the origin", err, true);
         return;
     }
     t->ossl = SSL_new(ti->insecure ? m->probe_insecure : m->probe);

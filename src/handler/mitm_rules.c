@@ -278,19 +278,24 @@ static bool in_strmap(const fy_conf_strmap_t *m, fy_str_t n)
 static void edit_headers(fy_arena_t *a, fy_headers_t *hs, const fy_mitm_hdr_edit_t *e)
 {
     if (!e->set.n && !e->append.n && !e->remove.n) return;
-    fy_headers_t out = {0};
-    for (size_t i = 0; i < hs->n; i++) {
-        if (in_strlist(&e->remove, hs->v[i].name) || in_strmap(&e->set, hs->v[i].name)) continue;
-        fy_headers_add(a, &out, hs->v[i].name.p, hs->v[i].name.len, hs->v[i].value.p,
-                       hs->v[i].value.len);
+    /* in place: the list is this exchange's own (a codec's parse of this message, or its
+       arena); a rebuilt copy cost an arena array per edit on every request */
+    if (e->set.n || e->remove.n) {
+        size_t k = 0;
+        for (size_t i = 0; i < hs->n; i++) {
+            if (in_strlist(&e->remove, hs->v[i].name) || in_strmap(&e->set, hs->v[i].name))
+                continue;
+            if (k != i) hs->v[k] = hs->v[i];
+            k++;
+        }
+        hs->n = k;
     }
     for (size_t i = 0; i < e->set.n; i++)
-        fy_headers_add(a, &out, e->set.keys[i], strlen(e->set.keys[i]), e->set.values[i],
+        fy_headers_add(a, hs, e->set.keys[i], strlen(e->set.keys[i]), e->set.values[i],
                        strlen(e->set.values[i]));
     for (size_t i = 0; i < e->append.n; i++)
-        fy_headers_add(a, &out, e->append.keys[i], strlen(e->append.keys[i]), e->append.values[i],
+        fy_headers_add(a, hs, e->append.keys[i], strlen(e->append.keys[i]), e->append.values[i],
                        strlen(e->append.values[i]));
-    *hs = out;
 }
 
 /* ---- body rewriting ---- */
@@ -315,8 +320,7 @@ typedef struct filt {
     bool req_collecting, req_over, req_given;
     void (*go)(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud);
     void *go_ud;
-    fy_mitm_target_t target;
-    char target_host[256];
+    fy_mitm_target_t target; /* for go() after the request body: host in the arena */
 } filt_t;
 
 static void filt_cleanup(void *arg)
@@ -657,15 +661,16 @@ void fy__mitm_rules_run(fy_mitm_rules_t *r, fy_exchange_t *ex, const fy_mitm_tar
     f->defer.data = f;
     f->go = go;
     f->go_ud = ud;
-    f->target = target;
-    snprintf(f->target_host, sizeof f->target_host, "%s", target.host);
-    f->target.host = f->target_host;
     ex->sink = &f->ops;
     fy_arena_on_reset(ex->arena, filt_cleanup, f);
     if (req_replace) {
+        /* go() runs later, from req_collect: the target's host may live on our caller's
+           stack, so it is copied */
+        f->target = target;
+        f->target.host = fy_arena_strndup(ex->arena, target.host, strlen(target.host));
         f->req_collecting = true;
         fy_exchange_read_body(ex, req_collect);
         return;
     }
-    go(ex, &f->target, ud);
+    go(ex, &target, ud);
 }

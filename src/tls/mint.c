@@ -1,8 +1,11 @@
 /* Leaf forging with a shared LRU, and the paused server handshake for interception. */
+/* EC_KEY, deprecated in OpenSSL 3.0, gives the leaves' public key a legacy twin: see spki_key */
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include "tls/mint.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
@@ -32,7 +35,12 @@ typedef struct leaf {
 struct fy_mint {
     fy_ca_t *ca;   /* borrowed */
     EVP_PKEY *key; /* owned: one key for every leaf (as mitmproxy does) */
-    SSL_CTX *ctx;  /* owned: server context of intercepted handshakes */
+    /* owned: the same key as a legacy (EC_KEY) EVP_PKEY, or NULL; used only for the leaves'
+       SubjectPublicKeyInfo. OpenSSL 3.0's X509_set_pubkey encodes a provider key through a
+       new OSSL_ENCODER context every time: ~2.1M instructions, three quarters of forging a
+       leaf; a legacy key is encoded by its ASN.1 method in ~75k. */
+    EVP_PKEY *spki_key;
+    SSL_CTX *ctx; /* owned: server context of intercepted handshakes */
     pthread_mutex_t lock;
     leaf_t **buckets; /* owned */
     size_t nbuckets, n, max;
@@ -125,7 +133,7 @@ static X509 *issue(fy_mint_t *m, const char *host)
     BN_free(bn);
     X509_gmtime_adj(X509_getm_notBefore(x), -2L * 86400);
     X509_gmtime_adj(X509_getm_notAfter(x), 397L * 86400); /* browsers cap leaves at 398 days */
-    X509_set_pubkey(x, m->key);
+    X509_set_pubkey(x, m->spki_key ? m->spki_key : m->key);
     X509_NAME *name = X509_get_subject_name(x);
     X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, (const unsigned char *)"Ferry", -1, -1, 0);
     X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)host,
@@ -374,6 +382,7 @@ SSL *fy_mint_ssl_new(fy_mint_t *m, int fd)
     SSL_set_ex_data(ssl, ex_index, st);
     SSL_set_fd(ssl, fd);
     SSL_set_accept_state(ssl);
+    SSL_set_read_ahead(ssl, 1); /* the ClientHello in one read; see fy_mint_resume */
     return ssl;
 }
 
@@ -407,6 +416,11 @@ int fy_mint_handshake(SSL *ssl, unsigned *want, int *alert)
     }
 }
 
+void fy_mint_handed_over(SSL *ssl)
+{
+    SSL_set_read_ahead(ssl, 1);
+}
+
 const char *fy_mint_sni(SSL *ssl)
 {
     hs_state_t *st = SSL_get_ex_data(ssl, ex_index);
@@ -423,8 +437,27 @@ int fy_mint_resume(fy_mint_t *m, SSL *ssl, const char *name, bool allow_h2)
     if (!st->leaf) return -1;
     if (issued) fy_info("mitm: forged a certificate for %s", name);
     st->allow_h2 = allow_h2;
+    /* An h1 codec takes over whatever the client sent with its Finished (fy_h1_conn_start
+       reads it); an h2 one only reads on readiness, so when h2 may be chosen the rest of the
+       handshake is read record by record and nothing is left in OpenSSL's buffer. The client
+       sends nothing between its ClientHello and our reply: the buffer is empty here. */
+    SSL_set_read_ahead(ssl, !allow_h2);
     st->phase = 2;
     return 0;
+}
+
+/* `k` as a legacy EVP_PKEY, or NULL (then the leaves are given `k` itself). */
+static EVP_PKEY *legacy_twin(EVP_PKEY *k)
+{
+    EC_KEY *ec = k ? EVP_PKEY_get1_EC_KEY(k) : NULL;
+    EVP_PKEY *p = ec ? EVP_PKEY_new() : NULL;
+    if (!p || EVP_PKEY_assign_EC_KEY(p, ec) != 1) {
+        EVP_PKEY_free(p);
+        EC_KEY_free(ec);
+        ERR_clear_error();
+        return NULL;
+    }
+    return p;
 }
 
 fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
@@ -449,10 +482,19 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
         fy_mint_free(m);
         return NULL;
     }
+    m->spki_key = legacy_twin(m->key);
     SSL_CTX_set_min_proto_version(m->ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(m->ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                     SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* record settings as a TLS listener's (tls.c), so that a decrypted tunnel costs what a
+       reverse-proxied connection costs: buffers kept (SSL_MODE_RELEASE_BUFFERS freed and
+       re-allocated the 16 KiB buffers on every request of a keep-alive tunnel), AES-128-GCM
+       first (under server preference OpenSSL's default order picks AES-256: more rounds per
+       record for nothing). Read-ahead is set per SSL (fy_mint_ssl_new, fy_mint_resume,
+       fy_mint_handed_over). */
+    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_ciphersuites(m->ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
+                                     "TLS_AES_256_GCM_SHA384");
     SSL_CTX_set_session_cache_mode(m->ctx, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_num_tickets(m->ctx, 0);
     SSL_CTX_set_client_hello_cb(m->ctx, client_hello_cb, m);
@@ -466,6 +508,7 @@ void fy_mint_free(fy_mint_t *m)
     while (m->n) evict_tail(m);
     free(m->buckets);
     SSL_CTX_free(m->ctx);
+    EVP_PKEY_free(m->spki_key);
     EVP_PKEY_free(m->key);
     free(m->disk);
     pthread_mutex_destroy(&m->lock);

@@ -51,6 +51,9 @@ SSL *fy_mint_ssl_new(fy_mint_t *m, int fd);
 int fy_mint_handshake(SSL *ssl, unsigned *want, int *alert);
 /* The client's SNI, or "" when it sent none. */
 const char *fy_mint_sni(SSL *ssl);
+/* The handshake is done and `ssl` goes to a codec: from now on it reads ahead (whole socket
+ * reads, not a header and a body per record), as a listener's connections do. */
+void fy_mint_handed_over(SSL *ssl);
 /* Continue a paused handshake with the leaf for `name`, offering the client h2 only when
  * `allow_h2` (else http/1.1, or no ALPN when the client offered neither). Returns 0 or -1
  * (leaf could not be made). */

@@ -64,12 +64,19 @@ struct fy_upstream {
     size_t nservers;
     int64_t total_weight;
     fy_tls_client_ctx_t *tls;
-    fy_tls_client_ctx_t *tls_h2; /* ALPN h2, for h2:// servers */
+    fy_tls_client_ctx_t *tls_h2;    /* ALPN h2, for h2:// servers */
+    bool tls_shared, tls_h2_shared; /* borrowed (fy_upstream_new_with_tls), not freed */
     up_worker_t *workers;
     int nworkers;
 };
 
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
+{
+    return fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+}
+
+fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
+                                        fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2)
 {
     fy_upstream_t *u = fy_xcalloc(1, sizeof *u);
     u->conf = conf;
@@ -81,7 +88,10 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         any_tls |= u->servers[i].tls && !u->servers[i].h2 && !u->servers[i].h3;
         any_h2 |= u->servers[i].tls && u->servers[i].h2;
     }
-    if (any_h2) {
+    if (any_h2 && tls_h2) {
+        u->tls_h2 = tls_h2;
+        u->tls_h2_shared = true;
+    } else if (any_h2) {
         u->tls_h2 = fy_tls_client_ctx_new(conf->ca, conf->insecure, conf->cert, conf->key);
         if (!u->tls_h2) {
             fy_log(FY_LOG_EMERG, "upstream %s: TLS setup failed", conf->name);
@@ -90,10 +100,14 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         }
         fy_tls_client_ctx_alpn_h2(u->tls_h2);
     }
-    if (any_tls) {
+    if (any_tls && tls) {
+        u->tls = tls;
+        u->tls_shared = true;
+    } else if (any_tls) {
         u->tls = fy_tls_client_ctx_new(conf->ca, conf->insecure, conf->cert, conf->key);
         if (!u->tls) {
             fy_log(FY_LOG_EMERG, "upstream %s: TLS setup failed", conf->name);
+            if (!u->tls_h2_shared) fy_tls_client_ctx_free(u->tls_h2);
             free(u);
             return NULL;
         }
@@ -135,8 +149,8 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->downs);
     free(u->ids);
     free(u->probes);
-    fy_tls_client_ctx_free(u->tls);
-    fy_tls_client_ctx_free(u->tls_h2);
+    if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
+    if (!u->tls_h2_shared) fy_tls_client_ctx_free(u->tls_h2);
     free(u);
 }
 

@@ -12,6 +12,7 @@
 #include "core/list.h"
 #include "core/loop.h"
 #include "core/transport.h"
+#include "tls/tls.h"
 #include "upstream/upstream_conf.h"
 
 typedef struct fy_upstream fy_upstream_t;
@@ -45,6 +46,12 @@ struct fy_origin_conn {
 
 /* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers);
+/* As fy_upstream_new, but https:// and h2:// servers use these TLS client contexts (borrowed,
+ * they outlive the upstream; tls_h2 with ALPN h2) instead of ones made from conf's ca,
+ * insecure, cert and key: for many upstreams with the same TLS settings (the intercepting
+ * proxy's ad-hoc origins), which would each load the same CA bundle. A NULL one is made. */
+fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
+                                        fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2);
 /* After every worker is joined. */
 void fy_upstream_free(fy_upstream_t *u);
 /* Close worker w's pooled connections (on the worker's thread, before its loop goes). */

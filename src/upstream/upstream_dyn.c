@@ -10,7 +10,9 @@
 
 typedef struct dyn {
     fy_upstream_dyn_entry_t e;
-    char *key;
+    /* the key, compared field by field (a lookup runs for every intercepted request) */
+    int port;
+    bool tls, h2, insecure;
     fy_upstream_conf_t conf;          /* owned strings below */
     fy_upstream_server_conf_t server; /* conf.servers points here */
     struct dyn *prev, *next;          /* LRU, head = most recent */
@@ -28,6 +30,10 @@ struct fy_upstream_dyn {
     uint64_t connect_timeout_ms;
     void (*user_free)(void *);
     dyn_worker_t *w;
+    /* owned: TLS client contexts shared by every entry, [insecure] (NULL: each entry makes
+       its own). One per entry loaded the CA bundle again for each new origin: ~5.8M
+       instructions (SSL_CTX_new and the PEM bundle) on the first request to every host. */
+    fy_tls_client_ctx_t *tls[2], *tls_h2[2];
 };
 
 fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
@@ -40,6 +46,11 @@ fy_upstream_dyn_t *fy_upstream_dyn_new(int nworkers, size_t max, const char *ca,
     d->connect_timeout_ms = connect_timeout_ms;
     d->user_free = user_free;
     d->w = fy_xcalloc((size_t)nworkers, sizeof *d->w);
+    for (int i = 0; i < 2; i++) {
+        d->tls[i] = fy_tls_client_ctx_new(d->ca, i, NULL, NULL);
+        d->tls_h2[i] = fy_tls_client_ctx_new(d->ca, i, NULL, NULL);
+        if (d->tls_h2[i]) fy_tls_client_ctx_alpn_h2(d->tls_h2[i]);
+    }
     return d;
 }
 
@@ -73,15 +84,15 @@ static void free_dyn(fy_upstream_dyn_t *d, dyn_t *x)
     free(x->server.authority);
     free(x->conf.name);
     free(x->conf.sni);
-    free(x->key);
     free(x);
 }
 
-static void make_key(char *key, size_t n, const char *host, int port, bool tls, bool h2,
-                     const char *sni, bool insecure)
+static bool same(const dyn_t *x, const char *host, int port, bool tls, bool h2, const char *sni,
+                 bool insecure)
 {
-    snprintf(key, n, "%c|%s|%d|%s|%c", tls ? (h2 ? '2' : 's') : 'p', host, port, sni ? sni : "",
-             insecure ? 'i' : 'v');
+    const char *xs = x->conf.sni ? x->conf.sni : "";
+    return x->port == port && x->tls == tls && x->h2 == h2 && x->insecure == insecure &&
+           strcmp(x->server.host, host) == 0 && strcmp(xs, sni ? sni : "") == 0;
 }
 
 fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const char *host,
@@ -89,10 +100,9 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_find(fy_upstream_dyn_t *d, int w, const
                                               bool insecure)
 {
     dyn_worker_t *dw = &d->w[w];
-    char key[600];
-    make_key(key, sizeof key, host, port, tls, h2 && tls, sni, insecure);
+    h2 = h2 && tls;
     for (dyn_t *x = dw->head; x; x = x->next)
-        if (strcmp(x->key, key) == 0) {
+        if (same(x, host, port, tls, h2, sni, insecure)) {
             if (x != dw->head) {
                 unlink_dyn(dw, x);
                 push_dyn(dw, x);
@@ -112,8 +122,6 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const 
     fy_upstream_dyn_entry_t *have = fy_upstream_dyn_find(d, w, host, port, tls, h2, sni, insecure);
     if (have) return have;
     dyn_worker_t *dw = &d->w[w];
-    char key[600];
-    make_key(key, sizeof key, host, port, tls, h2, sni, insecure);
     if (addrlen > sizeof(struct sockaddr_storage)) {
         *err = "bad origin address";
         return NULL;
@@ -161,8 +169,12 @@ fy_upstream_dyn_entry_t *fy_upstream_dyn_add(fy_upstream_dyn_t *d, int w, const 
     x->conf.ca = d->ca;
     x->conf.insecure = insecure;
     x->conf.sni = sni ? fy_xstrdup(sni) : NULL;
-    x->key = fy_xstrdup(key);
-    x->e.up = fy_upstream_new(&x->conf, d->nworkers);
+    x->port = port;
+    x->tls = tls;
+    x->h2 = h2;
+    x->insecure = insecure;
+    x->e.up =
+        fy_upstream_new_with_tls(&x->conf, d->nworkers, d->tls[insecure], d->tls_h2[insecure]);
     if (!x->e.up) {
         free_dyn(d, x);
         *err = "origin TLS setup failed";
@@ -195,6 +207,10 @@ void fy_upstream_dyn_free(fy_upstream_dyn_t *d)
     if (!d) return;
     for (int w = 0; w < d->nworkers; w++) fy_upstream_dyn_worker_close(d, w);
     free(d->w);
+    for (int i = 0; i < 2; i++) {
+        fy_tls_client_ctx_free(d->tls[i]);
+        fy_tls_client_ctx_free(d->tls_h2[i]);
+    }
     free(d->ca);
     free(d);
 }
