@@ -1176,6 +1176,7 @@ static void cap_keep(cap_t *c, char **buf, size_t *len, const char *p, size_t n)
     if (!*buf) *buf = fy_arena_alloc(c->ex->arena, c->max);
     size_t room = c->max - *len;
     if (n > room) c->cut = true;
+    if (n == 0) return; /* a body's end may come with no bytes and no pointer */
     memcpy(*buf + *len, p, n < room ? n : room);
     *len += n < room ? n : room;
 }

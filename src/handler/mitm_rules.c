@@ -540,7 +540,7 @@ static void req_collect(fy_exchange_t *ex, const char *p, size_t n, bool end)
     filt_t *f = (filt_t *)ex->sink;
     f->rbuf = realloc(f->rbuf, f->rlen + n + 1);
     if (!f->rbuf) abort();
-    memcpy(f->rbuf + f->rlen, p, n);
+    if (n) memcpy(f->rbuf + f->rlen, p, n); /* the end may come with no bytes (and no pointer) */
     f->rlen += n;
     if (!end && f->rlen <= f->rs->conf->body_cap) {
         fy_exchange_read_body(ex, req_collect);
