@@ -22,7 +22,7 @@ PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test deps bench-deps unit integration asan fuzz bench bench-quick bench-cost clean format check-style doc
+.PHONY: all build run test deps bench-deps unit integration asan fuzz fuzz-smoke bench bench-quick bench-cost clean format check-style doc
 
 all: build
 
@@ -49,12 +49,18 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	./$(BUILD)/ferry
+# quiet: only compiler diagnostics and errors come before Ferry's banner
+run: deps
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory -s >/dev/null || \
+	  cmake --build $(BUILD) -j 1 -- --no-print-directory
+	@./$(BUILD)/ferry
 
-# unit + fuzz-corpus replay (ctest), integration (pytest), then all of it again under ASan+UBSan
+# unit + fuzz-corpus replay (ctest), every libFuzzer driver for a few seconds, integration
+# (pytest), then all of it again under ASan+UBSan
 test: build check-style
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) fuzz-smoke
 	FERRY_BIN=$(CURDIR)/$(BUILD)/ferry $(PYTEST) -q tests
 	$(MAKE) asan
 
@@ -70,10 +76,14 @@ unit: build
 integration: build
 	FERRY_BIN=$(CURDIR)/$(BUILD)/ferry $(PYTEST) -v tests
 
-# coverage-guided fuzzing with clang's libFuzzer, FUZZ_SECONDS each
+# coverage-guided fuzzing with clang's libFuzzer, FUZZ_SECONDS each (tools/fuzz.sh);
+# fuzz-smoke runs each driver briefly so that the drivers cannot stop building unnoticed
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	./tools/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz-smoke: deps
+	./tools/fuzz.sh 3
 
 # the full matrix of bench/run (docs/BENCHMARKS.md), then the ferry-load cross-check
 bench: bench-deps build
