@@ -598,8 +598,22 @@ static void drive_client(tunnel_t *t)
         return;
     }
     if (t->state == S_FINISH) {
-        fy_info("mitm: client refused the certificate forged for %s (TLS alert %d)", t->info->name,
-                alert);
+        /* unknown_ca, bad_certificate, certificate_unknown: the client does not trust our CA,
+           which a new user has to be told (at info, the line drowned among the others) */
+        const char *why = alert == SSL_AD_UNKNOWN_CA            ? "unknown_ca"
+                          : alert == SSL_AD_BAD_CERTIFICATE     ? "bad_certificate"
+                          : alert == SSL_AD_CERTIFICATE_UNKNOWN ? "certificate_unknown"
+                                                                : NULL;
+        char a[64];
+        fy_sock_host_str((const struct sockaddr *)&t->remote, a, sizeof a);
+        if (why)
+            fy_warn("mitm: client %s refused the certificate forged for %s (TLS alert %s): it "
+                    "does not trust Ferry's CA %s; `ferry ca export` writes it and prints how "
+                    "to trust it",
+                    a, t->info->name, why, fy_ca_pem_path(t->m->ca));
+        else
+            fy_info("mitm: client %s refused the certificate forged for %s (TLS alert %d)", a,
+                    t->info->name, alert);
         pin_fail(t->m, t->info->name, t->loop->now_ms);
         if (strcmp(t->info->name, t->host) != 0) pin_fail(t->m, t->host, t->loop->now_ms);
     } else {

@@ -1,0 +1,105 @@
+"""Intercepting proxy hardening (issue 12): self-loop detection over every address form, CONNECT
+answered only after the origin connect, `intercept.destinations`, CA directory and certificate
+modes, and the `ferry mitm` one-liner's access log and untrusted-CA warning."""
+import os
+import re
+import socket
+import subprocess
+
+import pytest
+
+from conftest import FERRY, free_port, raw, statuses, wait_for, wait_port
+from test_mitm import certs, curl, mitm, nginx  # noqa: F401 (fixtures)
+
+
+# ---- item 4: CA directory and certificate modes ----
+
+def _ca_init(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path))
+    d = tmp_path / "ca"
+    subprocess.run([FERRY, "ca", "init", "--ca-dir", str(d)], check=True, env=env,
+                   capture_output=True, timeout=30)
+    return d, env
+
+
+@pytest.mark.parametrize("what", ["dir", "cert"])
+def test_mitm_ca_world_writable_refused(tmp_path, what):
+    d, env = _ca_init(tmp_path)
+    path = d if what == "dir" else d / "ferry-ca.pem"
+    os.chmod(path, 0o777 if what == "dir" else 0o666)
+    r = subprocess.run([FERRY, "ca", "show", "--ca-dir", str(d)], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 1, r.stdout
+    assert str(path) in r.stderr and "chmod o-w" in r.stderr, r.stderr
+    # a proxy using that CA does not start either
+    cfg = tmp_path / "f.yaml"
+    cfg.write_text(f"listeners:\n  - address: 127.0.0.1:{free_port()}\n    kind: intercept\n"
+                   f"intercept:\n  ca-dir: {d}\n")
+    r = subprocess.run([FERRY, "run", "-c", str(cfg)], capture_output=True, text=True, env=env,
+                       timeout=30)
+    assert r.returncode != 0 and str(path) in r.stderr and "chmod o-w" in r.stderr, r.stderr
+    # fixed as told: accepted again
+    os.chmod(path, 0o700 if what == "dir" else 0o644)
+    r = subprocess.run([FERRY, "ca", "show", "--ca-dir", str(d)], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mitm_ca_world_writable_dir_not_created_into(tmp_path):
+    """An existing world-writable directory is not used to make a new CA in."""
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    env = dict(os.environ, HOME=str(tmp_path))
+    r = subprocess.run([FERRY, "ca", "init", "--ca-dir", str(d)], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 1 and str(d) in r.stderr and "chmod" in r.stderr, r.stderr
+    assert not (d / "ferry-ca.key").exists()
+
+
+# ---- item 5: the one-liner's access log, the untrusted-CA warning ----
+
+def test_mitm_oneliner_access_log_and_untrusted_ca_warning(tmp_path, certs, nginx):  # noqa: F811
+    port = free_port()
+    env = dict(os.environ, HOME=str(tmp_path))
+    p = subprocess.Popen([FERRY, "mitm", "--listen", f"127.0.0.1:{port}", "--ca-dir",
+                          str(tmp_path / "ca"), "--upstream-ca", str(certs["ca"]),
+                          "--workers", "1"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc=p)
+        proxy = f"http://127.0.0.1:{port}"
+        r = curl("-x", proxy, f"http://localhost:{nginx.port}/index.html")
+        assert r.stdout == b"hello from nginx\n", r.stderr
+        # without Ferry's CA: curl refuses the forged certificate (alert unknown_ca)
+        r = curl("-x", proxy, "--cacert", str(certs["ca"]),
+                 f"https://localhost:{nginx.tls_port}/index.html")
+        assert r.returncode == 60, r.stderr
+    finally:
+        p.terminate()
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    # the access log is on stdout by default
+    assert '"GET /index.html HTTP/1.1" 200 17' in out, out
+    assert '"CONNECT localhost:%d HTTP/1.1"' % nginx.tls_port in out, out
+    warn = [l for l in err.splitlines() if "[warn]" in l and "refused the certificate" in l]
+    assert warn, err
+    assert "client 127.0.0.1" in warn[0] and "localhost" in warn[0], warn
+    assert "unknown_ca" in warn[0] and "ferry ca export" in warn[0], warn
+
+
+def test_mitm_oneliner_access_log_off(tmp_path, nginx):  # noqa: F811
+    port = free_port()
+    env = dict(os.environ, HOME=str(tmp_path))
+    p = subprocess.Popen([FERRY, "mitm", "--listen", f"127.0.0.1:{port}", "--ca-dir",
+                          str(tmp_path / "ca"), "--workers", "1", "--access-log", "off"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_port(port, proc=p)
+        r = curl("-x", f"http://127.0.0.1:{port}", f"http://localhost:{nginx.port}/index.html")
+        assert r.stdout == b"hello from nginx\n", r.stderr
+    finally:
+        p.terminate()
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    assert "GET /" not in out, out
