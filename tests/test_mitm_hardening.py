@@ -103,3 +103,47 @@ def test_mitm_oneliner_access_log_off(tmp_path, nginx):  # noqa: F811
         out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     assert "GET /" not in out, out
+
+
+# ---- item 1: self-loop detection over every spelling of our own address ----
+
+LOOP_FORMS = ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "0.0.0.0", "127.1", "[::1]",
+              "[::]", "2130706433", "0x7f000001", "0177.0.0.1", "[::ffff:0.0.0.0]",
+              "[0:0:0:0:0:ffff:7f00:1]"]
+
+
+def _loop_proxy(server, certs):  # noqa: F811
+    # the same port on IPv4 and IPv6 loopback: every loopback spelling reaches a listener
+    srv = server("workers: 1\nlisteners:\n  - address: 127.0.0.1:{port}\n    kind: intercept\n"
+                 "  - address: \"[::1]:{port}\"\n    kind: intercept\n"
+                 "intercept:\n  ca-dir: {data}/ca\n"
+                 f"  upstream-ca: {certs['ca']}\n"
+                 "log: {{access: {tmp}/access.log}}\n")
+    srv.proxy = f"http://127.0.0.1:{srv.port}"
+    return srv
+
+
+@pytest.mark.parametrize("form", LOOP_FORMS)
+def test_mitm_self_loop_every_address_form(server, certs, form):  # noqa: F811
+    srv = _loop_proxy(server, certs)
+    target = f"http://{form}:{srv.port}/loop"
+    # curl (which may normalise the URL) and the raw request line exactly as written
+    r = curl("-x", srv.proxy, "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+             "-g", target)
+    assert r.stdout == b"508", (r.stdout, r.stderr, srv.log()[-2000:])
+    resp = raw(srv.port, f"GET {target} HTTP/1.1\r\nHost: {form}:{srv.port}\r\n"
+                         "Connection: close\r\n\r\n".encode(), timeout=10)
+    assert statuses(resp) == [508], resp[:300]
+    assert b"this proxy itself" in resp
+    # one request each reached the proxy: nothing went round
+    srv.stop()
+    lines = (srv.tmp / "access.log").read_text().splitlines()
+    assert len(lines) == 2 and all('" 508 ' in l for l in lines), lines
+
+
+def test_mitm_self_loop_other_loopback_address_is_not_ours(server, certs):  # noqa: F811
+    """127.0.0.2 does not reach a listener bound to 127.0.0.1 (the kernel refuses it): that is a
+    502 naming the refusal, not a loop."""
+    srv = _loop_proxy(server, certs)
+    r = curl("-x", srv.proxy, "-w", "\n%{http_code}", f"http://127.0.0.2:{srv.port}/")
+    assert r.stdout.endswith(b"\n502"), r.stdout

@@ -3,6 +3,7 @@
 #include "handler/mitm.h"
 
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +14,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1276,23 +1278,95 @@ bool fy_mitm_captured(const fy_exchange_t *ex, fy_str_t *req, fy_str_t *res, boo
     return false;
 }
 
-/* Is `sa` one of our own proxy listeners (a wildcard listener matches any address)? */
+/* The address a connect to `sa` reaches, as the kernel sees it: an IPv4-mapped IPv6 address is
+   its IPv4 address, and the unspecified address (0.0.0.0, ::) is this host's loopback (Linux
+   connects there). Port kept. */
+static void dest_normalise(const struct sockaddr *sa, struct sockaddr_storage *out)
+{
+    memset(out, 0, sizeof *out);
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)sa;
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            struct sockaddr_in *o = (void *)out;
+            o->sin_family = AF_INET;
+            o->sin_port = a->sin6_port;
+            memcpy(&o->sin_addr, a->sin6_addr.s6_addr + 12, 4);
+            if (o->sin_addr.s_addr == htonl(INADDR_ANY))
+                o->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            return;
+        }
+        struct sockaddr_in6 *o = (void *)out;
+        o->sin6_family = AF_INET6;
+        o->sin6_port = a->sin6_port;
+        o->sin6_addr = IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr) ? in6addr_loopback : a->sin6_addr;
+        return;
+    }
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in *o = (void *)out;
+        *o = *(const struct sockaddr_in *)sa;
+        if (o->sin_addr.s_addr == htonl(INADDR_ANY)) o->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    }
+}
+
+/* Is the (normalised) address one of this host's: loopback, or on one of its interfaces? */
+static bool addr_is_local(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET &&
+        (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127)
+        return true;
+    if (sa->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr))
+        return true;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) < 0) return true; /* cannot tell: rather refuse than loop */
+    bool local = false;
+    for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+        const struct sockaddr *a = i->ifa_addr;
+        if (!a || a->sa_family != sa->sa_family) continue;
+        if (a->sa_family == AF_INET)
+            local = ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+                    ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+        else
+            local = memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                           &((const struct sockaddr_in6 *)sa)->sin6_addr, 16) == 0;
+    }
+    freeifaddrs(ifs);
+    return local;
+}
+
+/* Would a connection to `sa` reach one of our own proxy listeners? Every spelling of an address
+   counts (`[::ffff:127.0.0.1]`, `0.0.0.0`, `127.1` and the numeric forms resolve to these); a
+   listener bound to a wildcard is reached through any of this host's addresses of its family
+   (IPv6 listeners are IPV6_V6ONLY). */
 static bool loops(const mitm_t *m, const struct sockaddr *sa)
 {
+    struct sockaddr_storage d;
+    dest_normalise(sa, &d);
+    const struct sockaddr *dst = (const struct sockaddr *)&d;
+    int local = -1; /* not asked yet */
     for (size_t i = 0; i < m->nown; i++) {
-        const struct sockaddr *o = (const struct sockaddr *)&m->own[i];
-        if (o->sa_family != sa->sa_family) continue;
-        if (sa->sa_family == AF_INET) {
-            const struct sockaddr_in *a = (const void *)sa, *b = (const void *)o;
-            if (a->sin_port == b->sin_port && (b->sin_addr.s_addr == htonl(INADDR_ANY) ||
-                                               a->sin_addr.s_addr == b->sin_addr.s_addr))
+        struct sockaddr_storage os;
+        const struct sockaddr *raw = (const struct sockaddr *)&m->own[i];
+        bool wild = (raw->sa_family == AF_INET &&
+                     ((const struct sockaddr_in *)raw)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
+                    (raw->sa_family == AF_INET6 &&
+                     IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)raw)->sin6_addr));
+        dest_normalise(raw, &os);
+        const struct sockaddr *o = (const struct sockaddr *)&os;
+        if (o->sa_family != dst->sa_family) continue;
+        if (dst->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)dst, *b = (const void *)o;
+            if (a->sin_port != b->sin_port) continue;
+            if (!wild && a->sin_addr.s_addr == b->sin_addr.s_addr) return true;
+        } else {
+            const struct sockaddr_in6 *a = (const void *)dst, *b = (const void *)o;
+            if (a->sin6_port != b->sin6_port) continue;
+            if (!wild && memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0)
                 return true;
-        } else if (sa->sa_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)o;
-            if (a->sin6_port == b->sin6_port &&
-                (IN6_IS_ADDR_UNSPECIFIED(&b->sin6_addr) ||
-                 memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0))
-                return true;
+        }
+        if (wild) {
+            if (local < 0) local = addr_is_local(dst);
+            if (local) return true;
         }
     }
     return false;
@@ -1305,11 +1379,31 @@ void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen
         memcpy(&m->own[m->nown++], sa, len);
 }
 
+/* A refusal with a plain-text body that says why (fy_exchange_fail's page names no reason). */
+static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
+{
+    char *body = fy_arena_alloc(ex->arena, 700);
+    int n = snprintf(body, 700, "%d %s: ", status, fy_http_reason(status));
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(body + n, 700 - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > 698) n = 698;
+    body[n++] = '\n';
+    ex->error = error;
+    fy_exchange_respond(ex, status, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
 static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
 {
     const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
     if (loops(m, (const struct sockaddr *)&sv->addr)) {
-        fy_exchange_fail(ex, 508, "the request is addressed to this proxy itself");
+        char a[80];
+        refuse(ex, 508, "request addressed to the proxy itself",
+               "the request is addressed to this proxy itself (%s)",
+               fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a));
         return;
     }
     if (!e->user) e->user = fy_proxy_handler_new(&m->pconf, e->up);
