@@ -147,3 +147,154 @@ def test_mitm_self_loop_other_loopback_address_is_not_ours(server, certs):  # no
     srv = _loop_proxy(server, certs)
     r = curl("-x", srv.proxy, "-w", "\n%{http_code}", f"http://127.0.0.2:{srv.port}/")
     assert r.stdout.endswith(b"\n502"), r.stdout
+
+
+# ---- item 2: CONNECT connects to the origin first, then answers ----
+
+def _closed_port():
+    p = free_port()  # nothing listens there (free_port checked it and claimed it)
+    return p
+
+
+def _connect(port, target, extra=b"", timeout=10):
+    """Raw CONNECT; returns (head+body bytes until the proxy stops sending or the 200, socket)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode() + extra)
+    got = b""
+    for _ in range(100):
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+        head, sep, body = got.partition(b"\r\n\r\n")
+        if sep:
+            m = re.search(rb"content-length: *(\d+)", head, re.I)
+            if head.startswith(b"HTTP/1.1 200") or (m and len(body) >= int(m.group(1))):
+                break
+    return got, s
+
+
+def _mode(server, certs, mode, extra=""):  # noqa: F811
+    passthrough = '  passthrough: ["*"]\n' if mode == "passthrough" else ""
+    return mitm(server, certs, extra=passthrough + extra)
+
+
+@pytest.mark.parametrize("mode", ["intercept", "passthrough"])
+def test_mitm_connect_closed_port_is_502_naming_why(server, certs, mode):  # noqa: F811
+    srv = _mode(server, certs, mode)
+    dead = _closed_port()
+    got, s = _connect(srv.port, f"127.0.0.1:{dead}")
+    s.close()
+    assert statuses(got) == [502], got
+    assert f"cannot connect to 127.0.0.1:{dead}: Connection refused".encode() in got, got
+    # curl sees the CONNECT refused, never a 200 and then a reset
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca), "-w", "%{http_connect}",
+             f"https://127.0.0.1:{dead}/")
+    assert r.returncode == 56 and r.stdout == b"502", (r.returncode, r.stdout, r.stderr)
+    r = curl("-p", "-x", srv.proxy, "-w", "%{http_connect}", f"http://127.0.0.1:{dead}/")
+    assert r.returncode == 56 and r.stdout == b"502", (r.returncode, r.stdout, r.stderr)
+
+
+def test_mitm_connect_unresolvable_is_502_naming_it(server, certs):  # noqa: F811
+    srv = mitm(server, certs)
+    got, s = _connect(srv.port, "nosuch-connect.invalid:443")
+    s.close()
+    assert statuses(got) == [502] and b"cannot resolve nosuch-connect.invalid" in got, got
+
+
+def test_mitm_connect_timeout_is_502_naming_it(server, certs):  # noqa: F811
+    # a listener whose accept queue is full drops the SYNs: the connect hangs
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    fill = []
+    try:
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            fill.append(c)
+        srv = mitm(server, certs, extra="  connect-timeout: 1s\n")
+        got, s = _connect(srv.port, f"127.0.0.1:{port}", timeout=20)
+        s.close()
+        assert statuses(got) == [502], got
+        assert f"cannot connect to 127.0.0.1:{port}: timed out after 1000 ms".encode() in got, got
+    finally:
+        for c in fill:
+            c.close()
+        lst.close()
+
+
+@pytest.mark.parametrize("mode", ["intercept", "passthrough"])
+def test_mitm_connect_open_port_200_after_origin_connect(server, certs, mode):  # noqa: F811
+    srv = _mode(server, certs, mode)
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    port = lst.getsockname()[1]
+    try:
+        got, s = _connect(srv.port, f"127.0.0.1:{port}")
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\n", got
+        # the 200 came after the origin's connection was established: it is already queued
+        lst.setblocking(False)
+        o, _ = lst.accept()
+        o.settimeout(10)
+        s.sendall(b"ping\n")  # not TLS: relayed as bytes either way
+        assert o.recv(100) == b"ping\n"
+        o.sendall(b"pong\n")
+        assert s.recv(100) == b"pong\n"
+        o.close()
+        s.close()
+    finally:
+        lst.close()
+
+
+@pytest.mark.parametrize("mode", ["intercept", "passthrough"])
+def test_mitm_connect_open_tls_origin(server, certs, nginx, mode):  # noqa: F811
+    srv = _mode(server, certs, mode)
+    ca = srv.ca if mode == "intercept" else certs["ca"]
+    r = curl("-x", srv.proxy, "--cacert", str(ca), f"https://localhost:{nginx.tls_port}/index.html")
+    assert r.stdout == b"hello from nginx\n", r.stderr
+
+
+def test_mitm_connect_over_h2_closed_port_is_502(server, certs):  # noqa: F811
+    from test_mitm_h2 import h2_connect_get
+    srv = mitm(server, certs)
+    dead = _closed_port()
+    status, _, _ = h2_connect_get(srv.port, "127.0.0.1", dead, srv.ca, "/")
+    assert status == "502"
+    assert f"cannot connect to 127.0.0.1:{dead}: Connection refused" in srv.log()
+
+
+def _socks_connect(port, dport):
+    import struct
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"\x05\x01\x00")
+    assert s.recv(2) == b"\x05\x00"
+    s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", dport))
+    return s, s.recv(10)
+
+
+def test_mitm_socks5_connect_first(server, certs):  # noqa: F811
+    srv = server("workers: 1\nlisteners:\n  - address: 127.0.0.1:{port}\n    kind: socks5\n"
+                 "intercept:\n  ca-dir: {data}/ca\n")
+    dead = _closed_port()
+    s, rep = _socks_connect(srv.port, dead)
+    s.close()
+    assert rep[:2] == b"\x05\x05", rep  # connection refused (RFC 1928 §6)
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    try:
+        s, rep = _socks_connect(srv.port, lst.getsockname()[1])
+        assert rep[:2] == b"\x05\x00", rep
+        lst.setblocking(False)
+        o, _ = lst.accept()  # connected before the success reply
+        o.settimeout(10)
+        s.sendall(b"hi")
+        assert o.recv(10) == b"hi"
+        o.close()
+        s.close()
+    finally:
+        lst.close()

@@ -95,10 +95,10 @@ typedef struct tunnel_info {
     bool plain;          /* transparent plain HTTP: no TLS either side; host "" = use Host */
 } tunnel_info_t;
 
-enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
+enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS, S_SOCKS_CONNECT };
 static const char *const state_names[] = {
     "peek",    "client hello", "origin handshake", "client handshake",
-    "connect", "relay",        "socks5 handshake"};
+    "connect", "relay",        "socks5 handshake", "socks5 connect"};
 
 typedef struct tunnel {
     fy_conn_node_t node; /* in ctx->conns: drained and closed with the listener's conns */
@@ -123,9 +123,12 @@ typedef struct tunnel {
     fy_resolve_req_t rq; /* the origin's name, while resolving */
     void (*connected)(struct tunnel *t,
                       const char *err); /* after connect_origin: fd in oio or err */
+    int oerrno; /* why connect_origin failed: an errno, ELOOP to ourselves, 0 the name */
 } tunnel_t;
 
 static bool loops(const mitm_t *m, const struct sockaddr *sa);
+static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- pinning ---- */
 
@@ -216,9 +219,15 @@ static void node_close(fy_conn_node_t *n)
     tunnel_close(fy_container_of(n, tunnel_t, node));
 }
 
+static void socks_reply(tunnel_t *t, int err, const char *why);
+
 static void on_timer(fy_timer_t *tm)
 {
     tunnel_t *t = tm->data;
+    if (t->state == S_SOCKS_CONNECT) {
+        socks_reply(t, ETIMEDOUT, "connect timeout");
+        return;
+    }
     fy_info("mitm: tunnel to %s:%d: %s timeout", t->host, t->port, state_names[t->state]);
     if (t->state == S_FINISH) pin_fail(t->m, t->info ? t->info->name : t->host, t->loop->now_ms);
     tunnel_close(t);
@@ -228,17 +237,20 @@ static int connect_addr(tunnel_t *t, const struct sockaddr *sa, socklen_t len, c
 {
     if (loops(t->m, sa)) {
         *err = "the tunnel is addressed to this proxy itself";
+        t->oerrno = ELOOP;
         return -1;
     }
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
+        t->oerrno = errno;
         *err = "cannot make a socket";
         return -1;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
-        *err = "connection refused";
+        t->oerrno = errno;
+        *err = strerror(errno);
         close(fd);
         return -1;
     }
@@ -250,6 +262,7 @@ static void origin_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, sock
                             const char *err)
 {
     tunnel_t *t = q->data;
+    t->oerrno = 0;
     if (sa && connect_addr(t, sa, len, &err) == 0) err = NULL;
     t->connected(t, err);
 }
@@ -349,8 +362,20 @@ static void relay_connected(tunnel_t *t, const char *err)
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
 }
 
+static void relay_start_connected(tunnel_t *t)
+{
+    t->state = S_RELAY;
+    t->c2o = t->c2o ? t->c2o : fy_xmalloc(RELAY_BUF);
+    t->o2c = fy_xmalloc(RELAY_BUF);
+    relay(t);
+}
+
 static void start_relay(tunnel_t *t)
 {
+    if (t->oio.fd >= 0) { /* connected before the 200 */
+        relay_start_connected(t);
+        return;
+    }
     fy_io_set(t->loop, &t->cio, 0); /* quiet while the name resolves */
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
     connect_origin(t, relay_connected);
@@ -557,6 +582,10 @@ static void start_probe(tunnel_t *t)
     }
     fy_io_set(t->loop, &t->cio, 0);
     fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    if (t->oio.fd >= 0) { /* connected before the 200: the probe's TLS goes over it */
+        probe_connected(t, NULL);
+        return;
+    }
     connect_origin(t, probe_connected);
 }
 
@@ -674,6 +703,62 @@ static bool say(tunnel_t *t, const void *p, size_t n)
     return send(t->cio.fd, p, n, MSG_NOSIGNAL) == (ssize_t)n;
 }
 
+/* RFC 1928 §6 REP for a failed connect to the origin. */
+static unsigned char socks_rep(int err)
+{
+    switch (err) {
+    case 0: /* the name did not resolve */
+    case EHOSTUNREACH:
+    case ETIMEDOUT:
+        return 4;
+    case ENETUNREACH:
+        return 3;
+    case ECONNREFUSED:
+        return 5;
+    case ELOOP: /* to ourselves */
+    case EACCES:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+/* The SOCKS5 CONNECT's origin connected (or not): reply, then on as an HTTP CONNECT. */
+static void socks_reply(tunnel_t *t, int err, const char *why)
+{
+    unsigned char reply[10] = {5, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    if (why) {
+        reply[1] = socks_rep(err);
+        fy_info("mitm: socks5 CONNECT %s:%d: %s", t->host, t->port, why);
+        say(t, reply, sizeof reply);
+        tunnel_close(t);
+        return;
+    }
+    if (!say(t, reply, sizeof reply)) {
+        tunnel_close(t);
+        return;
+    }
+    /* from here on, exactly a CONNECT tunnel */
+    fy_io_set(t->loop, &t->oio, 0);
+    t->state = S_PEEK;
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+    if (t->c2o_len) {
+        decide(t, (unsigned char)t->c2o[0]);
+        return;
+    }
+    fy_io_set(t->loop, &t->cio, EPOLLIN);
+}
+
+static void socks_connected(tunnel_t *t, const char *err)
+{
+    if (err) {
+        socks_reply(t, t->oerrno, err);
+        return;
+    }
+    fy_io_set(t->loop, &t->oio, EPOLLOUT);
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+}
+
 static void socks_read(tunnel_t *t)
 {
     mitm_t *m = t->m;
@@ -742,17 +827,10 @@ static void socks_read(tunnel_t *t)
             }
             snprintf(t->host, sizeof t->host, "%s", msg.host);
             t->port = msg.port;
-            if (!say(t, reply, sizeof reply)) {
-                tunnel_close(t);
-                return;
-            }
-            /* from here on, exactly a CONNECT tunnel */
-            t->state = S_PEEK;
-            if (t->c2o_len) {
-                decide(t, (unsigned char)t->c2o[0]);
-                return;
-            }
-            fy_io_set(t->loop, &t->cio, EPOLLIN);
+            /* the origin first: the reply says whether it could be reached */
+            t->state = S_SOCKS_CONNECT;
+            fy_io_set(t->loop, &t->cio, 0);
+            connect_origin(t, socks_connected);
             return;
         }
     }
@@ -804,12 +882,15 @@ static void on_origin(fy_io_t *io, uint32_t ev)
             tunnel_close(t);
             return;
         }
-        t->state = S_RELAY;
-        t->c2o = t->c2o ? t->c2o : fy_xmalloc(RELAY_BUF);
-        t->o2c = fy_xmalloc(RELAY_BUF);
-        relay(t);
+        relay_start_connected(t);
     } else if (t->state == S_RELAY) {
         relay(t);
+    } else if (t->state == S_SOCKS_CONNECT) {
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        getsockopt(t->oio.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (!soerr && (ev & (EPOLLERR | EPOLLHUP))) soerr = ECONNREFUSED;
+        socks_reply(t, soerr, soerr ? strerror(soerr) : NULL);
     }
 }
 
@@ -996,10 +1077,11 @@ static void h2tun_free(void *arg)
         free(h);
 }
 
-static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port)
+static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port, int ofd)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+        close(ofd);
         fy_exchange_fail(ex, 503, "cannot make a socketpair for the tunnel");
         return;
     }
@@ -1011,6 +1093,7 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     h->io.data = h;
     fy_arena_on_reset(ex->arena, h2tun_free, h);
     tunnel_t *t = tunnel_new(m, ex->ctx, sv[0], ex->remote, sizeof(struct sockaddr_storage));
+    t->oio.fd = ofd;
     snprintf(t->host, sizeof t->host, "%s", host);
     t->port = port;
     t->state = S_PEEK;
@@ -1029,20 +1112,11 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     if (!h->stopped) fy_exchange_read_body(ex, h2tun_on_body);
 }
 
-static void connect_start(mitm_t *m, fy_exchange_t *ex)
+/* The origin connected (fd): take the client connection over, answer 200, peek. */
+static void connect_established(mitm_t *m, fy_exchange_t *ex, const char *host, int port, int ofd)
 {
-    char host[256];
-    int port;
-    if (split_authority(ex->req.authority, 443, host, sizeof host, &port) < 0) {
-        fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
-        return;
-    }
-    if (ex->req.protocol.len) {
-        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
-        return;
-    }
     if (!ex->sink->detach) {
-        h2_connect_start(m, ex, host, port);
+        h2_connect_start(m, ex, host, port, ofd);
         return;
     }
     char *pre = fy_xmalloc(RELAY_BUF);
@@ -1053,12 +1127,14 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
     memcpy(&remote, ex->remote, sizeof remote);
     if (ex->sink->detach(ex, &fd, pre, RELAY_BUF, &prelen) < 0) {
         free(pre);
+        close(ofd);
         fy_exchange_fail(ex, 501, "CONNECT cannot be taken over on this connection");
         return;
     }
     /* ex is gone: the codec freed itself */
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     tunnel_t *t = tunnel_new(m, ctx, fd, (struct sockaddr *)&remote, sizeof remote);
+    t->oio.fd = ofd;
     free(t->c2o);
     t->c2o = pre;
     t->c2o_len = prelen;
@@ -1075,6 +1151,153 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         return;
     }
     fy_io_set(t->loop, &t->cio, EPOLLIN);
+}
+
+/* A CONNECT whose origin is being connected before the client hears 200 (in its arena):
+   a closed port, a timeout or a name that does not resolve is a 502 naming it, not a 200
+   followed by a reset. */
+typedef struct preconn {
+    mitm_t *m;
+    fy_exchange_t *ex;
+    fy_loop_t *loop;
+    fy_resolve_req_t q;
+    fy_io_t io;
+    fy_timer_t timer;
+    bool done; /* answered or handed over: nothing left to cancel */
+    int port;
+    char host[256];
+} preconn_t;
+
+static void preconn_cleanup(preconn_t *p)
+{
+    if (p->done) return;
+    p->done = true;
+    fy_resolve_cancel(&p->q);
+    fy_timer_stop(p->loop, &p->timer);
+    if (p->io.fd >= 0) {
+        fy_io_set(p->loop, &p->io, 0);
+        close(p->io.fd);
+        p->io.fd = -1;
+    }
+}
+
+static void preconn_cancel(void *arg)
+{
+    preconn_cleanup(arg);
+}
+
+static void preconn_fail(preconn_t *p, int status, const char *error, const char *why)
+{
+    preconn_cleanup(p);
+    fy_info("mitm: CONNECT %s:%d: %s", p->host, p->port, why);
+    refuse(p->ex, status, error, "%s", why);
+}
+
+static void preconn_ok(preconn_t *p)
+{
+    int fd = p->io.fd;
+    fy_io_set(p->loop, &p->io, 0);
+    p->io.fd = -1;
+    preconn_cleanup(p);
+    char host[256];
+    snprintf(host, sizeof host, "%s", p->host);
+    connect_established(p->m, p->ex, host, p->port, fd);
+}
+
+static void preconn_timeout(fy_timer_t *tm)
+{
+    preconn_t *p = tm->data;
+    char why[400];
+    snprintf(why, sizeof why, "cannot connect to %s:%d: timed out after %llu ms (connect-timeout)",
+             p->host, p->port, (unsigned long long)p->m->conf->connect_timeout_ms);
+    preconn_fail(p, 502, "origin connect timed out", why);
+}
+
+static void preconn_io(fy_io_t *io, uint32_t ev)
+{
+    preconn_t *p = io->data;
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    getsockopt(p->io.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (!soerr && (ev & (EPOLLERR | EPOLLHUP))) soerr = ECONNREFUSED;
+    if (soerr) {
+        char why[400];
+        snprintf(why, sizeof why, "cannot connect to %s:%d: %s", p->host, p->port, strerror(soerr));
+        preconn_fail(p, 502, "origin connect failed", why);
+        return;
+    }
+    preconn_ok(p);
+}
+
+static void preconn_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                             const char *err)
+{
+    preconn_t *p = q->data;
+    char why[400];
+    if (!sa) {
+        preconn_fail(p, 502, "origin host name did not resolve", err);
+        return;
+    }
+    if (loops(p->m, sa)) {
+        char a[80];
+        snprintf(why, sizeof why, "the tunnel is addressed to this proxy itself (%s)",
+                 fy_sock_addr_str(sa, a, sizeof a));
+        preconn_fail(p, 508, "tunnel addressed to the proxy itself", why);
+        return;
+    }
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot make a socket: %s", strerror(errno));
+        preconn_fail(p, 503, "no socket for the origin", why);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
+        snprintf(why, sizeof why, "cannot connect to %s:%d: %s", p->host, p->port, strerror(errno));
+        close(fd);
+        preconn_fail(p, 502, "origin connect failed", why);
+        return;
+    }
+    p->io.fd = fd;
+    if (fy_io_set(p->loop, &p->io, EPOLLOUT) < 0) {
+        preconn_fail(p, 503, "cannot watch the origin connection", "cannot watch the socket");
+        return;
+    }
+    fy_timer_start(p->loop, &p->timer, p->m->conf->connect_timeout_ms);
+}
+
+static void connect_start(mitm_t *m, fy_exchange_t *ex)
+{
+    char host[256];
+    int port;
+    if (split_authority(ex->req.authority, 443, host, sizeof host, &port) < 0) {
+        fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
+        return;
+    }
+    if (ex->req.protocol.len) {
+        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
+        return;
+    }
+    preconn_t *p = fy_arena_calloc(ex->arena, sizeof *p);
+    p->m = m;
+    p->ex = ex;
+    p->loop = ex->ctx->loop;
+    p->port = port;
+    snprintf(p->host, sizeof p->host, "%s", host);
+    p->io.fd = -1;
+    p->io.cb = preconn_io;
+    p->io.data = p;
+    fy_timer_init(&p->timer, preconn_timeout, p);
+    p->q.cb = preconn_resolved;
+    p->q.data = p;
+    fy_arena_on_reset(ex->arena, preconn_cancel, p);
+    int r = fy_resolve(m->resolver, ex->ctx->worker_id, p->loop, p->host, port, &p->q);
+    if (r < 0) {
+        preconn_fail(p, 502, "origin host name did not resolve", p->q.err);
+        return;
+    }
+    if (r == 1) preconn_resolved(&p->q, (struct sockaddr *)&p->q.addr, p->q.addrlen, NULL);
 }
 
 static tunnel_t *tunnel_new(mitm_t *m, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
@@ -1380,8 +1603,6 @@ void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen
 }
 
 /* A refusal with a plain-text body that says why (fy_exchange_fail's page names no reason). */
-static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
 {
     char *body = fy_arena_alloc(ex->arena, 700);
