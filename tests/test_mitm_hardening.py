@@ -298,3 +298,149 @@ def test_mitm_socks5_connect_first(server, certs):  # noqa: F811
         s.close()
     finally:
         lst.close()
+
+
+# ---- item 3: intercept.destinations ----
+
+def _dest(server, certs, rules):  # noqa: F811
+    esc = [r.replace("{", "{{").replace("}", "}}") for r in rules]  # the fixture's format()
+    return mitm(server, certs, extra="  destinations:\n" + "".join(f"    - {r}\n" for r in esc))
+
+
+def _abs_get(port, url, host):
+    return raw(port, f"GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(),
+               timeout=10)
+
+
+def test_mitm_destinations_default_allows_loopback(server, certs, nginx):  # noqa: F811
+    """The documented default: no rules, nothing denied (existing loopback origins work)."""
+    srv = mitm(server, certs)
+    got, s = _connect(srv.port, f"127.0.0.1:{nginx.port}")
+    s.close()
+    assert statuses(got) == [200]
+    r = curl("-x", srv.proxy, f"http://127.0.0.1:{nginx.port}/index.html")
+    assert r.stdout == b"hello from nginx\n"
+
+
+def test_mitm_destinations_deny_by_cidr(server, certs, nginx):  # noqa: F811
+    srv = _dest(server, certs, ["{action: deny, hosts: [127.0.0.0/8]}"])
+    for target in ("127.0.0.1:22", f"127.0.0.1:{nginx.port}", f"localhost:{nginx.port}",
+                   f"[::ffff:127.0.0.1]:{nginx.port}", f"0.0.0.0:{nginx.port}"):
+        got, s = _connect(srv.port, target)
+        s.close()
+        assert statuses(got) == [403], (target, got)
+        assert b"is denied by intercept.destinations[0] (line 9: hosts 127.0.0.0/8)" in got, got
+    # absolute-form: a name resolving into the CIDR is denied too
+    got = _abs_get(srv.port, f"http://localhost:{nginx.port}/index.html", "localhost")
+    assert statuses(got) == [403] and b"intercept.destinations[0]" in got, got
+    r = curl("-x", srv.proxy, "-w", "%{http_connect}", "--cacert", str(srv.ca),
+             f"https://localhost:{nginx.tls_port}/")
+    assert r.stdout == b"403", r
+    assert "[warn]" in srv.log() and "client 127.0.0.1: localhost:" in srv.log()
+
+
+def test_mitm_destinations_deny_by_host_pattern(server, certs, nginx):  # noqa: F811
+    srv = _dest(server, certs, ['{action: deny, hosts: ["*.example.test", localhost]}'])
+    # decided by the name: no lookup of the denied name is needed
+    got, s = _connect(srv.port, "www.example.test:443")
+    s.close()
+    assert statuses(got) == [403] and b"www.example.test:443 is denied by " \
+        b"intercept.destinations[0] (line 9: hosts *.example.test)" in got, got
+    got = _abs_get(srv.port, f"http://localhost:{nginx.port}/index.html", "localhost")
+    assert statuses(got) == [403] and b"hosts localhost" in got, got
+    # the same origin by address is not matched by the name rule
+    r = curl("-x", srv.proxy, f"http://127.0.0.1:{nginx.port}/index.html")
+    assert r.stdout == b"hello from nginx\n"
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca),
+             f"https://127.0.0.1:{nginx.tls_port}/index.html")
+    assert r.stdout == b"hello from nginx\n", r.stderr
+
+
+def test_mitm_destinations_deny_by_port(server, certs, nginx):  # noqa: F811
+    srv = _dest(server, certs, ['{action: deny, ports: [22, "6000-6063"]}'])
+    for port in (22, 6000, 6063):
+        got, s = _connect(srv.port, f"127.0.0.1:{port}")
+        s.close()
+        assert statuses(got) == [403] and \
+            f"127.0.0.1:{port} is denied by intercept.destinations[0] (line 9: any host, " \
+            f"port {port})".encode() in got, got
+    got, s = _connect(srv.port, "127.0.0.1:6064")  # outside the range: connected (refused)
+    s.close()
+    assert statuses(got) in ([502], [200]), got
+    r = curl("-x", srv.proxy, f"http://localhost:{nginx.port}/index.html")
+    assert r.stdout == b"hello from nginx\n"
+
+
+def test_mitm_destinations_allow_list(server, certs, nginx):  # noqa: F811
+    """Squid-like: only the listed destinations, everything else denied by a last rule."""
+    srv = _dest(server, certs, [f"{{action: allow, hosts: [localhost], ports: [{nginx.port}, "
+                                f"{nginx.tls_port}]}}", "{action: deny}"])
+    r = curl("-x", srv.proxy, f"http://localhost:{nginx.port}/index.html")
+    assert r.stdout == b"hello from nginx\n"
+    r = curl("-x", srv.proxy, "--cacert", str(srv.ca),
+             f"https://localhost:{nginx.tls_port}/index.html")
+    assert r.stdout == b"hello from nginx\n", r.stderr
+    got = _abs_get(srv.port, f"http://127.0.0.1:{nginx.port}/index.html", "127.0.0.1")
+    assert statuses(got) == [403] and b"intercept.destinations[1] (line 10: any host)" in got, got
+    got, s = _connect(srv.port, "localhost:22")
+    s.close()
+    assert statuses(got) == [403], got
+
+
+def test_mitm_destinations_loopback_private_keywords(server, certs, nginx):  # noqa: F811
+    srv = _dest(server, certs, ["{action: deny, hosts: [loopback, private]}"])
+    for target in ("127.0.0.1:22", "[::1]:22", "0.0.0.0:22", "10.1.2.3:443", "192.168.0.1:80",
+                   "[fd00::2]:443", "169.254.169.254:80"):
+        got, s = _connect(srv.port, target)
+        s.close()
+        assert statuses(got) == [403], (target, got)
+    got = _abs_get(srv.port, "http://169.254.169.254/latest/meta-data/", "169.254.169.254")
+    assert statuses(got) == [403] and b"hosts private" in got, got
+
+
+def test_mitm_destinations_socks5_denied(server, certs):  # noqa: F811
+    srv = server("workers: 1\nlisteners:\n  - address: 127.0.0.1:{port}\n    kind: socks5\n"
+                 "intercept:\n  ca-dir: {data}/ca\n  destinations:\n"
+                 "    - {{action: deny, ports: [22]}}\n")
+    s, rep = _socks_connect(srv.port, 22)
+    s.close()
+    assert rep[:2] == b"\x05\x02", rep  # connection not allowed by ruleset
+    assert "127.0.0.1:22 is denied by intercept.destinations[0]" in srv.log()
+
+
+def test_mitm_destinations_transparent_denied(server, certs, nginx):  # noqa: F811
+    srv = server("workers: 1\nlisteners:\n  - address: 127.0.0.1:{port}\n    kind: transparent\n"
+                 "  - address: 127.0.0.1:{port2}\n    kind: transparent\n"
+                 f"intercept:\n  ca-dir: {{data}}/ca\n  upstream-ca: {certs['ca']}\n"
+                 f"  forward: 127.0.0.1:{nginx.port}\n"
+                 f"  destinations:\n    - {{{{action: deny, ports: [{nginx.port}]}}}}\n")
+    st, _, body = __import__("conftest").http_request(srv.port, "/index.html")
+    assert st == 403 and b"is denied by intercept.destinations[0]" in body, body
+    # TLS: decrypted (forged for the SNI), then the request gets the 403 naming the rule
+    r = curl("--cacert", str(srv.data / "ca" / "ferry-ca.pem"), "-w", "\n%{http_code}",
+             "--resolve", f"localhost:{srv.port}:127.0.0.1", f"https://localhost:{srv.port}/")
+    body, _, code = r.stdout.decode().rpartition("\n")
+    assert code == "403" and "intercept.destinations[0]" in body, r
+
+
+@pytest.mark.parametrize("bad,key", [
+    ("{action: deny, hosts: [10.0.0.0/33]}", "hosts"),
+    ("{action: deny, hosts: [\"bad host\"]}", "hosts"),
+    ("{action: deny, ports: [0]}", "ports"),
+    ("{action: deny, ports: [\"90-80\"]}", "ports"),
+    ("{action: maybe}", "action"),
+    ("{hosts: [localhost]}", "action"),
+])
+def test_mitm_destinations_config_errors(tmp_path, bad, key):
+    cfg = tmp_path / "f.yaml"
+    cfg.write_text("listeners:\n  - address: 127.0.0.1:1\n    kind: intercept\n"
+                   f"intercept:\n  ca-dir: {tmp_path}/ca\n  destinations:\n    - {bad}\n")
+    p = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode != 0, bad
+    assert f"{cfg}:7:" in p.stderr and key in p.stderr, p.stderr
+
+
+def test_mitm_destinations_wide_allow_warns(server, certs):  # noqa: F811
+    srv = mitm(server, certs, extra="  allow: [127.0.0.0/8, 10.0.0.0/8]\n")
+    assert "intercept.allow admits clients beyond loopback (10.0.0.0/8)" in srv.log()

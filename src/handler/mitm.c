@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
+#include "handler/mitm_dest.h"
 #include "handler/mitm_hooks.h"
 #include "handler/mitm_rules.h"
 #include "handler/proxy.h"
@@ -72,6 +73,7 @@ typedef struct mitm {
     pin_t pins[MAX_PINS];
     probed_t probed[PROBE_CACHE];    /* under pin_lock */
     fy_mitm_rules_t *rules;          /* owned */
+    fy_mitm_dest_t *dest;            /* owned: intercept.destinations */
     struct sockaddr_storage own[16]; /* our proxy listeners: requests to them would loop */
     size_t nown;
     char fwd_host[256]; /* intercept.forward, split; fwd_port 0: none */
@@ -89,6 +91,7 @@ typedef struct tunnel_info {
     char name[256]; /* SNI, else the CONNECT host: certificate name and origin SNI */
     bool insecure;
     char error[400];     /* origin failure: every request gets a 502 page saying this */
+    int status;          /* of that page: 502, or 403 (intercept.destinations) */
     bool origin_h2;      /* the origin chose h2 in the probe and the listener speaks h2: the client
                             is offered h2 too */
     bool origin_alpn_h2; /* the origin chose h2 in the probe: requests go to it over h2 */
@@ -123,7 +126,9 @@ typedef struct tunnel {
     fy_resolve_req_t rq; /* the origin's name, while resolving */
     void (*connected)(struct tunnel *t,
                       const char *err); /* after connect_origin: fd in oio or err */
-    int oerrno; /* why connect_origin failed: an errno, ELOOP to ourselves, 0 the name */
+    int oerrno;    /* why connect_origin failed: an errno, ELOOP to ourselves, EACCES denied by
+                      intercept.destinations, 0 the name */
+    char why[400]; /* connect_origin's error text when it is not static */
 } tunnel_t;
 
 static bool loops(const mitm_t *m, const struct sockaddr *sa);
@@ -238,6 +243,15 @@ static int connect_addr(tunnel_t *t, const struct sockaddr *sa, socklen_t len, c
     if (loops(t->m, sa)) {
         *err = "the tunnel is addressed to this proxy itself";
         t->oerrno = ELOOP;
+        return -1;
+    }
+    if (fy__mitm_dest_check(t->m->dest, t->host, t->port, sa, t->why, sizeof t->why) ==
+        FY_DEST_DENY) {
+        char a[64];
+        fy_warn("mitm: client %s: %s", fy_sock_host_str((struct sockaddr *)&t->remote, a, sizeof a),
+                t->why);
+        *err = t->why;
+        t->oerrno = EACCES;
         return -1;
     }
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -594,6 +608,11 @@ static void probe_connected(tunnel_t *t, const char *err)
     mitm_t *m = t->m;
     tunnel_info_t *ti = t->info;
     if (err) {
+        if (t->oerrno == EACCES) {
+            ti->status = 403;
+            probe_done(t, "not allowed", err, true);
+            return;
+        }
         probe_done(t, "cannot connect to the origin", err, true);
         return;
     }
@@ -1112,6 +1131,20 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     if (!h->stopped) fy_exchange_read_body(ex, h2tun_on_body);
 }
 
+/* intercept.destinations for an exchange's destination (addr NULL: by name, where the name
+   decides). False after answering 403. */
+static bool dest_allowed(mitm_t *m, fy_exchange_t *ex, const char *host, int port,
+                         const struct sockaddr *addr)
+{
+    char why[400];
+    if (fy__mitm_dest_check(m->dest, host, port, addr, why, sizeof why) != FY_DEST_DENY)
+        return true;
+    char a[64];
+    fy_warn("mitm: client %s: %s", fy_sock_host_str(ex->remote, a, sizeof a), why);
+    refuse(ex, 403, "destination denied by intercept.destinations", "%s", why);
+    return false;
+}
+
 /* The origin connected (fd): take the client connection over, answer 200, peek. */
 static void connect_established(mitm_t *m, fy_exchange_t *ex, const char *host, int port, int ofd)
 {
@@ -1245,6 +1278,13 @@ static void preconn_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, soc
         preconn_fail(p, 508, "tunnel addressed to the proxy itself", why);
         return;
     }
+    if (fy__mitm_dest_check(p->m->dest, p->host, p->port, sa, why, sizeof why) == FY_DEST_DENY) {
+        preconn_cleanup(p);
+        char a[64];
+        fy_warn("mitm: client %s: %s", fy_sock_host_str(p->ex->remote, a, sizeof a), why);
+        refuse(p->ex, 403, "destination denied by intercept.destinations", "%s", why);
+        return;
+    }
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(why, sizeof why, "cannot make a socket: %s", strerror(errno));
@@ -1279,6 +1319,7 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
         return;
     }
+    if (!dest_allowed(m, ex, host, port, NULL)) return;
     preconn_t *p = fy_arena_calloc(ex->arena, sizeof *p);
     p->m = m;
     p->ex = ex;
@@ -1501,36 +1542,6 @@ bool fy_mitm_captured(const fy_exchange_t *ex, fy_str_t *req, fy_str_t *res, boo
     return false;
 }
 
-/* The address a connect to `sa` reaches, as the kernel sees it: an IPv4-mapped IPv6 address is
-   its IPv4 address, and the unspecified address (0.0.0.0, ::) is this host's loopback (Linux
-   connects there). Port kept. */
-static void dest_normalise(const struct sockaddr *sa, struct sockaddr_storage *out)
-{
-    memset(out, 0, sizeof *out);
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)sa;
-        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-            struct sockaddr_in *o = (void *)out;
-            o->sin_family = AF_INET;
-            o->sin_port = a->sin6_port;
-            memcpy(&o->sin_addr, a->sin6_addr.s6_addr + 12, 4);
-            if (o->sin_addr.s_addr == htonl(INADDR_ANY))
-                o->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            return;
-        }
-        struct sockaddr_in6 *o = (void *)out;
-        o->sin6_family = AF_INET6;
-        o->sin6_port = a->sin6_port;
-        o->sin6_addr = IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr) ? in6addr_loopback : a->sin6_addr;
-        return;
-    }
-    if (sa->sa_family == AF_INET) {
-        struct sockaddr_in *o = (void *)out;
-        *o = *(const struct sockaddr_in *)sa;
-        if (o->sin_addr.s_addr == htonl(INADDR_ANY)) o->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    }
-}
-
 /* Is the (normalised) address one of this host's: loopback, or on one of its interfaces? */
 static bool addr_is_local(const struct sockaddr *sa)
 {
@@ -1564,7 +1575,7 @@ static bool addr_is_local(const struct sockaddr *sa)
 static bool loops(const mitm_t *m, const struct sockaddr *sa)
 {
     struct sockaddr_storage d;
-    dest_normalise(sa, &d);
+    fy__mitm_dest_normalise(sa, &d);
     const struct sockaddr *dst = (const struct sockaddr *)&d;
     int local = -1; /* not asked yet */
     for (size_t i = 0; i < m->nown; i++) {
@@ -1574,7 +1585,7 @@ static bool loops(const mitm_t *m, const struct sockaddr *sa)
                      ((const struct sockaddr_in *)raw)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
                     (raw->sa_family == AF_INET6 &&
                      IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)raw)->sin6_addr));
-        dest_normalise(raw, &os);
+        fy__mitm_dest_normalise(raw, &os);
         const struct sockaddr *o = (const struct sockaddr *)&os;
         if (o->sa_family != dst->sa_family) continue;
         if (dst->sa_family == AF_INET) {
@@ -1617,7 +1628,8 @@ static void refuse(fy_exchange_t *ex, int status, const char *error, const char 
     fy_exchange_respond(ex, status, "text/plain; charset=utf-8", body, (size_t)n);
 }
 
-static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
+static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e, const char *host,
+                     int port)
 {
     const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
     if (loops(m, (const struct sockaddr *)&sv->addr)) {
@@ -1627,6 +1639,7 @@ static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
                fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a));
         return;
     }
+    if (!dest_allowed(m, ex, host, port, (const struct sockaddr *)&sv->addr)) return;
     if (!e->user) e->user = fy_proxy_handler_new(&m->pconf, e->up);
     e->inflight++;
     fy_arena_on_reset(ex->arena, release_entry, e);
@@ -1663,7 +1676,7 @@ static void go_addr(pending_t *p, const struct sockaddr *sa, socklen_t len)
         fy_exchange_fail(p->ex, 502, err);
         return;
     }
-    go_entry(p->m, p->ex, e);
+    go_entry(p->m, p->ex, e, t->host, t->port);
 }
 
 static void go_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
@@ -1688,9 +1701,10 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     fy_upstream_dyn_entry_t *e = fy_upstream_dyn_find(m->dyn, ex->ctx->worker_id, t->host, t->port,
                                                       t->tls, t->h2, t->sni, t->insecure);
     if (e) {
-        go_entry(m, ex, e);
+        go_entry(m, ex, e, t->host, t->port);
         return;
     }
+    if (!dest_allowed(m, ex, t->host, t->port, NULL)) return;
     pending_t *p = fy_arena_calloc(ex->arena, sizeof *p);
     p->m = m;
     p->ex = ex;
@@ -1730,6 +1744,10 @@ static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bo
 
 static void error_page(fy_exchange_t *ex, const tunnel_info_t *ti)
 {
+    if (ti->status == 403) {
+        refuse(ex, 403, "destination denied by intercept.destinations", "%s", ti->error);
+        return;
+    }
     char body[1200];
     int n = snprintf(body, sizeof body,
                      "<!doctype html><title>502 Bad Gateway</title><h1>502 Bad Gateway</h1>"
@@ -1840,6 +1858,7 @@ static void destroy(fy_handler_t *h)
     fy_upstream_dyn_free(m->dyn);
     fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);
+    fy__mitm_dest_free(m->dest);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
     SSL_CTX_free(m->probe);
@@ -1929,6 +1948,7 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     m->probe = probe_ctx(conf->upstream_ca, false);
     m->probe_insecure = probe_ctx(NULL, true);
     m->rules = fy__mitm_rules_new(conf);
+    m->dest = fy__mitm_dest_new(&conf->destinations);
     if (conf->forward) {
         const char *c = strrchr(conf->forward, ':');
         snprintf(m->fwd_host, sizeof m->fwd_host, "%.*s", (int)(c - conf->forward), conf->forward);
@@ -1949,6 +1969,19 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     for (size_t i = 0; i < conf->allow.n; i++)
         if (fy_cidr_parse(conf->allow.v[i], &m->allow[m->nallow]) == 0) m->nallow++;
     if (conf->auth) m->auth_b64 = b64(conf->auth);
+    for (size_t i = 0; i < m->nallow && conf->destinations.n == 0; i++) {
+        const fy_cidr_t *c = &m->allow[i];
+        bool lo = (c->family == AF_INET && c->bits >= 8 && c->addr[0] == 127) ||
+                  (c->family == AF_INET6 && c->bits == 128 &&
+                   IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)c->addr));
+        if (lo) continue;
+        fy_warn("intercept.allow admits clients beyond loopback (%s) and intercept.destinations "
+                "is empty: they can reach this host's loopback services and private networks "
+                "through the proxy; consider destinations: [{action: deny, hosts: [loopback, "
+                "private]}]",
+                conf->allow.v[i]);
+        break;
+    }
     BIO *b = BIO_new(BIO_s_mem());
     PEM_write_bio_X509(b, fy_ca_cert(ca));
     char *p;
