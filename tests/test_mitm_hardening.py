@@ -135,10 +135,14 @@ def test_mitm_self_loop_every_address_form(server, certs, form):  # noqa: F811
                          "Connection: close\r\n\r\n".encode(), timeout=10)
     assert statuses(resp) == [508], resp[:300]
     assert b"this proxy itself" in resp
+    # a CONNECT to ourselves, by the same spelling: refused before any 200
+    got, s = _connect(srv.port, f"{form}:{srv.port}")
+    s.close()
+    assert statuses(got) == [508] and b"this proxy itself" in got, got
     # one request each reached the proxy: nothing went round
     srv.stop()
     lines = (srv.tmp / "access.log").read_text().splitlines()
-    assert len(lines) == 2 and all('" 508 ' in l for l in lines), lines
+    assert len(lines) == 3 and all('" 508 ' in l for l in lines), lines
 
 
 def test_mitm_self_loop_other_loopback_address_is_not_ours(server, certs):  # noqa: F811
