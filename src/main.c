@@ -202,7 +202,7 @@ static int cmd_oneliner(const char *cmd, int argc, char **argv)
 static int cmd_mitm(int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8888", *ca_dir = NULL, *upstream_ca = NULL;
-    const char *workers = NULL, *access = NULL, *har = NULL;
+    const char *workers = NULL, *access = "stdout", *har = NULL; /* --access-log off: none */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;

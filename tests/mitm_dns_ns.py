@@ -61,7 +61,7 @@ out["info"] = curl("-w", "\n%{http_code}", proxy + "/")
 out["slow_done_before_info"] = "slow" in res
 t.join(40)
 out["slow"] = res.get("slow")
-out["connect"] = curl("-x", proxy, "-k", "-w", "\n%{http_code}", "https://hangs2.example/")
+out["connect"] = curl("-x", proxy, "-k", "-w", "\n%{http_connect}", "https://hangs2.example/")
 # more lookups than resolver threads (1): the others queue, and each still gets its 502
 res2 = {}
 ts = [threading.Thread(target=lambda i=i: res2.update({i: curl(

@@ -3,6 +3,7 @@
 #include "handler/mitm.h"
 
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,6 +14,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include "core/log.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
+#include "handler/mitm_dest.h"
 #include "handler/mitm_hooks.h"
 #include "handler/mitm_rules.h"
 #include "handler/proxy.h"
@@ -70,6 +73,7 @@ typedef struct mitm {
     pin_t pins[MAX_PINS];
     probed_t probed[PROBE_CACHE];    /* under pin_lock */
     fy_mitm_rules_t *rules;          /* owned */
+    fy_mitm_dest_t *dest;            /* owned: intercept.destinations */
     struct sockaddr_storage own[16]; /* our proxy listeners: requests to them would loop */
     size_t nown;
     char fwd_host[256]; /* intercept.forward, split; fwd_port 0: none */
@@ -87,16 +91,17 @@ typedef struct tunnel_info {
     char name[256]; /* SNI, else the CONNECT host: certificate name and origin SNI */
     bool insecure;
     char error[400];     /* origin failure: every request gets a 502 page saying this */
+    int status;          /* of that page: 502, or 403 (intercept.destinations) */
     bool origin_h2;      /* the origin chose h2 in the probe and the listener speaks h2: the client
                             is offered h2 too */
     bool origin_alpn_h2; /* the origin chose h2 in the probe: requests go to it over h2 */
     bool plain;          /* transparent plain HTTP: no TLS either side; host "" = use Host */
 } tunnel_info_t;
 
-enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS };
+enum { S_PEEK, S_HELLO, S_PROBE, S_FINISH, S_RELAY_CONNECT, S_RELAY, S_SOCKS, S_SOCKS_CONNECT };
 static const char *const state_names[] = {
     "peek",    "client hello", "origin handshake", "client handshake",
-    "connect", "relay",        "socks5 handshake"};
+    "connect", "relay",        "socks5 handshake", "socks5 connect"};
 
 typedef struct tunnel {
     fy_conn_node_t node; /* in ctx->conns: drained and closed with the listener's conns */
@@ -121,9 +126,14 @@ typedef struct tunnel {
     fy_resolve_req_t rq; /* the origin's name, while resolving */
     void (*connected)(struct tunnel *t,
                       const char *err); /* after connect_origin: fd in oio or err */
+    int oerrno;    /* why connect_origin failed: an errno, ELOOP to ourselves, EACCES denied by
+                      intercept.destinations, 0 the name */
+    char why[400]; /* connect_origin's error text when it is not static */
 } tunnel_t;
 
 static bool loops(const mitm_t *m, const struct sockaddr *sa);
+static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- pinning ---- */
 
@@ -214,9 +224,15 @@ static void node_close(fy_conn_node_t *n)
     tunnel_close(fy_container_of(n, tunnel_t, node));
 }
 
+static void socks_reply(tunnel_t *t, int err, const char *why);
+
 static void on_timer(fy_timer_t *tm)
 {
     tunnel_t *t = tm->data;
+    if (t->state == S_SOCKS_CONNECT) {
+        socks_reply(t, ETIMEDOUT, "connect timeout");
+        return;
+    }
     fy_info("mitm: tunnel to %s:%d: %s timeout", t->host, t->port, state_names[t->state]);
     if (t->state == S_FINISH) pin_fail(t->m, t->info ? t->info->name : t->host, t->loop->now_ms);
     tunnel_close(t);
@@ -226,17 +242,29 @@ static int connect_addr(tunnel_t *t, const struct sockaddr *sa, socklen_t len, c
 {
     if (loops(t->m, sa)) {
         *err = "the tunnel is addressed to this proxy itself";
+        t->oerrno = ELOOP;
+        return -1;
+    }
+    if (fy__mitm_dest_check(t->m->dest, t->host, t->port, sa, t->why, sizeof t->why) ==
+        FY_DEST_DENY) {
+        char a[64];
+        fy_warn("mitm: client %s: %s", fy_sock_host_str((struct sockaddr *)&t->remote, a, sizeof a),
+                t->why);
+        *err = t->why;
+        t->oerrno = EACCES;
         return -1;
     }
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
+        t->oerrno = errno;
         *err = "cannot make a socket";
         return -1;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
-        *err = "connection refused";
+        t->oerrno = errno;
+        *err = strerror(errno);
         close(fd);
         return -1;
     }
@@ -248,6 +276,7 @@ static void origin_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, sock
                             const char *err)
 {
     tunnel_t *t = q->data;
+    t->oerrno = 0;
     if (sa && connect_addr(t, sa, len, &err) == 0) err = NULL;
     t->connected(t, err);
 }
@@ -347,8 +376,20 @@ static void relay_connected(tunnel_t *t, const char *err)
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
 }
 
+static void relay_start_connected(tunnel_t *t)
+{
+    t->state = S_RELAY;
+    t->c2o = t->c2o ? t->c2o : fy_xmalloc(RELAY_BUF);
+    t->o2c = fy_xmalloc(RELAY_BUF);
+    relay(t);
+}
+
 static void start_relay(tunnel_t *t)
 {
+    if (t->oio.fd >= 0) { /* connected before the 200 */
+        relay_start_connected(t);
+        return;
+    }
     fy_io_set(t->loop, &t->cio, 0); /* quiet while the name resolves */
     fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
     connect_origin(t, relay_connected);
@@ -555,6 +596,10 @@ static void start_probe(tunnel_t *t)
     }
     fy_io_set(t->loop, &t->cio, 0);
     fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
+    if (t->oio.fd >= 0) { /* connected before the 200: the probe's TLS goes over it */
+        probe_connected(t, NULL);
+        return;
+    }
     connect_origin(t, probe_connected);
 }
 
@@ -563,6 +608,11 @@ static void probe_connected(tunnel_t *t, const char *err)
     mitm_t *m = t->m;
     tunnel_info_t *ti = t->info;
     if (err) {
+        if (t->oerrno == EACCES) {
+            ti->status = 403;
+            probe_done(t, "not allowed", err, true);
+            return;
+        }
         probe_done(t, "cannot connect to the origin", err, true);
         return;
     }
@@ -598,8 +648,22 @@ static void drive_client(tunnel_t *t)
         return;
     }
     if (t->state == S_FINISH) {
-        fy_info("mitm: client refused the certificate forged for %s (TLS alert %d)", t->info->name,
-                alert);
+        /* unknown_ca, bad_certificate, certificate_unknown: the client does not trust our CA,
+           which a new user has to be told (at info, the line drowned among the others) */
+        const char *why = alert == SSL_AD_UNKNOWN_CA            ? "unknown_ca"
+                          : alert == SSL_AD_BAD_CERTIFICATE     ? "bad_certificate"
+                          : alert == SSL_AD_CERTIFICATE_UNKNOWN ? "certificate_unknown"
+                                                                : NULL;
+        char a[64];
+        fy_sock_host_str((const struct sockaddr *)&t->remote, a, sizeof a);
+        if (why)
+            fy_warn("mitm: client %s refused the certificate forged for %s (TLS alert %s): it "
+                    "does not trust Ferry's CA %s; `ferry ca export` writes it and prints how "
+                    "to trust it",
+                    a, t->info->name, why, fy_ca_pem_path(t->m->ca));
+        else
+            fy_info("mitm: client %s refused the certificate forged for %s (TLS alert %d)", a,
+                    t->info->name, alert);
         pin_fail(t->m, t->info->name, t->loop->now_ms);
         if (strcmp(t->info->name, t->host) != 0) pin_fail(t->m, t->host, t->loop->now_ms);
     } else {
@@ -656,6 +720,62 @@ static void decide(tunnel_t *t, unsigned char first)
 static bool say(tunnel_t *t, const void *p, size_t n)
 {
     return send(t->cio.fd, p, n, MSG_NOSIGNAL) == (ssize_t)n;
+}
+
+/* RFC 1928 §6 REP for a failed connect to the origin. */
+static unsigned char socks_rep(int err)
+{
+    switch (err) {
+    case 0: /* the name did not resolve */
+    case EHOSTUNREACH:
+    case ETIMEDOUT:
+        return 4;
+    case ENETUNREACH:
+        return 3;
+    case ECONNREFUSED:
+        return 5;
+    case ELOOP: /* to ourselves */
+    case EACCES:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+/* The SOCKS5 CONNECT's origin connected (or not): reply, then on as an HTTP CONNECT. */
+static void socks_reply(tunnel_t *t, int err, const char *why)
+{
+    unsigned char reply[10] = {5, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    if (why) {
+        reply[1] = socks_rep(err);
+        fy_info("mitm: socks5 CONNECT %s:%d: %s", t->host, t->port, why);
+        say(t, reply, sizeof reply);
+        tunnel_close(t);
+        return;
+    }
+    if (!say(t, reply, sizeof reply)) {
+        tunnel_close(t);
+        return;
+    }
+    /* from here on, exactly a CONNECT tunnel */
+    fy_io_set(t->loop, &t->oio, 0);
+    t->state = S_PEEK;
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
+    if (t->c2o_len) {
+        decide(t, (unsigned char)t->c2o[0]);
+        return;
+    }
+    fy_io_set(t->loop, &t->cio, EPOLLIN);
+}
+
+static void socks_connected(tunnel_t *t, const char *err)
+{
+    if (err) {
+        socks_reply(t, t->oerrno, err);
+        return;
+    }
+    fy_io_set(t->loop, &t->oio, EPOLLOUT);
+    fy_timer_start(t->loop, &t->timer, t->m->conf->connect_timeout_ms);
 }
 
 static void socks_read(tunnel_t *t)
@@ -726,17 +846,10 @@ static void socks_read(tunnel_t *t)
             }
             snprintf(t->host, sizeof t->host, "%s", msg.host);
             t->port = msg.port;
-            if (!say(t, reply, sizeof reply)) {
-                tunnel_close(t);
-                return;
-            }
-            /* from here on, exactly a CONNECT tunnel */
-            t->state = S_PEEK;
-            if (t->c2o_len) {
-                decide(t, (unsigned char)t->c2o[0]);
-                return;
-            }
-            fy_io_set(t->loop, &t->cio, EPOLLIN);
+            /* the origin first: the reply says whether it could be reached */
+            t->state = S_SOCKS_CONNECT;
+            fy_io_set(t->loop, &t->cio, 0);
+            connect_origin(t, socks_connected);
             return;
         }
     }
@@ -788,12 +901,15 @@ static void on_origin(fy_io_t *io, uint32_t ev)
             tunnel_close(t);
             return;
         }
-        t->state = S_RELAY;
-        t->c2o = t->c2o ? t->c2o : fy_xmalloc(RELAY_BUF);
-        t->o2c = fy_xmalloc(RELAY_BUF);
-        relay(t);
+        relay_start_connected(t);
     } else if (t->state == S_RELAY) {
         relay(t);
+    } else if (t->state == S_SOCKS_CONNECT) {
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        getsockopt(t->oio.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (!soerr && (ev & (EPOLLERR | EPOLLHUP))) soerr = ECONNREFUSED;
+        socks_reply(t, soerr, soerr ? strerror(soerr) : NULL);
     }
 }
 
@@ -980,10 +1096,11 @@ static void h2tun_free(void *arg)
         free(h);
 }
 
-static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port)
+static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int port, int ofd)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+        close(ofd);
         fy_exchange_fail(ex, 503, "cannot make a socketpair for the tunnel");
         return;
     }
@@ -995,6 +1112,7 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     h->io.data = h;
     fy_arena_on_reset(ex->arena, h2tun_free, h);
     tunnel_t *t = tunnel_new(m, ex->ctx, sv[0], ex->remote, sizeof(struct sockaddr_storage));
+    t->oio.fd = ofd;
     snprintf(t->host, sizeof t->host, "%s", host);
     t->port = port;
     t->state = S_PEEK;
@@ -1013,20 +1131,25 @@ static void h2_connect_start(mitm_t *m, fy_exchange_t *ex, const char *host, int
     if (!h->stopped) fy_exchange_read_body(ex, h2tun_on_body);
 }
 
-static void connect_start(mitm_t *m, fy_exchange_t *ex)
+/* intercept.destinations for an exchange's destination (addr NULL: by name, where the name
+   decides). False after answering 403. */
+static bool dest_allowed(mitm_t *m, fy_exchange_t *ex, const char *host, int port,
+                         const struct sockaddr *addr)
 {
-    char host[256];
-    int port;
-    if (split_authority(ex->req.authority, 443, host, sizeof host, &port) < 0) {
-        fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
-        return;
-    }
-    if (ex->req.protocol.len) {
-        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
-        return;
-    }
+    char why[400];
+    if (fy__mitm_dest_check(m->dest, host, port, addr, why, sizeof why) != FY_DEST_DENY)
+        return true;
+    char a[64];
+    fy_warn("mitm: client %s: %s", fy_sock_host_str(ex->remote, a, sizeof a), why);
+    refuse(ex, 403, "destination denied by intercept.destinations", "%s", why);
+    return false;
+}
+
+/* The origin connected (fd): take the client connection over, answer 200, peek. */
+static void connect_established(mitm_t *m, fy_exchange_t *ex, const char *host, int port, int ofd)
+{
     if (!ex->sink->detach) {
-        h2_connect_start(m, ex, host, port);
+        h2_connect_start(m, ex, host, port, ofd);
         return;
     }
     char *pre = fy_xmalloc(RELAY_BUF);
@@ -1037,12 +1160,14 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
     memcpy(&remote, ex->remote, sizeof remote);
     if (ex->sink->detach(ex, &fd, pre, RELAY_BUF, &prelen) < 0) {
         free(pre);
+        close(ofd);
         fy_exchange_fail(ex, 501, "CONNECT cannot be taken over on this connection");
         return;
     }
     /* ex is gone: the codec freed itself */
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     tunnel_t *t = tunnel_new(m, ctx, fd, (struct sockaddr *)&remote, sizeof remote);
+    t->oio.fd = ofd;
     free(t->c2o);
     t->c2o = pre;
     t->c2o_len = prelen;
@@ -1059,6 +1184,161 @@ static void connect_start(mitm_t *m, fy_exchange_t *ex)
         return;
     }
     fy_io_set(t->loop, &t->cio, EPOLLIN);
+}
+
+/* A CONNECT whose origin is being connected before the client hears 200 (in its arena):
+   a closed port, a timeout or a name that does not resolve is a 502 naming it, not a 200
+   followed by a reset. */
+typedef struct preconn {
+    mitm_t *m;
+    fy_exchange_t *ex;
+    fy_loop_t *loop;
+    fy_resolve_req_t q;
+    fy_io_t io;
+    fy_timer_t timer;
+    bool done; /* answered or handed over: nothing left to cancel */
+    int port;
+    char host[256];
+} preconn_t;
+
+static void preconn_cleanup(preconn_t *p)
+{
+    if (p->done) return;
+    p->done = true;
+    fy_resolve_cancel(&p->q);
+    fy_timer_stop(p->loop, &p->timer);
+    if (p->io.fd >= 0) {
+        fy_io_set(p->loop, &p->io, 0);
+        close(p->io.fd);
+        p->io.fd = -1;
+    }
+}
+
+static void preconn_cancel(void *arg)
+{
+    preconn_cleanup(arg);
+}
+
+static void preconn_fail(preconn_t *p, int status, const char *error, const char *why)
+{
+    preconn_cleanup(p);
+    fy_info("mitm: CONNECT %s:%d: %s", p->host, p->port, why);
+    refuse(p->ex, status, error, "%s", why);
+}
+
+static void preconn_ok(preconn_t *p)
+{
+    int fd = p->io.fd;
+    fy_io_set(p->loop, &p->io, 0);
+    p->io.fd = -1;
+    preconn_cleanup(p);
+    char host[256];
+    snprintf(host, sizeof host, "%s", p->host);
+    connect_established(p->m, p->ex, host, p->port, fd);
+}
+
+static void preconn_timeout(fy_timer_t *tm)
+{
+    preconn_t *p = tm->data;
+    char why[400];
+    snprintf(why, sizeof why, "cannot connect to %s:%d: timed out after %llu ms (connect-timeout)",
+             p->host, p->port, (unsigned long long)p->m->conf->connect_timeout_ms);
+    preconn_fail(p, 502, "origin connect timed out", why);
+}
+
+static void preconn_io(fy_io_t *io, uint32_t ev)
+{
+    preconn_t *p = io->data;
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    getsockopt(p->io.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (!soerr && (ev & (EPOLLERR | EPOLLHUP))) soerr = ECONNREFUSED;
+    if (soerr) {
+        char why[400];
+        snprintf(why, sizeof why, "cannot connect to %s:%d: %s", p->host, p->port, strerror(soerr));
+        preconn_fail(p, 502, "origin connect failed", why);
+        return;
+    }
+    preconn_ok(p);
+}
+
+static void preconn_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
+                             const char *err)
+{
+    preconn_t *p = q->data;
+    char why[400];
+    if (!sa) {
+        preconn_fail(p, 502, "origin host name did not resolve", err);
+        return;
+    }
+    if (loops(p->m, sa)) {
+        char a[80];
+        snprintf(why, sizeof why, "the tunnel is addressed to this proxy itself (%s)",
+                 fy_sock_addr_str(sa, a, sizeof a));
+        preconn_fail(p, 508, "tunnel addressed to the proxy itself", why);
+        return;
+    }
+    if (fy__mitm_dest_check(p->m->dest, p->host, p->port, sa, why, sizeof why) == FY_DEST_DENY) {
+        preconn_cleanup(p);
+        char a[64];
+        fy_warn("mitm: client %s: %s", fy_sock_host_str(p->ex->remote, a, sizeof a), why);
+        refuse(p->ex, 403, "destination denied by intercept.destinations", "%s", why);
+        return;
+    }
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot make a socket: %s", strerror(errno));
+        preconn_fail(p, 503, "no socket for the origin", why);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
+        snprintf(why, sizeof why, "cannot connect to %s:%d: %s", p->host, p->port, strerror(errno));
+        close(fd);
+        preconn_fail(p, 502, "origin connect failed", why);
+        return;
+    }
+    p->io.fd = fd;
+    if (fy_io_set(p->loop, &p->io, EPOLLOUT) < 0) {
+        preconn_fail(p, 503, "cannot watch the origin connection", "cannot watch the socket");
+        return;
+    }
+    fy_timer_start(p->loop, &p->timer, p->m->conf->connect_timeout_ms);
+}
+
+static void connect_start(mitm_t *m, fy_exchange_t *ex)
+{
+    char host[256];
+    int port;
+    if (split_authority(ex->req.authority, 443, host, sizeof host, &port) < 0) {
+        fy_exchange_fail(ex, 400, "CONNECT target is not host:port");
+        return;
+    }
+    if (ex->req.protocol.len) {
+        fy_exchange_fail(ex, 501, "extended CONNECT (:protocol) to the proxy is not a tunnel");
+        return;
+    }
+    if (!dest_allowed(m, ex, host, port, NULL)) return;
+    preconn_t *p = fy_arena_calloc(ex->arena, sizeof *p);
+    p->m = m;
+    p->ex = ex;
+    p->loop = ex->ctx->loop;
+    p->port = port;
+    snprintf(p->host, sizeof p->host, "%s", host);
+    p->io.fd = -1;
+    p->io.cb = preconn_io;
+    p->io.data = p;
+    fy_timer_init(&p->timer, preconn_timeout, p);
+    p->q.cb = preconn_resolved;
+    p->q.data = p;
+    fy_arena_on_reset(ex->arena, preconn_cancel, p);
+    int r = fy_resolve(m->resolver, ex->ctx->worker_id, p->loop, p->host, port, &p->q);
+    if (r < 0) {
+        preconn_fail(p, 502, "origin host name did not resolve", p->q.err);
+        return;
+    }
+    if (r == 1) preconn_resolved(&p->q, (struct sockaddr *)&p->q.addr, p->q.addrlen, NULL);
 }
 
 static tunnel_t *tunnel_new(mitm_t *m, fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa,
@@ -1262,23 +1542,65 @@ bool fy_mitm_captured(const fy_exchange_t *ex, fy_str_t *req, fy_str_t *res, boo
     return false;
 }
 
-/* Is `sa` one of our own proxy listeners (a wildcard listener matches any address)? */
+/* Is the (normalised) address one of this host's: loopback, or on one of its interfaces? */
+static bool addr_is_local(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET &&
+        (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127)
+        return true;
+    if (sa->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr))
+        return true;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) < 0) return true; /* cannot tell: rather refuse than loop */
+    bool local = false;
+    for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+        const struct sockaddr *a = i->ifa_addr;
+        if (!a || a->sa_family != sa->sa_family) continue;
+        if (a->sa_family == AF_INET)
+            local = ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+                    ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+        else
+            local = memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                           &((const struct sockaddr_in6 *)sa)->sin6_addr, 16) == 0;
+    }
+    freeifaddrs(ifs);
+    return local;
+}
+
+/* Would a connection to `sa` reach one of our own proxy listeners? Every spelling of an address
+   counts (`[::ffff:127.0.0.1]`, `0.0.0.0`, `127.1` and the numeric forms resolve to these); a
+   listener bound to a wildcard is reached through any of this host's addresses of its family
+   (IPv6 listeners are IPV6_V6ONLY). */
 static bool loops(const mitm_t *m, const struct sockaddr *sa)
 {
+    struct sockaddr_storage d;
+    fy__mitm_dest_normalise(sa, &d);
+    const struct sockaddr *dst = (const struct sockaddr *)&d;
+    int local = -1; /* not asked yet */
     for (size_t i = 0; i < m->nown; i++) {
-        const struct sockaddr *o = (const struct sockaddr *)&m->own[i];
-        if (o->sa_family != sa->sa_family) continue;
-        if (sa->sa_family == AF_INET) {
-            const struct sockaddr_in *a = (const void *)sa, *b = (const void *)o;
-            if (a->sin_port == b->sin_port && (b->sin_addr.s_addr == htonl(INADDR_ANY) ||
-                                               a->sin_addr.s_addr == b->sin_addr.s_addr))
+        struct sockaddr_storage os;
+        const struct sockaddr *raw = (const struct sockaddr *)&m->own[i];
+        bool wild = (raw->sa_family == AF_INET &&
+                     ((const struct sockaddr_in *)raw)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
+                    (raw->sa_family == AF_INET6 &&
+                     IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)raw)->sin6_addr));
+        fy__mitm_dest_normalise(raw, &os);
+        const struct sockaddr *o = (const struct sockaddr *)&os;
+        if (o->sa_family != dst->sa_family) continue;
+        if (dst->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)dst, *b = (const void *)o;
+            if (a->sin_port != b->sin_port) continue;
+            if (!wild && a->sin_addr.s_addr == b->sin_addr.s_addr) return true;
+        } else {
+            const struct sockaddr_in6 *a = (const void *)dst, *b = (const void *)o;
+            if (a->sin6_port != b->sin6_port) continue;
+            if (!wild && memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0)
                 return true;
-        } else if (sa->sa_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)sa, *b = (const void *)o;
-            if (a->sin6_port == b->sin6_port &&
-                (IN6_IS_ADDR_UNSPECIFIED(&b->sin6_addr) ||
-                 memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0))
-                return true;
+        }
+        if (wild) {
+            if (local < 0) local = addr_is_local(dst);
+            if (local) return true;
         }
     }
     return false;
@@ -1291,13 +1613,33 @@ void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen
         memcpy(&m->own[m->nown++], sa, len);
 }
 
-static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e)
+/* A refusal with a plain-text body that says why (fy_exchange_fail's page names no reason). */
+static void refuse(fy_exchange_t *ex, int status, const char *error, const char *fmt, ...)
+{
+    char *body = fy_arena_alloc(ex->arena, 700);
+    int n = snprintf(body, 700, "%d %s: ", status, fy_http_reason(status));
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(body + n, 700 - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > 698) n = 698;
+    body[n++] = '\n';
+    ex->error = error;
+    fy_exchange_respond(ex, status, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+static void go_entry(mitm_t *m, fy_exchange_t *ex, fy_upstream_dyn_entry_t *e, const char *host,
+                     int port)
 {
     const fy_upstream_server_conf_t *sv = fy_upstream_conf(e->up)->servers.v;
     if (loops(m, (const struct sockaddr *)&sv->addr)) {
-        fy_exchange_fail(ex, 508, "the request is addressed to this proxy itself");
+        char a[80];
+        refuse(ex, 508, "request addressed to the proxy itself",
+               "the request is addressed to this proxy itself (%s)",
+               fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a));
         return;
     }
+    if (!dest_allowed(m, ex, host, port, (const struct sockaddr *)&sv->addr)) return;
     if (!e->user) e->user = fy_proxy_handler_new(&m->pconf, e->up);
     e->inflight++;
     fy_arena_on_reset(ex->arena, release_entry, e);
@@ -1334,7 +1676,7 @@ static void go_addr(pending_t *p, const struct sockaddr *sa, socklen_t len)
         fy_exchange_fail(p->ex, 502, err);
         return;
     }
-    go_entry(p->m, p->ex, e);
+    go_entry(p->m, p->ex, e, t->host, t->port);
 }
 
 static void go_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_t len,
@@ -1359,9 +1701,10 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     fy_upstream_dyn_entry_t *e = fy_upstream_dyn_find(m->dyn, ex->ctx->worker_id, t->host, t->port,
                                                       t->tls, t->h2, t->sni, t->insecure);
     if (e) {
-        go_entry(m, ex, e);
+        go_entry(m, ex, e, t->host, t->port);
         return;
     }
+    if (!dest_allowed(m, ex, t->host, t->port, NULL)) return;
     pending_t *p = fy_arena_calloc(ex->arena, sizeof *p);
     p->m = m;
     p->ex = ex;
@@ -1401,6 +1744,10 @@ static void forward(mitm_t *m, fy_exchange_t *ex, const char *host, int port, bo
 
 static void error_page(fy_exchange_t *ex, const tunnel_info_t *ti)
 {
+    if (ti->status == 403) {
+        refuse(ex, 403, "destination denied by intercept.destinations", "%s", ti->error);
+        return;
+    }
     char body[1200];
     int n = snprintf(body, sizeof body,
                      "<!doctype html><title>502 Bad Gateway</title><h1>502 Bad Gateway</h1>"
@@ -1511,6 +1858,7 @@ static void destroy(fy_handler_t *h)
     fy_upstream_dyn_free(m->dyn);
     fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);
+    fy__mitm_dest_free(m->dest);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
     SSL_CTX_free(m->probe);
@@ -1600,6 +1948,7 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     m->probe = probe_ctx(conf->upstream_ca, false);
     m->probe_insecure = probe_ctx(NULL, true);
     m->rules = fy__mitm_rules_new(conf);
+    m->dest = fy__mitm_dest_new(&conf->destinations);
     if (conf->forward) {
         const char *c = strrchr(conf->forward, ':');
         snprintf(m->fwd_host, sizeof m->fwd_host, "%.*s", (int)(c - conf->forward), conf->forward);
@@ -1620,6 +1969,19 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
     for (size_t i = 0; i < conf->allow.n; i++)
         if (fy_cidr_parse(conf->allow.v[i], &m->allow[m->nallow]) == 0) m->nallow++;
     if (conf->auth) m->auth_b64 = b64(conf->auth);
+    for (size_t i = 0; i < m->nallow && conf->destinations.n == 0; i++) {
+        const fy_cidr_t *c = &m->allow[i];
+        bool lo = (c->family == AF_INET && c->bits >= 8 && c->addr[0] == 127) ||
+                  (c->family == AF_INET6 && c->bits == 128 &&
+                   IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)c->addr));
+        if (lo) continue;
+        fy_warn("intercept.allow admits clients beyond loopback (%s) and intercept.destinations "
+                "is empty: they can reach this host's loopback services and private networks "
+                "through the proxy; consider destinations: [{action: deny, hosts: [loopback, "
+                "private]}]",
+                conf->allow.v[i]);
+        break;
+    }
     BIO *b = BIO_new(BIO_s_mem());
     PEM_write_bio_X509(b, fy_ca_cert(ca));
     char *p;

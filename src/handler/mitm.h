@@ -1,8 +1,11 @@
 /* The intercepting proxy handler (listeners of `kind: intercept`, DESIGN.md §2 "MITM is a
  * transport trick"):
  *  - absolute-form requests (`GET http://host/...`) are proxied to that origin;
- *  - `CONNECT host:port` takes the client connection over (sink `detach`), answers 200 and
- *    peeks: a TLS ClientHello pauses at the hello, the origin is connected first (TLS, ALPN
+ *  - `CONNECT host:port` is checked against intercept.destinations (403 naming the rule),
+ *    resolved and TCP-connected to the origin while the exchange waits (a refusal, timeout
+ *    or unresolvable name is a 502 naming it, a tunnel to ourselves 508); then it takes the
+ *    client connection over (sink `detach`), answers 200 and peeks: a TLS ClientHello pauses
+ *    at the hello, the origin is probed over that connection first (TLS, ALPN
  *    h2,http/1.1, certificate verified), then the client handshake finishes with a leaf
  *    forged for the SNI (or the CONNECT host) and a nested h1 server codec runs on the
  *    decrypted stream; its exchanges carry ex->tunnel and come back here, to be proxied to
@@ -42,8 +45,9 @@ int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
 #include "core/str.h"
 struct fy_exchange;
 bool fy_mitm_captured(const struct fy_exchange *ex, fy_str_t *req, fy_str_t *res, bool *cut);
-/* One of our own proxy listeners' addresses: requests addressed to it get 508 instead of
- * looping through the proxy (up to 16 are remembered). */
+/* One of our own proxy listeners' addresses: requests and tunnels addressed to it, in any
+ * spelling (IPv4-mapped, 0.0.0.0, any of this host's addresses for a wildcard listener), get
+ * 508 instead of looping through the proxy (up to 16 are remembered). */
 void fy_mitm_add_own_address(fy_handler_t *h, const struct sockaddr *sa, socklen_t len);
 /* The embedding API's hooks (copied); before the workers start. */
 void fy_mitm_set_hooks(fy_handler_t *h, const ferry_hooks_t *hooks);

@@ -338,6 +338,99 @@ static const fy_conf_directive_t capture_table[] = {
     {.key = NULL},
 };
 
+/* `hosts:` of a destination rule: a CIDR, a keyword, or a host name pattern. */
+static int validate_dest_hosts(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                               void *obj)
+{
+    (void)obj;
+    const fy_conf_strlist_t *l = field;
+    int rc = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const char *h = l->v[i];
+        fy_cidr_t c;
+        if (fy_cidr_parse(h, &c) == 0 || strcmp(h, "loopback") == 0 || strcmp(h, "private") == 0 ||
+            strcmp(h, "*") == 0)
+            continue;
+        const char *name = strncmp(h, "*.", 2) == 0 ? h + 2 : h;
+        bool ok = name[0] && strlen(name) < 254 && name[0] != '.';
+        for (const char *q = name; ok && *q; q++)
+            ok = *q == '.' || *q == '-' || *q == '_' || (*q >= '0' && *q <= '9') ||
+                 ((*q | 0x20) >= 'a' && (*q | 0x20) <= 'z');
+        if (!ok) {
+            fy_conf_error(ctx, node, NULL,
+                          "bad destination '%.60s'; expected a CIDR (10.0.0.0/8, ::1), "
+                          "loopback, private, a host name, *.example.com or *",
+                          h);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+int fy_port_range_parse(const char *s, int *lo, int *hi)
+{
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s || a < 1 || a > 65535) return -1;
+    if (*end == '-') {
+        const char *q = end + 1;
+        b = strtol(q, &end, 10);
+        if (end == q || b < a || b > 65535) return -1;
+    }
+    if (*end) return -1;
+    *lo = (int)a;
+    *hi = (int)b;
+    return 0;
+}
+
+static int validate_dest_ports(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                               void *obj)
+{
+    (void)obj;
+    const fy_conf_strlist_t *l = field;
+    int rc = 0, lo, hi;
+    for (size_t i = 0; i < l->n; i++) {
+        if (fy_port_range_parse(l->v[i], &lo, &hi) == 0) continue;
+        fy_conf_error(ctx, node, NULL,
+                      "bad port '%.40s'; expected a port (443) or a range (8000-8999) in 1..65535",
+                      l->v[i]);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int check_dest_rule(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    (void)ctx;
+    ((fy_mitm_dest_rule_t *)obj)->line = map->line;
+    return 0;
+}
+
+static const char *const dest_actions[] = {"allow", "deny", NULL};
+
+static const fy_conf_directive_t dest_rule_table[] = {
+    {.key = "action",
+     .type = FY_CT_ENUM,
+     .offset = offsetof(fy_mitm_dest_rule_t, action),
+     .required = true,
+     .enums = dest_actions,
+     .doc = "allow or deny the destinations this rule matches."},
+    {.key = "hosts",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_mitm_dest_rule_t, hosts),
+     .validate = validate_dest_hosts,
+     .doc = "Destinations: CIDRs (checked against the resolved address, so a name resolving "
+            "into one matches), `loopback` (127.0.0.0/8, ::1, 0.0.0.0, ::), `private` "
+            "(10/8, 172.16/12, 192.168/16, 100.64/10, 169.254/16, fc00::/7, fe80::/10), host "
+            "names, `*.example.com`, `*`; any host when unset."},
+    {.key = "ports",
+     .type = FY_CT_STRLIST,
+     .offset = offsetof(fy_mitm_dest_rule_t, ports),
+     .validate = validate_dest_ports,
+     .doc = "Ports (`443`) and ranges (`8000-8999`); any port when unset."},
+    {.key = NULL, .check = check_dest_rule},
+};
+
 #define I(f) offsetof(fy_intercept_conf_t, f)
 
 const fy_conf_directive_t fy_intercept_conf_table[] = {
@@ -461,6 +554,17 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .sub_size = sizeof(fy_mitm_rule_t),
      .doc = "Rules for intercepted and proxied requests, applied in order (every matching "
             "rule's edits; the first `respond`/`block`/`map-remote`)."},
+    {.key = "destinations",
+     .type = FY_CT_TABLE_LIST,
+     .offset = I(destinations),
+     .sub = dest_rule_table,
+     .sub_size = sizeof(fy_mitm_dest_rule_t),
+     .doc = "Where clients may go through the proxy (CONNECT, absolute-form requests, SOCKS5, "
+            "transparent): rules checked in order, the first whose `hosts` and `ports` match "
+            "decides; denied is 403 naming the rule (SOCKS5: reply 2). No rule matching, and "
+            "by default (no rules): allowed, as the clients are only the ones `allow` admits "
+            "(loopback by default, who reach these hosts anyway). Widening `allow`? Add "
+            "`{action: deny, hosts: [loopback, private]}` first."},
     {.key = "body-cap",
      .type = FY_CT_SIZE,
      .offset = I(body_cap),

@@ -50,6 +50,16 @@ typedef struct fy_mitm_rule {
     fy_conf_list_t replace;     /* of fy_mitm_replace_t */
 } fy_mitm_rule_t;
 
+/* `destinations:` items, checked in order; the first whose hosts and ports both match
+   decides (none matches: allowed). */
+typedef struct fy_mitm_dest_rule {
+    int action; /* enum: 0 allow, 1 deny */
+    fy_conf_strlist_t
+        hosts; /* CIDRs, `loopback`, `private`, names, `*.example.com`; any if empty */
+    fy_conf_strlist_t ports; /* "443", "8000-8999"; any when empty */
+    int line;                /* where the rule starts (for the 403 and the log) */
+} fy_mitm_dest_rule_t;
+
 typedef struct fy_intercept_conf {
     char *ca_dir;                  /* `ca-dir`: where ferry-ca.pem/.key live; default data-dir */
     char *upstream_ca;             /* `upstream-ca`: PEM bundle for origins; default system */
@@ -71,6 +81,7 @@ typedef struct fy_intercept_conf {
     char *forward;                 /* `forward`: host:port all transparent traffic goes to */
     char *generic_cert;            /* `generic-certificate`: name forged for no-SNI clients */
     fy_conf_list_t rules;          /* `rules`: of fy_mitm_rule_t, all matching ones apply */
+    fy_conf_list_t destinations;   /* `destinations`: of fy_mitm_dest_rule_t, first match */
     uint64_t body_cap;             /* `body-cap`: bodies buffered for `replace` (decoded size) */
     struct fy_mitm_capture {
         char *har;         /* `har`: HAR 1.2 file written as flows complete */
@@ -91,6 +102,9 @@ typedef struct fy_cidr {
 int fy_cidr_parse(const char *s, fy_cidr_t *out);
 /* Does the address match (IPv4-mapped IPv6 addresses match IPv4 entries)? */
 bool fy_cidr_match(const fy_cidr_t *c, const struct sockaddr *sa);
+
+/* "443" or "8000-8999" (1..65535, lo <= hi). Returns 0 or -1. */
+int fy_port_range_parse(const char *s, int *lo, int *hi);
 
 /* Does `host` (no port, any case) match a pattern of `l` ("example.com", "*.example.com",
    "*" for any)? */

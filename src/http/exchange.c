@@ -87,6 +87,8 @@ const char *fy_http_reason(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 407:
+        return "Proxy Authentication Required";
     case 408:
         return "Request Timeout";
     case 411:
@@ -117,6 +119,8 @@ const char *fy_http_reason(int status)
         return "Gateway Timeout";
     case 505:
         return "HTTP Version Not Supported";
+    case 508:
+        return "Loop Detected";
     default:
         return "Unknown";
     }

@@ -145,12 +145,30 @@ fail:
     return -1;
 }
 
+/* Anyone who can write the CA directory can swap the certificate (or the key) for their own,
+   and a client trusting "Ferry's CA" then trusts theirs: refuse what others may write, as the
+   key's mode is refused (group write is left alone: user-private groups are common). 1 when
+   refused (err says why and the chmod that fixes it), 0 fine, -1 when `path` is absent. */
+static int writable_by_others(const char *path, bool is_dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) return -1;
+    if (!(st.st_mode & S_IWOTH)) return 0;
+    snprintf(err, errlen,
+             "%s: mode %03o lets any user replace the interception CA%s; chmod o-w %s "
+             "(or chmod %s %s)",
+             path, (unsigned)(st.st_mode & 0777), is_dir ? "'s files" : " certificate", path,
+             is_dir ? "700" : "644", path);
+    return 1;
+}
+
 fy_ca_t *fy_ca_load(const char *dir, bool create, char *err, size_t errlen)
 {
     fy_ca_t *ca = fy_xcalloc(1, sizeof *ca);
     snprintf(ca->pem, sizeof ca->pem, "%s/ferry-ca.pem", dir);
     snprintf(ca->keyf, sizeof ca->keyf, "%s/ferry-ca.key", dir);
     struct stat st;
+    if (writable_by_others(dir, true, err, errlen) == 1) goto fail;
     if (stat(ca->keyf, &st) < 0) {
         if (errno != ENOENT || !create) {
             snprintf(err, errlen, "%s: %s%s", ca->keyf, strerror(errno),
@@ -170,6 +188,7 @@ fy_ca_t *fy_ca_load(const char *dir, bool create, char *err, size_t errlen)
                  (unsigned)(st.st_mode & 0777));
         goto fail;
     }
+    if (writable_by_others(ca->pem, false, err, errlen) == 1) goto fail;
     FILE *f = fopen(ca->keyf, "r");
     if (!f) {
         snprintf(err, errlen, "%s: %s", ca->keyf, strerror(errno));
