@@ -430,7 +430,7 @@ int main(int argc, char **argv)
     if ((check || (cmd && strcmp(cmd, "run") == 0)) && !file)
         return bad_usage("%s needs -c FILE", cmd);
     fy_config_t *cfg = load(file);
-    if (!cfg) return check ? 1 : 2;
+    if (!cfg) return 1;
     if (workers > 0) cfg->workers = workers;
     if (check) {
         fy_config_dump(cfg, stdout);

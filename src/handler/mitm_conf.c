@@ -1,5 +1,7 @@
 /* Directive table of `intercept:`, CIDR and host-pattern helpers. */
 #include "handler/mitm_conf.h"
+#include "tls/tls_files.h"
+#include "conf/conf_valid.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -164,14 +166,17 @@ static const fy_conf_directive_t hdr_edit_table[] = {
     {.key = "set",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_hdr_edit_t, set),
+     .validate = fy_conf_valid_header_map,
      .doc = "Fields set (replacing any of the same name)."},
     {.key = "append",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_hdr_edit_t, append),
+     .validate = fy_conf_valid_header_map,
      .doc = "Fields added after the existing ones."},
     {.key = "remove",
      .type = FY_CT_STRLIST,
      .offset = offsetof(fy_mitm_hdr_edit_t, remove),
+     .validate = fy_conf_valid_token_list,
      .doc = "Field names removed."},
     {.key = NULL},
 };
@@ -246,6 +251,7 @@ static const fy_conf_directive_t respond_table[] = {
     {.key = "headers",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_respond_t, headers),
+     .validate = fy_conf_valid_header_map,
      .doc = "Response header fields."},
     {.key = NULL, .check = check_respond},
 };
@@ -349,6 +355,7 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
     {.key = "upstream-ca",
      .type = FY_CT_STRING,
      .offset = I(upstream_ca),
+     .validate = fy_tls_valid_ca_file,
      .doc = "PEM bundle to verify origin certificates; default the system store."},
     {.key = "insecure",
      .type = FY_CT_STRLIST,
