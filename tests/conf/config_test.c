@@ -170,7 +170,40 @@ static void test_top_level(void)
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
                "routes, upstreams, l4, limits, http2, quic, log, intercept, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
-    CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content\n");
+    CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
+                        "flow node at line 2); an opened quote or bracket is not closed\n");
+    /* an unknown key that is valid one level down or up says so */
+    CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
+               "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
+               "match? (expected one of: match, static, respond, echo, proxy)\n");
+    CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
+               "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
+               "did you mean to indent it less, out of match? (expected one of: host, path, "
+               "method, path-exact, path-regex, header, query)\n");
+    CHECK_FAIL("listeners:\n  - address: :80\n    cert: x\n",
+               "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
+               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni)\n");
+    /* a route naming no upstream: at the route's own line, not 1:1 */
+    CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
+               "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
+               "no upstreams:)\n");
+    CHECK_FAIL(L1 "upstreams: [{name: a, servers: [http://127.0.0.1:1]}]\nroutes:\n"
+                  "  - proxy: {upstream: b}\n",
+               "c.yaml:4:23: routes[0].proxy.upstream: no upstream named 'b'\n");
+    /* two listeners on one address and transport */
+    CHECK_FAIL("listeners:\n  - address: 127.0.0.1:80\n  - address: 127.0.0.1:80\n",
+               "c.yaml:3:14: listeners[1].address: 127.0.0.1:80 (TCP) is already taken by "
+               "listeners[0] at line 2; two listeners on one address would split its clients\n");
+    c = load("listeners:\n  - address: 127.0.0.1:80\n  - address: 127.0.0.2:80\n"
+             "  - address: \"[::1]:80\"\nl4:\n  - {listen: 127.0.0.1:80, mode: udp, target: "
+             "127.0.0.1:9}\n");
+    CHECK(c != NULL); /* other address, other family, other transport */
+    fy_config_free(c);
+    CHECK_FAIL("listeners:\n  - address: 127.0.0.1:443\n    tls: self-signed\n"
+               "    protocols: [h1, h3]\nl4:\n  - listen: 127.0.0.1:443\n    mode: quic-passthrough\n"
+               "    target: 127.0.0.1:9\n",
+               "c.yaml:6:13: l4[0].listen: 127.0.0.1:443 (UDP) is already taken by listeners[0] "
+               "at line 2; two listeners on one address would split its clients\n");
 
     c = load(L1 "data-dir: /var/lib/ferry\n");
     CHECK(c && !strcmp(c->data_dir, "/var/lib/ferry"));
