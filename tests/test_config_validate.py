@@ -66,6 +66,9 @@ INJECTIONS = [
     ("intercept.rules[0].response-headers.append",
      "listeners: [{address: 127.0.0.1:8888, kind: intercept}]\nintercept:\n  rules:\n"
      "    - response-headers: {append: {\"x\\r\\ny\": v}}\n"),
+    ("intercept.rules[0].map-remote",
+     "listeners: [{address: 127.0.0.1:8888, kind: intercept}]\nintercept:\n  rules:\n"
+     "    - map-remote: \"http://a.example\\r\\nX-Evil: 1\"\n"),
     ("intercept.rules[0].respond.headers.x-a",
      "listeners: [{address: 127.0.0.1:8888, kind: intercept}]\nintercept:\n  rules:\n"
      "    - respond: {headers: {x-a: \"v\\r\\nX-Evil: 1\"}}\n"),
@@ -211,3 +214,64 @@ def test_config_validate_run_reports_the_same(tmp_path):
     assert p.returncode == 1, p.stderr
     assert re.search(re.escape(str(cfg)) + r":4:\d+: listeners\[0\]\.tls\.cert: cannot read", p.stderr)
     assert "error:0" not in p.stderr
+
+
+def test_config_validate_tls_ciphers(tmp_path):
+    p, cfg = check(tmp_path, "listeners:\n  - address: 127.0.0.1:8443\n"
+                   "    tls: {self-signed: true, ciphers: NOPE-NOPE}\n")
+    expect_error(p, cfg, 3, "listeners[0].tls.ciphers", "NOPE-NOPE")
+
+
+# ---- YAML and key mistakes: hints, and the right position ----
+
+@pytest.mark.parametrize("text,line,hint", [
+    ("listeners:\n\t- address: 127.0.0.1:8080\n", 2, "tabs are not allowed for indentation"),
+    ("listeners:\n  - address: 127.0.0.1:8080\n  \tprotocols: [h1]\n", 3,
+     "tabs are not allowed for indentation"),
+    ("listeners:\n  - address: 127.0.0.1:8080\n   protocols: [h1]\n", 3, "check the indentation"),
+    ("log:\n  level: info\n access: off\n", 3, "check the indentation"),
+    ("routes:\n  - respond: {body: \"ok}\n", 3, "not closed"),
+])
+def test_config_validate_yaml_hints(tmp_path, text, line, hint):
+    p, cfg = check(tmp_path, text)
+    assert p.returncode == 1, p.stderr
+    assert re.search(re.escape(cfg) + rf":{line}:\d+: yaml: .*" + re.escape(hint), p.stderr), p.stderr
+
+
+@pytest.mark.parametrize("text,line,key,hint", [
+    (L + "routes:\n  - match:\n    path: /x\n    echo: {}\n", 4, "routes[0].path",
+     "did you mean to indent it under match?"),
+    (L + "routes:\n  - match:\n      path: /x\n      echo: {}\n", 5, "routes[0].match.echo",
+     "indent it less, out of match?"),
+    ("listeners:\n  - address: 127.0.0.1:8443\n    self-signed: true\n", 3,
+     "listeners[0].self-signed", "did you mean to indent it under tls?"),
+])
+def test_config_validate_unknown_key_hints(tmp_path, text, line, key, hint):
+    p, cfg = check(tmp_path, text)
+    assert p.returncode == 1, p.stderr
+    m = re.search(re.escape(cfg) + rf":{line}:\d+: " + re.escape(key) + ": (.*)$", p.stderr, re.M)
+    assert m and hint in m.group(1), p.stderr
+
+
+def test_config_validate_unknown_upstream_at_the_route(tmp_path):
+    p, cfg = check(tmp_path, L + U + "routes:\n  - echo: {}\n  - match: {path: /a}\n"
+                   "    proxy: {upstream: nope}\n")
+    expect_error(p, cfg, 8, "routes[1].proxy.upstream", "no upstream named 'nope'")
+    assert ":1:1:" not in p.stderr
+
+
+def test_config_validate_duplicate_listeners(tmp_path):
+    p, cfg = check(tmp_path, "listeners:\n  - address: 127.0.0.1:8080\n"
+                   "  - address: 127.0.0.1:8081\n  - address: 127.0.0.1:8080\n"
+                   "routes: [{echo: {}}]\n")
+    expect_error(p, cfg, 4, "listeners[2].address", "127.0.0.1:8080", "listeners[0]", "line 2")
+    # TCP and UDP on one port are two sockets: fine
+    p, _ = check(tmp_path, "listeners:\n  - address: 127.0.0.1:8443\n    tls: self-signed\n"
+                 "l4:\n  - {listen: 127.0.0.1:8443, mode: udp, target: 127.0.0.1:9}\n"
+                 "routes: [{echo: {}}]\n")
+    assert p.returncode == 0, p.stderr
+    p, cfg = check(tmp_path, "listeners:\n  - address: 127.0.0.1:8443\n    tls: self-signed\n"
+                   "    protocols: [h1, h2, h3]\n"
+                   "l4:\n  - {listen: 127.0.0.1:8443, mode: udp, target: 127.0.0.1:9}\n"
+                   "routes: [{echo: {}}]\n")
+    expect_error(p, cfg, 6, "l4[0].listen", "(UDP)", "listeners[0]")

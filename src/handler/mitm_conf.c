@@ -153,8 +153,9 @@ static int validate_origin_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, v
 {
     (void)obj;
     const char *u = *(char **)field;
+    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* it becomes the Host */
     if ((strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) ||
-        u[strlen(u) - 1] == '/' || strchr(u + 8, '/')) {
+        u[strlen(u) - 1] == '/' || strchr(u + 8, '/') || strpbrk(u, " \t")) {
         fy_conf_error(ctx, node, NULL,
                       "expected http://HOST[:PORT] or https://HOST[:PORT], got '%.100s'", u);
         return -1;

@@ -114,6 +114,7 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
     {.key = "ciphers",
      .type = FY_CT_STRING,
      .offset = T(ciphers),
+     .validate = fy_tls_valid_ciphers,
      .doc = "TLS 1.2 cipher list in OpenSSL syntax; default: OpenSSL's."},
     {.key = NULL, .check = check_tls},
 };

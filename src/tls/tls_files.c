@@ -6,6 +6,7 @@
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "conf/conf_valid.h"
@@ -80,6 +81,19 @@ int fy_tls_valid_ca_file(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *f
     char msg[800];
     if (!p || fy_tls_check_ca_file(p, msg, sizeof msg) == 0) return 0;
     fy_conf_error(ctx, node, NULL, "%s", msg);
+    return -1;
+}
+
+int fy_tls_valid_ciphers(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const char *c = *(char **)field;
+    if (!c) return 0;
+    SSL_CTX *t = SSL_CTX_new(TLS_method());
+    int ok = t && SSL_CTX_set_cipher_list(t, c) == 1;
+    SSL_CTX_free(t);
+    ERR_clear_error();
+    if (ok) return 0;
+    fy_conf_error(ctx, node, NULL, "OpenSSL knows no cipher in '%.200s'", c);
     return -1;
 }
 

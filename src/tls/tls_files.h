@@ -16,6 +16,9 @@ int fy_tls_check_cert_key(const char *cert, const char *key, char *msg, size_t l
 /* `path` is a readable PEM file holding at least one certificate (a CA bundle). */
 int fy_tls_check_ca_file(const char *path, char *msg, size_t len);
 
+/* FY_CT_STRING validator of a TLS 1.2 cipher list (OpenSSL syntax) that selects at least one
+   cipher this OpenSSL knows (NULL passes). */
+int fy_tls_valid_ciphers(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
 /* FY_CT_STRING validator of a CA bundle (fy_tls_check_ca_file; NULL passes). */
 int fy_tls_valid_ca_file(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
 /* For a table's check: cert and key (both set) as fy_tls_check_cert_key, reported at the
