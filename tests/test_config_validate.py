@@ -46,6 +46,9 @@ INJECTIONS = [
     ("upstreams[0].sticky.header",
      L + "upstreams:\n  - name: o\n    servers: [http://127.0.0.1:9]\n"
      "    sticky: {header: \"x\\r\\ny\"}\nroutes: [{proxy: o}]\n"),
+    ("upstreams[0].servers[0].url",
+     L + "upstreams:\n  - name: o\n    servers: [\"http://127.0.0.1:9\\r\\nX-Evil: 1\"]\n"
+     "routes: [{proxy: o}]\n"),
     ("upstreams[0].sni",
      L + "upstreams:\n  - name: o\n    servers: [https://127.0.0.1:9]\n"
      "    sni: \"a.example\\r\\nb\"\nroutes: [{proxy: o}]\n"),

@@ -18,6 +18,7 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     fy_upstream_server_conf_t *sv = obj;
     const char *url = *(char **)field;
     const char *rest;
+    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* no CR/LF in messages */
     if (strncmp(url, "http://", 7) == 0) {
         sv->tls = false;
         rest = url + 7;
