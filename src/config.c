@@ -488,6 +488,7 @@ const fy_conf_directive_t fy_config_table[] = {
     {.key = "data-dir",
      .type = FY_CT_STRING,
      .offset = C(data_dir),
+     .validate = fy_conf_valid_state_dir,
      .doc = "Where generated state (self-signed certificates) is kept; default "
             "`$XDG_DATA_HOME/ferry`, else `~/.local/share/ferry`."},
     {.key = NULL, .check = check_config},

@@ -628,6 +628,7 @@ def test_cli_invalid_config_exits_1_everywhere(tmp_path):
     (["proxy", "gopher://x"], "ferry: proxy: URL: "),
     (["mitm", "--upstream-ca", "{tmp}/nope.pem"], "ferry: mitm: --upstream-ca: cannot read"),
     (["mitm", "--listen", "x:y"], "ferry: mitm: --listen: "),
+    (["mitm", "--ca-dir", "/dev/null/ca"], "ferry: mitm: --ca-dir: cannot create '/dev/null/ca'"),
     (["l4", "127.0.0.1:9", "--tls", "a.pem:b.key"], "ferry: l4: --tls: cannot read 'a.pem'"),
 ])
 def test_cli_oneliner_errors_name_the_flag(tmp_path, args, head):

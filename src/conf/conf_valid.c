@@ -211,6 +211,42 @@ int fy_conf_valid_log_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, voi
     return 0;
 }
 
+int fy_conf_valid_state_dir(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    const char *p = *(char **)field;
+    if (!p) return 0;
+    struct stat st;
+    if (stat(p, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return 0;
+        fy_conf_error(ctx, node, NULL, "'%.300s' is not a folder", p);
+        return -1;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", p);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) {
+            snprintf(dir, sizeof dir, ".");
+        } else if (slash == dir) {
+            dir[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        if (stat(dir, &st) == 0) break;
+        if (!strcmp(dir, ".") || !strcmp(dir, "/")) break;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fy_conf_error(ctx, node, NULL, "cannot create '%.300s': '%.300s' is not a folder", p, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) < 0) {
+        fy_conf_error(ctx, node, NULL, "cannot create '%.300s' in '%.300s': %s", p, dir,
+                      strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int fy_conf_valid_header_map(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
     const fy_conf_strmap_t *m = field;

@@ -44,6 +44,10 @@ int fy_conf_valid_readable_file(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, 
 int fy_conf_valid_log_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
                              void *obj);
 
+/* A folder for generated state (CA, self-signed certificates): it is a folder, or it can be
+   made (mkdir -p): its nearest existing ancestor is a writable folder. */
+int fy_conf_valid_state_dir(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
+
 /* FY_CT_STRMAP: every name a token, every value a field value (header blocks). */
 int fy_conf_valid_header_map(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
                              void *obj);

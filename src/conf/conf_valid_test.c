@@ -88,7 +88,7 @@ static void test_hostname(void)
 /* ---- the validators on a table, through the real engine ---- */
 
 struct t {
-    char *tok, *val, *path, *host, *file, *log;
+    char *tok, *val, *path, *host, *file, *log, *dir;
     fy_conf_strmap_t hdrs;
     fy_conf_strlist_t names;
 };
@@ -118,6 +118,10 @@ static const fy_conf_directive_t table[] = {
      .type = FY_CT_STRING,
      .offset = offsetof(struct t, log),
      .validate = fy_conf_valid_log_target},
+    {.key = "dir",
+     .type = FY_CT_STRING,
+     .offset = offsetof(struct t, dir),
+     .validate = fy_conf_valid_state_dir},
     {.key = "hdrs",
      .type = FY_CT_STRMAP,
      .offset = offsetof(struct t, hdrs),
@@ -173,6 +177,11 @@ static void test_table(void)
     CHECK(strstr(apply("log: /nonexistent/dir/a.log\n", b, sizeof b),
                  "folder '/nonexistent/dir' does not exist"));
     CHECK(strstr(apply("log: /tmp\n", b, sizeof b), "is a folder"));
+    CHECK(!strcmp(apply("dir: /tmp\n", b, sizeof b), ""));
+    CHECK(!strcmp(apply("dir: /tmp/ferry-conf-valid-test/a/b\n", b, sizeof b), ""));
+    CHECK(strstr(apply("dir: /dev/null\n", b, sizeof b), "'/dev/null' is not a folder"));
+    CHECK(strstr(apply("dir: /dev/null/a/b\n", b, sizeof b),
+                 "cannot create '/dev/null/a/b': '/dev/null' is not a folder"));
 }
 
 FY_TEST_MAIN(test_token(); test_field_value(); test_path(); test_hostname(); test_table())

@@ -351,6 +351,7 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
     {.key = "ca-dir",
      .type = FY_CT_STRING,
      .offset = I(ca_dir),
+     .validate = fy_conf_valid_state_dir,
      .doc = "Directory of the interception CA (`ferry-ca.pem`, `ferry-ca.key` mode 0600), "
             "generated on first use; default the data dir."},
     {.key = "upstream-ca",
