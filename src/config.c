@@ -1,9 +1,11 @@
 /* The top-level directive table, the embedded default config, and load/dump/doc. */
 #include "config.h"
 
+#include "conf/conf_valid.h"
 #include "http/router.h"
 
 #include <ctype.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -280,6 +282,13 @@ static char *default_data_dir(fy_conf_arena_t *a)
     return fy_conf_strdup(a, buf);
 }
 
+/* Item i of the top-level list `key`, or `map` when it is not there (for positions). */
+static const fy_conf_node_t *item_at(const fy_conf_node_t *map, const char *key, size_t i)
+{
+    const fy_conf_node_t *seq = fy_conf_map_at(map, key);
+    return seq != map && seq->kind == FY_CONF_SEQ && i < seq->n ? seq->items[i] : map;
+}
+
 /* l4 targets naming an upstream group: resolve to its index */
 static int resolve_l4_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, const fy_config_t *cfg,
                              fy_l4_target_t *t, size_t i)
@@ -291,7 +300,10 @@ static int resolve_l4_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, cons
             t->upstream_index = (int)j;
             return 0;
         }
-    fy_conf_error(ctx, map, "l4", "item %zu: no upstream named '%s'", i, t->upstream);
+    char key[64];
+    snprintf(key, sizeof key, "l4[%zu].upstream", i);
+    fy_conf_error(ctx, fy_conf_map_at(item_at(map, "l4", i), "upstream"), key,
+                  "no upstream named '%s'", t->upstream);
     return -1;
 }
 
@@ -305,6 +317,67 @@ static int resolve_l4(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
         for (size_t k = 0; k < l[i].sni.n; k++)
             if (resolve_l4_target(ctx, map, cfg, &s[k].to, i) < 0) rc = -1;
     }
+    return rc;
+}
+
+/* One socket a config binds: two of them on the same address, port and transport would both
+   bind (SO_REUSEPORT) and split the clients between two configurations. */
+struct bind {
+    const struct sockaddr_storage *addr;
+    bool udp;
+    const char *list; /* "listeners" or "l4" */
+    size_t index;
+    const fy_conf_node_t *at;
+};
+
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr);
+    }
+    return false;
+}
+
+static int check_binds(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, const fy_config_t *cfg)
+{
+    size_t cap = 2 * (cfg->listeners.n + cfg->l4.n) + 1, n = 0;
+    struct bind *b = fy_conf_alloc(fy_conf_ctx_arena(ctx), cap * sizeof(*b));
+    const fy_listener_conf_t *ls = cfg->listeners.v;
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        const fy_conf_node_t *at = fy_conf_map_at(item_at(map, "listeners", i), "address");
+        b[n++] = (struct bind){&ls[i].addr, false, "listeners", i, at};
+        if (ls[i].protocols & FY_PROTO_H3)
+            b[n++] = (struct bind){&ls[i].addr, true, "listeners", i, at};
+    }
+    const fy_l4_conf_t *l4 = cfg->l4.v;
+    for (size_t i = 0; i < cfg->l4.n; i++) {
+        bool udp = l4[i].mode == FY_L4_UDP || l4[i].mode == FY_L4_QUIC_PASSTHROUGH;
+        const fy_conf_node_t *at = fy_conf_map_at(item_at(map, "l4", i), "listen");
+        b[n++] = (struct bind){&l4[i].addr, udp, "l4", i, at};
+    }
+    int rc = 0;
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = 0; j < i; j++) {
+            if (b[i].udp != b[j].udp || !same_addr(b[i].addr, b[j].addr)) continue;
+            if (b[i].list == b[j].list && b[i].index == b[j].index) continue;
+            char key[64];
+            snprintf(key, sizeof key, "%s[%zu].%s", b[i].list, b[i].index,
+                     b[i].list[0] == 'l' && b[i].list[1] == '4' ? "listen" : "address");
+            fy_conf_error(ctx, b[i].at, key,
+                          "%s (%s) is already taken by %s[%zu] at line %d; two listeners on one "
+                          "address would split its clients",
+                          b[i].at->str ? b[i].at->str : "this address", b[i].udp ? "UDP" : "TCP",
+                          b[j].list, b[j].index, b[j].at->line);
+            rc = -1;
+            break;
+        }
     return rc;
 }
 
@@ -338,11 +411,16 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
             if (ups[j].name && strcmp(ups[j].name, routes[i].proxy->upstream) == 0)
                 routes[i].proxy_upstream = &ups[j];
         if (!routes[i].proxy_upstream) {
-            fy_conf_error(ctx, map, "routes", "route %zu: no upstream named '%s'", i,
-                          routes[i].proxy->upstream);
+            const fy_conf_node_t *at = fy_conf_map_at(item_at(map, "routes", i), "proxy");
+            if (at->kind == FY_CONF_MAP) at = fy_conf_map_at(at, "upstream");
+            char key[64];
+            snprintf(key, sizeof key, "routes[%zu].proxy.upstream", i);
+            fy_conf_error(ctx, at, key, "no upstream named '%s'%s", routes[i].proxy->upstream,
+                          cfg->upstreams.n ? "" : " (the config has no upstreams:)");
             rc = -1;
         }
     }
+    if (rc == 0 && check_binds(ctx, map, cfg) < 0) rc = -1;
     return rc;
 }
 
@@ -410,6 +488,7 @@ const fy_conf_directive_t fy_config_table[] = {
     {.key = "data-dir",
      .type = FY_CT_STRING,
      .offset = C(data_dir),
+     .validate = fy_conf_valid_state_dir,
      .doc = "Where generated state (self-signed certificates) is kept; default "
             "`$XDG_DATA_HOME/ferry`, else `~/.local/share/ferry`."},
     {.key = NULL, .check = check_config},

@@ -59,8 +59,13 @@ def test_cli_version():
     (["serve", "a", "b"], ["'b'"]),
     (["serve", ".", "--tls", "nonsense"], ["--tls", "nonsense"]),
     (["run"], ["-c"]),
-    (["check"], ["-c"]),
     (["run", "-c"], ["-c"]),
+    (["check", "-c"], ["-c"]),
+    (["help", "frobnicate"], ["frobnicate"]),
+    (["proxy", "http://127.0.0.1:1", "--check", "--har", "x"], ["--har"]),
+    (["serve", ".", "--upstream-ca", "x"], ["serve", "--upstream-ca"]),
+    (["ca", "show", "--out", "x"], ["--out"]),
+    (["l4", "127.0.0.1:1", "--udp", "--tls", "self-signed"], ["--udp", "--tls"]),
 ])
 def test_cli_usage_errors_exit_2(args, named):
     p = ferry(*args)
@@ -427,4 +432,233 @@ def test_cli_proxy_to_a_ferry_origin(server):
 def test_cli_proxy_bad_url_names_it():
     p = ferry("proxy", "ftp://example.test")
     assert p.returncode == 2
-    assert "url" in p.stderr and "ftp://example.test" in p.stderr
+    one_line_naming(p.stderr, "ferry: proxy: URL: ", "ftp://example.test")
+
+
+# ---- per-command help, version, every flag that --help lists ----
+
+COMMANDS = ["run", "check", "serve", "proxy", "mitm", "ca", "l4", "doc-config", "help", "version"]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_cli_help_per_command(cmd):
+    outs = []
+    for args in ([cmd, "--help"], [cmd, "-h"], ["help", cmd]):
+        if cmd == "version" and args[0] == cmd:
+            continue  # `version --help` prints the version
+        p = ferry(*args)
+        assert p.returncode == 0, (args, p.stderr)
+        assert p.stderr == ""
+        outs.append(p.stdout)
+    assert all(o == outs[0] for o in outs), outs
+    assert outs[0].startswith(f"usage: ferry {cmd}"), outs[0]
+    assert cmd in ferry("--help").stdout
+
+
+def test_cli_version_forms():
+    a, b = ferry("version"), ferry("--version")
+    assert a.returncode == b.returncode == 0
+    assert a.stdout == b.stdout and re.match(r"^ferry \d+\.\d+\.\d+\n$", a.stdout)
+
+
+def help_flags(cmd):
+    """The options `ferry CMD --help` lists: {flag: takes_value}."""
+    out = ferry(cmd, "--help").stdout
+    flags = {}
+    for m in re.finditer(r"^  (-[-\w]+)(?:, (--[-\w]+))?(?: (\S+))?  ", out, re.M):
+        for f in (m.group(1), m.group(2)):
+            if f:
+                flags[f] = m.group(3) is not None
+    return flags
+
+
+def global_help_flags():
+    """{command: flags} from `ferry --help`'s synopsis lines."""
+    out = ferry("--help").stdout
+    res, cmd = {}, None
+    for line in out.splitlines():
+        m = re.match(r"^  ferry (\w[-\w]*)", line)
+        if m:
+            cmd = m.group(1)
+        elif not line.startswith("    "):
+            cmd = None
+        if cmd:
+            res.setdefault(cmd, set()).update(re.findall(r"\[(-[-\w]+)", line))
+            res[cmd].update(re.findall(r"(?<![\[\w])(-c)\b", line))
+    return res
+
+
+def test_cli_global_help_flags_are_in_command_help():
+    g = global_help_flags()
+    assert set(g) >= {"run", "check", "serve", "proxy", "mitm", "ca", "l4"}, g
+    for cmd, flags in g.items():
+        assert flags <= set(help_flags(cmd)), (cmd, flags, help_flags(cmd))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pair")
+    crt, key = d / "c.pem", d / "c.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(crt),
+                    "-days", "2", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost"], check=True,
+                   capture_output=True, timeout=30)
+    return crt, key
+
+
+POSITIONAL = {"serve": ["."], "proxy": ["https://127.0.0.1:9"], "mitm": [],
+              "l4": ["127.0.0.1:9"]}
+
+
+def flag_cases(cmd, tmp, crt, key):
+    """flag -> (extra args, regex the printed configuration must hold)"""
+    return {
+        "--listen": (["--listen", "127.0.0.1:18123"],
+                     r"(address|listen): 127\.0\.0\.1:18123$"),
+        "--tls": (["--tls", f"{crt}:{key}"], rf"cert: {re.escape(str(crt))}$"),
+        "--protocols": (["--tls", "self-signed", "--protocols", "h1,h2,h3"],
+                        r"protocols: \[h1, h2, h3\]$"),
+        "--workers": (["--workers", "3"], r"^workers: 3$"),
+        "--access-log": (["--access-log", "stdout"], r"access: stdout$"),
+        "--upstream-ca": (["--upstream-ca", str(crt)],
+                          rf"(ca|upstream-ca): {re.escape(str(crt))}$"),
+        "--ca-dir": (["--ca-dir", str(tmp)], rf"ca-dir: {re.escape(str(tmp))}$"),
+        "--har": (["--har", str(tmp / "x.har")], r"har: .*x\.har$"),
+        "--udp": (["--udp"], r"mode: udp$"),
+        "--check": ([], r"^listeners:|^l4:"),
+    }
+
+
+@pytest.mark.parametrize("cmd", ["serve", "proxy", "mitm", "l4"])
+def test_cli_every_listed_flag_works(cmd, tmp_path, pair):
+    """Each flag `ferry CMD --help` lists is accepted and has its effect on the configuration
+    (`--check` prints the configuration the flags make)."""
+    crt, key = pair
+    flags = help_flags(cmd)
+    cases = flag_cases(cmd, tmp_path, crt, key)
+    assert set(flags) <= set(cases), f"untested flags of {cmd}: {set(flags) - set(cases)}"
+    assert "--check" in flags
+    for flag in flags:
+        args, want = cases[flag]
+        p = ferry(cmd, *POSITIONAL[cmd], *args, "--check", home=tmp_path)
+        assert p.returncode == 0, (cmd, flag, p.stderr)
+        assert re.search(want, p.stdout, re.M), (cmd, flag, want, p.stdout)
+        assert p.stderr.startswith("ferry: "), p.stderr
+
+
+def test_cli_ca_flags(tmp_path):
+    assert set(help_flags("ca")) == {"--ca-dir", "--out"}
+    d, out = tmp_path / "ca", tmp_path / "out"
+    p = ferry("ca", "init", "--ca-dir", d, home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (d / "ferry-ca.pem").is_file()
+    out.mkdir()
+    p = ferry("ca", "export", "--ca-dir", d, "--out", out, home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert any(out.iterdir()), p.stdout
+
+
+def test_cli_run_and_check_flags(server, tmp_path):
+    assert set(help_flags("check")) == {"-c", "--config"}
+    assert set(help_flags("run")) == {"-c", "--config", "--workers"}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    for flag in ("-c", "--config"):
+        p = ferry("check", flag, cfg, home=tmp_path)
+        assert p.returncode == 0 and "address: 127.0.0.1:9000" in p.stdout, p.stderr
+    f = server("listeners: [{{address: 127.0.0.1:{port}}}]\nroutes: [{{echo: {{}}}}]\n",
+               start=False)
+    f.args = ["run", "--config", str(tmp_path / "run.yaml"), "--workers", "2"]
+    (tmp_path / "run.yaml").write_text(f.text)
+    f.start(wait_ports=[f.port])
+    assert f.stop() == 0
+    assert "2 workers" in f.log()
+
+
+def test_cli_proxy_upstream_ca_verifies_the_origin(server, pair):
+    """`ferry proxy https://... --upstream-ca FILE` (DESIGN.md §6): the origin's certificate
+    is verified against FILE; without it (system store) the same origin is refused."""
+    crt, key = pair
+    origin = start_serve(server, "--tls", f"{crt}:{key}")
+    origin.start(wait_ports=[origin.port])
+    front = server(args=None, start=False)
+    port = free_port()
+    front.args = ["proxy", f"https://127.0.0.1:{origin.port}", "--listen", f"127.0.0.1:{port}",
+                  "--upstream-ca", str(crt)]
+    front.start(wait_ports=[port])
+    st, _, body = http_request(port, "/hello.txt")
+    assert st == 200 and body == b"hello serve\n"
+    bare = server(args=None, start=False)
+    port2 = free_port()
+    bare.args = ["proxy", f"https://127.0.0.1:{origin.port}", "--listen", f"127.0.0.1:{port2}"]
+    bare.start(wait_ports=[port2])
+    assert http_request(port2, "/hello.txt")[0] == 502
+
+
+# ---- exit codes, messages ----
+
+def test_cli_missing_config_file_exits_2_everywhere(tmp_path):
+    for cmd in ("check", "run"):
+        p = ferry(cmd, "-c", tmp_path / "nope.yaml")
+        assert p.returncode == 2, (cmd, p.stderr)
+        one_line_naming(p.stderr, f"ferry: {cmd}: -c: ", "nope.yaml", "No such file")
+
+
+def test_cli_invalid_config_exits_1_everywhere(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(BAD)
+    for cmd in ("check", "run"):
+        p = ferry(cmd, "-c", cfg, home=tmp_path)
+        assert p.returncode == 1, (cmd, p.stderr)
+        lines = p.stderr.strip().split("\n")
+        assert all(re.match(r"^\S*bad\.yaml:\d+:\d+: ", l) for l in lines[:-1]), p.stderr
+        assert lines[-1] == f"ferry: {cmd}: {cfg} is not valid", p.stderr
+
+
+@pytest.mark.parametrize("args,head", [
+    (["serve", "{tmp}", "--tls", "nope.pem:nope.key"], "ferry: serve: --tls: cannot read 'nope.pem'"),
+    (["serve", "{tmp}/no-such-dir"], "ferry: serve: DIR: "),
+    (["serve", "{tmp}", "--listen", "nowhere"], "ferry: serve: --listen: bad address 'nowhere'"),
+    (["serve", "{tmp}", "--protocols", "h9"], "ferry: serve: --protocols: unknown protocol 'h9'"),
+    (["serve", "{tmp}", "--protocols", "h3"], "ferry: serve: --protocols: h3 needs tls"),
+    (["serve", "{tmp}", "--access-log", "{tmp}/no/such/a.log"], "ferry: serve: --access-log: "),
+    (["proxy", "https://127.0.0.1:9", "--upstream-ca", "{tmp}/nope.pem"],
+     "ferry: proxy: --upstream-ca: cannot read"),
+    (["proxy", "gopher://x"], "ferry: proxy: URL: "),
+    (["mitm", "--upstream-ca", "{tmp}/nope.pem"], "ferry: mitm: --upstream-ca: cannot read"),
+    (["mitm", "--listen", "x:y"], "ferry: mitm: --listen: "),
+    (["mitm", "--ca-dir", "/dev/null/ca"], "ferry: mitm: --ca-dir: cannot create '/dev/null/ca'"),
+    (["l4", "127.0.0.1:9", "--tls", "a.pem:b.key"], "ferry: l4: --tls: cannot read 'a.pem'"),
+])
+def test_cli_oneliner_errors_name_the_flag(tmp_path, args, head):
+    """One line naming the flag, never a position in the generated config; exit 2."""
+    p = ferry(*[a.format(tmp=tmp_path) for a in args], home=tmp_path, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    one_line_naming(p.stderr, head.format(tmp=tmp_path))
+    assert "<command line>" not in p.stderr and "routes[" not in p.stderr
+    assert "error:0" not in p.stderr  # no OpenSSL error stack
+
+
+@pytest.mark.parametrize("args", [
+    ["frobnicate"], ["serve"], ["serve", ".", "--bogus"], ["check", "-c", "/nonexistent.yaml"],
+    ["run"], ["ca"], ["ca", "frob"], ["l4"], ["proxy", "ftp://x"], ["help", "nope"],
+    ["serve", "/nonexistent-dir"], ["doc-config", "x"],
+])
+def test_cli_messages_start_with_ferry(args, tmp_path):
+    p = ferry(*args, home=tmp_path)
+    assert p.returncode == 2, (args, p.returncode, p.stderr)
+    for line in p.stderr.strip().split("\n"):
+        assert line.startswith("ferry: "), (args, line)
+
+
+def test_cli_check_without_file_prints_the_builtin(tmp_path):
+    p = ferry("check", home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "listeners:" in p.stdout and "127.0.0.1:8888" in p.stdout
+    assert p.stderr == "ferry: check: the built-in configuration is valid\n"
+    # what it prints is a configuration: it checks as a file too
+    cfg = tmp_path / "builtin.yaml"
+    cfg.write_text(p.stdout)
+    p2 = ferry("check", "-c", cfg, home=tmp_path)
+    assert p2.returncode == 0, p2.stderr

@@ -1083,7 +1083,7 @@ l4:
     ("  - listen: 127.0.0.1:9\n", "l4[0]: needs a target or an upstream"),
     ("  - listen: 127.0.0.1:9\n    mode: tcpx\n    target: 127.0.0.1:1\n",
      "l4[0].mode: expected one of: tcp, udp, tls-passthrough, tls-terminate, quic-passthrough"),
-    ("  - listen: 127.0.0.1:9\n    upstream: nope\n", "l4: item 0: no upstream named 'nope'"),
+    ("  - listen: 127.0.0.1:9\n    upstream: nope\n", "c.yaml:3:15: l4[0].upstream: no upstream named 'nope'"),
     ("  - listen: 127.0.0.1:9\n    mode: tls-terminate\n    target: 127.0.0.1:1\n",
      "l4[0].tls: is required for mode tls-terminate"),
     ("  - listen: 127.0.0.1:9\n    mode: udp\n    target: 127.0.0.1:1\n"

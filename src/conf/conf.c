@@ -196,6 +196,50 @@ static bool has_nul(const char *s, size_t len)
     return memchr(s, '\0', len) != NULL;
 }
 
+/* Does line `line` (0-based) of text have a tab in its indentation? */
+static bool tab_indented(const char *text, size_t len, size_t line)
+{
+    size_t i = 0;
+    for (size_t l = 0; l < line && i < len; i++)
+        if (text[i] == '\n') l++;
+    for (; i < len && (text[i] == ' ' || text[i] == '\t'); i++)
+        if (text[i] == '\t') return true;
+    return false;
+}
+
+/* libyaml's problems say what the parser saw, not what the writer did: add what usually
+   causes each one (tabs, indentation, an unquoted ": "). */
+static void syntax_hint(const char *text, size_t len, const yaml_parser_t *p, char *buf, size_t cap)
+{
+    const char *pr = p->problem ? p->problem : "";
+    buf[0] = '\0';
+    if (tab_indented(text, len, p->problem_mark.line) ||
+        (p->context && tab_indented(text, len, p->context_mark.line)) ||
+        (strstr(pr, "cannot start any token") && p->problem_mark.index < len &&
+         text[p->problem_mark.index] == '\t')) {
+        snprintf(buf, cap, "; tabs are not allowed for indentation in YAML: indent with spaces");
+        return;
+    }
+    const char *h = NULL;
+    if (strstr(pr, "mapping values are not allowed"))
+        h = "a 'key:' where a plain value was expected: check this line's indentation, or quote "
+            "a value that holds ': '";
+    else if (strstr(pr, "did not find expected key"))
+        h = "check the indentation: a key must line up with the other keys of its map";
+    else if (strstr(pr, "did not find expected '-' indicator"))
+        h = "check the indentation: a list item must line up with the other '- ' items";
+    else if (strstr(pr, "could not find expected ':'"))
+        h = "a key needs ': ' after it (or quote a value that spans lines)";
+    else if (strstr(pr, "expected ',' or '}'") || strstr(pr, "expected ',' or ']'"))
+        h = "inside { } or [ ], quote a value that holds ':' or ',', and close the bracket";
+    else if (strstr(pr, "found unexpected end of stream") || strstr(pr, "did not find expected"))
+        h = "an opened quote or bracket is not closed";
+    char ctx[80] = "";
+    if (p->context)
+        snprintf(ctx, sizeof ctx, " (%s at line %zu)", p->context, p->context_mark.line + 1);
+    snprintf(buf, cap, "%s%s%s", ctx, h ? "; " : "", h ? h : "");
+}
+
 fy_conf_node_t *fy_conf_parse(fy_conf_arena_t *a, const char *name, const char *text, size_t len,
                               char *err, size_t errlen)
 {
@@ -212,8 +256,10 @@ fy_conf_node_t *fy_conf_parse(fy_conf_arena_t *a, const char *name, const char *
     while (ok && !done) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&parser, &ev)) {
-            perr(&ps, parser.problem_mark.line + 1, parser.problem_mark.column + 1, "%s",
-                 parser.problem ? parser.problem : "syntax error");
+            char hint[200];
+            syntax_hint(text, len, &parser, hint, sizeof hint);
+            perr(&ps, parser.problem_mark.line + 1, parser.problem_mark.column + 1, "%s%s",
+                 parser.problem ? parser.problem : "syntax error", hint);
             ok = false;
             break;
         }

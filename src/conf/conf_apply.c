@@ -16,6 +16,7 @@
 
 #define MAX_ERRORS 100
 #define PATH_MAX_LEN 256
+#define FY_CONF_HINT_DEPTH 64
 
 struct err_line {
     struct err_line *next;
@@ -30,6 +31,9 @@ struct fy_conf_ctx {
     size_t joined_n;
     char path[PATH_MAX_LEN];
     size_t plen;
+    /* the tables being applied, outermost first, for "did you mean" hints on unknown keys */
+    const fy_conf_directive_t *tables[FY_CONF_HINT_DEPTH];
+    size_t ntables;
 };
 
 fy_conf_ctx_t *fy_conf_ctx_new(fy_conf_arena_t *a)
@@ -348,6 +352,8 @@ static bool has_bounds(const fy_conf_directive_t *d)
 
 static int apply_table(fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
                        const fy_conf_node_t *node, void *obj);
+static int apply_table_in(fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
+                          const fy_conf_node_t *node, void *obj);
 
 static int need_scalar(fy_conf_ctx_t *ctx, const fy_conf_node_t *n, const char *what)
 {
@@ -654,8 +660,51 @@ static void list_keys(const fy_conf_directive_t *table, char *buf, size_t len)
     }
 }
 
+static const fy_conf_directive_t *find_key(const fy_conf_directive_t *table, const char *key)
+{
+    for (const fy_conf_directive_t *d = table; d && d->key; d++)
+        if (!strcmp(d->key, key)) return d;
+    return NULL;
+}
+
+/* An unknown key that is a key one level down ("did you mean to indent it under match?") or
+   one level up (written too deep), as a hint for the message; "" when neither. */
+static void unknown_key_hint(const fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
+                             const char *key, size_t key_path_start, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (const fy_conf_directive_t *d = table; d->key; d++)
+        if ((d->type == FY_CT_TABLE || d->type == FY_CT_TABLE_PTR) && find_key(d->sub, key)) {
+            snprintf(buf, len, "; did you mean to indent it under %s?", d->key);
+            return;
+        }
+    if (ctx->ntables >= 2 && find_key(ctx->tables[ctx->ntables - 2], key)) {
+        /* the name of the map it sits in: the path's last key before this one */
+        size_t e = key_path_start, b;
+        if (e > 0 && ctx->path[e - 1] == ']') /* "listeners[0]" -> "listeners" */
+            while (e > 0 && ctx->path[e - 1] != '[') e--;
+        if (e > 0 && ctx->path[e - 1] == '[') e--;
+        b = e;
+        while (b > 0 && ctx->path[b - 1] != '.') b--;
+        snprintf(buf, len,
+                 "; it belongs one level up: did you mean to indent it less, out of %.*s?",
+                 (int)(e - b), ctx->path + b);
+    }
+}
+
 static int apply_table(fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
                        const fy_conf_node_t *node, void *obj)
+{
+    int rc;
+    if (ctx->ntables < FY_CONF_HINT_DEPTH) ctx->tables[ctx->ntables] = table;
+    ctx->ntables++;
+    rc = apply_table_in(ctx, table, node, obj);
+    ctx->ntables--;
+    return rc;
+}
+
+static int apply_table_in(fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
+                          const fy_conf_node_t *node, void *obj)
 {
     char b[80];
     if (node->kind != FY_CONF_MAP) {
@@ -673,9 +722,13 @@ static int apply_table(fy_conf_ctx_t *ctx, const fy_conf_directive_t *table,
         while (j < ndir && strcmp(table[j].key, k->str)) j++;
         size_t old = path_push_key(ctx, k->str);
         if (j == ndir) {
-            char keys[512];
+            char keys[512], hint[160];
             list_keys(table, keys, sizeof keys);
-            if (ndir)
+            unknown_key_hint(ctx, table, k->str, old, hint, sizeof hint);
+            if (ndir && hint[0])
+                fy_conf_error(ctx, k, NULL, "unknown key '%.60s'%s (expected one of: %s)", k->str,
+                              hint, keys);
+            else if (ndir)
                 fy_conf_error(ctx, k, NULL, "unknown key '%.60s'; expected one of: %s", k->str,
                               keys);
             else

@@ -251,9 +251,23 @@ static void test_parse_errors(void)
     CHECK_STR(parse_err("? [a]\n: 1\n"), "t.yaml:1:3: yaml: a map key must be a plain value");
     CHECK_STR(parse_err("? {a: 1}\n: 1\n"), "t.yaml:1:3: yaml: a map key must be a plain value");
     CHECK_STR(parse_err("a: \"x\\0y\"\n"), "t.yaml:1:4: yaml: a value contains a NUL character");
-    CHECK_STR(parse_err("a: [1, 2\n"), "t.yaml:2:1: yaml: did not find expected ',' or ']'");
-    CHECK_STR(parse_err("a: b: c\n"), "t.yaml:1:5: yaml: mapping values are not allowed in this "
-                                      "context");
+    CHECK_STR(parse_err("a: [1, 2\n"),
+              "t.yaml:2:1: yaml: did not find expected ',' or ']' (while parsing a flow sequence "
+              "at line 1); inside { } or [ ], quote a value that holds ':' or ',', and close the "
+              "bracket");
+    CHECK_STR(parse_err("a: b: c\n"),
+              "t.yaml:1:5: yaml: mapping values are not allowed in this context; a 'key:' where a "
+              "plain value was expected: check this line's indentation, or quote a value that "
+              "holds ': '");
+    /* hints: tabs, indentation */
+    CHECK(strstr(parse_err("a:\n\tb: 1\n"), "t.yaml:2:1: yaml: ") &&
+          strstr(parse_err("a:\n\tb: 1\n"), "tabs are not allowed for indentation"));
+    CHECK(strstr(parse_err("a:\n  b: 1\n \t c: 2\n"), "tabs are not allowed for indentation"));
+    CHECK(strstr(parse_err("a:\n  b: 1\n c: 2\n"),
+                 "t.yaml:3:2: yaml: did not find expected key (while parsing a block mapping at "
+                 "line 1); check the indentation"));
+    CHECK(strstr(parse_err("a:\n  - 1\n - 2\n"), "check the indentation"));
+    CHECK(strstr(parse_err("a: \"x\n"), "is not closed"));
 
     /* depth: 64 levels fine, 65 refused */
     char deep[200];

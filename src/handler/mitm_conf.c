@@ -1,5 +1,7 @@
 /* Directive table of `intercept:`, CIDR and host-pattern helpers. */
 #include "handler/mitm_conf.h"
+#include "tls/tls_files.h"
+#include "conf/conf_valid.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -151,8 +153,9 @@ static int validate_origin_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, v
 {
     (void)obj;
     const char *u = *(char **)field;
+    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* it becomes the Host */
     if ((strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) ||
-        u[strlen(u) - 1] == '/' || strchr(u + 8, '/')) {
+        u[strlen(u) - 1] == '/' || strchr(u + 8, '/') || strpbrk(u, " \t")) {
         fy_conf_error(ctx, node, NULL,
                       "expected http://HOST[:PORT] or https://HOST[:PORT], got '%.100s'", u);
         return -1;
@@ -164,14 +167,17 @@ static const fy_conf_directive_t hdr_edit_table[] = {
     {.key = "set",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_hdr_edit_t, set),
+     .validate = fy_conf_valid_header_map,
      .doc = "Fields set (replacing any of the same name)."},
     {.key = "append",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_hdr_edit_t, append),
+     .validate = fy_conf_valid_header_map,
      .doc = "Fields added after the existing ones."},
     {.key = "remove",
      .type = FY_CT_STRLIST,
      .offset = offsetof(fy_mitm_hdr_edit_t, remove),
+     .validate = fy_conf_valid_token_list,
      .doc = "Field names removed."},
     {.key = NULL},
 };
@@ -246,6 +252,7 @@ static const fy_conf_directive_t respond_table[] = {
     {.key = "headers",
      .type = FY_CT_STRMAP,
      .offset = offsetof(fy_mitm_respond_t, headers),
+     .validate = fy_conf_valid_header_map,
      .doc = "Response header fields."},
     {.key = NULL, .check = check_respond},
 };
@@ -437,11 +444,13 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
     {.key = "ca-dir",
      .type = FY_CT_STRING,
      .offset = I(ca_dir),
+     .validate = fy_conf_valid_state_dir,
      .doc = "Directory of the interception CA (`ferry-ca.pem`, `ferry-ca.key` mode 0600), "
             "generated on first use; default the data dir."},
     {.key = "upstream-ca",
      .type = FY_CT_STRING,
      .offset = I(upstream_ca),
+     .validate = fy_tls_valid_ca_file,
      .doc = "PEM bundle to verify origin certificates; default the system store."},
     {.key = "insecure",
      .type = FY_CT_STRLIST,

@@ -1,5 +1,6 @@
 /* Directive table of `proxy:` (route handler). */
 #include "handler/proxy_conf.h"
+#include "conf/conf_valid.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -8,12 +9,7 @@
 
 static int validate_prefix(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
-    const char *s = *(char **)field;
-    if (s && s[0] != '/') {
-        fy_conf_error(ctx, node, NULL, "must start with '/', got '%s'", s);
-        return -1;
-    }
-    return 0;
+    return fy_conf_valid_path(ctx, node, field, obj); /* it goes into the request line */
 }
 
 const fy_conf_directive_t fy_proxy_conf_table[] = {
@@ -50,18 +46,22 @@ const fy_conf_directive_t fy_proxy_conf_table[] = {
     {.key = "set-headers",
      .type = FY_CT_STRMAP,
      .offset = P(set_headers),
+     .validate = fy_conf_valid_header_map,
      .doc = "Request headers set (replacing any the client sent)."},
     {.key = "remove-headers",
      .type = FY_CT_STRLIST,
      .offset = P(remove_headers),
+     .validate = fy_conf_valid_token_list,
      .doc = "Request headers removed."},
     {.key = "response-set-headers",
      .type = FY_CT_STRMAP,
      .offset = P(response_set_headers),
+     .validate = fy_conf_valid_header_map,
      .doc = "Response headers set (replacing any the origin sent)."},
     {.key = "response-remove-headers",
      .type = FY_CT_STRLIST,
      .offset = P(response_remove_headers),
+     .validate = fy_conf_valid_token_list,
      .doc = "Response headers removed."},
     {.key = NULL},
 };

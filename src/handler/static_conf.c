@@ -1,5 +1,6 @@
 /* Directive table of the static file handler (`static:`). */
 #include "handler/static_conf.h"
+#include "conf/conf_valid.h"
 
 #include <libgen.h>
 #include <limits.h>
@@ -110,6 +111,7 @@ const fy_conf_directive_t fy_static_conf_table[] = {
     {.key = "cache-control",
      .type = FY_CT_STRING,
      .offset = S(cache_control),
+     .validate = fy_conf_valid_field_value,
      .doc = "`Cache-Control` value added to responses; none when unset."},
     {.key = "file-cache",
      .type = FY_CT_INT,

@@ -1,5 +1,6 @@
 /* Directive table of `log:`. */
 #include "ops/log_conf.h"
+#include "conf/conf_valid.h"
 
 #include <stddef.h>
 
@@ -32,11 +33,13 @@ const fy_conf_directive_t fy_log_conf_table[] = {
     {.key = "error",
      .type = FY_CT_STRING,
      .offset = G(error),
+     .validate = fy_conf_valid_log_target,
      .dflt = "stderr",
      .doc = "Error log: `stderr` or a file path."},
     {.key = "access",
      .type = FY_CT_STRING,
      .offset = G(access),
+     .validate = fy_conf_valid_log_target,
      .dflt = "off",
      .doc = "Access log: `off`, `stdout`, or a file path."},
     {.key = "access-format",

@@ -1,21 +1,31 @@
 /* Directive table of a listener's `tls:`. */
 #include "tls/tls_conf.h"
+#include "tls/tls_files.h"
+#include "conf/conf_valid.h"
 
 #include <stddef.h>
 #include <string.h>
+
+static int check_cert(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_tls_cert_conf_t *c = obj;
+    return fy_tls_conf_check_pair(ctx, map, c->cert, c->key, NULL);
+}
 
 static const fy_conf_directive_t cert_table[] = {
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = offsetof(fy_tls_cert_conf_t, cert),
+     .validate = fy_conf_valid_readable_file,
      .required = true,
      .doc = "PEM certificate chain file."},
     {.key = "key",
      .type = FY_CT_STRING,
      .offset = offsetof(fy_tls_cert_conf_t, key),
+     .validate = fy_conf_valid_readable_file,
      .required = true,
      .doc = "PEM private key file."},
-    {.key = NULL},
+    {.key = NULL, .check = check_cert},
 };
 
 static const char *const tls_versions[] = {"1.2", "1.3", NULL};
@@ -44,6 +54,7 @@ static int check_tls(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
         return -1;
     }
     if (!t->cert) return 0;
+    if (fy_tls_conf_check_pair(ctx, map, t->cert, t->key, NULL) < 0) return -1;
     fy_tls_cert_conf_t *old = t->certificates.v;
     for (size_t i = 0; i < t->certificates.n; i++)
         if (!strcmp(old[i].cert, t->cert) && !strcmp(old[i].key, t->key)) return 0;
@@ -68,10 +79,12 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = T(cert),
+     .validate = fy_conf_valid_readable_file,
      .doc = "PEM certificate chain file of the default certificate (needs `key`)."},
     {.key = "key",
      .type = FY_CT_STRING,
      .offset = T(key),
+     .validate = fy_conf_valid_readable_file,
      .doc = "PEM private key file of the default certificate (needs `cert`)."},
     {.key = "certificates",
      .type = FY_CT_TABLE_LIST,
@@ -101,6 +114,7 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
     {.key = "ciphers",
      .type = FY_CT_STRING,
      .offset = T(ciphers),
+     .validate = fy_tls_valid_ciphers,
      .doc = "TLS 1.2 cipher list in OpenSSL syntax; default: OpenSSL's."},
     {.key = NULL, .check = check_tls},
 };

@@ -1,5 +1,7 @@
 /* Directive tables of `upstreams:` and their `servers:`. */
 #include "upstream/upstream_conf.h"
+#include "tls/tls_files.h"
+#include "conf/conf_valid.h"
 
 #include <netdb.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     fy_upstream_server_conf_t *sv = obj;
     const char *url = *(char **)field;
     const char *rest;
+    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* no CR/LF in messages */
     if (strncmp(url, "http://", 7) == 0) {
         sv->tls = false;
         rest = url + 7;
@@ -121,17 +124,7 @@ static const char *const balance_names[] = {"round-robin", "random", "least-requ
 
 static int validate_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
-    const char *p = *(char **)field;
-    for (const char *q = p; *q; q++)
-        if ((unsigned char)*q <= 0x20 || *q == 0x7f) {
-            fy_conf_error(ctx, node, NULL, "must be a request path without spaces, got '%s'", p);
-            return -1;
-        }
-    if (p[0] != '/') {
-        fy_conf_error(ctx, node, NULL, "must start with '/', got '%s'", p);
-        return -1;
-    }
-    return 0;
+    return fy_conf_valid_path(ctx, node, field, obj); /* it goes into the request line */
 }
 
 static const char *const health_types[] = {"http", "tcp", NULL};
@@ -203,10 +196,12 @@ static const fy_conf_directive_t sticky_table[] = {
     {.key = "cookie",
      .type = FY_CT_STRING,
      .offset = offsetof(fy_sticky_conf_t, cookie),
+     .validate = fy_conf_valid_token,
      .doc = "Cookie that pins a client to the server that answered it first (set by Ferry)."},
     {.key = "header",
      .type = FY_CT_STRING,
      .offset = offsetof(fy_sticky_conf_t, header),
+     .validate = fy_conf_valid_token,
      .doc = "Request header whose value picks the server (same value, same server)."},
     {.key = NULL, .check = check_sticky},
 };
@@ -218,6 +213,7 @@ static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         fy_conf_error(ctx, map, u->cert ? "key" : "cert", "cert and key go together");
         return -1;
     }
+    if (fy_tls_conf_check_pair(ctx, map, u->cert, u->key, NULL) < 0) return -1;
     if (u->servers.n == 0 && u->name) {
         fy_conf_error(ctx, map, "servers", "needs at least one server");
         return -1;
@@ -304,6 +300,7 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "ca",
      .type = FY_CT_STRING,
      .offset = U(ca),
+     .validate = fy_tls_valid_ca_file,
      .doc = "PEM file of CAs that `https://` and `h2://` origins are verified against; "
             "default: the system store."},
     {.key = "insecure",
@@ -314,13 +311,19 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "sni",
      .type = FY_CT_STRING,
      .offset = U(sni),
+     .validate = fy_conf_valid_hostname,
      .doc = "Server name sent to TLS origins and verified; default: the URL's host."},
     {.key = "cert",
      .type = FY_CT_STRING,
      .offset = U(cert),
+     .validate = fy_conf_valid_readable_file,
      .doc = "Client certificate chain (PEM) presented to TLS and `h3://` origins (mTLS); with "
             "`key`."},
-    {.key = "key", .type = FY_CT_STRING, .offset = U(key), .doc = "Private key (PEM) of `cert`."},
+    {.key = "key",
+     .type = FY_CT_STRING,
+     .offset = U(key),
+     .validate = fy_conf_valid_readable_file,
+     .doc = "Private key (PEM) of `cert`."},
     {.key = "sticky",
      .type = FY_CT_TABLE_PTR,
      .offset = U(sticky),

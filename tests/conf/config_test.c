@@ -170,7 +170,40 @@ static void test_top_level(void)
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
                "routes, upstreams, l4, limits, http2, quic, log, intercept, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
-    CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content\n");
+    CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
+                        "flow node at line 2); an opened quote or bracket is not closed\n");
+    /* an unknown key that is valid one level down or up says so */
+    CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
+               "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
+               "match? (expected one of: match, static, respond, echo, proxy)\n");
+    CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
+               "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
+               "did you mean to indent it less, out of match? (expected one of: host, path, "
+               "method, path-exact, path-regex, header, query)\n");
+    CHECK_FAIL("listeners:\n  - address: :80\n    cert: x\n",
+               "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
+               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni)\n");
+    /* a route naming no upstream: at the route's own line, not 1:1 */
+    CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
+               "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
+               "no upstreams:)\n");
+    CHECK_FAIL(L1 "upstreams: [{name: a, servers: [http://127.0.0.1:1]}]\nroutes:\n"
+                  "  - proxy: {upstream: b}\n",
+               "c.yaml:4:23: routes[0].proxy.upstream: no upstream named 'b'\n");
+    /* two listeners on one address and transport */
+    CHECK_FAIL("listeners:\n  - address: 127.0.0.1:80\n  - address: 127.0.0.1:80\n",
+               "c.yaml:3:14: listeners[1].address: 127.0.0.1:80 (TCP) is already taken by "
+               "listeners[0] at line 2; two listeners on one address would split its clients\n");
+    c = load("listeners:\n  - address: 127.0.0.1:80\n  - address: 127.0.0.2:80\n"
+             "  - address: \"[::1]:80\"\nl4:\n  - {listen: 127.0.0.1:80, mode: udp, target: "
+             "127.0.0.1:9}\n");
+    CHECK(c != NULL); /* other address, other family, other transport */
+    fy_config_free(c);
+    CHECK_FAIL("listeners:\n  - address: 127.0.0.1:443\n    tls: self-signed\n"
+               "    protocols: [h1, h3]\nl4:\n  - listen: 127.0.0.1:443\n    mode: quic-passthrough\n"
+               "    target: 127.0.0.1:9\n",
+               "c.yaml:6:13: l4[0].listen: 127.0.0.1:443 (UDP) is already taken by listeners[0] "
+               "at line 2; two listeners on one address would split its clients\n");
 
     c = load(L1 "data-dir: /var/lib/ferry\n");
     CHECK(c && !strcmp(c->data_dir, "/var/lib/ferry"));
@@ -493,10 +526,11 @@ static void test_routes(void)
     CHECK_FAIL(L1 "routes:\n  - respond: {status: 600}\n",
                "c.yaml:3:23: routes[0].respond.status: must be between 200 and 599, got 600\n");
     CHECK_FAIL(L1 "routes:\n  - respond:\n      headers: {'bad name': x}\n",
-               "c.yaml:4:16: routes[0].respond.headers: bad header name 'bad name'\n");
+               "c.yaml:4:17: routes[0].respond.headers: header name \"bad name\" has a space; a "
+               "name is one token\n");
     CHECK_FAIL(L1 "routes:\n  - respond:\n      headers: {x: \"a\\r\\nb: c\"}\n",
-               "c.yaml:4:16: routes[0].respond.headers: header 'x': value has a control "
-               "character\n");
+               "c.yaml:4:20: routes[0].respond.headers.x: value \"a\\r\\nb: c\" has a line break "
+               "(CR or LF); a value is one line\n");
     /* all errors of all routes at once */
     CHECK_FAIL(L1 "routes:\n  - respond: {status: x}\n  - static: {root: /nonexistent}\n",
                "c.yaml:3:23: routes[0].respond.status: expected an integer, got 'x'\n"
@@ -668,5 +702,22 @@ static void test_file_and_doc(void)
     free(buf);
 }
 
-FY_TEST_MAIN(test_parse_addr(); test_minimal_defaults(); test_top_level(); test_listeners();
+/* The TLS tests name certificate files, which must exist and match (tls_files.c): make them in
+   a fresh folder and run there. */
+static void in_folder_with_certs(void)
+{
+    char dir[] = "/tmp/ferry-config-test-XXXXXX";
+    if (!mkdtemp(dir) || chdir(dir) < 0) abort();
+    char cmd[512];
+    for (const char *n = "a"; n; n = *n == 'a' ? "b" : NULL) {
+        snprintf(cmd, sizeof cmd,
+                 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+                 "-subj /CN=%s -keyout %s.key -out %s.pem 2>/dev/null",
+                 n, n, n);
+        if (system(cmd) != 0) abort();
+    }
+    if (system("cp a.pem x && cp a.key y && cp a.pem a && cp a.key b") != 0) abort();
+}
+
+FY_TEST_MAIN(in_folder_with_certs(); test_parse_addr(); test_minimal_defaults(); test_top_level(); test_listeners();
              test_tls(); test_routes(); test_demo_root(); test_embedded(); test_file_and_doc())
