@@ -1,0 +1,165 @@
+"""Hardening (issue 12): path normalisation before routing, dotfiles in static roots, TLS
+defaults (AEAD only, ALPN http/1.0, plain HTTP on a TLS port), header case on HTTP/1.1
+responses, and the embedded demo config."""
+import re
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import http_request, raw
+
+CURL = shutil.which("curl")
+GTLS = shutil.which("gtlsclient")
+OPENSSL = shutil.which("openssl")
+
+
+class PathOrigin(BaseHTTPRequestHandler):
+    """Answers with the request target exactly as it arrived."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        body = f"origin saw {self.path}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Origin-Case", "Kept")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def origin():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), PathOrigin)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def path_config(origin_port, extra=""):
+    return f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+  - address: 127.0.0.1:{{port2}}
+routes:
+  - match: {{{{path: /public}}}}
+    respond: {{{{body: "public\\n", headers: {{{{x-route: public}}}}}}}}
+  - match: {{{{path: /admin}}}}
+    respond: {{{{body: "admin\\n", headers: {{{{x-route: admin}}}}}}}}
+  - match: {{{{path: /api}}}}
+    proxy: {{{{upstream: up}}}}
+  - match: {{{{path: /raw}}}}
+    proxy: {{{{upstream: up, forward-path: original}}}}
+  - respond: {{{{body: "default\\n"}}}}
+upstreams:
+  - name: up
+    servers: [http://127.0.0.1:{origin_port}]
+{extra}
+"""
+
+
+def curl(*args):
+    p = subprocess.run([CURL, "-sk", "--path-as-is", "--max-time", "20", *args],
+                       capture_output=True, timeout=30)
+    return p.returncode, p.stdout
+
+
+# ---- 1. paths are normalised before routing, for every protocol ----
+
+PATH_CASES = [
+    ("/public/../admin", b"admin\n"),
+    ("/public/%2e%2e/admin", b"admin\n"),
+    ("/public/.%2E/admin/", b"admin\n"),
+    ("//admin", b"admin\n"),
+    ("/public/./x/../../admin", b"admin\n"),
+    ("/%61dmin", b"admin\n"),
+    ("/public/x/..", b"public\n"),
+]
+
+
+@pytest.mark.parametrize("path,want", PATH_CASES)
+def test_path_normalised_before_routing_h1(server, origin, path, want):
+    srv = server(path_config(origin))
+    st, _, body = http_request(srv.ports[1], path)
+    assert (st, body) == (200, want)
+    st, _, body = http_request(srv.port, path, tls=True)
+    assert (st, body) == (200, want)
+
+
+@pytest.mark.skipif(CURL is None, reason="curl missing")
+@pytest.mark.parametrize("path,want", PATH_CASES)
+def test_path_normalised_before_routing_h2(server, origin, path, want):
+    srv = server(path_config(origin))
+    rc, out = curl("--http2", "-w", "|%{http_version}", f"https://127.0.0.1:{srv.port}{path}")
+    assert rc == 0 and out == want + b"|2", out
+    rc, out = curl("--http2-prior-knowledge", "-w", "|%{http_version}",
+                   f"http://127.0.0.1:{srv.ports[1]}{path}")
+    assert rc == 0 and out == want + b"|2", out
+
+
+@pytest.mark.skipif(GTLS is None, reason="gtlsclient (Debian ngtcp2-client) missing")
+def test_path_normalised_before_routing_h3(server, origin, tmp_path):
+    srv = server(path_config(origin))
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    for path, want in PATH_CASES:
+        p = subprocess.run([GTLS, "--exit-on-all-streams-close", f"--download={dl}",
+                            "--no-quic-dump", "--timeout=20s", "127.0.0.1", str(srv.port),
+                            f"https://127.0.0.1:{srv.port}{path}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        out = p.stdout.decode(errors="replace")
+        assert p.returncode == 0, out[-2000:]
+        # the request really went out un-normalised (the client sent what we asked)...
+        sent = re.findall(r"\[:path: ([^\]]*)\]", out)
+        assert sent and sent[0] == path, (sent, out[-2000:])
+        # ...and the answer is the /admin (or /public) route's
+        route = re.findall(r"\[x-route: ([^\]]*)\]", out)
+        assert re.findall(r"\[:status: (\d+)\]", out) == ["200"], out[-2000:]
+        assert route == [want.decode().strip()], (path, out[-2000:])
+
+
+@pytest.mark.parametrize("path,status", [
+    ("/a/../../etc/passwd", 400),
+    ("/../admin", 400),
+    ("/%2e%2e/admin", 400),
+    ("/public%2fx", 400),
+    ("/public%5Cx", 400),
+    ("/public/%zz", 400),
+])
+def test_path_rejected(server, origin, path, status):
+    srv = server(path_config(origin))
+    st, _, _ = http_request(srv.ports[1], path)
+    assert st == status
+
+
+def test_path_origin_gets_normalised_path_and_query_untouched(server, origin):
+    srv = server(path_config(origin))
+    st, _, body = http_request(srv.ports[1], "/public/../api/./x//y/%7euser/%c3%a9?q=/../%2e&b")
+    assert st == 200
+    assert body == b"origin saw /api/x/y/~user/%C3%A9?q=/../%2e&b\n"
+    # forward-path: original sends the bytes the client sent (after matching the normalised one)
+    st, _, body = http_request(srv.ports[1], "/raw/./x//y/%7euser?q=/../")
+    assert st == 200 and body == b"origin saw /raw/./x//y/%7euser?q=/../\n"
+
+
+def test_path_encoded_slash_options(server, origin):
+    srv = server(path_config(origin, "limits: {{encoded-slash: keep, merge-slashes: false}}"))
+    st, _, body = http_request(srv.ports[1], "/api/a%2fb//c")
+    assert st == 200 and body == b"origin saw /api/a%2Fb//c\n"
+    st, _, body = http_request(srv.ports[1], "/public%2f..%2f..%2fadmin")
+    assert st == 200 and body == b"default\n"  # one segment "public%2F..%2F..%2Fadmin"
+    srv2 = server(path_config(origin, "limits: {{encoded-slash: decode}}"))
+    st, _, body = http_request(srv2.ports[1], "/public%2f..%2fadmin")
+    assert st == 200 and body == b"admin\n"
+    st, _, body = http_request(srv2.ports[1], "/api/a%2fb")
+    assert st == 200 and body == b"origin saw /api/a/b\n"
