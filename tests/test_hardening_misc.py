@@ -163,3 +163,63 @@ def test_path_encoded_slash_options(server, origin):
     assert st == 200 and body == b"admin\n"
     st, _, body = http_request(srv2.ports[1], "/api/a%2fb")
     assert st == 200 and body == b"origin saw /api/a/b\n"
+
+
+# ---- 2. dotfiles are not served unless asked for ----
+
+def make_dotfiles(root):
+    (root / ".env").write_text("SECRET=1\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "sub").mkdir()
+    (root / "sub" / ".htpasswd").write_text("u:p\n")
+    (root / ".well-known").mkdir()
+    (root / ".well-known" / "security.txt").write_text("Contact: x\n")
+    (root / ".well-known" / ".private").write_text("no\n")
+    (root / "page.txt").write_text("page\n")
+
+
+DOT_CASES = [("/.env", 404), ("/.git/config", 404), ("/sub/.htpasswd", 404),
+             ("/%2eenv", 404), ("/sub/../.env", 404), ("/.well-known/.private", 404),
+             ("/.well-known/security.txt", 200), ("/page.txt", 200)]
+
+
+def test_static_dotfiles_hidden_by_default(server):
+    srv = server("""
+workers: 1
+listeners: [{{address: "127.0.0.1:{port}"}}]
+routes:
+  - static: {{root: {docroot}}}
+""", start=False)
+    make_dotfiles(srv.docroot)
+    srv.start()
+    for path, want in DOT_CASES:
+        st, _, body = http_request(srv.port, path)
+        assert st == want, (path, st, body)
+
+
+def test_serve_dotfiles_hidden_by_default(server, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    make_dotfiles(site)
+    probe = server("workers: 1\n", start=False)  # only for a free port
+    port = probe.port
+    srv = server(args=["serve", str(site), "--listen", f"127.0.0.1:{port}"], start=False)
+    srv.start(wait_ports=[port])
+    for path, want in DOT_CASES:
+        st, _, body = http_request(port, path)
+        assert st == want, (path, st, body)
+
+
+def test_static_dotfiles_allow(server):
+    srv = server("""
+workers: 1
+listeners: [{{address: "127.0.0.1:{port}"}}]
+routes:
+  - static: {{root: {docroot}, dotfiles: allow}}
+""", start=False)
+    make_dotfiles(srv.docroot)
+    srv.start()
+    for path in ("/.env", "/.git/config", "/sub/.htpasswd", "/.well-known/.private"):
+        st, _, _ = http_request(srv.port, path)
+        assert st == 200, path
