@@ -223,3 +223,47 @@ routes:
     for path in ("/.env", "/.git/config", "/sub/.htpasswd", "/.well-known/.private"):
         st, _, _ = http_request(srv.port, path)
         assert st == 200, path
+
+
+# ---- 4. header case on HTTP/1.1 responses ----
+
+CANON = re.compile(r"^(ETag|WWW-Authenticate|[A-Z][a-z0-9]*(-[A-Z][a-z0-9]*)*)$")
+
+
+def head_names(raw_head):
+    lines = raw_head.decode("latin-1").split("\r\n")[1:]
+    return [l.split(":", 1)[0] for l in lines if l]
+
+
+def test_h1_response_header_case(server, origin):
+    srv = server(path_config(origin), start=False)
+    (srv.docroot / "f.txt").write_text("file\n")
+    srv.text = srv.text.replace('  - respond: {body: "default\\n"}',
+                                f'  - static: {{root: {srv.docroot}}}')
+    srv.start()
+    resp = raw(srv.ports[1], b"GET /f.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head = resp.split(b"\r\n\r\n")[0]
+    names = head_names(head)
+    for want in ("Server", "Date", "Content-Type", "Content-Length", "ETag", "Last-Modified"):
+        assert want in names, (want, head)
+    assert all(CANON.match(n) for n in names), head
+    # a 304 and a respond route with a config-given lowercase name
+    etag = re.search(rb"\r\nETag: (\S+)", head).group(1)
+    resp = raw(srv.ports[1], b"GET /f.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               b"If-None-Match: " + etag + b"\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 304 "), resp
+    assert all(CANON.match(n) for n in head_names(resp.split(b"\r\n\r\n")[0])), resp
+    resp = raw(srv.ports[1], b"GET /admin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b"\r\nX-Route: admin\r\n" in resp, resp
+    # a 405 from the static handler names Allow
+    resp = raw(srv.ports[1], b"POST /f.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+               b"Connection: close\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 405 ") and b"\r\nAllow: GET, HEAD\r\n" in resp, resp
+
+
+def test_h1_proxied_origin_header_case_kept(server, origin):
+    """h1 -> h1: names with capitals arrive as the origin spelled them."""
+    srv = server(path_config(origin))
+    resp = raw(srv.ports[1], b"GET /api/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b"\r\nX-Origin-Case: Kept\r\n" in resp, resp
+    assert b"\r\nContent-Length: " in resp, resp
