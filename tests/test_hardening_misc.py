@@ -267,3 +267,83 @@ def test_h1_proxied_origin_header_case_kept(server, origin):
     resp = raw(srv.ports[1], b"GET /api/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert b"\r\nX-Origin-Case: Kept\r\n" in resp, resp
     assert b"\r\nContent-Length: " in resp, resp
+
+
+# ---- 3. TLS defaults: AEAD only, ALPN http/1.0, plain HTTP on a TLS port ----
+
+TLS_CONFIG = """
+workers: 1
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    tls: self-signed
+  - address: 127.0.0.1:{port2}
+    tls: {{self-signed: true, ciphers: "ECDHE-ECDSA-AES128-SHA"}}
+routes:
+  - respond: {{body: "tls ok\\n"}}
+"""
+
+
+def s_client(port, *args, data=b""):
+    p = subprocess.run([OPENSSL, "s_client", "-connect", f"127.0.0.1:{port}", "-ign_eof",
+                        *args], input=data, capture_output=True, timeout=30)
+    return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl missing")
+@pytest.mark.parametrize("cipher", ["AES128-SHA", "ECDHE-RSA-AES128-SHA", "ECDHE-ECDSA-AES128-SHA",
+                                    "ECDHE-ECDSA-AES128-SHA256", "AES128-GCM-SHA256"])
+def test_tls12_cbc_and_rsa_kx_refused_by_default(server, cipher):
+    srv = server(TLS_CONFIG)
+    rc, out = s_client(srv.port, "-tls1_2", "-cipher", cipher)
+    assert rc != 0 and "handshake failure" in out.lower(), out[-2000:]
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl missing")
+@pytest.mark.parametrize("cipher", ["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305",
+                                    "ECDHE-ECDSA-AES256-GCM-SHA384"])
+def test_tls12_aead_accepted(server, cipher):
+    srv = server(TLS_CONFIG)
+    rc, out = s_client(srv.port, "-tls1_2", "-cipher", cipher,
+                       data=b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert rc == 0 and f"Cipher is {cipher}" in out and "tls ok" in out, out[-2000:]
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl missing")
+def test_tls12_ciphers_configurable(server):
+    """`tls.ciphers` still overrides the default: a listener may ask for a CBC suite."""
+    srv = server(TLS_CONFIG)
+    rc, out = s_client(srv.ports[1], "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-SHA",
+                       data=b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert rc == 0 and "Cipher is ECDHE-ECDSA-AES128-SHA" in out and "tls ok" in out, out[-2000:]
+    rc, out = s_client(srv.ports[1], "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert rc != 0, out[-2000:]
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl missing")
+def test_tls_alpn_http10_accepted(server):
+    srv = server(TLS_CONFIG)
+    rc, out = s_client(srv.port, "-alpn", "http/1.0",
+                       data=b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+    assert rc == 0, out[-2000:]
+    assert "ALPN protocol: http/1.0" in out, out[-2000:]
+    assert "HTTP/1.1 200 OK" in out and "tls ok" in out, out[-2000:]
+    # with something we speak in the list, that wins
+    rc, out = s_client(srv.port, "-alpn", "http/1.0,http/1.1",
+                       data=b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert rc == 0 and "ALPN protocol: http/1.1" in out and "tls ok" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("req", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"G",  # only the first byte: decided on it
+    b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+])
+def test_plain_http_to_tls_port_gets_400(server, req):
+    srv = server(TLS_CONFIG)
+    resp = raw(srv.port, req)
+    assert resp.startswith(b"HTTP/1.1 400 Bad Request\r\n"), resp
+    assert resp.endswith(b"\r\n\r\nplain HTTP request sent to an HTTPS port\r\n"), resp
+    # and TLS on the same port still works afterwards
+    st, _, body = http_request(srv.port, "/", tls=True)
+    assert st == 200 and body == b"tls ok\n"
