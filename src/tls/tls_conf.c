@@ -101,9 +101,8 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
     {.key = "ciphers",
      .type = FY_CT_STRING,
      .offset = T(ciphers),
-     .dflt = FY_TLS_DEFAULT_CIPHERS,
-     .doc = "TLS 1.2 cipher list in OpenSSL syntax. The default offers forward-secret AEAD "
-            "suites only (ECDHE with AES-GCM or ChaCha20-Poly1305): no CBC, no RSA key "
-            "exchange. TLS 1.3 suites are all AEAD and not changed by this."},
+     .doc = "TLS 1.2 cipher list in OpenSSL syntax. Unset, forward-secret AEAD suites only: "
+            "`" FY_TLS_DEFAULT_CIPHERS "` (no CBC, no RSA key exchange). TLS 1.3 suites are "
+            "all AEAD and not changed by this."},
     {.key = NULL, .check = check_tls},
 };
