@@ -347,3 +347,57 @@ def test_plain_http_to_tls_port_gets_400(server, req):
     # and TLS on the same port still works afterwards
     st, _, body = http_request(srv.port, "/", tls=True)
     assert st == 200 and body == b"tls ok\n"
+
+
+# ---- 5. the embedded demo: /proxy/ is marked, the page links it, :8888 reaches :8443 ----
+
+def _port_is_free(port):
+    import socket
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@pytest.mark.skipif(CURL is None, reason="curl missing")
+def test_demo_proxy_marker_links_and_intercept_to_own_tls_site(server, monkeypatch):
+    from test_cli import read_stdout_until
+    busy = [p for p in (8080, 8443, 8888) if not _port_is_free(p)]
+    if busy:  # as tests/test_cli.py::test_cli_default_embedded
+        pytest.fail(f"the embedded default listens on 127.0.0.1:8080, :8443 and :8888, but "
+                    f"{busy} is in use on this machine: free it to run this test")
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("FERRY_DEMO_DIR", raising=False)
+    f = server(args=[], start=False)
+    f.start(wait_ports=[8080, 8443, 8888])
+    out = read_stdout_until(f.proc, ["ferry: reverse proxy under /proxy/",
+                                     "intercepting proxy on http://127.0.0.1:8888/"])
+    assert "ferry: reverse proxy under /proxy/ to upstream demo" in out, out
+    assert "intercepting proxy on http://127.0.0.1:8888/" in out, out
+    # the direct page: no proxy marker; links /proxy/ and explains :8888 and HTTP/3
+    st, h, page = http_request(8080, "/")
+    assert st == 200 and "via" not in h and "x-ferry-demo" not in h, h
+    for needle in (b'href="/proxy/"', b"curl -x http://127.0.0.1:8888", b"nextHopProtocol",
+                   b"HTTP/3", b'href="https://127.0.0.1:8443/"'):
+        assert needle in page, needle
+    # through the reverse proxy: the same bytes, marked
+    st, h, body = http_request(8080, "/proxy/")
+    assert st == 200 and body == page
+    assert h.get("via") == "1.1 ferry" and h.get("x-ferry-demo") == "reverse-proxy", h
+    # the intercepting proxy reaches the demo's own self-signed TLS site with only --cacert
+    ca = f.tmp / ".local" / "share" / "ferry" / "ferry-ca.pem"
+    assert ca.is_file()
+    p = subprocess.run([CURL, "-s", "--max-time", "20", "-x", "http://127.0.0.1:8888",
+                        "--cacert", str(ca), "-w", "|%{http_code}", "https://127.0.0.1:8443/"],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == page + b"|200", (p.returncode, p.stdout[-300:])
+    p = subprocess.run([CURL, "-s", "--max-time", "20", "-x", "http://127.0.0.1:8888",
+                        "--cacert", str(ca), "https://localhost:8443/health"],
+                       capture_output=True, timeout=30)
+    assert p.stdout == b"ok\n", p
+    # the proxy's own page (opened directly) offers the CA, as the demo page says
+    st, _, body = http_request(8888, "/")
+    assert st == 200 and b"/ferry-ca.pem" in body
