@@ -337,6 +337,7 @@ def test_tls_alpn_http10_accepted(server):
 @pytest.mark.parametrize("req", [
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     b"G",  # only the first byte: decided on it
+    b"get / HTTP/1.1\r\n\r\n",
     b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
 ])
 def test_plain_http_to_tls_port_gets_400(server, req):

@@ -283,7 +283,7 @@ static int ssl_status(tls_transport_t *tt, int r, const char *what)
 }
 
 /* Plain HTTP on a TLS port: a TLS connection starts with a handshake record (0x16), an HTTP
- * request with a method's capital letter. Look at the first byte without taking it; for a
+ * request with a method's letter. Look at the first byte without taking it; for a
  * letter, answer 400 in clear text (as nginx does) and fail the handshake. Returns 1 (TLS:
  * go on), 0 (nothing yet) or a negative error. */
 static int peek_plain_http(tls_transport_t *tt)
@@ -298,7 +298,7 @@ static int peek_plain_http(tls_transport_t *tt)
     if (n < 0) return -errno;
     if (n == 0) return FY_EEOF;
     tt->peek_plain = false;
-    if (b < 'A' || b > 'Z') return 1;
+    if (!((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z'))) return 1; /* TLS is 0x16 */
     static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
                                "Server: ferry\r\n"
                                "Content-Type: text/plain\r\n"
