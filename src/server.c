@@ -572,6 +572,14 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
         else
             fprintf(out, "ferry: serving %s://%s/\n", lc[i].tls ? "https" : "http", a);
     }
+    /* reverse-proxied path prefixes (the demo's /proxy/), a few at most */
+    const fy_route_conf_t *rc = s->cfg->routes.v;
+    for (size_t i = 0, shown = 0; i < s->cfg->routes.n && shown < 4; i++)
+        if (rc[i].proxy && rc[i].match.path && strcmp(rc[i].match.path, "/") != 0) {
+            fprintf(out, "ferry: reverse proxy under %s to upstream %s\n", rc[i].match.path,
+                    rc[i].proxy->upstream);
+            shown++;
+        }
     fflush(out);
     fy_l4_print(s->l4, out);
 }

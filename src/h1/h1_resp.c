@@ -129,3 +129,45 @@ int fy_h1_parse_response(fy_h1_resp_t *r, const char *buf, size_t len, bool head
     int rc = find_head_end(r, buf, len, limits);
     return rc < 0 ? rc : parse_head(r, buf, (size_t)rc, head_request, limits);
 }
+
+/* ---- field-name case on the way out ---- */
+
+/* Names whose registered spelling is not "Each-Word-Capitalised" (RFC 9110 §8.8.3,
+ * RFC 6455 §11.3, the IANA field name registry). */
+static const struct {
+    const char *lower, *canon;
+} irregular[] = {
+    {"etag", "ETag"},
+    {"te", "TE"},
+    {"www-authenticate", "WWW-Authenticate"},
+    {"content-md5", "Content-MD5"},
+    {"dnt", "DNT"},
+    {"sec-websocket-accept", "Sec-WebSocket-Accept"},
+    {"sec-websocket-protocol", "Sec-WebSocket-Protocol"},
+    {"sec-websocket-extensions", "Sec-WebSocket-Extensions"},
+    {"sec-websocket-version", "Sec-WebSocket-Version"},
+    {"x-xss-protection", "X-XSS-Protection"},
+    {"x-ua-compatible", "X-UA-Compatible"},
+    {"x-dns-prefetch-control", "X-DNS-Prefetch-Control"},
+};
+
+char *fy_h1_put_field_name(char *p, const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (name[i] >= 'A' && name[i] <= 'Z') { /* someone chose this case: keep it */
+            memcpy(p, name, len);
+            return p + len;
+        }
+    for (size_t k = 0; k < sizeof irregular / sizeof irregular[0]; k++)
+        if (strlen(irregular[k].lower) == len && memcmp(irregular[k].lower, name, len) == 0) {
+            memcpy(p, irregular[k].canon, len);
+            return p + len;
+        }
+    bool up = true;
+    for (size_t i = 0; i < len; i++) {
+        char ch = name[i];
+        p[i] = up && ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch;
+        up = ch == '-';
+    }
+    return p + len;
+}

@@ -48,4 +48,12 @@ void fy_h1_resp_init(fy_h1_resp_t *r, fy_h1_header_t *headers);
 int fy_h1_parse_response(fy_h1_resp_t *r, const char *buf, size_t len, bool head_request,
                          const fy_h1_limits_t *limits);
 
+/* Write the field name `name` (len bytes) at p for an HTTP/1.1 response head and return the end
+ * (exactly len bytes are written). An all-lowercase name (the names Ferry generates, and those of
+ * h2/h3 origins) gets its canonical case: "content-type" -> "Content-Type", "etag" -> "ETag",
+ * "www-authenticate" -> "WWW-Authenticate"; a name holding any uppercase letter (an h1 origin's
+ * or a config's own spelling) is written as given. Case carries no meaning (RFC 9110 §5.1): this
+ * is for people and for clients that compare names case-sensitively. */
+char *fy_h1_put_field_name(char *p, const char *name, size_t len);
+
 #endif

@@ -540,5 +540,28 @@ static void test_rows(void)
     printf("rows: %d valid, %d invalid or incomplete\n", rows_ok, rows_err);
 }
 
+/* fy_h1_put_field_name: canonical case for lowercase names, others as given */
+static void test_field_name_case(void)
+{
+    static const char *const cases[][2] = {
+        {"content-type", "Content-Type"},   {"etag", "ETag"},
+        {"last-modified", "Last-Modified"}, {"www-authenticate", "WWW-Authenticate"},
+        {"x-a-b", "X-A-B"},                 {"a", "A"},
+        {"-x--y-", "-X--Y-"},               {"x-9p", "X-9p"},
+        {"X-lower-kept", "X-lower-kept"},   {"CONTENT-TYPE", "CONTENT-TYPE"},
+        {"sec-websocket-accept", "Sec-WebSocket-Accept"},
+        {"etags", "Etags"},                 {"", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[64];
+        memset(out, 'Z', sizeof out);
+        size_t n = strlen(cases[i][0]);
+        char *e = fy_h1_put_field_name(out, cases[i][0], n);
+        CHECK(e == out + n);
+        CHECK_STRN(out, n, cases[i][1]);
+        CHECK(out[n] == 'Z');
+    }
+}
+
 FY_TEST_MAIN(guard_init(); test_rows(); test_interim(); test_restart(); test_linear();
-             test_chunked_body(); test_statuses(); test_bytes())
+             test_chunked_body(); test_statuses(); test_bytes(); test_field_name_case())

@@ -10,6 +10,7 @@
  * the worker's chunk pool when the connection is idle.
  */
 #include "h1/h1_server.h"
+#include "h1/h1_resp.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -543,7 +544,9 @@ static bool write_head(h1_conn_t *c)
         const fy_header_t *h = &res->headers.v[i];
         if (tunnel && (fy_str_ieq(h->name, "connection", 10) || fy_str_ieq(h->name, "upgrade", 7)))
             continue;
-        p = put(p, h->name.p, h->name.len);
+        /* canonical case, except for intercepted traffic, which stays as the origin sent it */
+        p = ex->tunnel || c->ctx->forward_proxy ? put(p, h->name.p, h->name.len)
+                                                : fy_h1_put_field_name(p, h->name.p, h->name.len);
         p = PUT_LIT(p, ": ");
         p = put(p, h->value.p, h->value.len);
         p = PUT_LIT(p, "\r\n");
@@ -1310,7 +1313,9 @@ static void h1_send_informational(fy_exchange_t *ex, int status, const fy_header
     p = put(p, reason, strlen(reason));
     p = PUT_LIT(p, "\r\n");
     for (size_t i = 0; i < hs->n; i++) {
-        p = put(p, hs->v[i].name.p, hs->v[i].name.len);
+        p = ex->tunnel || c->ctx->forward_proxy
+                ? put(p, hs->v[i].name.p, hs->v[i].name.len)
+                : fy_h1_put_field_name(p, hs->v[i].name.p, hs->v[i].name.len);
         p = PUT_LIT(p, ": ");
         p = put(p, hs->v[i].value.p, hs->v[i].value.len);
         p = PUT_LIT(p, "\r\n");

@@ -226,6 +226,15 @@ static void put_path(proxy_req_t *pr, sbuf_t *b)
 {
     const fy_proxy_conf_t *pc = pr->ph->conf;
     fy_str_t path = pr->ex->req.target;
+    fy_str_t norm = pr->ex->req.path; /* normalised by the router; target is as received */
+    if (pc->forward_path == 0 && norm.p != path.p && norm.len && norm.p[0] == '/' && path.len && path.p[0] == '/') {
+        const char *q = memchr(path.p, '?', path.len); /* the query goes on untouched */
+        size_t ql = q ? (size_t)(path.p + path.len - q) : 0;
+        char *t = fy_arena_alloc(pr->ex->arena, norm.len + ql);
+        memcpy(t, norm.p, norm.len);
+        if (ql) memcpy(t + norm.len, q, ql);
+        path = fy_str(t, norm.len + ql);
+    }
     if (pc->strip_prefix) {
         size_t sl = strlen(pc->strip_prefix);
         if (sl > 1 && pc->strip_prefix[sl - 1] == '/') sl--; /* "/api/" strips "/api" */

@@ -7,6 +7,8 @@
 
 #define P(f) offsetof(fy_proxy_conf_t, f)
 
+static const char *const forward_path_modes[] = {"normalised", "original", NULL};
+
 static int validate_prefix(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
     return fy_conf_valid_path(ctx, node, field, obj); /* it goes into the request line */
@@ -43,6 +45,14 @@ const fy_conf_directive_t fy_proxy_conf_table[] = {
      .offset = P(via),
      .dflt = "false",
      .doc = "Add `Via: 1.1 ferry` to requests and responses."},
+    {.key = "forward-path",
+     .type = FY_CT_ENUM,
+     .offset = P(forward_path),
+     .dflt = "normalised",
+     .enums = forward_path_modes,
+     .doc = "The path sent to the origin: `normalised` (the one routes matched, see "
+            "`limits.encoded-slash`) or `original` (byte for byte as the client sent it). The "
+            "query is never changed."},
     {.key = "set-headers",
      .type = FY_CT_STRMAP,
      .offset = P(set_headers),

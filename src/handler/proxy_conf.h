@@ -14,6 +14,7 @@ typedef struct fy_proxy_conf {
                                      origin; false: the upstream server's host:port */
     bool forwarded;               /* `forwarded`, default true: X-Forwarded-For/Proto/Host */
     bool via;                     /* `via`, default false: add "Via: 1.1 ferry" both ways */
+    int forward_path;             /* `forward-path`: 0 normalised (default), 1 original */
     fy_conf_strmap_t set_headers; /* `set-headers` on the request */
     fy_conf_strlist_t remove_headers;          /* `remove-headers` from the request */
     fy_conf_strmap_t response_set_headers;     /* `response-set-headers` */

@@ -735,6 +735,21 @@ static void serve_entry(static_handler_t *sh, fy_exchange_t *ex, fc_entry_t *e, 
     }
 }
 
+/* Does the normalised relative path name a dotfile or something inside a dot-directory
+ * (`.env`, `.git/config`, `a/.htpasswd`)? `.well-known/` as the first segment is public
+ * (RFC 8615). */
+static bool is_hidden(const char *rel, size_t n)
+{
+    static const char wk[] = ".well-known";
+    size_t i = 0;
+    if (n >= sizeof wk - 1 && memcmp(rel, wk, sizeof wk - 1) == 0 &&
+        (n == sizeof wk - 1 || rel[sizeof wk - 1] == '/'))
+        i = sizeof wk - 1;
+    for (; i < n; i++)
+        if (rel[i] == '.' && (i == 0 || rel[i - 1] == '/')) return true;
+    return false;
+}
+
 static void on_request(fy_handler_t *h, fy_exchange_t *ex)
 {
     static_handler_t *sh = (static_handler_t *)h;
@@ -748,6 +763,10 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     int n = fy_static_normalize(ex->req.path.p, ex->req.path.len, rel, sizeof rel - 256);
     if (n < 0) {
         fy_exchange_fail(ex, -n, n == -403 ? "path escapes the root" : "bad path");
+        return;
+    }
+    if (conf->dotfiles == 0 && is_hidden(rel, (size_t)n)) {
+        fy_exchange_fail(ex, 404, "not found (a dotfile: static.dotfiles is deny)");
         return;
     }
     bool want_dir = n == 0 || rel[n - 1] == '/';

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *const dotfile_modes[] = {"deny", "allow", NULL};
+
 static bool is_dir(const char *p)
 {
     struct stat st;
@@ -98,6 +100,13 @@ const fy_conf_directive_t fy_static_conf_table[] = {
      .offset = S(listing),
      .dflt = "false",
      .doc = "List a directory's entries when it has no index file."},
+    {.key = "dotfiles",
+     .type = FY_CT_ENUM,
+     .offset = S(dotfiles),
+     .dflt = "deny",
+     .enums = dotfile_modes,
+     .doc = "`deny`: a path with any segment starting with `.` (`/.env`, `/.git/config`, "
+            "`/a/.htpasswd`) is 404, except under `/.well-known/`. `allow`: serve them."},
     {.key = "precompressed",
      .type = FY_CT_BOOL,
      .offset = S(precompressed),

@@ -11,6 +11,7 @@ typedef struct fy_static_conf {
     char *root;                   /* required; made absolute and realpath()-ed when loaded */
     fy_conf_strlist_t index;      /* `index`, default [index.html] */
     bool listing;                 /* `listing`, default false: directory listing */
+    int dotfiles;                 /* `dotfiles`: 0 deny (default: 404), 1 allow */
     bool precompressed;           /* `precompressed`, default true: serve .br / .gz siblings */
     bool etag;                    /* `etag`, default true */
     char *cache_control;          /* `cache-control`, optional header value */

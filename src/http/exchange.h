@@ -56,7 +56,7 @@ typedef struct fy_request {
     fy_str_t scheme;    /* "http" or "https" */
     fy_str_t authority; /* Host / :authority, as received (may include a port) */
     fy_str_t target;    /* origin-form path?query as received */
-    fy_str_t path;      /* target before '?' (still percent-encoded) */
+    fy_str_t path;      /* target before '?'; normalised by the router (http/path.h) */
     fy_str_t query;     /* after '?', without it; empty if none */
     fy_str_t protocol;  /* :protocol of an extended CONNECT (RFC 8441/9220): a tunnel
                            exchange whose bodies are the tunnel's two directions */

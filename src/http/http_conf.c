@@ -9,6 +9,9 @@
 #define SEC 1000
 #define HOUR (3600 * 1000)
 
+/* index = enum fy_path_slash */
+static const char *const slash_modes[] = {"reject", "keep", "decode", NULL};
+
 const fy_conf_directive_t fy_http_limits_table[] = {
     {.key = "request-line",
      .type = FY_CT_SIZE,
@@ -80,5 +83,21 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .min = 1,
      .max = 10000000,
      .doc = "Most open client connections per worker."},
+    {.key = "encoded-slash",
+     .type = FY_CT_ENUM,
+     .offset = H(encoded_slash),
+     .dflt = "reject",
+     .enums = slash_modes,
+     .doc = "A `%2F` or `%5C` in a request path: `reject` (400), `keep` (stays encoded, is not a "
+            "separator, is forwarded as is), or `decode` (becomes `/` or `\\` before dot "
+            "segments are removed). Every path is normalised before routes are matched: "
+            "unreserved characters decoded, `.` and `..` segments removed (a `..` above the root "
+            "is 400), and proxied routes forward the result (see `proxy.forward-path`)."},
+    {.key = "merge-slashes",
+     .type = FY_CT_BOOL,
+     .offset = H(merge_slashes),
+     .dflt = "true",
+     .doc = "Collapse runs of `/` in request paths before routes are matched (as nginx does), "
+            "so `//admin` meets the `/admin` route and its policies."},
     {.key = NULL},
 };

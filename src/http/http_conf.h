@@ -3,6 +3,7 @@
 #ifndef FY_HTTP_HTTP_CONF_H
 #define FY_HTTP_HTTP_CONF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "conf/conf.h"
@@ -18,6 +19,8 @@ typedef struct fy_http_limits {
     uint64_t send_timeout_ms;   /* `send-timeout`, default 60s: client not reading the response */
     int64_t keepalive_requests; /* `keepalive-requests`, default 10000; then Connection: close */
     int64_t max_connections;    /* `connections`, default 16384 per worker */
+    int encoded_slash;          /* `encoded-slash`, enum fy_path_slash, default reject (400) */
+    bool merge_slashes;         /* `merge-slashes`, default true: "//" -> "/" in paths */
 } fy_http_limits_t;
 
 extern const fy_conf_directive_t fy_http_limits_table[];

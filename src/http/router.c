@@ -1,5 +1,8 @@
 #include "http/router.h"
 
+#include "http/http_conf.h"
+#include "http/path.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdlib.h>
@@ -160,8 +163,44 @@ void fy_router_free(fy_router_t *rt)
     rt->n = 0;
 }
 
+/* One spelling of the path for routes, policies and origins (http/path.h). Intercepted
+ * exchanges (through a mitm tunnel or a forward-proxy listener) are left as the client sent
+ * them: the intercepting proxy forwards to third parties and stays transparent. The target
+ * stays as received (access log, `proxy.forward-path: original`). Returns false after failing
+ * the exchange. */
+static bool normalize_path(fy_exchange_t *ex)
+{
+    fy_str_t p = ex->req.path;
+    if (ex->tunnel || ex->ctx->forward_proxy || p.len == 0 || p.p[0] != '/') return true;
+    const fy_http_limits_t *l = ex->ctx->limits;
+    fy_path_opts_t o = {.encoded_slash =
+                            l ? (enum fy_path_slash)l->encoded_slash : FY_PATH_SLASH_REJECT,
+                        .merge_slashes = l ? l->merge_slashes : true};
+    char *out = fy_arena_alloc(ex->arena, p.len);
+    int n = fy_path_normalize(p.p, p.len, out, p.len, &o);
+    switch (n) {
+    case FY_PATH_EBAD:
+        fy_exchange_fail(ex, 400, "bad percent-encoding in the path");
+        return false;
+    case FY_PATH_ESLASH:
+        fy_exchange_fail(ex, 400, "encoded '/' or '\\' in the path (limits.encoded-slash)");
+        return false;
+    case FY_PATH_EABOVE:
+        fy_exchange_fail(ex, 400, "the path climbs above the root");
+        return false;
+    default:
+        if (n < 0) {
+            fy_exchange_fail(ex, 400, "bad path");
+            return false;
+        }
+    }
+    if ((size_t)n != p.len || memcmp(out, p.p, p.len) != 0) ex->req.path = fy_str(out, (size_t)n);
+    return true;
+}
+
 void fy_exchange_dispatch(fy_exchange_t *ex)
 {
+    if (!normalize_path(ex)) return;
     const fy_route_t *r = fy_router_match(ex->ctx->router, ex);
     if (!r) {
         fy_exchange_fail(ex, 404, "no route");

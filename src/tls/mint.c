@@ -2,6 +2,7 @@
 /* EC_KEY, deprecated in OpenSSL 3.0, gives the leaves' public key a legacy twin: see spki_key */
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include "tls/mint.h"
+#include "tls/tls_conf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -495,6 +496,7 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
     SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_ciphersuites(m->ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
                                      "TLS_AES_256_GCM_SHA384");
+    SSL_CTX_set_cipher_list(m->ctx, FY_TLS_DEFAULT_CIPHERS); /* TLS 1.2: AEAD only */
     SSL_CTX_set_session_cache_mode(m->ctx, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_num_tickets(m->ctx, 0);
     SSL_CTX_set_client_hello_cb(m->ctx, client_hello_cb, m);

@@ -36,6 +36,7 @@ typedef struct tls_transport {
     char *staging; /* plaintext accepted by writev but not yet taken by SSL_write */
     size_t staged;
     bool short_read; /* fy_tls_track_reads: the last socket read got less than asked */
+    bool peek_plain; /* server side of an HTTP listener: first bytes not yet looked at */
 } tls_transport_t;
 
 void fy_tls_log_errors(int level, const char *prefix)
@@ -56,11 +57,25 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 {
     fy_tls_ctx_t *c = arg;
     unsigned char *o;
-    if (SSL_select_next_proto(&o, outlen, c->alpn_wire, (unsigned)c->alpn_len, in, inlen) !=
-        OPENSSL_NPN_NEGOTIATED)
-        return SSL_TLSEXT_ERR_ALERT_FATAL; /* RFC 7301: no_application_protocol */
-    *out = o;
-    return SSL_TLSEXT_ERR_OK;
+    if (SSL_select_next_proto(&o, outlen, c->alpn_wire, (unsigned)c->alpn_len, in, inlen) ==
+        OPENSSL_NPN_NEGOTIATED) {
+        *out = o;
+        return SSL_TLSEXT_ERR_OK;
+    }
+    /* A client offering "http/1.0" (and nothing we speak) gets it where we speak http/1.1:
+       the h1 codec serves HTTP/1.0 requests, as nginx does. */
+    static const unsigned char h10[] = "\x08http/1.0";
+    bool have_h11 = false;
+    for (size_t i = 0; i + 9 <= c->alpn_len; i += 1 + c->alpn_wire[i])
+        if (c->alpn_wire[i] == 8 && memcmp(c->alpn_wire + i + 1, "http/1.1", 8) == 0)
+            have_h11 = true;
+    for (unsigned i = 0; have_h11 && i + 9 <= inlen; i += 1u + in[i])
+        if (memcmp(in + i, h10, 9) == 0) {
+            *out = in + i + 1;
+            *outlen = 8;
+            return SSL_TLSEXT_ERR_OK;
+        }
+    return SSL_TLSEXT_ERR_ALERT_FATAL; /* RFC 7301: no_application_protocol */
 }
 
 static bool name_matches(const char *pattern, const char *host)
@@ -142,7 +157,7 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
        OpenSSL default order, which puts AES-256 first and wins under server preference) */
     SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
                                   "TLS_AES_256_GCM_SHA384");
-    if (conf->ciphers && !SSL_CTX_set_cipher_list(ctx, conf->ciphers)) {
+    if (!SSL_CTX_set_cipher_list(ctx, conf->ciphers ? conf->ciphers : FY_TLS_DEFAULT_CIPHERS)) {
         fy_tls_log_errors(FY_LOG_EMERG, "tls ciphers");
         goto fail;
     }
@@ -267,9 +282,44 @@ static int ssl_status(tls_transport_t *tt, int r, const char *what)
     }
 }
 
+/* Plain HTTP on a TLS port: a TLS connection starts with a handshake record (0x16), an HTTP
+ * request with a method's letter. Look at the first byte without taking it; for a
+ * letter, answer 400 in clear text (as nginx does) and fail the handshake. Returns 1 (TLS:
+ * go on), 0 (nothing yet) or a negative error. */
+static int peek_plain_http(tls_transport_t *tt)
+{
+    unsigned char b;
+    ssize_t n = recv(tt->t.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        tt->t.want = FY_WANT_READ;
+        return 0;
+    }
+    if (n < 0 && errno == EINTR) return 0;
+    if (n < 0) return -errno;
+    if (n == 0) return FY_EEOF;
+    tt->peek_plain = false;
+    if (!((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z'))) return 1; /* TLS is 0x16 */
+    static const char resp[] = "HTTP/1.1 400 Bad Request\r\n"
+                               "Server: ferry\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 42\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "plain HTTP request sent to an HTTPS port\r\n";
+    /* best effort: a fresh socket's send buffer takes it whole */
+    if (send(tt->t.fd, resp, sizeof resp - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) ERR_clear_error();
+    fy_info("tls: plain HTTP request sent to an HTTPS port: answered 400");
+    shutdown(tt->t.fd, SHUT_WR);
+    return FY_ETLS;
+}
+
 static int tls_handshake(fy_transport_t *t)
 {
     tls_transport_t *tt = (tls_transport_t *)t;
+    if (tt->peek_plain) {
+        int r = peek_plain_http(tt);
+        if (r <= 0) return r;
+    }
     ERR_clear_error();
     int r = SSL_do_handshake(tt->ssl);
     if (r == 1) {
@@ -277,8 +327,8 @@ static int tls_handshake(fy_transport_t *t)
         unsigned len;
         SSL_get0_alpn_selected(tt->ssl, &p, &len);
         t->alpn = NULL;
-        if (len == 8 && memcmp(p, "http/1.1", 8) == 0)
-            t->alpn = "http/1.1";
+        if (len == 8 && (memcmp(p, "http/1.1", 8) == 0 || memcmp(p, "http/1.0", 8) == 0))
+            t->alpn = "http/1.1"; /* http/1.0: served by the same codec (alpn_select) */
         else if (len == 2 && memcmp(p, "h2", 2) == 0)
             t->alpn = "h2";
         t->sni = SSL_get_servername(tt->ssl, TLSEXT_NAMETYPE_host_name);
@@ -400,6 +450,7 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
     }
     SSL_set_fd(tt->ssl, fd);
     SSL_set_accept_state(tt->ssl);
+    tt->peek_plain = ctx->alpn_len > 0; /* an HTTP listener, not a layer-4 termination */
     tt->t.ops = &tls_ops;
     tt->t.fd = fd;
     tt->t.is_tls = true;

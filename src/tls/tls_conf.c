@@ -115,6 +115,8 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
      .type = FY_CT_STRING,
      .offset = T(ciphers),
      .validate = fy_tls_valid_ciphers,
-     .doc = "TLS 1.2 cipher list in OpenSSL syntax; default: OpenSSL's."},
+     .doc = "TLS 1.2 cipher list in OpenSSL syntax. Unset, forward-secret AEAD suites only: "
+            "`" FY_TLS_DEFAULT_CIPHERS "` (no CBC, no RSA key exchange). TLS 1.3 suites are "
+            "all AEAD and not changed by this."},
     {.key = NULL, .check = check_tls},
 };

@@ -7,6 +7,12 @@
 
 #include "conf/conf.h"
 
+/* TLS 1.2 suites offered by default: forward-secret AEAD only (no CBC, no RSA key exchange),
+ * AES-128-GCM first as for TLS 1.3. */
+#define FY_TLS_DEFAULT_CIPHERS                                                                     \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:"     \
+    "ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
+
 typedef struct fy_tls_cert_conf {
     char *cert; /* PEM chain path */
     char *key;  /* PEM private key path */
@@ -26,7 +32,7 @@ typedef struct fy_tls_conf {
     int min_version;             /* enum fy_tls_version, `min-version: "1.2"|"1.3"`, default 1.2 */
     bool session_tickets;        /* default true */
     uint64_t handshake_timeout_ms; /* `handshake-timeout`, default 10s */
-    char *ciphers; /* TLS 1.2 cipher list (OpenSSL syntax); NULL = OpenSSL default */
+    char *ciphers; /* TLS 1.2 cipher list (OpenSSL syntax); NULL = FY_TLS_DEFAULT_CIPHERS */
 } fy_tls_conf_t;
 
 extern const fy_conf_directive_t fy_tls_conf_table[];
