@@ -89,6 +89,17 @@ if __name__ != "__main__":
             "docs/CONFIG.md's built-in configuration is out of date; run "
             "/usr/bin/python3 tests/test_doc_samples.py --write-builtin")
 
+    def test_doc_reference_is_generated_from_the_tables():
+        marker = "<!-- Everything below is generated from the directive tables by `ferry doc-config`"
+        text = (ROOT / "docs/CONFIG.md").read_text()
+        assert marker in text
+        tail = text[text.index(marker):]
+        tail = tail[tail.index("-->") + 3:].lstrip("\n")
+        p = subprocess.run([ferry_bin(), "doc-config"], capture_output=True, text=True, timeout=15)
+        assert p.returncode == 0, p.stderr
+        assert tail == p.stdout, ("docs/CONFIG.md's reference is not what the directive tables "
+                                  "say; run tools/regen-config-doc.sh")
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "--write-builtin":
