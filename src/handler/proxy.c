@@ -84,6 +84,13 @@ typedef struct proxy_req {
     bool trail;       /* early response: the rest of the request body still goes to the origin */
     bool trail_abort; /* ... not any more (origin error, timeout): close it instead */
     int refusals;     /* streams the origin refused (not processed): retried apart from `retries` */
+    uint64_t start_ms; /* the first attempt's start (upstream `retry-timeout`) */
+    bool fb_timed_out; /* an attempt ran out of first-byte time: the origin may have the
+                          request, so retries go only to servers not tried yet */
+    bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
+    int64_t interim;   /* interim (1xx) heads of this attempt (limits.informational-responses) */
+    fy_timer_t body_timer; /* limits.body-total-timeout, while the request body comes */
+    bool body_timing;
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
@@ -248,8 +255,14 @@ static void set_timer(proxy_req_t *pr, int kind)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
     pr->timer_kind = kind;
-    fy_timer_start(pr->loop, &pr->timer,
-                   kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms);
+    uint64_t ms = kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms;
+    if (kind == T_FIRST_BYTE && pr->attempts > 1 && uc->retry_timeout_ms) {
+        /* a retry waits only until the request's total bound */
+        uint64_t end = pr->start_ms + uc->retry_timeout_ms, now = pr->loop->now_ms;
+        uint64_t left = end > now ? end - now : 1;
+        if (left < ms) ms = left;
+    }
+    fy_timer_start(pr->loop, &pr->timer, ms);
 }
 
 /* Let go of the origin side of the current attempt. The h1 codec's buffers stay while the
@@ -313,8 +326,20 @@ static bool retryable(const proxy_req_t *pr)
     bool idempotent = q->method_id == FY_M_GET || q->method_id == FY_M_HEAD ||
                       q->method_id == FY_M_OPTIONS || q->method_id == FY_M_PUT ||
                       q->method_id == FY_M_DELETE || q->method_id == FY_M_TRACE;
-    return idempotent && q->content_length == 0 && !pr->o_head && !pr->got_bytes &&
-           !pr->ex->response_started && pr->attempts <= fy_upstream_conf(pr->ph->up)->retries;
+    const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
+    if (!idempotent || q->content_length != 0 || pr->o_head || pr->got_bytes || pr->no_retry ||
+        pr->ex->response_started || pr->attempts > uc->retries)
+        return false;
+    if (uc->retry_timeout_ms && pr->loop->now_ms - pr->start_ms >= uc->retry_timeout_ms)
+        return false;
+    if (pr->fb_timed_out) {
+        /* the origin may be working on it (or be stuck): never the same server again */
+        size_t n = fy_upstream_nservers(pr->ph->up);
+        for (size_t i = 0; i < n && i < 64; i++)
+            if (!((pr->tried >> i) & 1)) return true;
+        return false;
+    }
+    return true;
 }
 
 /* The origin failed us. Before any response byte: another attempt, or 502/504. After: the
@@ -324,20 +349,27 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
     char a[64];
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
-    fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
-            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
     if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     pr->got_bytes = pr->c1 && fy_h1_client_got_bytes(pr->c1);
-    bool stale = pr->reused_conn && !pr->o_head && !pr->got_bytes;
+    /* a pooled connection the origin had already closed: try again on a fresh one (not after
+       a timeout: that origin got the request and said nothing) */
+    bool stale = pr->reused_conn && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
+                 !pr->no_retry && pr->ex->req.content_length == 0 && !pr->ex->response_started;
+    bool retry = !stale && retryable(pr);
+    /* one line per failure, saying what happens next */
+    fy_warn("upstream %s: %s: %s%s", fy_upstream_conf(pr->ph->up)->name,
+            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why,
+            stale   ? "; retrying on a new connection"
+            : retry ? (pr->fb_timed_out ? "; retrying on another server" : "; retrying")
+                    : "");
     drop_origin(pr, false);
     fy_timer_stop(pr->loop, &pr->timer);
-    /* a pooled connection the origin had already closed: try again on a fresh one */
-    if (stale && pr->ex->req.content_length == 0 && !pr->ex->response_started) {
+    if (stale) {
         pr->tried &= ~(1ull << pr->server);
         attempt(pr);
         return;
     }
-    if (retryable(pr)) {
+    if (retry) {
         attempt(pr);
         return;
     }
@@ -355,9 +387,15 @@ static void on_timer(fy_timer_t *t)
         deliver(pr);
         return;
     }
-    if (pr->timer_kind == T_FIRST_BYTE)
+    if (pr->timer_kind == T_FIRST_BYTE) {
+        pr->fb_timed_out = true;
+        /* a multiplexed connection that left a stream unanswered takes no new streams
+           until it proves alive (h2: PING), and is closed once its streams end otherwise */
+        bool sent = pr->ex->req.content_length == 0 || pr->q_end;
+        if (sent && pr->okind == O_H2 && pr->hs) fy_origin_h2_suspect(pr->hs);
+        if (sent && pr->okind == O_H3 && pr->hs3) fy_origin_h3_suspect(pr->hs3);
         origin_failed(pr, 504, "origin first-byte timeout", true);
-    else
+    } else
         origin_failed(pr, 504, "origin idle timeout", false);
 }
 
