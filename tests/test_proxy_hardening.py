@@ -393,3 +393,26 @@ def test_retry_timeout_bounds_the_attempts(server, origins):
                 "    first-byte-timeout: 1s\n    retries: 3\n    retry-timeout: 500ms")
     assert get(srv, "/ok")[0] == 504
     assert stuck.requests == 1 and good.n("/ok") == 0
+
+
+# ---- item 3: a bound on interim responses ----
+
+@pytest.mark.parametrize("kind", ["h1", "h2"])
+def test_too_many_informational_responses_is_502(server, origins, kind):
+    o = origins(kind)
+    srv = start(server, [o.url], limits="limits:\n  informational-responses: 4")
+    st, body, hints = get(srv, "/hints?n=4")
+    assert (st, body, hints) == (200, b"ok", 4)
+    st, _, hints = get(srv, "/hints?n=5")
+    assert st == 502 and hints == 4, srv.log()[-2000:]
+    assert "limits.informational-responses" in srv.log()
+
+
+def test_informational_default_limit(server, origins):
+    o = origins("h1")
+    srv = start(server, [o.url])
+    st, _, hints = get(srv, "/hints?n=32")
+    assert st == 200 and hints == 32
+    st, _, hints = get(srv, "/hints?n=1000")
+    assert st == 502 and hints == 32, srv.log()[-2000:]
+    assert o.n("/hints") == 2  # not retried

@@ -725,6 +725,16 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     const fy_proxy_conf_t *pc = pr->ph->conf;
     bool h1 = pr->okind == O_H1;
     if (status < 200 && !(status == 101 && h1)) {
+        /* a bound on them, or an origin trickling 1xx holds the exchange forever */
+        int64_t max = ex->ctx->limits->max_informational;
+        if (++pr->interim > max) {
+            pr->no_retry = true;
+            origin_failed(pr, 502,
+                          "origin sent more interim (1xx) responses than "
+                          "limits.informational-responses allows",
+                          false);
+            return;
+        }
         /* 100 is ours to give (the client codec answers Expect); 103 Early Hints and others
            go on, without hop-by-hop fields (an HTTP/1.1 origin may send some) */
         if (status == 100) return;
@@ -1186,6 +1196,7 @@ static void attempt(proxy_req_t *pr)
     pr->sent_any = false;
     pr->got_bytes = false;
     pr->o_head = pr->o_end = false;
+    pr->interim = 0;
     pr->zn = 0;
     pr->rb_head = pr->rb_count = 0;
     const fy_upstream_server_conf_t *sv =

@@ -80,5 +80,13 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .min = 1,
      .max = 10000000,
      .doc = "Most open client connections per worker."},
+    {.key = "informational-responses",
+     .type = FY_CT_INT,
+     .offset = H(max_informational),
+     .dflt = "32",
+     .min = 1,
+     .max = 100000,
+     .doc = "Most interim (1xx) responses an origin may send before the final response of "
+            "one proxied request; past it the exchange fails with 502."},
     {.key = NULL},
 };
