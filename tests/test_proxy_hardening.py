@@ -416,3 +416,71 @@ def test_informational_default_limit(server, origins):
     st, _, hints = get(srv, "/hints?n=1000")
     assert st == 502 and hints == 32, srv.log()[-2000:]
     assert o.n("/hints") == 2  # not retried
+
+
+# ---- item 4: a total deadline for request bodies ----
+
+def trickle(srv, total, head_extra=""):
+    """POST /upload with a `total`-byte body sent one byte every 50 ms until a response
+    arrives (or the body is all sent). Returns (status, bytes sent)."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(30))
+    s.sendall(f"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {total}\r\n"
+              f"{head_extra}\r\n".encode())
+    sent, data = 0, b""
+    try:
+        while sent < total:
+            r, _, _ = select.select([s], [], [], 0.05)
+            if r:
+                break
+            s.sendall(b"x")
+            sent += 1
+        while b"\r\n\r\n" not in data:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return parse(data)[0], sent
+
+
+def test_slow_upload_past_body_total_timeout_is_408(server, origins):
+    o = origins("h1")
+    srv = start(server, [o.url], "    first-byte-timeout: 60s",
+                limits="limits:\n  body-total-timeout: 1s")
+    st, sent = trickle(srv, 400)  # 20 s at the trickle's pace
+    assert st == 408, srv.log()[-2000:]
+    assert sent < 400
+    wait_for(lambda: o.uploads_aborted == 1, 10, "the origin to see the upload aborted")
+    assert o.uploads_done == 0
+    assert "limits.body-total-timeout" in srv.log()
+
+
+def test_slow_upload_to_h2_origin_is_reset(server, origins):
+    o = origins("h2")
+    srv = start(server, [o.url], limits="limits:\n  body-total-timeout: 1s")
+    st, _ = trickle(srv, 400)
+    assert st == 408, srv.log()[-2000:]
+    wait_for(lambda: o.resets == 1, 10, "the origin to see the stream reset")
+    assert o.answered == 0
+
+
+def test_upload_within_body_total_timeout(server, origins):
+    o = origins("h1")
+    srv = start(server, [o.url], limits="limits:\n  body-total-timeout: 60s")
+    st, sent = trickle(srv, 10)
+    assert (st, sent) == (200, 10)
+    assert o.uploads_done == 1
+
+
+def test_slow_upload_is_no_first_byte_timeout(server, origins):
+    """The first-byte wait starts once the body is all sent: a client uploading for longer
+    than first-byte-timeout is not an origin failure (504, and counted towards ejection)."""
+    o = origins("h1")
+    srv = start(server, [o.url], "    first-byte-timeout: 1s")
+    st, sent = trickle(srv, 40)  # 2 s at the trickle's pace
+    assert (st, sent) == (200, 40), srv.log()[-2000:]
+    assert o.uploads_done == 1
+    assert "first-byte timeout" not in srv.log()

@@ -307,6 +307,7 @@ static void cleanup(void *arg)
 {
     proxy_req_t *pr = arg;
     fy_timer_stop(pr->loop, &pr->timer);
+    fy_timer_stop(pr->loop, &pr->body_timer);
     drop_origin(pr, false);
     if (pr->c1) {
         fy_h1_client_release(pr->c1);
@@ -925,6 +926,10 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
     proxy_req_t *pr = ex->handler_data;
     pr->req_body_waiting = false;
+    if (end && pr->body_timing) { /* the whole body is here in time */
+        pr->body_timing = false;
+        fy_timer_stop(pr->loop, &pr->body_timer);
+    }
     if (pr->stopped || pr->finished) return;
     pr->qp = p;
     pr->qn = n;
@@ -945,10 +950,13 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
             pr->qp += n;
             pr->qn -= n;
             pr->sent_any = true;
+            /* while the body goes, a slow client is no slow origin: no first-byte wait yet */
+            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_IDLE);
             return (ssize_t)n;
         }
         if (pr->q_end) {
             *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;
+            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_FIRST_BYTE); /* all sent */
             return 0;
         }
         if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_H2C_DEFER;
@@ -1209,6 +1217,30 @@ static void attempt(proxy_req_t *pr)
         attempt_h1(pr);
 }
 
+/* limits.body-total-timeout: the client's body did not all arrive in time. The origin's
+ * request is aborted (h1: connection closed mid-body; h2/h3: stream reset), the client gets
+ * 408, or a reset stream once the response started. */
+static void on_body_timer(fy_timer_t *t)
+{
+    proxy_req_t *pr = t->data;
+    pr->body_timing = false;
+    if (pr->finished || pr->stopped) return;
+    if (pr->trail) {
+        /* the response is complete: the rest of the body is not worth failing it for */
+        pr->trail_abort = true;
+        deliver(pr);
+        return;
+    }
+    fy_warn("upstream %s: request body not complete within limits.body-total-timeout "
+            "(%llu ms): aborted",
+            fy_upstream_conf(pr->ph->up)->name,
+            (unsigned long long)pr->ex->ctx->limits->body_total_timeout_ms);
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, false);
+    pr->finished = true;
+    fy_exchange_fail(pr->ex, 408, "request body not complete within limits.body-total-timeout");
+}
+
 static void on_request(fy_handler_t *h, fy_exchange_t *ex)
 {
     proxy_handler_t *ph = (proxy_handler_t *)h;
@@ -1224,8 +1256,18 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
+    fy_timer_init(&pr->body_timer, on_body_timer, pr);
+    pr->start_ms = pr->loop->now_ms;
     ex->handler_data = pr;
     fy_arena_on_reset(ex->arena, cleanup, pr);
+    uint64_t bt = ex->ctx->limits->body_total_timeout_ms;
+    if (bt && !pr->tunnel && ex->req.content_length != 0 &&
+        (ex->req.content_length < 0 || ex->body_received < (uint64_t)ex->req.content_length)) {
+        pr->body_timing = true;
+        uint64_t now = pr->loop->now_ms; /* counted from the head's arrival */
+        uint64_t spent = now > ex->start_ms ? now - ex->start_ms : 0;
+        fy_timer_start(pr->loop, &pr->body_timer, bt > spent ? bt - spent : 1);
+    }
     attempt(pr);
 }
 

@@ -80,6 +80,16 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .min = 1,
      .max = 10000000,
      .doc = "Most open client connections per worker."},
+    {.key = "body-total-timeout",
+     .type = FY_CT_DURATION,
+     .offset = H(body_total_timeout_ms),
+     .dflt = "10m",
+     .min = 0,
+     .max = 24 * HOUR,
+     .doc = "Longest time a proxied request body may take as a whole (from the request head "
+            "to the body's end), whatever its pace; past it the client gets 408 (or the "
+            "stream is reset once the response started) and the origin's request is aborted. "
+            "0: no bound (`body-timeout` still bounds every idle gap)."},
     {.key = "informational-responses",
      .type = FY_CT_INT,
      .offset = H(max_informational),

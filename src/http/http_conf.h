@@ -18,7 +18,8 @@ typedef struct fy_http_limits {
     uint64_t send_timeout_ms;   /* `send-timeout`, default 60s: client not reading the response */
     int64_t keepalive_requests; /* `keepalive-requests`, default 10000; then Connection: close */
     int64_t max_connections;    /* `connections`, default 16384 per worker */
-    int64_t max_informational;  /* `informational-responses`, default 32 per proxied request */
+    uint64_t body_total_timeout_ms; /* `body-total-timeout`, default 10m: a proxied body whole */
+    int64_t max_informational;      /* `informational-responses`, default 32 per proxied request */
 } fy_http_limits_t;
 
 extern const fy_conf_directive_t fy_http_limits_table[];

@@ -256,7 +256,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .type = FY_CT_DURATION,
      .offset = U(first_byte_timeout_ms),
      .dflt = "60s",
-     .doc = "From the request sent to the response head; past it: 504."},
+     .doc = "From the whole request sent (its body's end) to the response head; past it: "
+            "504. While the body goes out, `idle-timeout` bounds each pause instead."},
     {.key = "idle-timeout",
      .type = FY_CT_DURATION,
      .offset = U(idle_timeout_ms),
