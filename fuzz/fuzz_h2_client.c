@@ -83,7 +83,7 @@ static void on_goaway(void *ud)
 {
     (void)ud;
 }
-static const fy_h2_client_conn_ops_t cops = {want_send, on_settings, on_goaway};
+static const fy_h2_client_conn_ops_t cops = {want_send, on_settings, on_goaway, NULL};
 
 static void drain(fy_h2_client_t *c)
 {

@@ -117,6 +117,10 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         }
         return 0;
     }
+    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK)) {
+        if (c->ops->on_ping_ack) c->ops->on_ping_ack(c->ud);
+        return 0;
+    }
     if (f->hd.type == NGHTTP2_GOAWAY) {
         c->goaway = true;
         c->goaway_last_id = f->goaway.last_stream_id;
@@ -411,6 +415,13 @@ bool fy_h2_client_can_connect_protocol(const fy_h2_client_t *c)
 {
     return nghttp2_session_get_remote_settings(c->ng, NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL) ==
            1;
+}
+
+void fy_h2_client_ping(fy_h2_client_t *c)
+{
+    if (c->dead) return;
+    if (nghttp2_submit_ping(c->ng, NGHTTP2_FLAG_NONE, NULL) == 0 && !c->in_recv)
+        c->ops->want_send(c->ud);
 }
 
 void fy_h2_client_goaway(fy_h2_client_t *c)

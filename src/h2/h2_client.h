@@ -68,6 +68,8 @@ typedef struct fy_h2_client_conn_ops {
     void (*want_send)(void *ud);   /* frames are queued: call fy_h2_client_send soon */
     void (*on_settings)(void *ud); /* the origin's first SETTINGS arrived: streams may go */
     void (*on_goaway)(void *ud);   /* the origin is going away: open no new streams */
+    void (*on_ping_ack)(void *ud); /* the origin answered our PING (fy_h2_client_ping); may be
+                                      NULL */
 } fy_h2_client_conn_ops_t;
 
 /* A session, with our SETTINGS queued. NULL on OOM. */
@@ -107,6 +109,8 @@ size_t fy_h2_client_nstreams(const fy_h2_client_t *c);
 size_t fy_h2_client_max_streams(const fy_h2_client_t *c);
 /* The origin announced SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 extended CONNECT). */
 bool fy_h2_client_can_connect_protocol(const fy_h2_client_t *c);
+/* Queue a PING (want_send follows); its ACK comes through on_ping_ack. */
+void fy_h2_client_ping(fy_h2_client_t *c);
 /* Send GOAWAY (NO_ERROR) before closing an idle connection. */
 void fy_h2_client_goaway(fy_h2_client_t *c);
 

@@ -173,7 +173,7 @@ static void c_goaway(void *ud)
     (void)ud;
     goaways++;
 }
-static const fy_h2_client_conn_ops_t cops = {c_want, c_settings, c_goaway};
+static const fy_h2_client_conn_ops_t cops = {c_want, c_settings, c_goaway, NULL};
 
 /* Move bytes both ways until neither side has anything to say. */
 static void pump(fy_h2_client_t *c, origin_t *o)

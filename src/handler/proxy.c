@@ -84,6 +84,13 @@ typedef struct proxy_req {
     bool trail;       /* early response: the rest of the request body still goes to the origin */
     bool trail_abort; /* ... not any more (origin error, timeout): close it instead */
     int refusals;     /* streams the origin refused (not processed): retried apart from `retries` */
+    uint64_t start_ms; /* the first attempt's start (upstream `retry-timeout`) */
+    bool fb_timed_out; /* an attempt ran out of first-byte time: the origin may have the
+                          request, so retries go only to servers not tried yet */
+    bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
+    int64_t interim;   /* interim (1xx) heads of this attempt (limits.informational-responses) */
+    fy_timer_t body_timer; /* limits.body-total-timeout, while the request body comes */
+    bool body_timing;
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
@@ -257,8 +264,14 @@ static void set_timer(proxy_req_t *pr, int kind)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
     pr->timer_kind = kind;
-    fy_timer_start(pr->loop, &pr->timer,
-                   kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms);
+    uint64_t ms = kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms;
+    if (kind == T_FIRST_BYTE && pr->attempts > 1 && uc->retry_timeout_ms) {
+        /* a retry waits only until the request's total bound */
+        uint64_t end = pr->start_ms + uc->retry_timeout_ms, now = pr->loop->now_ms;
+        uint64_t left = end > now ? end - now : 1;
+        if (left < ms) ms = left;
+    }
+    fy_timer_start(pr->loop, &pr->timer, ms);
 }
 
 /* Let go of the origin side of the current attempt. The h1 codec's buffers stay while the
@@ -303,6 +316,7 @@ static void cleanup(void *arg)
 {
     proxy_req_t *pr = arg;
     fy_timer_stop(pr->loop, &pr->timer);
+    fy_timer_stop(pr->loop, &pr->body_timer);
     drop_origin(pr, false);
     if (pr->c1) {
         fy_h1_client_release(pr->c1);
@@ -322,8 +336,20 @@ static bool retryable(const proxy_req_t *pr)
     bool idempotent = q->method_id == FY_M_GET || q->method_id == FY_M_HEAD ||
                       q->method_id == FY_M_OPTIONS || q->method_id == FY_M_PUT ||
                       q->method_id == FY_M_DELETE || q->method_id == FY_M_TRACE;
-    return idempotent && q->content_length == 0 && !pr->o_head && !pr->got_bytes &&
-           !pr->ex->response_started && pr->attempts <= fy_upstream_conf(pr->ph->up)->retries;
+    const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
+    if (!idempotent || q->content_length != 0 || pr->o_head || pr->got_bytes || pr->no_retry ||
+        pr->ex->response_started || pr->attempts > uc->retries)
+        return false;
+    if (uc->retry_timeout_ms && pr->loop->now_ms - pr->start_ms >= uc->retry_timeout_ms)
+        return false;
+    if (pr->fb_timed_out) {
+        /* the origin may be working on it (or be stuck): never the same server again */
+        size_t n = fy_upstream_nservers(pr->ph->up);
+        for (size_t i = 0; i < n && i < 64; i++)
+            if (!((pr->tried >> i) & 1)) return true;
+        return false;
+    }
+    return true;
 }
 
 /* The origin failed us. Before any response byte: another attempt, or 502/504. After: the
@@ -333,20 +359,27 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
     char a[64];
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
-    fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
-            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
     if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     pr->got_bytes = pr->c1 && fy_h1_client_got_bytes(pr->c1);
-    bool stale = pr->reused_conn && !pr->o_head && !pr->got_bytes;
+    /* a pooled connection the origin had already closed: try again on a fresh one (not after
+       a timeout: that origin got the request and said nothing) */
+    bool stale = pr->reused_conn && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
+                 !pr->no_retry && pr->ex->req.content_length == 0 && !pr->ex->response_started;
+    bool retry = !stale && retryable(pr);
+    /* one line per failure, saying what happens next */
+    fy_warn("upstream %s: %s: %s%s", fy_upstream_conf(pr->ph->up)->name,
+            fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why,
+            stale   ? "; retrying on a new connection"
+            : retry ? (pr->fb_timed_out ? "; retrying on another server" : "; retrying")
+                    : "");
     drop_origin(pr, false);
     fy_timer_stop(pr->loop, &pr->timer);
-    /* a pooled connection the origin had already closed: try again on a fresh one */
-    if (stale && pr->ex->req.content_length == 0 && !pr->ex->response_started) {
+    if (stale) {
         pr->tried &= ~(1ull << pr->server);
         attempt(pr);
         return;
     }
-    if (retryable(pr)) {
+    if (retry) {
         attempt(pr);
         return;
     }
@@ -364,9 +397,15 @@ static void on_timer(fy_timer_t *t)
         deliver(pr);
         return;
     }
-    if (pr->timer_kind == T_FIRST_BYTE)
+    if (pr->timer_kind == T_FIRST_BYTE) {
+        pr->fb_timed_out = true;
+        /* a multiplexed connection that left a stream unanswered takes no new streams
+           until it proves alive (h2: PING), and is closed once its streams end otherwise */
+        bool sent = pr->ex->req.content_length == 0 || pr->q_end;
+        if (sent && pr->okind == O_H2 && pr->hs) fy_origin_h2_suspect(pr->hs);
+        if (sent && pr->okind == O_H3 && pr->hs3) fy_origin_h3_suspect(pr->hs3);
         origin_failed(pr, 504, "origin first-byte timeout", true);
-    else
+    } else
         origin_failed(pr, 504, "origin idle timeout", false);
 }
 
@@ -696,6 +735,16 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     const fy_proxy_conf_t *pc = pr->ph->conf;
     bool h1 = pr->okind == O_H1;
     if (status < 200 && !(status == 101 && h1)) {
+        /* a bound on them, or an origin trickling 1xx holds the exchange forever */
+        int64_t max = ex->ctx->limits->max_informational;
+        if (++pr->interim > max) {
+            pr->no_retry = true;
+            origin_failed(pr, 502,
+                          "origin sent more interim (1xx) responses than "
+                          "limits.informational-responses allows",
+                          false);
+            return;
+        }
         /* 100 is ours to give (the client codec answers Expect); 103 Early Hints and others
            go on, without hop-by-hop fields (an HTTP/1.1 origin may send some) */
         if (status == 100) return;
@@ -886,6 +935,10 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
     proxy_req_t *pr = ex->handler_data;
     pr->req_body_waiting = false;
+    if (end && pr->body_timing) { /* the whole body is here in time */
+        pr->body_timing = false;
+        fy_timer_stop(pr->loop, &pr->body_timer);
+    }
     if (pr->stopped || pr->finished) return;
     pr->qp = p;
     pr->qn = n;
@@ -906,10 +959,13 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
             pr->qp += n;
             pr->qn -= n;
             pr->sent_any = true;
+            /* while the body goes, a slow client is no slow origin: no first-byte wait yet */
+            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_IDLE);
             return (ssize_t)n;
         }
         if (pr->q_end) {
             *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;
+            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_FIRST_BYTE); /* all sent */
             return 0;
         }
         if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_H2C_DEFER;
@@ -1157,6 +1213,7 @@ static void attempt(proxy_req_t *pr)
     pr->sent_any = false;
     pr->got_bytes = false;
     pr->o_head = pr->o_end = false;
+    pr->interim = 0;
     pr->zn = 0;
     pr->rb_head = pr->rb_count = 0;
     const fy_upstream_server_conf_t *sv =
@@ -1167,6 +1224,30 @@ static void attempt(proxy_req_t *pr)
         attempt_h2(pr);
     else
         attempt_h1(pr);
+}
+
+/* limits.body-total-timeout: the client's body did not all arrive in time. The origin's
+ * request is aborted (h1: connection closed mid-body; h2/h3: stream reset), the client gets
+ * 408, or a reset stream once the response started. */
+static void on_body_timer(fy_timer_t *t)
+{
+    proxy_req_t *pr = t->data;
+    pr->body_timing = false;
+    if (pr->finished || pr->stopped) return;
+    if (pr->trail) {
+        /* the response is complete: the rest of the body is not worth failing it for */
+        pr->trail_abort = true;
+        deliver(pr);
+        return;
+    }
+    fy_warn("upstream %s: request body not complete within limits.body-total-timeout "
+            "(%llu ms): aborted",
+            fy_upstream_conf(pr->ph->up)->name,
+            (unsigned long long)pr->ex->ctx->limits->body_total_timeout_ms);
+    fy_timer_stop(pr->loop, &pr->timer);
+    drop_origin(pr, false);
+    pr->finished = true;
+    fy_exchange_fail(pr->ex, 408, "request body not complete within limits.body-total-timeout");
 }
 
 static void on_request(fy_handler_t *h, fy_exchange_t *ex)
@@ -1184,8 +1265,18 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
+    fy_timer_init(&pr->body_timer, on_body_timer, pr);
+    pr->start_ms = pr->loop->now_ms;
     ex->handler_data = pr;
     fy_arena_on_reset(ex->arena, cleanup, pr);
+    uint64_t bt = ex->ctx->limits->body_total_timeout_ms;
+    if (bt && !pr->tunnel && ex->req.content_length != 0 &&
+        (ex->req.content_length < 0 || ex->body_received < (uint64_t)ex->req.content_length)) {
+        pr->body_timing = true;
+        uint64_t now = pr->loop->now_ms; /* counted from the head's arrival */
+        uint64_t spent = now > ex->start_ms ? now - ex->start_ms : 0;
+        fy_timer_start(pr->loop, &pr->body_timer, bt > spent ? bt - spent : 1);
+    }
     attempt(pr);
 }
 

@@ -99,5 +99,23 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .dflt = "true",
      .doc = "Collapse runs of `/` in request paths before routes are matched (as nginx does), "
             "so `//admin` meets the `/admin` route and its policies."},
+    {.key = "body-total-timeout",
+     .type = FY_CT_DURATION,
+     .offset = H(body_total_timeout_ms),
+     .dflt = "10m",
+     .min = 0,
+     .max = 24 * HOUR,
+     .doc = "Longest time a proxied request body may take as a whole (from the request head "
+            "to the body's end), whatever its pace; past it the client gets 408 (or the "
+            "stream is reset once the response started) and the origin's request is aborted. "
+            "0: no bound (`body-timeout` still bounds every idle gap)."},
+    {.key = "informational-responses",
+     .type = FY_CT_INT,
+     .offset = H(max_informational),
+     .dflt = "32",
+     .min = 1,
+     .max = 100000,
+     .doc = "Most interim (1xx) responses an origin may send before the final response of "
+            "one proxied request; past it the exchange fails with 502."},
     {.key = NULL},
 };

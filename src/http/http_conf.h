@@ -21,6 +21,8 @@ typedef struct fy_http_limits {
     int64_t max_connections;    /* `connections`, default 16384 per worker */
     int encoded_slash;          /* `encoded-slash`, enum fy_path_slash, default reject (400) */
     bool merge_slashes;         /* `merge-slashes`, default true: "//" -> "/" in paths */
+    uint64_t body_total_timeout_ms; /* `body-total-timeout`, default 10m: a proxied body whole */
+    int64_t max_informational;      /* `informational-responses`, default 32 per proxied request */
 } fy_http_limits_t;
 
 extern const fy_conf_directive_t fy_http_limits_table[];

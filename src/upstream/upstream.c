@@ -55,6 +55,10 @@ struct fy_upstream {
     const fy_upstream_conf_t *conf;
     atomic_bool *down;  /* per server, set by the health checker, read by every worker */
     atomic_uint *downs; /* per server: how many times the health checker marked it down */
+    /* per server: passive ejection, until this loop time (ms), set by the worker that saw
+       max-fails in a row and obeyed by every worker (each would otherwise keep sending
+       until it had seen as many failures itself) */
+    _Atomic uint64_t *ejected_until;
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -114,6 +118,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     }
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
     u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
+    u->ejected_until = fy_xcalloc(u->nservers, sizeof *u->ejected_until);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
     for (size_t i = 0; i < u->nservers; i++) {
         uint64_t h = 1469598103934665603ull;
@@ -147,6 +152,7 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->workers);
     free(u->down);
     free(u->downs);
+    free((void *)u->ejected_until);
     free(u->ids);
     free(u->probes);
     if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
@@ -217,9 +223,7 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
     size_t nok = 0;
     for (int pass = 0; pass < 3 && nok == 0; pass++)
         for (size_t i = 0; i < n && i < 64; i++) {
-            bool excluded = (exclude >> i) & 1,
-                 out = uw->srv[i].ejected_until > now_ms ||
-                       atomic_load_explicit(&u->down[i], memory_order_relaxed);
+            bool excluded = (exclude >> i) & 1, out = !fy_upstream_usable(u, w, (int)i, now_ms);
             ok[i] = pass == 0 ? !excluded && !out : pass == 1 ? !excluded : true;
             nok += ok[i];
         }
@@ -306,7 +310,7 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
         return;
     }
     if (++s->fails >= (unsigned)u->conf->max_fails) {
-        if (s->ejected_until <= now_ms) {
+        if (atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms) {
             char a[64];
             fy_warn(
                 "upstream %s: server %s ejected for %llu ms after %u failures", u->conf->name,
@@ -314,6 +318,7 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
                 (unsigned long long)u->conf->fail_timeout_ms, s->fails);
         }
         s->ejected_until = now_ms + u->conf->fail_timeout_ms;
+        atomic_store_explicit(&u->ejected_until[server], s->ejected_until, memory_order_relaxed);
         s->fails = 0;
     }
 }
@@ -333,6 +338,7 @@ int fy_upstream_find_id(const fy_upstream_t *u, const char *id, size_t len)
 bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_ms)
 {
     return u->workers[w].srv[server].ejected_until <= now_ms &&
+           atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
            !atomic_load_explicit(&u->down[server], memory_order_relaxed);
 }
 

@@ -121,6 +121,10 @@ void fy_origin_h2_cancel_wait(fy_origin_h2_waiter_t *wt);
 fy_h2_client_t *fy_origin_h2_client(fy_origin_h2_t *s);
 /* Done with the session (after fy_h2_client_release of the caller's stream). */
 void fy_origin_h2_release(fy_origin_h2_t *s);
+/* A stream of the (held) session got no response head within first-byte-timeout: the
+ * session takes no new streams; a PING goes out, and its ACK makes it usable again, else it
+ * is closed once its last user releases it (new requests get a new connection). */
+void fy_origin_h2_suspect(fy_origin_h2_t *s);
 /* How many sessions worker w holds to server (tests, metrics). */
 size_t fy_origin_h2_count(fy_upstream_t *u, int w, int server);
 
@@ -148,6 +152,8 @@ fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loo
 void fy_origin_h3_cancel_wait(fy_origin_h3_waiter_t *wt);
 fy_h3_client_t *fy_origin_h3_client(fy_origin_h3_t *s);
 void fy_origin_h3_release(fy_origin_h3_t *s);
+/* As fy_origin_h2_suspect: no new streams on this connection; closed once its streams end. */
+void fy_origin_h3_suspect(fy_origin_h3_t *s);
 size_t fy_origin_h3_count(fy_upstream_t *u, int w, int server);
 
 #endif

@@ -252,7 +252,8 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .type = FY_CT_DURATION,
      .offset = U(first_byte_timeout_ms),
      .dflt = "60s",
-     .doc = "From the request sent to the response head; past it: 504."},
+     .doc = "From the whole request sent (its body's end) to the response head; past it: "
+            "504. While the body goes out, `idle-timeout` bounds each pause instead."},
     {.key = "idle-timeout",
      .type = FY_CT_DURATION,
      .offset = U(idle_timeout_ms),
@@ -284,7 +285,16 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
      .doc = "Extra attempts for idempotent requests without a body that failed before any "
             "response byte (on another server when there is one); HTTP/2 origins' refused "
             "streams (REFUSED_STREAM, past a GOAWAY) are retried for any request whose body "
-            "had not started."},
+            "had not started. A request that got no response head within "
+            "`first-byte-timeout` may have reached the origin: it is retried only on a server "
+            "not tried yet, never on the same one."},
+    {.key = "retry-timeout",
+     .type = FY_CT_DURATION,
+     .offset = U(retry_timeout_ms),
+     .dflt = "0s",
+     .doc = "Bound on the time a request spends over all its attempts, from the first one's "
+            "start: no retry starts past it, and a retry waits for its response head only "
+            "until it (then 504). 0: no bound beyond each attempt's own timeouts."},
     {.key = "max-fails",
      .type = FY_CT_INT,
      .offset = U(max_fails),

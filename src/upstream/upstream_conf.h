@@ -60,6 +60,7 @@ typedef struct fy_upstream_conf {
     int64_t retries;                /* default 1: extra attempts (another server when there is one)
                                        for idempotent bodiless requests that failed before any
                                        response byte */
+    uint64_t retry_timeout_ms;      /* default 0 (none): all attempts of a request, in total */
     int64_t max_fails;              /* default 3 consecutive connect errors or 5xx: ejected */
     uint64_t fail_timeout_ms;       /* default 10s: how long an ejected server sits out */
     char *ca;                       /* PEM bundle to verify https origins; default: system store */

@@ -13,7 +13,9 @@
 #include "net/sock.h"
 #include "upstream/upstream_int.h"
 
-enum { S_CONNECTING = 1, S_SETTINGS, S_READY, S_DRAINING, S_CLOSED };
+/* S_SUSPECT: a stream got no response head in time; no new streams until the origin answers
+ * a PING (back to S_READY), closed once its last stream ends otherwise. */
+enum { S_CONNECTING = 1, S_SETTINGS, S_READY, S_SUSPECT, S_DRAINING, S_CLOSED };
 
 /* Streams we let wait on a session that is still connecting (its limit is unknown yet): our
  * own cap, so that a burst opens no more connections than needed when the origin allows as
@@ -102,7 +104,8 @@ static void session_close(fy_origin_h2_t *s, const char *why)
 {
     if (s->state == S_CLOSED) return;
     /* an idle session the origin closed, or one it drained with GOAWAY: nothing to tell */
-    bool quiet = (s->state == S_READY || s->state == S_DRAINING) && s->users == 0;
+    bool quiet =
+        (s->state == S_READY || s->state == S_DRAINING || s->state == S_SUSPECT) && s->users == 0;
     s->state = S_CLOSED; /* stays listed (skipped) until freed */
     fy_timer_stop(s->loop, &s->timer);
     if (s->oc) {
@@ -250,7 +253,17 @@ static void on_goaway(void *ud)
     fail_waiters(s, "origin sent GOAWAY");
 }
 
-static const fy_h2_client_conn_ops_t conn_ops = {want_send, on_settings, on_goaway};
+static void on_ping_ack(void *ud)
+{
+    fy_origin_h2_t *s = ud;
+    if (s->state != S_SUSPECT) return;
+    /* the connection is alive: the unanswered stream was the application's doing */
+    fy_info("upstream %s: h2 connection answered PING after a first-byte timeout: reused",
+            fy_upstream_conf(s->u)->name);
+    s->state = S_READY;
+}
+
+static const fy_h2_client_conn_ops_t conn_ops = {want_send, on_settings, on_goaway, on_ping_ack};
 
 static void on_timer(fy_timer_t *t)
 {
@@ -406,6 +419,15 @@ void fy_origin_h2_release(fy_origin_h2_t *s)
         session_close(s, NULL);
         return;
     }
+    if (s->state == S_SUSPECT) {
+        /* no PING answer while its streams ran: given up */
+        fy_info("upstream %s: h2 connection closed: a stream went unanswered and so did PING",
+                fy_upstream_conf(s->u)->name);
+        fy_h2_client_goaway(s->c);
+        flush(s);
+        session_close(s, NULL);
+        return;
+    }
     if (s->state != S_READY) return;
     /* idle: keep up to `keepalive` idle sessions per server */
     size_t idle = 0;
@@ -418,6 +440,13 @@ void fy_origin_h2_release(fy_origin_h2_t *s)
         return;
     }
     fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
+}
+
+void fy_origin_h2_suspect(fy_origin_h2_t *s)
+{
+    if (s->state != S_READY) return;
+    s->state = S_SUSPECT;
+    fy_h2_client_ping(s->c);
 }
 
 size_t fy_origin_h2_count(fy_upstream_t *u, int w, int server)

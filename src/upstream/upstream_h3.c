@@ -289,6 +289,17 @@ void fy_origin_h3_release(fy_origin_h3_t *s)
     fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
 }
 
+void fy_origin_h3_suspect(fy_origin_h3_t *s)
+{
+    if (s->state != S_READY) return;
+    /* QUIC keeps itself alive (its PINGs and ACKs are the library's): an unanswered stream
+       is the application's, so the connection takes no new ones and closes after its last */
+    fy_info("upstream %s: h3 connection takes no new streams after a first-byte timeout",
+            fy_upstream_conf(s->u)->name);
+    s->state = S_DRAINING;
+    if (s->nwaiters) serve_waiters(s); /* those waiting for its stream credit go elsewhere */
+}
+
 size_t fy_origin_h3_count(fy_upstream_t *u, int w, int server)
 {
     size_t n = 0;
