@@ -82,11 +82,11 @@ static void on_end(void *ud, fy_headers_t *trailers)
     s->ended = true;
 }
 
-static void on_error(void *ud, int kind, uint32_t code, const char *why)
+static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     st_t *s = ud;
     (void)code;
-    if (s->ended || s->failed || !why || (kind != FY_H1C_CONN && kind != FY_H1C_PROTOCOL)) abort();
+    if (s->ended || s->failed || !why || (kind != FY_CLIENT_CONN && kind != FY_CLIENT_PROTOCOL)) abort();
     s->failed = true;
 }
 
@@ -95,7 +95,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     st_t *s = ud;
     if (!s->deferred) {
         s->deferred = true;
-        return FY_H1C_DEFER;
+        return FY_CLIENT_DEFER;
     }
     s->deferred = false;
     if (s->body_left-- > 0) {
@@ -114,7 +114,7 @@ static int want(void *ud, uint32_t ev)
     return 0;
 }
 
-static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
+static const fy_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
 
 static void add(fy_arena_t *a, fy_headers_t *hs, const char *n, const char *v)
 {

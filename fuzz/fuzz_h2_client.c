@@ -43,7 +43,7 @@ static void on_end(void *ud, fy_headers_t *trailers)
     f->done = true;
 }
 
-static void on_error(void *ud, int kind, uint32_t code, const char *why)
+static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     fstream_t *f = ud;
     (void)kind;
@@ -57,7 +57,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     fstream_t *f = ud;
     static fy_header_t tr = {{"x-t", 3}, {"1", 1}};
     static fy_headers_t trs = {&tr, 1, 1};
-    if (f->defer++ % 2 == 0) return FY_H2C_DEFER;
+    if (f->defer++ % 2 == 0) return FY_CLIENT_DEFER;
     if (f->body_left == 0) {
         *trailers = &trs;
         return 0;
@@ -69,7 +69,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     return (ssize_t)n;
 }
 
-static const fy_h2_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body};
+static const fy_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body, NULL};
 
 static void want_send(void *ud)
 {

@@ -17,7 +17,7 @@ enum { R_HEAD = 0, R_BODY, R_DONE };
 struct fy_h1_client {
     fy_transport_t *t;
     fy_arena_t *a;
-    const fy_h1_client_stream_ops_t *ops;
+    const fy_client_stream_ops_t *ops;
     fy_h1_client_want_fn want;
     void *ud;
     fy_h1_limits_t lim;
@@ -76,7 +76,7 @@ static void process(fy_h1_client_t *c);
 _Static_assert(FY_H1C_SELF <= 1024, "the codec leaves most of its chunk to the read buffer");
 
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
-                                 bool head_request, const fy_h1_client_stream_ops_t *ops,
+                                 bool head_request, const fy_client_stream_ops_t *ops,
                                  fy_h1_client_want_fn want, void *ud)
 {
     /* not arena memory: a callback may end the exchange (and reset its arena) while the codec
@@ -103,7 +103,7 @@ static void leave(fy_h1_client_t *c)
     if (--c->depth == 0 && c->freed) fy_pool_put(fy_chunk_pool(), c);
 }
 
-static void fail(fy_h1_client_t *c, int kind, uint32_t code, const char *why)
+static void fail(fy_h1_client_t *c, int kind, uint64_t code, const char *why)
 {
     if (c->dead) return;
     c->dead = true;
@@ -121,14 +121,14 @@ static void update_want(fy_h1_client_t *c)
         /* an early response: the rest of the request body still goes out; EPOLLIN stays
            to notice an origin that closes (anything it sends now is fatal too) */
         ev = EPOLLIN | (c->nout ? EPOLLOUT : 0);
-        if (c->want(c->ud, ev) < 0) fail(c, FY_H1C_CONN, 0, "origin socket error");
+        if (c->want(c->ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
         return;
     }
     if (c->nout) ev |= EPOLLOUT;
     /* while the owner holds bytes, EPOLLIN stays (lazily, as the h1 server does) unless the
        origin actually sends meanwhile: no epoll_ctl pair for every piece relayed */
     if (c->rstate != R_DONE && (c->held == 0 || !c->in_dropped)) ev |= EPOLLIN;
-    if (c->want(c->ud, ev) < 0) fail(c, FY_H1C_CONN, 0, "origin socket error");
+    if (c->want(c->ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
 }
 
 /* ---- request ---- */
@@ -350,12 +350,12 @@ static void fill(fy_h1_client_t *c)
         p = c->obuf;
     }
     if (c->dead) return;
-    if (n == FY_H1C_DEFER) {
+    if (n == FY_CLIENT_DEFER) {
         c->body_deferred = true;
         return;
     }
     if (n < 0) {
-        fail(c, FY_H1C_CONN, 0, "request body failed");
+        fail(c, FY_CLIENT_CONN, 0, "request body failed");
         return;
     }
     if (n > 0) {
@@ -397,7 +397,7 @@ static void pump(fy_h1_client_t *c)
         ssize_t w = c->t->ops->writev(c->t, c->out, c->nout);
         if (w == 0) break;
         if (w < 0) {
-            fail(c, FY_H1C_CONN, 0, "writing to the origin failed");
+            fail(c, FY_CLIENT_CONN, 0, "writing to the origin failed");
             return;
         }
         size_t left = (size_t)w;
@@ -521,12 +521,12 @@ static bool parse_head(fy_h1_client_t *c)
         int r = fy_h1_parse_response(&c->resp, head, c->ilen - c->ipos, c->head_req, &c->lim);
         if (r == FY_H1_INCOMPLETE) return false;
         if (r < 0) {
-            fail(c, FY_H1C_PROTOCOL, 1, "invalid response head from the origin");
+            fail(c, FY_CLIENT_PROTOCOL, 1, "invalid response head from the origin");
             return false;
         }
         int status = c->resp.status;
         if (status == 101 && !c->upgrade) {
-            fail(c, FY_H1C_PROTOCOL, 1, "101 from the origin without an Upgrade request");
+            fail(c, FY_CLIENT_PROTOCOL, 1, "101 from the origin without an Upgrade request");
             return false;
         }
         fy_headers_t hs;
@@ -584,7 +584,7 @@ static void body(fy_h1_client_t *c)
         int r = fy_h1_chunked_decode(&c->chunked, c->ibuf + c->ipos, avail, &consumed,
                                      c->lim.max_header_bytes, on_chunk, on_trailer, c);
         if (r < 0) {
-            fail(c, FY_H1C_PROTOCOL, 1, "invalid chunked body from the origin");
+            fail(c, FY_CLIENT_PROTOCOL, 1, "invalid chunked body from the origin");
             return;
         }
         take = c->dec_out - c->ipos; /* decoded bytes sit at ipos */
@@ -660,11 +660,11 @@ static void rd(fy_h1_client_t *c)
     for (int guard = 0; guard < 64 && !c->dead && c->held == 0 && c->rstate != R_DONE; guard++) {
         if (c->ilen == c->icap) {
             if (c->rstate == R_HEAD) {
-                fail(c, FY_H1C_PROTOCOL, 1, "response head from the origin too large");
+                fail(c, FY_CLIENT_PROTOCOL, 1, "response head from the origin too large");
                 return;
             }
             if (c->ipos == 0) {
-                fail(c, FY_H1C_PROTOCOL, 1, "chunk framing line from the origin too long");
+                fail(c, FY_CLIENT_PROTOCOL, 1, "chunk framing line from the origin too long");
                 return;
             }
             memmove(c->ibuf, c->ibuf + c->ipos, c->ilen - c->ipos);
@@ -681,7 +681,7 @@ static void rd(fy_h1_client_t *c)
                 return;
             }
             bool before = c->rstate == R_HEAD;
-            fail(c, FY_H1C_CONN, before ? 1 : 0,
+            fail(c, FY_CLIENT_CONN, before ? 1 : 0,
                  before ? "origin closed the connection before responding"
                         : "origin closed the connection mid-response");
             return;
@@ -702,11 +702,11 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events)
     if (!c->dead && c->rstate == R_DONE && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
         if (!c->req_body_done || c->nout) {
             /* an early response's body still going out: this connection is lost */
-            fail(c, FY_H1C_CONN, 0, "origin closed or sent bytes after its response");
+            fail(c, FY_CLIENT_CONN, 0, "origin closed or sent bytes after its response");
         } else if (c->want(c->ud, 0) < 0) {
             /* the response is complete and waits for the owner to release: not our event
                any more (release tells whether the connection is still fit) */
-            fail(c, FY_H1C_CONN, 0, "origin socket error");
+            fail(c, FY_CLIENT_CONN, 0, "origin socket error");
         }
     } else if (!c->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
         rd(c);

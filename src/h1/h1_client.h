@@ -28,44 +28,25 @@
 #include "core/arena.h"
 #include "core/transport.h"
 #include "h1/h1_parse.h"
+#include "http/client_stream.h"
 #include "http/exchange.h"
-
-/* read_body's "nothing now, I will call fy_h1_client_resume" (same value as FY_H2C_DEFER) */
-#define FY_H1C_DEFER (-2)
-
-/* Errors a stream can end with (on_error's `kind`; same values as FY_H2C_*). */
-enum fy_h1c_error {
-    FY_H1C_CONN = 3,     /* the connection failed or closed (code: 1 when the origin closed it
-                            before any response head, i.e. its failure; 0 otherwise) */
-    FY_H1C_PROTOCOL = 4, /* the origin's response broke HTTP/1.1 rules (code 1) */
-};
 
 typedef struct fy_h1_client fy_h1_client_t;
 
-/* Same shape as fy_h2_client_stream_ops_t (see the header comment for on_data). on_head's
+/* Streams use http/client_stream.h's ops (see the header comment for on_data and ref_body)
+ * and its errors: FY_CLIENT_CONN (code 1 when the origin closed the connection before any
+ * response head, i.e. its failure; 0 otherwise) and FY_CLIENT_PROTOCOL (code 1). on_head's
  * `hs` (names as received, no pseudo-headers) and its strings are arena memory. */
-typedef struct fy_h1_client_stream_ops {
-    void (*on_head)(void *ud, int status, fy_headers_t *hs, bool end);
-    void (*on_data)(void *ud, const char *p, size_t n);
-    void (*on_end)(void *ud, fy_headers_t *trailers);
-    void (*on_error)(void *ud, int kind, uint32_t code, const char *why);
-    ssize_t (*read_body)(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
-    /* Optional, used instead of read_body when set: the same, but *p is set to the owner's
-     * bytes (up to len) instead of copying them. They must stay valid until the next
-     * read_body/ref_body call or fy_h1_client_release: the codec calls again only once they
-     * are all written. */
-    ssize_t (*ref_body)(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
-} fy_h1_client_stream_ops_t;
 
 /* Readiness the codec waits for on the transport's fd: EPOLLIN and/or EPOLLOUT. Returns 0 or
- * <0 (then the codec fails the stream with FY_H1C_CONN). */
+ * <0 (then the codec fails the stream with FY_CLIENT_CONN). */
 typedef int (*fy_h1_client_want_fn)(void *ud, uint32_t events);
 
 /* A codec for one request on `t` (connected, handshake done); its heads and fields live in
  * arena `a`, its buffers come from the chunk pool (until fy_h1_client_free). `limits` bound the
  * response head; `head_request`: the request is HEAD (no response body whatever the head says). */
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
-                                 bool head_request, const fy_h1_client_stream_ops_t *ops,
+                                 bool head_request, const fy_client_stream_ops_t *ops,
                                  fy_h1_client_want_fn want, void *ud);
 
 /* Send the request: `hs` pseudo-headers first (":method", ":authority", ":path", optional

@@ -110,7 +110,7 @@ static void on_end(void *ud, fy_headers_t *trailers)
     o->trailers = *trailers;
 }
 
-static void on_error(void *ud, int kind, uint32_t code, const char *why)
+static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     owner_t *o = ud;
     (void)why;
@@ -124,7 +124,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     owner_t *o = ud;
     if (o->defer_once) {
         o->defer_once = false;
-        return FY_H1C_DEFER;
+        return FY_CLIENT_DEFER;
     }
     if (o->body_at < o->nbody) {
         size_t n = strlen(o->body[o->body_at]);
@@ -142,7 +142,7 @@ static int want(void *ud, uint32_t ev)
     return 0;
 }
 
-static const fy_h1_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
+static const fy_client_stream_ops_t ops = {on_head, on_data, on_end, on_error, read_body, NULL};
 static const fy_h1_limits_t lim = {1024, 1024, 16};
 
 typedef struct fx {
@@ -423,7 +423,7 @@ static void test_errors(void)
     fy_h1_client_submit(f.c, &hs, 0);
     fy_h1_client_io(f.c, EPOLLIN);
     CHECK_EQ_INT(f.o.errors, 1);
-    CHECK_EQ_INT(f.o.err_kind, FY_H1C_CONN);
+    CHECK_EQ_INT(f.o.err_kind, FY_CLIENT_CONN);
     CHECK_EQ_INT(f.o.err_code, 1);
     CHECK(!fy_h1_client_got_bytes(f.c));
     CHECK(!fx_done(&f));
@@ -445,7 +445,7 @@ static void test_errors(void)
     get_fields(&f, &hs, "GET");
     fy_h1_client_submit(f.c, &hs, 0);
     fy_h1_client_io(f.c, EPOLLIN);
-    CHECK_EQ_INT(f.o.err_kind, FY_H1C_PROTOCOL);
+    CHECK_EQ_INT(f.o.err_kind, FY_CLIENT_PROTOCOL);
     CHECK(!fx_done(&f));
     /* 101 that nobody asked for */
     fx_init(&f, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
@@ -453,7 +453,7 @@ static void test_errors(void)
     get_fields(&f, &hs, "GET");
     fy_h1_client_submit(f.c, &hs, 0);
     fy_h1_client_io(f.c, EPOLLIN);
-    CHECK_EQ_INT(f.o.err_kind, FY_H1C_PROTOCOL);
+    CHECK_EQ_INT(f.o.err_kind, FY_CLIENT_PROTOCOL);
     CHECK_EQ_INT(f.o.heads, 0);
     CHECK(!fx_done(&f));
     /* a head over the limit (1024 bytes) */
@@ -464,7 +464,7 @@ static void test_errors(void)
     get_fields(&f, &hs, "GET");
     fy_h1_client_submit(f.c, &hs, 0);
     fy_h1_client_io(f.c, EPOLLIN);
-    CHECK_EQ_INT(f.o.err_kind, FY_H1C_PROTOCOL);
+    CHECK_EQ_INT(f.o.err_kind, FY_CLIENT_PROTOCOL);
     CHECK(!fx_done(&f));
 }
 

@@ -12,7 +12,7 @@ struct fy_h2_client_stream {
     fy_list_t link; /* in c->streams while the owner holds it or nghttp2 knows it */
     fy_h2_client_t *c;
     int32_t id;
-    const fy_h2_client_stream_ops_t *ops;
+    const fy_client_stream_ops_t *ops;
     void *ud;          /* NULL once finished (end/error): no more callbacks */
     fy_arena_t *arena; /* borrowed: the owner's */
     fy_headers_t hs;   /* the head being received */
@@ -46,7 +46,7 @@ static void stream_free_maybe(fy_h2_client_stream_t *s)
     free(s);
 }
 
-static void stream_error(fy_h2_client_stream_t *s, int kind, uint32_t code, const char *why)
+static void stream_error(fy_h2_client_stream_t *s, int kind, uint64_t code, const char *why)
 {
     void *ud = s->ud;
     if (!ud) return;
@@ -134,14 +134,14 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     if (f->hd.type == NGHTTP2_HEADERS && !s->got_final) {
         if (s->status < 100 || s->status > 599) {
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
-            stream_error(s, FY_H2C_PROTOCOL, NGHTTP2_PROTOCOL_ERROR,
+            stream_error(s, FY_CLIENT_PROTOCOL, NGHTTP2_PROTOCOL_ERROR,
                          "invalid :status from the origin");
             return 0;
         }
         if (s->status < 200) {
             if (end) {
                 nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
-                stream_error(s, FY_H2C_PROTOCOL, NGHTTP2_PROTOCOL_ERROR,
+                stream_error(s, FY_CLIENT_PROTOCOL, NGHTTP2_PROTOCOL_ERROR,
                              "origin ended the stream on an interim response");
                 return 0;
             }
@@ -179,11 +179,11 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
     s->in_close = true;
     if (s->ud) {
         if (code == NGHTTP2_REFUSED_STREAM)
-            stream_error(s, FY_H2C_REFUSED, code, "origin refused the stream");
+            stream_error(s, FY_CLIENT_REFUSED, code, "origin refused the stream");
         else if (code == NGHTTP2_NO_ERROR)
-            stream_error(s, FY_H2C_RESET, code, "origin closed the stream before its end");
+            stream_error(s, FY_CLIENT_RESET, code, "origin closed the stream before its end");
         else
-            stream_error(s, FY_H2C_RESET, code, "origin reset the stream");
+            stream_error(s, FY_CLIENT_RESET, code, "origin reset the stream");
     }
     s->in_close = false;
     s->ng_closed = true;
@@ -202,7 +202,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     }
     const fy_headers_t *tr = NULL;
     ssize_t n = s->ops->read_body(s->ud, (char *)buf, len, &tr);
-    if (n == FY_H2C_DEFER) return NGHTTP2_ERR_DEFERRED;
+    if (n == FY_CLIENT_DEFER) return NGHTTP2_ERR_DEFERRED;
     if (n < 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
     if (n > 0) return n;
     *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -282,10 +282,10 @@ void fy_h2_client_fail_all(fy_h2_client_t *c, const char *why)
         }
         if (!hit) break;
         if (c->goaway && hit->id > c->goaway_last_id)
-            stream_error(hit, FY_H2C_REFUSED, NGHTTP2_REFUSED_STREAM,
+            stream_error(hit, FY_CLIENT_REFUSED, NGHTTP2_REFUSED_STREAM,
                          "origin went away before the stream (GOAWAY)");
         else
-            stream_error(hit, FY_H2C_CONN, NGHTTP2_INTERNAL_ERROR, why);
+            stream_error(hit, FY_CLIENT_CONN, NGHTTP2_INTERNAL_ERROR, why);
     }
 }
 
@@ -329,7 +329,7 @@ bool fy_h2_client_alive(const fy_h2_client_t *c)
 }
 
 fy_h2_client_stream_t *fy_h2_client_submit(fy_h2_client_t *c, const fy_headers_t *hs, bool has_body,
-                                           fy_arena_t *arena, const fy_h2_client_stream_ops_t *ops,
+                                           fy_arena_t *arena, const fy_client_stream_ops_t *ops,
                                            void *ud)
 {
     if (c->dead) return NULL;

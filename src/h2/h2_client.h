@@ -7,7 +7,7 @@
  * Flow control is the backpressure: automatic WINDOW_UPDATEs are off; a stream's response
  * bytes are acknowledged only when its owner calls fy_h2_client_consume (after the client side
  * took them), so at most FY_H2C_STREAM_WINDOW unconsumed bytes are ever delivered per stream.
- * Request bodies are pulled through `read_body`, which may answer FY_H2C_DEFER (then
+ * Request bodies are pulled through `read_body`, which may answer FY_CLIENT_DEFER (then
  * fy_h2_client_resume when more is there). */
 #ifndef FY_H2_H2_CLIENT_H
 #define FY_H2_H2_CLIENT_H
@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "core/arena.h"
+#include "http/client_stream.h"
 #include "http/exchange.h"
 
 /* Per-stream receive window we advertise: the bound on response bytes buffered per stream. */
@@ -28,40 +29,14 @@
    holding their streams' windows never starve the other streams of the connection. Memory
    stays bounded per stream (the stream window), not by this. */
 #define FY_H2C_CONN_WINDOW (FY_H2C_MAX_STREAMS * FY_H2C_STREAM_WINDOW)
-/* read_body's "nothing now, I will call fy_h2_client_resume" */
-#define FY_H2C_DEFER (-2)
-
 typedef struct fy_h2_client fy_h2_client_t;
 typedef struct fy_h2_client_stream fy_h2_client_stream_t;
 
-/* Errors a stream can end with (on_error's `kind`). */
-enum fy_h2c_error {
-    FY_H2C_RESET = 1, /* RST_STREAM from the origin (code in on_error) */
-    FY_H2C_REFUSED,   /* REFUSED_STREAM or beyond a GOAWAY's last stream: not processed */
-    FY_H2C_CONN,      /* the connection failed or closed (or a protocol error) */
-    FY_H2C_PROTOCOL,  /* the origin's response broke HTTP rules (bad status, head) */
-};
-
-/* What a stream's owner implements. `ud` is the owner's pointer given at submit. Every
- * callback may be called from inside fy_h2_client_recv/send; the owner may call
- * fy_h2_client_consume/resume/cancel from inside them, but must not free the client. */
-typedef struct fy_h2_client_stream_ops {
-    /* A response head: interim (1xx) ones first, then the final one. `hs` (names lowercase,
-       no pseudo-headers) and its strings live in the arena given at submit. `end`: the
-       response has no body (END_STREAM on the head); on_end follows. */
-    void (*on_head)(void *ud, int status, fy_headers_t *hs, bool end);
-    /* Response body bytes (borrowed for the call: copy them). Call fy_h2_client_consume
-       for them once they are passed on. */
-    void (*on_data)(void *ud, const char *p, size_t n);
-    /* The response is complete; `trailers` (may be empty) are arena memory. The stream is
-       gone: no more calls for this id. */
-    void (*on_end)(void *ud, fy_headers_t *trailers);
-    /* The stream failed; no more callbacks for it. `code` is the HTTP/2 error code. */
-    void (*on_error)(void *ud, int kind, uint32_t code, const char *why);
-    /* Fill up to `len` bytes of request body into buf. Returns n > 0, 0 at the end (with
-     *trailers set to the request's trailers or NULL), or FY_H2C_DEFER. */
-    ssize_t (*read_body)(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
-} fy_h2_client_stream_ops_t;
+/* Streams use http/client_stream.h's ops and errors: FY_CLIENT_RESET (RST_STREAM, its code),
+ * FY_CLIENT_REFUSED (REFUSED_STREAM or beyond a GOAWAY's last stream), FY_CLIENT_CONN (the
+ * connection failed or closed, or a protocol error), FY_CLIENT_PROTOCOL (bad status, head).
+ * Every callback may be called from inside fy_h2_client_recv/send; on_data's bytes are
+ * borrowed for the call; read_body is used (ref_body is not). */
 
 /* The connection's owner. */
 typedef struct fy_h2_client_conn_ops {
@@ -75,7 +50,7 @@ typedef struct fy_h2_client_conn_ops {
 /* A session, with our SETTINGS queued. NULL on OOM. */
 fy_h2_client_t *fy_h2_client_new(const fy_h2_client_conn_ops_t *ops, void *ud,
                                  uint32_t max_header_list);
-/* Fail every open stream (on_error FY_H2C_CONN with `why`) and free. `why` is static. */
+/* Fail every open stream (on_error FY_CLIENT_CONN with `why`) and free. `why` is static. */
 void fy_h2_client_free(fy_h2_client_t *c, const char *why);
 /* Fail every open stream with `why` now, keep the session (dead) until freed. */
 void fy_h2_client_fail_all(fy_h2_client_t *c, const char *why);
@@ -93,7 +68,7 @@ bool fy_h2_client_alive(const fy_h2_client_t *c);
  * comes from ops->read_body, else END_STREAM on HEADERS. Returns the stream handle, owned by
  * the caller until fy_h2_client_release, or NULL when the session cannot take a stream. */
 fy_h2_client_stream_t *fy_h2_client_submit(fy_h2_client_t *c, const fy_headers_t *hs, bool has_body,
-                                           fy_arena_t *arena, const fy_h2_client_stream_ops_t *ops,
+                                           fy_arena_t *arena, const fy_client_stream_ops_t *ops,
                                            void *ud);
 /* `n` response bytes of the stream were passed on: open the windows for as many. */
 void fy_h2_client_consume(fy_h2_client_stream_t *s, size_t n);

@@ -135,7 +135,7 @@ static void r_end(void *ud, fy_headers_t *tr)
     const fy_header_t *h = FY_HDR_FIND(tr, "x-tr");
     if (h && h->value.len < sizeof r->trailer) memcpy(r->trailer, h->value.p, h->value.len);
 }
-static void r_error(void *ud, int kind, uint32_t code, const char *why)
+static void r_error(void *ud, int kind, uint64_t code, const char *why)
 {
     (void)code;
     (void)why;
@@ -148,7 +148,7 @@ static ssize_t r_body(void *ud, char *buf, size_t len, const fy_headers_t **tr)
     rec_t *r = ud;
     if (r->defers > 0) {
         r->defers--;
-        return FY_H2C_DEFER;
+        return FY_CLIENT_DEFER;
     }
     *tr = NULL;
     size_t n = len < r->body_left ? len : r->body_left;
@@ -156,7 +156,7 @@ static ssize_t r_body(void *ud, char *buf, size_t len, const fy_headers_t **tr)
     r->body_left -= n;
     return (ssize_t)n;
 }
-static const fy_h2_client_stream_ops_t rops = {r_head, r_data, r_end, r_error, r_body};
+static const fy_client_stream_ops_t rops = {r_head, r_data, r_end, r_error, r_body, NULL};
 
 static int settings_seen, goaways;
 static void c_want(void *ud)
@@ -308,7 +308,7 @@ static void test_refused_and_goaway(void)
     r.s = fy_h2_client_submit(c, &hs, false, &a, &rops, &r);
     pump(c, &o);
     CHECK_EQ_INT(r.errors, 1);
-    CHECK_EQ_INT(r.kind, FY_H2C_REFUSED);
+    CHECK_EQ_INT(r.kind, FY_CLIENT_REFUSED);
     fy_h2_client_release(r.s);
     /* GOAWAY(last 0): the next stream is refused too, by the GOAWAY */
     o.mode = M_GOAWAY0;
@@ -318,7 +318,7 @@ static void test_refused_and_goaway(void)
     pump(c, &o);
     CHECK_EQ_INT(goaways, 1);
     CHECK_EQ_INT(r2.errors, 1);
-    CHECK_EQ_INT(r2.kind, FY_H2C_REFUSED);
+    CHECK_EQ_INT(r2.kind, FY_CLIENT_REFUSED);
     fy_h2_client_release(r2.s);
     fy_h2_client_free(c, "done");
     nghttp2_session_del(o.ng);
@@ -342,7 +342,7 @@ static void test_connection_loss_fails_open_streams(void)
     fy_h2_client_release(r2.s); /* its owner went away: no callback for it */
     fy_h2_client_fail_all(c, "lost");
     CHECK_EQ_INT(r.errors, 1);
-    CHECK_EQ_INT(r.kind, FY_H2C_CONN);
+    CHECK_EQ_INT(r.kind, FY_CLIENT_CONN);
     CHECK_EQ_INT(r2.errors, 0);
     CHECK(fy_h2_client_submit(c, &hs, false, &a, &rops, &r) == NULL); /* dead */
     fy_h2_client_release(r.s);

@@ -19,7 +19,7 @@
 struct fy_h3_client_stream {
     fy_h3_client_t *c; /* NULL once the connection is gone */
     fy_quic_stream_t *qs;
-    const fy_h3_client_stream_ops_t *ops;
+    const fy_client_stream_ops_t *ops;
     void *ud;
     fy_arena_t *arena;
     fy_h3_frame_rd_t rd;
@@ -130,13 +130,13 @@ static void pump_body(fy_h3_client_stream_t *s)
     while (fy_quic_stream_buffered(s->qs) < s->c->conf->send_buffer) {
         const fy_headers_t *tr = NULL;
         ssize_t n = s->ops->read_body(s->ud, buf, sizeof buf, &tr);
-        if (n == FY_H3C_DEFER) {
+        if (n == FY_CLIENT_DEFER) {
             s->deferred = true;
             return;
         }
         if (n < 0) {
             fy_quic_stream_reset(s->c->qc, s->qs, FY_H3_REQUEST_CANCELLED);
-            fail(s, FY_H3C_CONN, 0, "request body failed");
+            fail(s, FY_CLIENT_CONN, 0, "request body failed");
             return;
         }
         if (n == 0) {
@@ -151,7 +151,7 @@ static void pump_body(fy_h3_client_stream_t *s)
 }
 
 fy_h3_client_stream_t *fy_h3_client_submit(fy_h3_client_t *c, const fy_headers_t *hs, bool has_body,
-                                           fy_arena_t *arena, const fy_h3_client_stream_ops_t *ops,
+                                           fy_arena_t *arena, const fy_client_stream_ops_t *ops,
                                            void *ud)
 {
     if (!c->ready || c->goaway || c->closing) return NULL;
@@ -240,7 +240,7 @@ static int head_done(fy_h3_client_stream_t *s, bool end)
         s->skip = false;
         nghttp3_qpack_decoder_cancel_stream(c->dec, s->qs->id);
         fy_quic_stream_reset(c->qc, s->qs, FY_H3_EXCESSIVE_LOAD);
-        fail(s, FY_H3C_PROTOCOL, 0, "response head too large");
+        fail(s, FY_CLIENT_PROTOCOL, 0, "response head too large");
         return -1;
     }
     if (!s->sctx &&
@@ -265,7 +265,7 @@ static int head_done(fy_h3_client_stream_t *s, bool end)
     }
     if (s->bad || !s->status) {
         fy_quic_stream_reset(c->qc, s->qs, FY_H3_MESSAGE_ERROR);
-        fail(s, FY_H3C_PROTOCOL, 0, "bad response head");
+        fail(s, FY_CLIENT_PROTOCOL, 0, "bad response head");
         return -1;
     }
     int st = s->status;
@@ -350,7 +350,7 @@ static void response_recv(fy_h3_client_stream_t *s, const uint8_t *p, size_t n, 
         }
         s->finished = true;
         if (s->phase == 0) {
-            if (!s->released) s->ops->on_error(s->ud, FY_H3C_PROTOCOL, 0, "no response head");
+            if (!s->released) s->ops->on_error(s->ud, FY_CLIENT_PROTOCOL, 0, "no response head");
         } else if (!s->released) {
             s->ops->on_end(s->ud, &s->trailers);
         }
@@ -530,9 +530,9 @@ static void app_reset(void *app, fy_quic_stream_t *qs, uint64_t code)
     }
     fy_h3_client_stream_t *s = qs->app;
     if (code == FY_H3_REQUEST_REJECTED)
-        fail(s, FY_H3C_REFUSED, code, "request rejected by the origin");
+        fail(s, FY_CLIENT_REFUSED, code, "request rejected by the origin");
     else if (!s->finished)
-        fail(s, FY_H3C_RESET, code, "stream reset by the origin");
+        fail(s, FY_CLIENT_RESET, code, "stream reset by the origin");
 }
 
 static void app_acked(void *app, fy_quic_stream_t *qs)
@@ -562,7 +562,7 @@ static void app_stream_close(void *app, fy_quic_stream_t *qs, uint64_t code)
     s->qs = NULL;
     /* released before: free it here; released from inside on_error: release freed it */
     bool was_released = s->released;
-    fail(s, FY_H3C_RESET, code, "stream closed");
+    fail(s, FY_CLIENT_RESET, code, "stream closed");
     if (was_released) stream_free(s);
 }
 
@@ -577,7 +577,7 @@ static void app_close(void *app)
         s->c = NULL;
         s->qs = NULL;
         bool was_released = s->released;
-        fail(s, FY_H3C_CONN, 0, "connection closed");
+        fail(s, FY_CLIENT_CONN, 0, "connection closed");
         if (was_released) stream_free(s);
     }
     if (!c->owner_closed && c->ops->on_close) c->ops->on_close(c->ud, "connection closed");

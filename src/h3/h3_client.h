@@ -2,7 +2,7 @@
  * session, ALPN h3) carrying many exchanges at once, on our framing and nghttp3's QPACK. The
  * stream interface mirrors the h2 client codec's so that the proxy can drive both the same way:
  * response bytes are credited back to the origin (QUIC flow control) only when the owner calls
- * fy_h3_client_consume; request bodies are pulled through `read_body` (FY_H3C_DEFER, then
+ * fy_h3_client_consume; request bodies are pulled through `read_body` (FY_CLIENT_DEFER, then
  * fy_h3_client_resume).
  *
  * Unlike the h2 codec this one does its own I/O (QUIC owns its UDP socket and timers), so
@@ -17,37 +17,16 @@
 #include <sys/types.h>
 
 #include "core/arena.h"
+#include "http/client_stream.h"
 #include "http/exchange.h"
 #include "quic/quic.h"
-
-#define FY_H3C_DEFER (-2)
 
 typedef struct fy_h3_client fy_h3_client_t;
 typedef struct fy_h3_client_stream fy_h3_client_stream_t;
 
-enum fy_h3c_error {
-    FY_H3C_RESET = 1, /* the origin reset the stream (code in on_error) */
-    FY_H3C_REFUSED,   /* H3_REQUEST_REJECTED or beyond a GOAWAY: not processed, retryable */
-    FY_H3C_CONN,      /* the connection failed or closed */
-    FY_H3C_PROTOCOL,  /* the origin's response broke HTTP/3 rules */
-};
-
-/* Implemented by a stream's owner; same contract as the h2 client codec's. Callbacks run
- * from the loop; the owner may call consume/resume/release from inside them. */
-typedef struct fy_h3_client_stream_ops {
-    /* A response head: 1xx ones first, then the final one. `hs` (lowercase names, no
-       pseudo-headers) lives in the arena given at submit. `end`: no body follows. */
-    void (*on_head)(void *ud, int status, fy_headers_t *hs, bool end);
-    /* Response body bytes (borrowed for the call). Call fy_h3_client_consume once passed on. */
-    void (*on_data)(void *ud, const char *p, size_t n);
-    /* The response is complete (trailers may be empty). No more calls for this stream. */
-    void (*on_end)(void *ud, fy_headers_t *trailers);
-    /* The stream failed; no more callbacks. `code` is the H3 error code, or 0. */
-    void (*on_error)(void *ud, int kind, uint64_t code, const char *why);
-    /* Up to `len` bytes of request body into buf: n > 0, 0 at the end (*trailers set to the
-       request's trailers or NULL), or FY_H3C_DEFER. */
-    ssize_t (*read_body)(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
-} fy_h3_client_stream_ops_t;
+/* Streams use http/client_stream.h's ops and errors (FY_CLIENT_REFUSED: H3_REQUEST_REJECTED
+ * or beyond a GOAWAY; code: the H3 error code, or 0). Callbacks run from the loop; on_data's
+ * bytes are borrowed for the call; read_body is used (ref_body is not). */
 
 typedef struct fy_h3_client_conn_ops {
     void (*on_ready)(void *ud);                  /* handshake done: streams may be submitted */
@@ -61,7 +40,7 @@ typedef struct fy_h3_client_conn_ops {
 fy_h3_client_t *fy_h3_client_connect(fy_loop_t *loop, const struct sockaddr *sa, socklen_t salen,
                                      const fy_quic_client_opts_t *o,
                                      const fy_h3_client_conn_ops_t *ops, void *ud);
-/* Close the connection: open streams get on_error(FY_H3C_CONN); on_close is not called. */
+/* Close the connection: open streams get on_error(FY_CLIENT_CONN); on_close is not called. */
 void fy_h3_client_close(fy_h3_client_t *c);
 
 /* Open a request: `hs` pseudo-headers first (":method", ":scheme", ":authority", ":path",
@@ -69,7 +48,7 @@ void fy_h3_client_close(fy_h3_client_t *c);
  * Returns the stream (owned by the caller until fy_h3_client_release), or NULL when the
  * connection is not ready, going away or out of stream credit. */
 fy_h3_client_stream_t *fy_h3_client_submit(fy_h3_client_t *c, const fy_headers_t *hs, bool has_body,
-                                           fy_arena_t *arena, const fy_h3_client_stream_ops_t *ops,
+                                           fy_arena_t *arena, const fy_client_stream_ops_t *ops,
                                            void *ud);
 void fy_h3_client_consume(fy_h3_client_stream_t *s, size_t n);
 void fy_h3_client_resume(fy_h3_client_stream_t *s);

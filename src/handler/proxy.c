@@ -14,11 +14,9 @@
 #include "core/pool.h"
 #include <openssl/evp.h>
 
-#include "h1/h1_client.h"
-#include "h2/h2_client.h"
-#include "h3/h3_client.h"
 #include "http/exchange.h"
 #include "net/sock.h"
+#include "upstream/origin.h"
 
 typedef struct proxy_handler {
     fy_handler_t h;
@@ -28,9 +26,6 @@ typedef struct proxy_handler {
 
 enum { T_FIRST_BYTE = 1, T_IDLE };
 
-/* Which client codec carries the exchange to the origin: every one of them has the same
- * stream ops (on_head / on_data / on_end / on_error / read_body), implemented once below. */
-enum { O_H1 = 1, O_H2, O_H3 };
 
 typedef struct proxy_req {
     fy_exchange_t *ex;
@@ -38,15 +33,13 @@ typedef struct proxy_req {
     fy_loop_t *loop;
     int worker;
     int server;
-    int okind; /* O_H1 / O_H2 / O_H3 for the current attempt */
     uint64_t tried;
     int attempts;
-    bool reused_conn;
     int sticky_hit;   /* the server the sticky cookie/header named, or -1 */
     uint64_t sent_us; /* request head handed to the origin (least-time) */
     fy_timer_t timer;
     int timer_kind;
-    int in_codec;          /* inside a call into the h1 codec: deliver after it returns */
+    int in_codec;          /* inside a call into the origin stream: deliver after it returns */
     bool req_body_waiting; /* asked the client codec for body, not given yet */
     bool sent_any;         /* request body bytes reached the codec: no more retry */
     bool got_bytes;        /* the failed attempt had received response bytes */
@@ -59,24 +52,11 @@ typedef struct proxy_req {
     bool tunnel_open; /* the origin accepted the tunnel */
     bool o_head;      /* the final head arrived */
     bool o_end;       /* the response is complete at the origin's side */
-    /* HTTP/1.1 origin (http://, https://): a pooled connection and the h1 client codec */
-    fy_origin_conn_t *oc;
-    fy_h1_client_t *c1;
-    const char *zp; /* response bytes borrowed from the codec until consumed */
+    /* the origin stream of the current attempt (upstream/origin.h), whatever it speaks */
+    fy_origin_stream_t os;
+    bool os_open; /* between a successful open and the close */
+    const char *zp; /* response bytes lent by the origin stream until consumed */
     size_t zn;
-    /* HTTP/2 origin (h2c://, h2://): a stream on a shared session */
-    fy_origin_h2_t *hs;         /* held session */
-    fy_h2_client_stream_t *st;  /* our stream (released in drop_origin) */
-    fy_origin_h2_waiter_t wait; /* while the session connects */
-    /* HTTP/3 origin (h3://) */
-    fy_origin_h3_t *hs3;
-    fy_h3_client_stream_t *st3;
-    fy_origin_h3_waiter_t wait3;
-    /* h2/h3 deliver bytes for the call only: they wait in this ring */
-    char *rb;      /* ring of response bytes: a pool chunk, or malloc */
-    size_t rb_cap; /* the content length when smaller, else the stream window */
-    size_t rb_head, rb_count;
-    bool rb_pooled;
     const char *qp; /* client body slice not yet taken by the codec */
     size_t qn;
     bool q_end;
@@ -274,7 +254,7 @@ static void set_timer(proxy_req_t *pr, int kind)
     fy_timer_start(pr->loop, &pr->timer, ms);
 }
 
-/* Let go of the origin side of the current attempt. The h1 codec's buffers stay while the
+/* Let go of the origin side of the current attempt. Bytes it lent stay valid while the
  * response is being finished (its last bytes go out after the connection went back). */
 static void drop_origin(proxy_req_t *pr, bool reusable)
 {
@@ -282,34 +262,9 @@ static void drop_origin(proxy_req_t *pr, bool reusable)
         fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
         pr->inflight = false;
     }
-    switch (pr->okind) {
-    case O_H1:
-        if (pr->c1) {
-            fy_h1_client_release(pr->c1);
-            if (!pr->finished) {
-                fy_h1_client_free(pr->c1);
-                pr->c1 = NULL;
-                pr->zn = 0;
-            }
-        }
-        if (pr->oc) fy_origin_release(pr->oc, reusable);
-        pr->oc = NULL;
-        break;
-    case O_H2:
-        fy_origin_h2_cancel_wait(&pr->wait);
-        if (pr->st) fy_h2_client_release(pr->st);
-        pr->st = NULL;
-        if (pr->hs) fy_origin_h2_release(pr->hs);
-        pr->hs = NULL;
-        break;
-    case O_H3:
-        fy_origin_h3_cancel_wait(&pr->wait3);
-        if (pr->st3) fy_h3_client_release(pr->st3);
-        pr->st3 = NULL;
-        if (pr->hs3) fy_origin_h3_release(pr->hs3);
-        pr->hs3 = NULL;
-        break;
-    }
+    pr->os_open = false;
+    fy_origin_stream_close(&pr->os, reusable);
+    if (!pr->finished) pr->zn = 0;
 }
 
 static void cleanup(void *arg)
@@ -318,16 +273,7 @@ static void cleanup(void *arg)
     fy_timer_stop(pr->loop, &pr->timer);
     fy_timer_stop(pr->loop, &pr->body_timer);
     drop_origin(pr, false);
-    if (pr->c1) {
-        fy_h1_client_release(pr->c1);
-        fy_h1_client_free(pr->c1);
-    }
-    pr->c1 = NULL;
-    if (pr->rb_pooled)
-        fy_pool_put(fy_chunk_pool(), pr->rb);
-    else
-        free(pr->rb);
-    pr->rb = NULL;
+    fy_origin_stream_free(&pr->os);
 }
 
 static bool retryable(const proxy_req_t *pr)
@@ -360,10 +306,10 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
     if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
-    pr->got_bytes = pr->c1 && fy_h1_client_got_bytes(pr->c1);
+    pr->got_bytes = fy_origin_stream_got_bytes(&pr->os);
     /* a pooled connection the origin had already closed: try again on a fresh one (not after
        a timeout: that origin got the request and said nothing) */
-    bool stale = pr->reused_conn && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
+    bool stale = pr->os.reused && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
                  !pr->no_retry && pr->ex->req.content_length == 0 && !pr->ex->response_started;
     bool retry = !stale && retryable(pr);
     /* one line per failure, saying what happens next */
@@ -402,8 +348,7 @@ static void on_timer(fy_timer_t *t)
         /* a multiplexed connection that left a stream unanswered takes no new streams
            until it proves alive (h2: PING), and is closed once its streams end otherwise */
         bool sent = pr->ex->req.content_length == 0 || pr->q_end;
-        if (sent && pr->okind == O_H2 && pr->hs) fy_origin_h2_suspect(pr->hs);
-        if (sent && pr->okind == O_H3 && pr->hs3) fy_origin_h3_suspect(pr->hs3);
+        if (sent && pr->os_open) fy_origin_stream_suspect(&pr->os);
         origin_failed(pr, 504, "origin first-byte timeout", true);
     } else
         origin_failed(pr, 504, "origin idle timeout", false);
@@ -475,9 +420,7 @@ static int sticky_server(proxy_req_t *pr)
     return -1;
 }
 
-/* ---- HTTP/2 origins: one stream on a shared session (upstream_h2.c, h2/h2_client.c) ---- */
-
-static void attempt_h2(proxy_req_t *pr);
+/* ---- the request for the origin ---- */
 
 static void h2_add(fy_arena_t *a, fy_headers_t *hs, const char *n, size_t nl, const char *v,
                    size_t vl)
@@ -485,7 +428,7 @@ static void h2_add(fy_arena_t *a, fy_headers_t *hs, const char *n, size_t nl, co
     fy_headers_add(a, hs, n, nl, v, vl);
 }
 
-/* Lowercase copy of a field name (HTTP/2 wants lowercase; h1 clients send any case). */
+/* Lowercase copy of a field name (HTTP/2 and HTTP/3 want lowercase; h1 clients send any case). */
 static void h2_add_lower(fy_arena_t *a, fy_headers_t *hs, fy_str_t n, fy_str_t v)
 {
     char *l = fy_arena_alloc(a, n.len + 1);
@@ -504,7 +447,7 @@ static void build_fields(proxy_req_t *pr, fy_headers_t *hs)
     const fy_request_t *q = &ex->req;
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
-    bool h1 = pr->okind == O_H1; /* the h1 codec keeps the client's case */
+    fy_origin_framing_t fr = fy_origin_stream_framing(&pr->os);
     /* sized once: 5 pseudo-headers, the client's fields, the route's, and ours (3 forwarded,
        via, te, content-length) */
     hs->cap = q->headers.n + pc->set_headers.n + 12;
@@ -535,7 +478,7 @@ static void build_fields(proxy_req_t *pr, fy_headers_t *hs)
         const fy_header_t *h = &q->headers.v[i];
         switch (field_class(h->name)) {
         case F_TE:
-            if (!h1 && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
+            if (fr.te_trailers && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
                 PUT("te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
             continue;
         case F_HOP:
@@ -543,7 +486,7 @@ static void build_fields(proxy_req_t *pr, fy_headers_t *hs)
         case F_CL:
             continue;
         case F_WSKEY:
-            if (pr->tunnel && !h1) continue; /* RFC 8441 §5: no key over HTTP/2 */
+            if (pr->tunnel && !fr.upgrade) continue; /* RFC 8441 §5: no key over HTTP/2 */
             break;
         case F_XFF:
             if (pc->forwarded) {
@@ -561,13 +504,13 @@ static void build_fields(proxy_req_t *pr, fy_headers_t *hs)
             (pc->remove_headers.n && in_list(&pc->remove_headers, h->name)) ||
             (pc->set_headers.n && in_map(&pc->set_headers, h->name)))
             continue;
-        if (h1)
+        if (!fr.lowercase) /* the h1 codec keeps the client's case */
             PUT(h->name.p, h->name.len, h->value.p, h->value.len);
         else
             h2_add_lower(a, hs, h->name, h->value);
     }
     for (size_t i = 0; i < pc->set_headers.n; i++) {
-        if (h1)
+        if (!fr.lowercase)
             PUT(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i]), pc->set_headers.values[i],
                 strlen(pc->set_headers.values[i]));
         else
@@ -630,11 +573,7 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
 {
     pr->finished = true;
     fy_timer_stop(pr->loop, &pr->timer);
-    bool reusable = true;
-    if (pr->okind == O_H1) {
-        reusable = pr->c1 && fy_h1_client_release(pr->c1);
-        if (pr->oc) pr->oc->requests++;
-    }
+    bool reusable = fy_origin_stream_finish(&pr->os);
     drop_origin(pr, reusable);
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
 }
@@ -643,7 +582,7 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
 static bool trail_body(proxy_req_t *pr)
 {
     const fy_exchange_t *ex = pr->ex;
-    if (pr->okind != O_H1 || !pr->c1 || pr->tunnel || !fy_h1_client_sending(pr->c1)) return false;
+    if (pr->tunnel || !fy_origin_stream_sending(&pr->os)) return false;
     if (ex->req.content_length <= 0 || ex->body_received > (uint64_t)ex->req.content_length)
         return false;
     /* HTTP/1.1 clients only, and only a response complete by its Content-Length: a chunked
@@ -656,31 +595,24 @@ static bool trail_body(proxy_req_t *pr)
 
 static void deliver(proxy_req_t *pr)
 {
-    if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec) return;
+    if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec ||
+        fy_origin_stream_busy(&pr->os))
+        return;
     if (pr->trail) {
         /* the response is out; finish once the body's end reached the origin */
-        if (!pr->trail_abort && pr->c1 && fy_h1_client_sending(pr->c1)) return;
+        if (!pr->trail_abort && fy_origin_stream_sending(&pr->os)) return;
         finish(pr, NULL, 0);
         return;
     }
-    struct iovec iov[2];
+    struct iovec iov[1];
     int n = 0;
-    size_t len = 0;
-    if (pr->okind == O_H1) {
-        if (pr->zn) iov[n++] = (struct iovec){(void *)pr->zp, pr->zn};
-        len = pr->zn;
-    } else if (pr->rb_count) {
-        size_t first = pr->rb_cap - pr->rb_head;
-        if (first > pr->rb_count) first = pr->rb_count;
-        iov[n++] = (struct iovec){pr->rb + pr->rb_head, first};
-        if (pr->rb_count > first) iov[n++] = (struct iovec){pr->rb, pr->rb_count - first};
-        len = pr->rb_count;
-    }
+    size_t len = pr->zn;
+    if (pr->zn) iov[n++] = (struct iovec){(void *)pr->zp, pr->zn};
     if (pr->o_end && trail_body(pr)) {
         pr->trail = true;
         if (!len) return;
     } else if (pr->o_end) {
-        /* the bytes (ring, or the h1 codec's buffer) stay until the exchange is done */
+        /* the lent bytes stay until the exchange is done */
         finish(pr, iov, n);
         return;
     }
@@ -697,19 +629,11 @@ static void proceed(fy_exchange_t *ex)
     pr->res_sending = false;
     size_t n = pr->sending_len;
     pr->sending_len = 0;
-    if (pr->okind == O_H1) {
-        if (n && pr->c1) {
-            pr->zn = 0;
-            pr->in_codec++;
-            fy_h1_client_consume(pr->c1, n); /* the codec reads on */
-            pr->in_codec--;
-        }
-    } else if (n) {
-        pr->rb_head = (pr->rb_head + n) % pr->rb_cap;
-        pr->rb_count -= n;
-        if (pr->rb_count == 0) pr->rb_head = 0;
-        if (pr->st) fy_h2_client_consume(pr->st, n); /* the origin may send as much again */
-        if (pr->st3) fy_h3_client_consume(pr->st3, n);
+    if (n && pr->os_open) {
+        pr->zn = 0;
+        pr->in_codec++;
+        fy_origin_stream_consume(&pr->os, n); /* the origin may send as much again */
+        pr->in_codec--;
     }
     if (!pr->o_end && !pr->finished) set_timer(pr, T_IDLE);
     deliver(pr);
@@ -718,14 +642,11 @@ static void proceed(fy_exchange_t *ex)
 /* More of the client's body (or tunnel bytes) may go to the origin. */
 static void resume_body(proxy_req_t *pr)
 {
-    if (pr->c1) {
-        pr->in_codec++;
-        fy_h1_client_resume(pr->c1);
-        pr->in_codec--;
-        deliver(pr);
-    }
-    if (pr->st) fy_h2_client_resume(pr->st);
-    if (pr->st3) fy_h3_client_resume(pr->st3);
+    if (!pr->os_open) return;
+    pr->in_codec++;
+    fy_origin_stream_resume(&pr->os);
+    pr->in_codec--;
+    deliver(pr);
 }
 
 static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
@@ -733,8 +654,8 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     proxy_req_t *pr = ud;
     fy_exchange_t *ex = pr->ex;
     const fy_proxy_conf_t *pc = pr->ph->conf;
-    bool h1 = pr->okind == O_H1;
-    if (status < 200 && !(status == 101 && h1)) {
+    bool upgrade = fy_origin_stream_framing(&pr->os).upgrade; /* 101 opens tunnels */
+    if (status < 200 && !(status == 101 && upgrade)) {
         /* a bound on them, or an origin trickling 1xx holds the exchange forever */
         int64_t max = ex->ctx->limits->max_informational;
         if (++pr->interim > max) {
@@ -782,7 +703,7 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         case F_WSACC:
             /* the origin's handshake proof goes on only between two HTTP/1.1 ends (h2
                clients get none, h1 clients of an h2/h3 origin get ours) */
-            if (pr->tunnel && (ex->req.version >= 20 || !h1)) continue;
+            if (pr->tunnel && (ex->req.version >= 20 || !upgrade)) continue;
             break;
         default:
             break;
@@ -796,12 +717,12 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     pr->o_head = true;
     ex->res.status = status;
     bool ok = status < 500;
-    if (pr->tunnel && (h1 ? status == 101 : status >= 200 && status < 300)) {
+    if (pr->tunnel && (upgrade ? status == 101 : status >= 200 && status < 300)) {
         /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
         pr->tunnel_open = true;
         ex->res.content_length = -1;
         ex->res.status = ex->req.version < 20 ? 101 : 200;
-        if (ex->req.version < 20 && !h1) {
+        if (ex->req.version < 20 && !upgrade) {
             const fy_header_t *k = FY_HDR_FIND(&ex->req.headers, "sec-websocket-key");
             char acc[32];
             if (k && ws_accept(k->value, acc)) {
@@ -831,6 +752,7 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     else
         ex->res.content_length = cl;
     if (status == 204 || status == 304) ex->res.content_length = -1;
+    fy_origin_stream_expect(&pr->os, ex->res.content_length);
     fy_upstream_report(pr->ph->up, pr->worker, pr->server, ok, pr->loop->now_ms);
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
         fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
@@ -840,44 +762,9 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
 static void o_on_data(void *ud, const char *p, size_t n)
 {
     proxy_req_t *pr = ud;
-    if (pr->okind == O_H1) {
-        /* the codec's buffer holds them until consumed: no copy */
-        pr->zp = p;
-        pr->zn = n;
-        set_timer(pr, T_IDLE);
-        deliver(pr);
-        return;
-    }
-    if (!pr->rb) {
-        /* unconsumed bytes never exceed the stream window, nor (nghttp2 checks it) the
-           announced content length: a tiny response gets a tiny ring */
-        int64_t cl = pr->ex->res.content_length;
-        pr->rb_cap =
-            cl > 0 && (uint64_t)cl < FY_H2C_STREAM_WINDOW ? (size_t)cl : FY_H2C_STREAM_WINDOW;
-        pr->rb_pooled = pr->rb_cap <= FY_CHUNK_SIZE;
-        if (pr->rb_pooled) {
-            pr->rb = fy_pool_get(fy_chunk_pool());
-            pr->rb_cap = FY_CHUNK_SIZE;
-        } else {
-            pr->rb = fy_xmalloc(pr->rb_cap);
-        }
-    }
-    if (pr->rb_count + n > pr->rb_cap) { /* the window (or content length) bounds it */
-        if (pr->st) fy_h2_client_release(pr->st);
-        pr->st = NULL;
-        if (pr->st3) fy_h3_client_release(pr->st3);
-        pr->st3 = NULL;
-        drop_origin(pr, false);
-        pr->finished = true;
-        fy_exchange_fail(pr->ex, 502, "origin overran the stream window");
-        return;
-    }
-    size_t tail = (pr->rb_head + pr->rb_count) % pr->rb_cap;
-    size_t first = pr->rb_cap - tail;
-    if (first > n) first = n;
-    memcpy(pr->rb + tail, p, first);
-    if (n > first) memcpy(pr->rb, p + first, n - first);
-    pr->rb_count += n;
+    /* lent by the origin stream until consumed: no copy here */
+    pr->zp = p;
+    pr->zn = n;
     set_timer(pr, T_IDLE);
     deliver(pr);
 }
@@ -891,20 +778,18 @@ static void o_on_end(void *ud, fy_headers_t *trailers)
     deliver(pr);
 }
 
-static void o_on_error(void *ud, int kind, uint32_t code, const char *why)
+static void o_on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     proxy_req_t *pr = ud;
-    if (pr->trail || (pr->o_end && pr->okind == O_H1)) {
+    if (pr->trail || pr->o_end) {
         /* the response is complete: only the connection is lost (release says so) */
         pr->trail_abort = true;
         deliver(pr);
         return;
     }
-    /* the h1 codec says (code 1) when the failure is the origin's; h2/h3 streams count unless
-       they were refused (not processed) */
-    bool count = pr->okind == O_H1 ? code == 1 : kind != FY_H2C_REFUSED;
+    bool count = fy_origin_stream_blames(&pr->os, kind, code, pr->o_head);
     if (!pr->o_head) {
-        if (kind == FY_H2C_REFUSED && !pr->sent_any &&
+        if (kind == FY_CLIENT_REFUSED && !pr->sent_any &&
             ++pr->refusals <= fy_upstream_conf(pr->ph->up)->retries + FY_PROXY_REFUSED_EXTRA) {
             /* not processed (RST REFUSED_STREAM or past GOAWAY's last stream): try again */
             fy_debug("upstream %s: %s; retrying", fy_upstream_conf(pr->ph->up)->name, why);
@@ -922,7 +807,7 @@ static void o_on_error(void *ud, int kind, uint32_t code, const char *why)
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
     fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
             fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
-    if (count && pr->okind == O_H1)
+    if (count)
         fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     fy_timer_stop(pr->loop, &pr->timer);
     drop_origin(pr, false);
@@ -951,7 +836,7 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
 static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
 {
     proxy_req_t *pr = ud;
-    if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_H2C_DEFER;
+    if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_CLIENT_DEFER;
     for (int guard = 0; guard < 64; guard++) {
         if (pr->qn) {
             size_t n = pr->qn < len ? pr->qn : len;
@@ -968,14 +853,14 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
             if (!pr->o_head && !pr->tunnel) set_timer(pr, T_FIRST_BYTE); /* all sent */
             return 0;
         }
-        if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_H2C_DEFER;
+        if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_CLIENT_DEFER;
         pr->req_body_waiting = true;
         pr->in_read_body = true;
         fy_exchange_read_body(pr->ex, on_req_body_h2);
         pr->in_read_body = false;
-        if (pr->req_body_waiting) return FY_H2C_DEFER;
+        if (pr->req_body_waiting) return FY_CLIENT_DEFER;
     }
-    return FY_H2C_DEFER;
+    return FY_CLIENT_DEFER;
 }
 
 static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
@@ -986,14 +871,20 @@ static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
     return n;
 }
 
-static const fy_h2_client_stream_ops_t h2_stream_ops = {o_on_head, o_on_data, o_on_end, o_on_error,
-                                                        o_read_body};
+/* ---- one attempt: a stream on a connection of the chosen server ---- */
 
-static void h2_start(proxy_req_t *pr, fy_origin_h2_t *s)
+static void o_on_open(void *ud, const char *err);
+static void o_after_io(void *ud);
+
+static const fy_origin_stream_ops_t origin_ops = {
+    {o_on_head, o_on_data, o_on_end, o_on_error, o_read_body, take_body},
+    o_on_open,
+    o_after_io,
+};
+
+static void start(proxy_req_t *pr)
 {
-    pr->hs = s;
-    fy_h2_client_t *c = fy_origin_h2_client(s);
-    if (pr->tunnel && !fy_h2_client_can_connect_protocol(c)) {
+    if (pr->tunnel && !fy_origin_stream_can_tunnel(&pr->os)) {
         drop_origin(pr, true);
         pr->finished = true;
         fy_warn("upstream %s: origin does not allow extended CONNECT (RFC 8441): no WebSocket",
@@ -1002,198 +893,42 @@ static void h2_start(proxy_req_t *pr, fy_origin_h2_t *s)
                          "HTTP/2 origin without SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441)");
         return;
     }
-    fy_headers_t hs;
-    build_fields(pr, &hs);
-    bool has_body = pr->tunnel || pr->ex->req.content_length != 0;
-    pr->st = fy_h2_client_submit(c, &hs, has_body, pr->ex->arena, &h2_stream_ops, pr);
-    if (!pr->st) {
-        origin_failed(pr, 502, "cannot open a stream to the origin", false);
-        return;
-    }
-    pr->sent_us = now_us();
-    set_timer(pr, T_FIRST_BYTE);
-}
-
-static void h2_session_ready(fy_origin_h2_waiter_t *wt, fy_origin_h2_t *s, const char *err)
-{
-    proxy_req_t *pr = fy_container_of(wt, proxy_req_t, wait);
-    if (!s) {
-        origin_failed(pr, 502, err ? err : "origin connect failed", true);
-        return;
-    }
-    h2_start(pr, s);
-}
-
-/* ---- HTTP/3 origins: the h2 path above on an h3 client stream (upstream_h3.c) ---- */
-
-static void h3_on_error(void *ud, int kind, uint64_t code, const char *why)
-{
-    /* FY_H3C_* and FY_H2C_* kinds have the same values */
-    o_on_error(ud, kind, (uint32_t)code, why);
-}
-
-static const fy_h3_client_stream_ops_t h3_stream_ops = {o_on_head, o_on_data, o_on_end, h3_on_error,
-                                                        o_read_body};
-
-static void h3_start(proxy_req_t *pr, fy_origin_h3_t *s)
-{
-    pr->hs3 = s;
-    fy_headers_t hs;
-    build_fields(pr, &hs); /* the same fields: pseudo-headers first, lowercase names */
-    bool has_body = pr->tunnel || pr->ex->req.content_length != 0;
-    pr->st3 = fy_h3_client_submit(fy_origin_h3_client(s), &hs, has_body, pr->ex->arena,
-                                  &h3_stream_ops, pr);
-    if (!pr->st3) {
-        origin_failed(pr, 502, "cannot open a stream to the origin", false);
-        return;
-    }
-    pr->sent_us = now_us();
-    set_timer(pr, T_FIRST_BYTE);
-}
-
-static void h3_conn_ready(fy_origin_h3_waiter_t *wt, fy_origin_h3_t *s, const char *err)
-{
-    proxy_req_t *pr = fy_container_of(wt, proxy_req_t, wait3);
-    if (!s) {
-        origin_failed(pr, 502, err ? err : "origin connect failed", true);
-        return;
-    }
-    h3_start(pr, s);
-}
-
-static void attempt_h3(proxy_req_t *pr)
-{
-    fy_upstream_t *up = pr->ph->up;
-    pr->okind = O_H3;
-    pr->reused_conn = false;
-    pr->rb_head = pr->rb_count = 0;
-    pr->wait3.cb = h3_conn_ready;
-    fy_upstream_inflight(up, pr->worker, pr->server, 1);
-    pr->inflight = true;
-    bool ready = false;
-    const char *err = "origin connect failed";
-    fy_origin_h3_t *s =
-        fy_origin_h3_acquire(up, pr->worker, pr->server, pr->loop, &pr->wait3, &ready, &err);
-    if (ready) {
-        h3_start(pr, s);
-        return;
-    }
-    if (!pr->wait3.s) { /* not even a socket */
-        fy_upstream_inflight(up, pr->worker, pr->server, -1);
-        pr->inflight = false;
-        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
-        if (retryable(pr)) {
-            attempt(pr);
-            return;
-        }
-        pr->finished = true;
-        fy_exchange_fail(pr->ex, 502, err);
-    }
-}
-
-static void attempt_h2(proxy_req_t *pr)
-{
-    fy_upstream_t *up = pr->ph->up;
-    pr->okind = O_H2;
-    pr->reused_conn = false;
-    pr->rb_head = pr->rb_count = 0;
-    pr->wait.cb = h2_session_ready;
-    pr->wait.priority = pr->refusals; /* refused before: first in line on the next connection */
-    fy_upstream_inflight(up, pr->worker, pr->server, 1);
-    pr->inflight = true;
-    bool ready = false;
-    const char *err = "origin connect failed";
-    fy_origin_h2_t *s =
-        fy_origin_h2_acquire(up, pr->worker, pr->server, pr->loop, &pr->wait, &ready, &err);
-    if (ready) {
-        h2_start(pr, s);
-        return;
-    }
-    if (!pr->wait.s) { /* not even a socket */
-        fy_upstream_inflight(up, pr->worker, pr->server, -1);
-        pr->inflight = false;
-        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
-        if (retryable(pr)) {
-            attempt(pr);
-            return;
-        }
-        pr->finished = true;
-        fy_exchange_fail(pr->ex, 502, err);
-    }
-}
-
-/* ---- HTTP/1.1 origins: a pooled connection (upstream.c) and the h1 client codec ---- */
-
-static int h1_want(void *ud, uint32_t ev)
-{
-    proxy_req_t *pr = ud;
-    return pr->oc ? fy_origin_want(pr->oc, ev) : 0;
-}
-
-static const fy_h1_client_stream_ops_t h1_stream_ops = {o_on_head,  o_on_data,   o_on_end,
-                                                        o_on_error, o_read_body, take_body};
-
-static void h1_start(proxy_req_t *pr)
-{
     const fy_http_limits_t *l = pr->ex->ctx->limits;
     fy_h1_limits_t lim = {l->max_request_line, l->max_header_bytes, (size_t)l->max_headers};
-    pr->c1 = fy_h1_client_new(pr->ex->arena, pr->oc->t, &lim, pr->ex->req.method_id == FY_M_HEAD,
-                              &h1_stream_ops, h1_want, pr);
     fy_headers_t hs;
     build_fields(pr, &hs); /* Host may depend on the server */
+    fy_origin_request_t rq = {&hs,
+                              pr->ex->req.content_length,
+                              pr->tunnel,
+                              pr->ex->req.method_id == FY_M_HEAD,
+                              &lim,
+                              pr->ex->arena};
     set_timer(pr, T_FIRST_BYTE);
     pr->sent_us = now_us();
     pr->in_codec++;
-    fy_h1_client_submit(pr->c1, &hs, pr->tunnel ? 0 : pr->ex->req.content_length);
+    int rc = fy_origin_stream_submit(&pr->os, &rq);
     pr->in_codec--;
+    if (rc < 0) {
+        origin_failed(pr, 502, "cannot open a stream to the origin", false);
+        return;
+    }
     deliver(pr);
 }
 
-static void origin_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
+static void o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
-    if (ev & FY_ORIGIN_ERROR) {
-        pr->oc = NULL;
-        if (pr->inflight) {
-            fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
-            pr->inflight = false;
-        }
-        origin_failed(pr, 502, oc->error ? oc->error : "origin connect failed", true);
+    if (err) {
+        pr->os_open = false;
+        origin_failed(pr, 502, err, true);
         return;
     }
-    if (ev & FY_ORIGIN_READY) {
-        h1_start(pr);
-        return;
-    }
-    if (!pr->c1) return;
-    pr->in_codec++;
-    fy_h1_client_io(pr->c1, ev);
-    pr->in_codec--;
-    deliver(pr);
+    start(pr);
 }
 
-static void attempt_h1(proxy_req_t *pr)
+static void o_after_io(void *ud)
 {
-    fy_upstream_t *up = pr->ph->up;
-    pr->okind = O_H1;
-    const char *err = "origin connect failed";
-    bool ready = false;
-    pr->oc =
-        fy_origin_acquire(up, pr->worker, pr->server, pr->loop, origin_event, pr, &ready, &err);
-    if (!pr->oc) {
-        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
-        if (retryable(pr)) {
-            attempt(pr);
-            return;
-        }
-        pr->finished = true;
-        fy_exchange_fail(pr->ex, 502, err);
-        return;
-    }
-    fy_upstream_inflight(up, pr->worker, pr->server, 1);
-    pr->inflight = true;
-    pr->reused_conn = ready;
-    if (ready) h1_start(pr);
+    deliver(ud);
 }
 
 static void attempt(proxy_req_t *pr)
@@ -1215,15 +950,24 @@ static void attempt(proxy_req_t *pr)
     pr->o_head = pr->o_end = false;
     pr->interim = 0;
     pr->zn = 0;
-    pr->rb_head = pr->rb_count = 0;
-    const fy_upstream_server_conf_t *sv =
-        &((const fy_upstream_server_conf_t *)fy_upstream_conf(up)->servers.v)[pr->server];
-    if (sv->h3)
-        attempt_h3(pr);
-    else if (sv->h2)
-        attempt_h2(pr);
-    else
-        attempt_h1(pr);
+    const char *err = "origin connect failed";
+    /* refused before: first in line on the next connection */
+    int rc = fy_origin_stream_open(&pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals,
+                                   &err);
+    if (rc < 0) { /* not even a socket */
+        fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
+        if (retryable(pr)) {
+            attempt(pr);
+            return;
+        }
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 502, err);
+        return;
+    }
+    pr->os_open = true;
+    fy_upstream_inflight(up, pr->worker, pr->server, 1);
+    pr->inflight = true;
+    if (rc == 1) start(pr);
 }
 
 /* limits.body-total-timeout: the client's body did not all arrive in time. The origin's
@@ -1265,6 +1009,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
+    fy_origin_stream_init(&pr->os, &origin_ops, pr);
     fy_timer_init(&pr->body_timer, on_body_timer, pr);
     pr->start_ms = pr->loop->now_ms;
     ex->handler_data = pr;

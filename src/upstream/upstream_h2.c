@@ -505,7 +505,7 @@ static void probe_end(void *ud, fy_headers_t *trailers)
     (void)trailers;
     probe_finish(ud, 0, "stream ended without a response");
 }
-static void probe_error(void *ud, int kind, uint32_t code, const char *why)
+static void probe_error(void *ud, int kind, uint64_t code, const char *why)
 {
     (void)kind;
     (void)code;
@@ -519,8 +519,8 @@ static ssize_t probe_body(void *ud, char *buf, size_t len, const fy_headers_t **
     *trailers = NULL;
     return 0;
 }
-static const fy_h2_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
-                                                    probe_body};
+static const fy_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
+                                                    probe_body, NULL};
 
 static bool probe_go(fy__h2_probe_t *p, fy_origin_h2_t *s)
 {

@@ -366,8 +366,8 @@ static ssize_t probe_body(void *ud, char *buf, size_t len, const fy_headers_t **
     *trailers = NULL;
     return 0;
 }
-static const fy_h3_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
-                                                    probe_body};
+static const fy_client_stream_ops_t probe_ops = {probe_head, probe_data, probe_end, probe_error,
+                                                    probe_body, NULL};
 
 static bool probe_go(fy__h3_probe_t *p, fy_origin_h3_t *s)
 {

@@ -99,7 +99,7 @@ static void on_error(void *ud, int kind, uint64_t code, const char *why)
 static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
 {
     req_t *r = ud;
-    if (ws && r->body_off == post_len) return FY_H3C_DEFER; /* a tunnel: no FIN */
+    if (ws && r->body_off == post_len) return FY_CLIENT_DEFER; /* a tunnel: no FIN */
     size_t n = post_len - r->body_off < len ? post_len - r->body_off : len;
     memcpy(buf, post + r->body_off, n);
     r->body_off += n;
@@ -107,7 +107,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     return (ssize_t)n;
 }
 
-static const fy_h3_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body};
+static const fy_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body, NULL};
 
 static void submit_more(void)
 {

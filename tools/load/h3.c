@@ -90,7 +90,7 @@ static void on_end(void *ud, fy_headers_t *trailers)
 
 static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
-    req_done(ud, kind == FY_H3C_PROTOCOL ? FL_ERR_PARSE : FL_ERR_RESET);
+    req_done(ud, kind == FY_CLIENT_PROTOCOL ? FL_ERR_PARSE : FL_ERR_RESET);
 }
 
 static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
@@ -103,7 +103,7 @@ static ssize_t read_body(void *ud, char *buf, size_t len, const fy_headers_t **t
     return (ssize_t)n;
 }
 
-static const fy_h3_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body};
+static const fy_client_stream_ops_t sops = {on_head, on_data, on_end, on_error, read_body, NULL};
 
 /* Submit one request on `r` (free) of `lc`; false when the server's stream credit is used up
  * (on_credit comes back). */
