@@ -7,7 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -24,6 +26,7 @@
 #include "handler/static.h"
 #include "http/router.h"
 #include "l4/l4.h"
+#include "net/accept.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
@@ -35,8 +38,9 @@ typedef struct worker_listener {
     fy_http_ctx_t ctx;
     struct fy_worker *w;
     const fy_listener_conf_t *conf;
-    bool paused; /* at limits.connections */
-    int udp_fd;  /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
+    bool paused;               /* at limits.connections */
+    fy_accept_pause_t fdpause; /* accept ran out of descriptors */
+    int udp_fd; /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
     fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
     int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
@@ -189,6 +193,9 @@ static int h3_setup(fy_server_t *s)
     s->quic = fy_xcalloc(cfg->listeners.n, sizeof *s->quic);
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         if (!(lc[i].protocols & FY_PROTO_H3)) continue;
+        if (!lc[i].share && fy_sock_probe((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
+                                          SOCK_DGRAM, lc[i].address) < 0)
+            return -1;
         s->quic[i] = h3_server_new(cfg, &lc[i]);
         if (!s->quic[i]) return -1;
         for (int w = 0; w < s->nworkers; w++) {
@@ -221,6 +228,31 @@ static const char *h3_alt_svc(const fy_listener_conf_t *lc)
     return v;
 }
 
+/* Descriptors a worker needs besides its client connections: listeners, epoll, pipes, pooled
+ * origin connections, files being sent. */
+#define FD_MARGIN 64
+
+/* Raise the soft RLIMIT_NOFILE to the hard one, and say so when `limits.connections` per
+ * worker (each proxied one may hold an origin connection too) cannot fit under it. */
+static void raise_nofile(const fy_config_t *cfg, int nworkers)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl.rlim_cur = rl.rlim_max;
+    }
+    uint64_t need =
+        (uint64_t)cfg->limits.max_connections * (uint64_t)nworkers + (uint64_t)FD_MARGIN * nworkers;
+    if (rl.rlim_cur != RLIM_INFINITY && need > (uint64_t)rl.rlim_cur)
+        fy_warn("limits.connections (%lld) x %d worker%s needs about %llu file descriptors, but "
+                "RLIMIT_NOFILE is %llu (hard limit %llu): accepts will pause when descriptors "
+                "run out; raise the limit (ulimit -n, LimitNOFILE=) or lower limits.connections",
+                (long long)cfg->limits.max_connections, nworkers, nworkers == 1 ? "" : "s",
+                (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+                (unsigned long long)rl.rlim_max);
+}
+
 fy_server_t *fy_server_new(const fy_config_t *cfg)
 {
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
@@ -229,6 +261,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
+    raise_nofile(cfg, s->nworkers);
     s->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *s->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
@@ -273,14 +306,20 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     }
     /* h3's UDP sockets first: once a TCP port accepts, its UDP twin is bound too */
     if (h3_setup(s) < 0) goto fail;
-    /* bind here, before any thread starts, so that errors are reported at once */
-    for (int w = 0; w < s->nworkers; w++)
-        for (size_t i = 0; i < cfg->listeners.n; i++) {
+    /* bind here, before any thread starts, so that errors are reported at once; a port that
+       another process (or an earlier listener of this config) holds is refused unless the
+       listener says `share: true` */
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        if (!lc[i].share && fy_sock_probe((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
+                                          SOCK_STREAM, lc[i].address) < 0)
+            goto fail;
+        for (int w = 0; w < s->nworkers; w++) {
             int fd = fy_sock_listen((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
                                     (int)lc[i].backlog, lc[i].address);
             if (fd < 0) goto fail;
             s->workers[w].ls[i].io.fd = fd;
         }
+    }
     s->alt_svc = fy_xcalloc(cfg->listeners.n, sizeof *s->alt_svc);
     for (size_t i = 0; i < cfg->listeners.n; i++) s->alt_svc[i] = h3_alt_svc(&lc[i]);
     return s;
@@ -316,6 +355,14 @@ static void on_accept(fy_io_t *io, uint32_t ev)
         int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+            if (fy_accept_is_resource_error(errno)) {
+                /* the connection stays queued and the socket readable: without a pause the
+                   loop would retry (and log) at full speed */
+                int e = errno;
+                fy_io_set(&wl->w->loop, &wl->io, 0);
+                fy_accept_pause(&wl->fdpause, e);
+                return;
+            }
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
@@ -356,8 +403,18 @@ static void on_conn_closed(fy_http_ctx_t *ctx)
     }
     if (wl->paused && (int64_t)ctx->nconns < ctx->limits->max_connections) {
         wl->paused = false;
-        fy_io_set(&w->loop, &wl->io, EPOLLIN);
+        if (!wl->fdpause.paused) fy_io_set(&w->loop, &wl->io, EPOLLIN);
     }
+    if (wl->fdpause.paused) fy_accept_pause_end(&wl->fdpause); /* a descriptor came free */
+}
+
+/* The descriptor pause ended: poll the listening socket again unless something else holds
+ * it (limits.connections, the drain). */
+static void accept_resume(void *ud)
+{
+    worker_listener_t *wl = ud;
+    if (!wl->paused && !wl->w->draining && wl->io.fd >= 0)
+        fy_io_set(&wl->w->loop, &wl->io, EPOLLIN);
 }
 
 static void on_tick(fy_timer_t *t)
@@ -372,7 +429,7 @@ static void on_drain_timeout(fy_timer_t *t)
     struct fy_worker *w = t->data;
     size_t n = 0;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
-    fy_warn("drain deadline passed: closing %zu connections", n);
+    fy_warn("drain deadline passed: closing %zu connection%s", n, n == 1 ? "" : "s");
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
     fy_l4_worker_close_all(w->srv->l4, w->id);
     fy_loop_stop(&w->loop);
@@ -385,6 +442,7 @@ static void on_wake(fy_loop_t *loop)
     w->draining = true;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) {
         worker_listener_t *wl = &w->ls[i];
+        fy_accept_pause_stop(&wl->fdpause);
         if (wl->io.fd >= 0) {
             fy_io_set(loop, &wl->io, 0);
             close(wl->io.fd);
@@ -448,6 +506,7 @@ static void *worker_main(void *arg)
             wl->ctx.on_done_ud = w;
         }
         fy_list_init(&wl->ctx.conns);
+        fy_accept_pause_init(&wl->fdpause, &w->loop, lc[i].name, accept_resume, wl);
         wl->io.cb = on_accept;
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
