@@ -54,6 +54,7 @@ struct fy_worker {
     fy_timer_t tick;       /* access-log flush */
     fy_timer_t drain_timer;
     atomic_bool stop_requested;
+    atomic_bool flush_requested; /* fy_server_stop: write the access log out now */
     bool draining;
     uint64_t drain_ms;
     fy_access_log_t *alog;
@@ -70,9 +71,12 @@ struct fy_server {
     fy_quic_server_t **quic;   /* per listener, NULL without h3 */
     const char **alt_svc;      /* per listener: Alt-Svc value for TCP responses, or NULL */
     int access_fd;
-    fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
-    fy_handler_t *mitm;      /* owned by mitm_router */
-    fy_har_t *har;           /* intercept.capture.har, or NULL */
+    fy_router_t mitm_router;  /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;       /* owned by mitm_router */
+    fy_har_t *har;            /* intercept.capture.har, or NULL */
+    pthread_mutex_t flush_mu; /* fy_server_stop waits for every worker's access-log flush */
+    pthread_cond_t flush_cv;
+    int nflushed;
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -258,6 +262,8 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
     s->cfg = cfg;
     s->access_fd = -1;
+    pthread_mutex_init(&s->flush_mu, NULL);
+    pthread_cond_init(&s->flush_cv, NULL);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
@@ -417,11 +423,22 @@ static void accept_resume(void *ud)
         fy_io_set(&wl->w->loop, &wl->io, EPOLLIN);
 }
 
+/* Milliseconds to just past the next wall-clock second: every worker flushes its access log
+ * then, so that lines of one second are all written before any of the next (the log's
+ * timestamps have a resolution of one second; the buffer is also flushed when a line of a
+ * new second comes, see ops/access_log.c). */
+static uint64_t ms_to_next_second(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return 1000 - (uint64_t)ts.tv_nsec / 1000000 + 2;
+}
+
 static void on_tick(fy_timer_t *t)
 {
     struct fy_worker *w = t->data;
     if (w->alog) fy_access_log_flush(w->alog);
-    fy_timer_start(&w->loop, t, 1000);
+    fy_timer_start(&w->loop, t, ms_to_next_second());
 }
 
 static void on_drain_timeout(fy_timer_t *t)
@@ -438,6 +455,13 @@ static void on_drain_timeout(fy_timer_t *t)
 static void on_wake(fy_loop_t *loop)
 {
     struct fy_worker *w = loop->data;
+    if (atomic_exchange(&w->flush_requested, false)) {
+        if (w->alog) fy_access_log_flush(w->alog);
+        pthread_mutex_lock(&w->srv->flush_mu);
+        w->srv->nflushed++;
+        pthread_cond_signal(&w->srv->flush_cv);
+        pthread_mutex_unlock(&w->srv->flush_mu);
+    }
     if (!atomic_load(&w->stop_requested) || w->draining) return;
     w->draining = true;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) {
@@ -518,7 +542,7 @@ static void *worker_main(void *arg)
             fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
     fy_timer_init(&w->tick, on_tick, w);
     fy_timer_init(&w->drain_timer, on_drain_timeout, w);
-    if (w->alog) fy_timer_start(&w->loop, &w->tick, 1000);
+    if (w->alog) fy_timer_start(&w->loop, &w->tick, ms_to_next_second());
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
@@ -574,8 +598,30 @@ int fy_server_start(fy_server_t *s)
     return 0;
 }
 
+/* Every worker writes out its access log (bounded wait: a stuck worker must not stop the
+ * stop), so that the lines of what was served before the stop precede the drain notice. */
+static void flush_access_logs(fy_server_t *s)
+{
+    pthread_mutex_lock(&s->flush_mu);
+    s->nflushed = 0;
+    pthread_mutex_unlock(&s->flush_mu);
+    for (int i = 0; i < s->nworkers; i++) {
+        atomic_store(&s->workers[i].flush_requested, true);
+        fy_loop_wake(&s->workers[i].loop);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    pthread_mutex_lock(&s->flush_mu);
+    while (s->nflushed < s->nworkers)
+        if (pthread_cond_timedwait(&s->flush_cv, &s->flush_mu, &until) != 0) break;
+    pthread_mutex_unlock(&s->flush_mu);
+}
+
 void fy_server_stop(fy_server_t *s, uint64_t drain_ms)
 {
+    if (s->access_fd >= 0) flush_access_logs(s);
+    fy_notice("draining connections (at most %llu ms) and exiting", (unsigned long long)drain_ms);
     for (int i = 0; i < s->nworkers; i++) {
         s->workers[i].drain_ms = drain_ms;
         atomic_store(&s->workers[i].stop_requested, true);
@@ -613,6 +659,8 @@ void fy_server_free(fy_server_t *s)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);
     if (s->access_fd > 2) close(s->access_fd);
+    pthread_mutex_destroy(&s->flush_mu);
+    pthread_cond_destroy(&s->flush_cv);
     free(s);
 }
 

@@ -5,6 +5,7 @@ log's order at stop.
 Every wait is bounded (conftest.wait_for); nothing asserts on durations.
 """
 import asyncio
+import calendar
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -234,3 +236,47 @@ routes:
         assert rc == 1 and f"127.0.0.1:{port} (udp): Address already in use" in p.log(), p.log()
     finally:
         holder.close()
+
+
+# ---- 5. the access log at stop ----
+
+def test_access_log_precedes_the_drain_notice_and_is_in_time_order(tmp_path):
+    """Two workers, the access log and the error log in one file (stdout and stderr of the
+    process). Requests over three wall-clock seconds, then SIGTERM: every access-log line
+    is written before the "draining" notice (workers flush first, then the notice is
+    logged), and the lines are in time order across workers within a second."""
+    port = free_port()
+    p = Proc(tmp_path, f"""
+workers: 2
+log: {{access: stdout, access-format: json}}
+listeners:
+  - address: 127.0.0.1:{port}
+routes:
+  - respond: {{status: 200, body: "ok\\n"}}
+""")
+    p.wait_listening(port)
+    dates, n = set(), 0
+    deadline = time.monotonic() + bound(20)
+    while len(dates) < 3 and time.monotonic() < deadline:  # two second boundaries crossed
+        status, h, _ = http_request(port, f"/r{n}")
+        assert status == 200
+        dates.add(h["date"])
+        n += 1
+    assert len(dates) == 3, dates
+    log = p.stop()
+    lines = log.splitlines()
+    drain = [i for i, l in enumerate(lines) if "draining connections" in l]
+    assert len(drain) == 1, log[-3000:]
+    access = [(i, json.loads(l)) for i, l in enumerate(lines) if l.startswith("{")]
+    assert len(access) == n, f"{len(access)} access lines for {n} requests"
+    late = [i for i, _ in access if i > drain[0]]
+    assert not late, f"{len(late)} access lines after the drain notice:\n" + log[-3000:]
+    # workers buffer their lines; each writes them out before its first line of a new second
+    # and just after each second, so no line is more than a second behind one before it
+    stamps = [calendar.timegm(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ")) for _, e in access]
+    newest, behind = stamps[0], []
+    for i, t in enumerate(stamps):
+        if t < newest - 1:
+            behind.append((i, t, newest))
+        newest = max(newest, t)
+    assert not behind, f"lines more than 1 s out of time order: {behind[:5]}"
