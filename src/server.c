@@ -473,8 +473,9 @@ static void on_wake(fy_loop_t *loop)
             wl->io.fd = -1;
         }
         if (wl->quic) fy_h3_endpoint_drain(wl->quic);
-        fy_http_ctx_drain(&wl->ctx);
     }
+    fy_proxy_drain(); /* WebSocket tunnels: Close 1001 both ways */
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_drain(&w->ls[i].ctx);
     fy_l4_worker_drain(w->srv->l4, w->id);
     if (all_closed(w)) {
         fy_loop_stop(loop);
