@@ -552,3 +552,78 @@ def test_websocket_tunnel_timeout_sends_close_1001(server, ws_origin):
     assert ws_origin.closed.wait(bound(10))
     assert ws_origin.codes == [1001], ws_origin.codes
     assert "tunnel idle timeout: closing the WebSocket (1001)" in srv.log()
+
+
+def _ws_frame(payload, opcode=1):
+    mask = os.urandom(4)
+    assert len(payload) < 126
+    return (bytes([0x80 | opcode, 0x80 | len(payload)]) + mask +
+            bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+def _ws_frames(buf):
+    """Whole unmasked frames in buf: [(opcode, payload)], rest."""
+    out = []
+    while len(buf) >= 2 and len(buf) >= 2 + (buf[1] & 0x7f) and (buf[1] & 0x7f) < 126:
+        n = buf[1] & 0x7f
+        out.append((buf[0] & 0x0f, buf[2:2 + n]))
+        buf = buf[2 + n:]
+    return out, buf
+
+
+def test_stop_sends_websocket_close_1001_over_h2_extended_connect(server, ws_origin):
+    """The same for an h2c client's WebSocket (RFC 8441 extended CONNECT, HTTP/1.1 Upgrade to
+    the origin): on SIGTERM a Close frame with 1001 arrives in the stream's DATA before the
+    stream ends, and the origin gets one too."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    srv = server(_ws_conf(ws_origin.port).replace("127.0.0.1:{port}",
+                                                   "127.0.0.1:{port}\n    protocols: [h1, h2c]"))
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    while not c.remote_settings.enable_connect_protocol:
+        c.receive_data(s.recv(65535))
+        s.sendall(c.data_to_send())
+    c.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
+                       (":path", "/chat"), (":authority", "127.0.0.1"),
+                       ("sec-websocket-version", "13")])
+    c.send_data(1, _ws_frame(b"hello"))
+    s.sendall(c.data_to_send())
+    # frames are read raw from here: python3-h2 refuses DATA after a GOAWAY, which is legal
+    # (RFC 9113 §6.8: streams up to the last id go on)
+    raw, buf, frames, ended, signalled, goaway = b"", b"", [], False, False, False
+    for _ in range(200):  # bounded: each round is one recv
+        data = s.recv(65535)
+        if not data:
+            break
+        raw += data
+        while len(raw) >= 9:
+            n = int.from_bytes(raw[:3], "big")
+            if len(raw) < 9 + n:
+                break
+            ftype, flags, sid = raw[3], raw[4], int.from_bytes(raw[5:9], "big") & 0x7fffffff
+            payload, raw = raw[9:9 + n], raw[9 + n:]
+            goaway |= ftype == 7
+            if sid == 1 and ftype == 0:  # DATA
+                if flags & 0x8:
+                    payload = payload[1:len(payload) - payload[0]]
+                buf += payload
+            if sid == 1 and (ftype in (0, 1) and flags & 0x1 or ftype == 3):
+                ended = True
+        got, buf = _ws_frames(buf)
+        frames += got
+        if (1, b"hello") in frames and not signalled:
+            srv.proc.send_signal(signal.SIGTERM)
+            signalled = True
+        if ended:
+            break
+    s.close()
+    assert signalled, frames
+    assert (8, b"\x03\xe9") in frames, f"no Close 1001 for the h2 client: {frames}"
+    assert goaway and ended
+    assert ws_origin.closed.wait(bound(10))
+    assert ws_origin.codes == [1001], ws_origin.codes
+    assert srv.proc.wait(timeout=bound(15)) == 0
