@@ -118,6 +118,57 @@ routes:
     p.stop()
 
 
+def test_l4_accept_pauses_when_out_of_file_descriptors(tmp_path):
+    """The same for an L4 TCP listener: bounded accept error lines under EMFILE, and a relayed
+    connection works again once the clients have closed."""
+    import socketserver
+
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self):
+            while True:
+                b = self.request.recv(65536)
+                if not b:
+                    return
+                self.request.sendall(b)
+
+    origin = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo)
+    origin.daemon_threads = True
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    port = free_port()
+    p = Proc(tmp_path, f"""
+workers: 1
+l4:
+  - listen: 127.0.0.1:{port}
+    mode: tcp
+    target: 127.0.0.1:{origin.server_address[1]}
+""", nofile=32)
+    clients = []
+    try:
+        p.wait_listening(port)
+        for _ in range(40):
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+
+        def accept_lines():
+            return [l for l in p.log().splitlines() if "accept" in l and "[error]" in l]
+
+        wait_for(lambda: len([l for l in accept_lines() if "paused" in l]) >= 2
+                 or len(accept_lines()) > 50, 20, "accept failures to be reported", p.proc)
+        lines = accept_lines()
+        assert len(lines) < 50, f"{len(lines)} accept error lines:\n" + "\n".join(lines[:10])
+        for c in clients:
+            c.close()
+        clients = []
+        with socket.create_connection(("127.0.0.1", port), timeout=bound(10)) as s:
+            s.sendall(b"ping")
+            assert s.recv(100) == b"ping"
+    finally:
+        for c in clients:
+            c.close()
+        origin.shutdown()
+        origin.server_close()
+    p.stop()
+
+
 # ---- 2. a port held by another process ----
 
 def _wait_exit(p):
