@@ -678,3 +678,63 @@ def test_stop_sends_websocket_close_1001_over_h2_extended_connect(server, ws_ori
     assert ws_origin.closed.wait(bound(10))
     assert ws_origin.codes == [1001], ws_origin.codes
     assert srv.proc.wait(timeout=bound(15)) == 0
+
+
+def test_websocket_close_handshake_is_cut_after_tunnel_close_timeout(server):
+    """Peers that ignore Ferry's Close (an origin that never answers it, a client that sends
+    nothing): after limits.tunnel-close-timeout the tunnel is cut; each side had received a
+    Close 1001 first (the origin's masked, as from a client)."""
+    import base64
+    import hashlib
+    got, done, end = bytearray(), threading.Event(), threading.Event()
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+
+    def origin():
+        c, _ = lsock.accept()
+        c.settimeout(bound(30))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(4096)
+        key = re.search(rb"(?i)sec-websocket-key: *([^\r]+)", head).group(1)
+        acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11")
+                               .digest())
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+        try:
+            while True:  # never answers: reads until Ferry's FIN
+                b = c.recv(4096)
+                if not b:
+                    break
+                got.extend(b)
+        except OSError:
+            pass
+        done.set()
+        end.wait(bound(30))  # ... and does not close either
+        c.close()
+
+    threading.Thread(target=origin, daemon=True).start()
+    try:
+        srv = server(_ws_conf(lsock.getsockname()[1],
+                              limits="tunnel-timeout: 300ms, tunnel-close-timeout: 300ms"))
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(20))
+        s.sendall(b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                  b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        buf = b""
+        while True:  # bounded by the socket timeout: Ferry ends the connection
+            b = s.recv(4096)
+            if not b:
+                break
+            buf += b
+        s.close()
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101"), buf
+        assert rest == b"\x88\x02\x03\xe9", rest  # Close 1001, then EOF
+        assert done.wait(bound(10))
+        assert len(got) == 8 and got[:2] == b"\x88\x82", bytes(got)
+        assert bytes(b ^ got[2 + i % 4] for i, b in enumerate(got[6:8])) == b"\x03\xe9"
+        _wait_log(srv, "WebSocket close handshake timed out")
+    finally:
+        end.set()
+        lsock.close()

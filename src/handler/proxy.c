@@ -38,10 +38,6 @@ typedef struct ws_track {
     uint8_t hlen;
 } ws_track_t;
 
-/* After our Close frames (stop, tunnel timeout): how long the peers get to answer theirs and
- * close before the tunnel is cut. */
-#define FY_PROXY_WS_CLOSE_WAIT_MS 5000
-
 /* Which client codec carries the exchange to the origin: every one of them has the same
  * stream ops (on_head / on_data / on_end / on_error / read_body), implemented once below. */
 enum { O_H1 = 1, O_H2, O_H3 };
@@ -709,13 +705,13 @@ static void ws_close_up(proxy_req_t *pr)
 
 /* Stop or tunnel timeout: Close 1001 to both sides (each as soon as its direction is between
  * frames), then the peers' answers end the tunnel: the origin's close finishes the exchange.
- * A close handshake that takes longer than FY_PROXY_WS_CLOSE_WAIT_MS is cut. */
+ * A close handshake that takes longer than `limits.tunnel-close-timeout` is cut. */
 static void ws_going_away(proxy_req_t *pr)
 {
     if (pr->ws_closing || pr->finished || pr->stopped) return;
     pr->ws_closing = true;
     pr->timer_kind = T_IDLE;
-    fy_timer_start(pr->loop, &pr->timer, FY_PROXY_WS_CLOSE_WAIT_MS);
+    fy_timer_start(pr->loop, &pr->timer, pr->ex->ctx->limits->tunnel_close_timeout_ms);
     ws_close_up(pr);
     if (!pr->finished && !pr->stopped) ws_close_down(pr);
 }
