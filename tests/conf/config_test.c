@@ -289,7 +289,7 @@ static void test_listeners(void)
 
     CHECK_FAIL("listeners:\n  - listen: :80\n",
                "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name, kind, sni\n"
+               "protocols, tls, backlog, name, kind, sni, share\n"
                "c.yaml:2:5: listeners[0].address: is required\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
@@ -660,7 +660,7 @@ static void test_file_and_doc(void)
     char want[512];
     snprintf(want, sizeof want,
              "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name, kind, sni\n",
+             "protocols, tls, backlog, name, kind, sni, share\n",
              path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
