@@ -235,7 +235,9 @@ routes:
 """)
     rc = _wait_exit(p)
     p.fh.close()
-    assert rc != 0 and "Address already in use" in p.log(), p.log()
+    # refused when the config is loaded, at the second listener's line, before any bind
+    assert rc == 1 and "listeners[1].address" in p.log() and "already taken by listeners[0]" \
+        in p.log(), p.log()
 
 
 @pytest.mark.parametrize("mode", ["tcp", "udp"])

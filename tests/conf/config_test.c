@@ -182,7 +182,7 @@ static void test_top_level(void)
                "method, path-exact, path-regex, header, query)\n");
     CHECK_FAIL("listeners:\n  - address: :80\n    cert: x\n",
                "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
-               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni)\n");
+               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
