@@ -122,6 +122,14 @@ struct fy_quic_conn {
     fy_io_t pio;
     dgram_t dgrams[MAX_DGRAMS];
     size_t ndgrams;
+    /* TLS handshake-message framing of the peer's CRYPTO stream, per level (Initial,
+       Handshake, 1-RTT): see tls_rx_check */
+    struct {
+        uint8_t hdr[4]; /* type and 24-bit length of the message being read */
+        uint8_t nhdr;   /* header bytes seen of it (4: in its body) */
+        uint32_t left;  /* body bytes still to come */
+        bool finished;  /* a Finished message went by (Handshake level) */
+    } tls_rx[3];
     fy_list_t link; /* ep->conns */
 };
 
@@ -1067,6 +1075,82 @@ static int cb_remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
     return 0;
 }
 
+#define TLS_HS_FINISHED 20
+#define TLS_HS_KEY_UPDATE 24
+#define TLS_ALERT_UNEXPECTED_MESSAGE 10
+
+/* Walk the TLS handshake-message headers in the peer's in-order CRYPTO data (a header may be
+ * split across calls). QUIC forbids the TLS KeyUpdate message (RFC 9001 §6) and nothing may
+ * follow Finished at the Handshake level; libngtcp2 0.12.1 hands either to GnuTLS, whose key
+ * change then aborts inside ngtcp2_conn_install_rx_key. Returns false for such a message. */
+static bool tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uint8_t *p, size_t n)
+{
+    if ((unsigned)level >= 3) return true; /* 0-RTT carries no CRYPTO frames we accept */
+    __typeof__(c->tls_rx[0]) *st = &c->tls_rx[level];
+    while (n) {
+        if (st->nhdr == 4) {
+            size_t k = n < st->left ? n : st->left;
+            st->left -= (uint32_t)k;
+            p += k;
+            n -= k;
+            if (!st->left) st->nhdr = 0;
+            continue;
+        }
+        if (st->nhdr == 0) {
+            if (p[0] == TLS_HS_KEY_UPDATE) return false;
+            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && st->finished) return false;
+            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && p[0] == TLS_HS_FINISHED)
+                st->finished = true;
+        }
+        st->hdr[st->nhdr++] = *p++;
+        n--;
+        if (st->nhdr == 4) {
+            st->left = (uint32_t)st->hdr[1] << 16 | (uint32_t)st->hdr[2] << 8 | st->hdr[3];
+            if (!st->left) st->nhdr = 0;
+        }
+    }
+    return true;
+}
+
+static int cb_recv_crypto_data(ngtcp2_conn *conn, ngtcp2_crypto_level level, uint64_t offset,
+                               const uint8_t *data, size_t len, void *ud)
+{
+    fy_quic_conn_t *c = ud;
+    if (!tls_rx_check(c, level, data, len)) {
+        char a[64];
+        fy_info("client %s: quic: TLS %s in %s CRYPTO data: unexpected_message",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && c->tls_rx[level].finished
+                    ? "message after Finished"
+                    : "KeyUpdate",
+                level == NGTCP2_CRYPTO_LEVEL_INITIAL     ? "Initial"
+                : level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE ? "Handshake"
+                                                         : "1-RTT");
+        ngtcp2_conn_set_tls_alert(conn, TLS_ALERT_UNEXPECTED_MESSAGE);
+        return NGTCP2_ERR_CRYPTO;
+    }
+    return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
+}
+
+/* After the ClientHello was parsed: without quic_transport_parameters (RFC 9001 §8.2) the
+ * handshake must fail with missing_extension. libngtcp2 0.12.1 would go on and derive keys
+ * with no negotiated version, then abort on an assertion when writing the first packet. The
+ * extension's handler (ngtcp2's) records the version, so none yet means no extension. */
+static int hello_hook(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                      const gnutls_datum_t *msg)
+{
+    (void)htype;
+    (void)msg;
+    if (!when || !incoming) return 0;
+    ngtcp2_crypto_conn_ref *ref = gnutls_session_get_ptr(s);
+    fy_quic_conn_t *c = ref->user_data;
+    if (ngtcp2_conn_get_negotiated_version(c->conn)) return 0;
+    char a[64];
+    fy_info("client %s: quic: ClientHello without quic_transport_parameters",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a));
+    return GNUTLS_E_MISSING_EXTENSION;
+}
+
 static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 {
     return ((fy_quic_conn_t *)ref->user_data)->conn;
@@ -1074,7 +1158,7 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 
 static const ngtcp2_callbacks callbacks = {
     .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+    .recv_crypto_data = cb_recv_crypto_data,
     .handshake_completed = cb_handshake_completed,
     .encrypt = ngtcp2_crypto_encrypt_cb,
     .decrypt = ngtcp2_crypto_decrypt_cb,
@@ -1114,6 +1198,8 @@ static int setup_tls(fy_quic_conn_t *c)
     if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, qs->cred) != 0) return -1;
     gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
     if (gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0) return -1;
+    gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_POST,
+                                       hello_hook);
     ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
     return 0;
 }
@@ -1592,7 +1678,7 @@ static int cb_extend_max_local_bidi(ngtcp2_conn *conn, uint64_t max, void *ud)
 
 static const ngtcp2_callbacks client_callbacks = {
     .client_initial = ngtcp2_crypto_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+    .recv_crypto_data = cb_recv_crypto_data,
     .handshake_completed = cb_handshake_completed,
     .encrypt = ngtcp2_crypto_encrypt_cb,
     .decrypt = ngtcp2_crypto_decrypt_cb,

@@ -1,0 +1,79 @@
+"""HTTP/3 hardening (issue 12): inputs that used to reach an assertion inside libngtcp2 0.12.1,
+and malformed requests that were answered.
+
+- A ClientHello without quic_transport_parameters: sent by tests/h3/rawquic.py (QUIC Initial
+  protection in Python with python3-cryptography); the server must close with CRYPTO_ERROR
+  0x16d (missing_extension) in an Initial packet and go on serving.
+- TLS KeyUpdate in CRYPTO frames (1-RTT, and in the Handshake space after Finished): sent by
+  build/h3bad (tests/h3/h3bad.c, on our QUIC layer); the server must close with CRYPTO_ERROR
+  0x10a (unexpected_message) and go on serving.
+- Malformed request field sections (RFC 9114 §4.3.1, §4.1.2): sent by build/h3bad as raw
+  QPACK; each must be the stream error H3_MESSAGE_ERROR (0x10e), never a response.
+
+After each bad input a real client (Debian's gtlsclient) must still get a 200.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "h3"))
+import rawquic  # noqa: E402
+
+GTLS = shutil.which("gtlsclient")
+H3BAD = os.environ.get("FERRY_H3BAD", str(Path(FERRY).parent / "h3bad"))
+
+CONFIG = """
+workers: 1
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h3]
+    tls: self-signed
+log: {{level: info}}
+routes:
+  - respond: {{status: 200, body: "ok\\n"}}
+"""
+
+
+def still_serves(srv):
+    """The process is alive and a real HTTP/3 client gets its 200."""
+    assert srv.proc.poll() is None, "ferry died:\n" + srv.log()[-3000:]
+    if GTLS is None:
+        return
+    p = subprocess.run([GTLS, "--exit-on-all-streams-close", "--no-quic-dump", "--no-http-dump",
+                        "--timeout=20s", "127.0.0.1", str(srv.port),
+                        f"https://127.0.0.1:{srv.port}/after"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    assert re.search(r"http: stream 0x0 \[:status: 200\]", out), out[-3000:]
+
+
+def test_h3_client_hello_with_transport_parameters_gets_server_hello(server):
+    """The control case: the same hand-made Initial with the extension is answered with the
+    server's ServerHello (so the missing-extension test below tests the extension alone)."""
+    srv = server(CONFIG)
+    got, _ = rawquic.send_initial(srv.port, transport_params=True)
+    crypto = [d for k, (o, d) in ((k, v) for k, v in got if k == "CRYPTO")]
+    assert crypto and crypto[0][0] == 2, got  # handshake type 2: ServerHello
+    assert not [v for k, v in got if k == "CLOSE"], got
+    still_serves(srv)
+
+
+def test_h3_client_hello_without_transport_parameters_is_missing_extension(server):
+    """Before the fix: ferry aborted in conn_write_pkt (Assertion conn->negotiated_version)."""
+    srv = server(CONFIG)
+    for _ in range(2):  # twice: the process survives the first and answers the second alike
+        got, _ = rawquic.send_initial(srv.port, transport_params=False)
+        closes = [v for k, v in got if k == "CLOSE"]
+        assert closes, f"no CONNECTION_CLOSE in the server's Initial: {got}\n{srv.log()[-2000:]}"
+        assert closes[0][0] == 0x100 + 109, hex(closes[0][0])  # CRYPTO_ERROR missing_extension
+        assert not [v for k, v in got if k == "CRYPTO"], "the server went on with ServerHello"
+    assert "ClientHello without quic_transport_parameters" in srv.log()
+    still_serves(srv)
