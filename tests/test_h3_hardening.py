@@ -77,3 +77,28 @@ def test_h3_client_hello_without_transport_parameters_is_missing_extension(serve
         assert not [v for k, v in got if k == "CRYPTO"], "the server went on with ServerHello"
     assert "ClientHello without quic_transport_parameters" in srv.log()
     still_serves(srv)
+
+
+def h3bad(port, *args):
+    if not os.path.exists(H3BAD):
+        pytest.fail(f"{H3BAD} not built (cmake --build build)")
+    p = subprocess.run([H3BAD, "127.0.0.1", str(port)] + list(args), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout.strip().splitlines()
+
+
+@pytest.mark.parametrize("space,log", [
+    ("1rtt", "TLS KeyUpdate in 1-RTT CRYPTO data"),
+    ("handshake", "TLS message after Finished in Handshake CRYPTO data"),
+])
+def test_h3_tls_key_update_is_unexpected_message(server, space, log):
+    """Before the fix: 1-RTT aborted ferry in ngtcp2_conn_install_rx_key (Assertion
+    '!pktns->crypto.rx.hp_ctx.native_handle'); in the Handshake space the connection hung with
+    no answer (h3bad printed TIMEOUT)."""
+    srv = server(CONFIG)
+    for _ in range(2):
+        assert h3bad(srv.port, f"keyupdate-{space}") == ["CLOSED TRANSPORT 0x10a"], srv.log()
+    assert log in srv.log()
+    still_serves(srv)
+

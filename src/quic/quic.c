@@ -651,6 +651,17 @@ const fy_quic_conf_t *fy_quic_conn_conf(const fy_quic_conn_t *qc)
     return qc->ep->qs->conf;
 }
 
+int fy_quic_conn_send_crypto(fy_quic_conn_t *qc, int level, const void *p, size_t n)
+{
+    if (qc->closed || (level != 1 && level != 2)) return -EINVAL;
+    int r = ngtcp2_conn_submit_crypto_data(
+        qc->conn, level == 1 ? NGTCP2_CRYPTO_LEVEL_HANDSHAKE : NGTCP2_CRYPTO_LEVEL_APPLICATION, p,
+        n);
+    if (r != 0) return r == NGTCP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
+    schedule_write(qc);
+    return 0;
+}
+
 /* ---- connection teardown ---- */
 
 static void free_conn(fy_defer_t *d)
