@@ -102,3 +102,31 @@ def test_h3_tls_key_update_is_unexpected_message(server, space, log):
     assert log in srv.log()
     still_serves(srv)
 
+
+MALFORMED = {
+    "dup-method": "duplicated pseudo-header field",
+    "dup-path": "duplicated pseudo-header field",
+    "unknown-pseudo": "unknown or response pseudo-header field",
+    "response-pseudo": "unknown or response pseudo-header field",
+    "pseudo-after-regular": "pseudo-header field after a regular field",
+    "no-authority": "neither :authority nor Host",
+    "no-method": "no :method",
+    "no-scheme": "no :scheme",
+    "no-path": "no :path",
+    "empty-authority": "empty :authority",
+    "authority-host-differ": ":authority and Host differ",
+    "connect-no-authority": "CONNECT without :authority",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_h3_malformed_request_is_message_error(server, case):
+    """RFC 9114 §4.1.2/§4.3.1: a stream error H3_MESSAGE_ERROR (0x10e), no response. The bad
+    request goes between two good ones on the same connection (one with :authority, one with
+    Host only), which are answered. Before the fix: 400 for most, 200 for no-authority."""
+    srv = server(CONFIG)
+    lines = h3bad(srv.port, "req", "ok", case, "ok-host")
+    assert sorted(lines) == sorted([f"{case} RESET 0x10e", "ok ANSWERED", "ok-host ANSWERED"]), \
+        lines
+    assert f"malformed request ({MALFORMED[case]}): H3_MESSAGE_ERROR" in srv.log()
+    still_serves(srv)
