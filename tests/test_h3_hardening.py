@@ -15,6 +15,7 @@ After each bad input a real client (Debian's gtlsclient) must still get a 200.
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,18 @@ def test_h3_client_hello_without_transport_parameters_is_missing_extension(serve
         assert closes[0][0] == 0x100 + 109, hex(closes[0][0])  # CRYPTO_ERROR missing_extension
         assert not [v for k, v in got if k == "CRYPTO"], "the server went on with ServerHello"
     assert "ClientHello without quic_transport_parameters" in srv.log()
+    still_serves(srv)
+
+
+def test_h3_empty_datagram_is_ignored(server):
+    """Found by fuzz/fuzz_quic_packets.c: before the fix one empty UDP datagram aborted ferry in
+    ngtcp2_pkt_decode_version_cid (Assertion 'datalen')."""
+    srv = server(CONFIG)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"", ("127.0.0.1", srv.port))
+        s.sendto(b"", ("127.0.0.1", srv.port))
+    got, _ = rawquic.send_initial(srv.port, transport_params=True)
+    assert [k for k, _ in got][:1] == ["CRYPTO"], got
     still_serves(srv)
 
 

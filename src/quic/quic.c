@@ -1373,6 +1373,8 @@ static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const 
 static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t len,
                           const struct sockaddr *sa, socklen_t salen)
 {
+    /* an empty UDP datagram is valid on the wire; libngtcp2 0.12.1 asserts on it */
+    if (len == 0) return;
     ngtcp2_version_cid vc;
     int r = ngtcp2_pkt_decode_version_cid(&vc, data, len, CIDLEN);
     if (r == NGTCP2_ERR_VERSION_NEGOTIATION) {
