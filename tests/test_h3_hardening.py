@@ -103,7 +103,7 @@ def h3bad(port, *args):
 
 @pytest.mark.parametrize("space,log", [
     ("1rtt", "TLS KeyUpdate in 1-RTT CRYPTO data"),
-    ("handshake", "TLS message after Finished in Handshake CRYPTO data"),
+    ("handshake", "TLS KeyUpdate in Handshake CRYPTO data"),
 ])
 def test_h3_tls_key_update_is_unexpected_message(server, space, log):
     """Before the fix: 1-RTT aborted ferry in ngtcp2_conn_install_rx_key (Assertion
@@ -112,6 +112,25 @@ def test_h3_tls_key_update_is_unexpected_message(server, space, log):
     srv = server(CONFIG)
     for _ in range(2):
         assert h3bad(srv.port, f"keyupdate-{space}") == ["CLOSED TRANSPORT 0x10a"], srv.log()
+    assert log in srv.log()
+    still_serves(srv)
+
+
+
+@pytest.mark.parametrize("space,hexmsg,log", [
+    # before the fix these two were left unanswered until the idle timeout (h3bad: TIMEOUT)
+    ("1rtt", "0d00000500000200", "TLS post-handshake message in 1-RTT CRYPTO data"),
+    ("1rtt", "14000020" + "00" * 32, "TLS post-handshake message in 1-RTT CRYPTO data"),
+    ("1rtt", "04000000", "TLS post-handshake message in 1-RTT CRYPTO data"),
+    ("handshake", "04000000", "TLS message after Finished in Handshake CRYPTO data"),
+    ("handshake", "0b000000", "TLS message after Finished in Handshake CRYPTO data"),
+])
+def test_h3_tls_post_handshake_messages_are_unexpected_message(server, space, hexmsg, log):
+    """A client has no TLS message to send after its Finished (no post-handshake auth here):
+    CertificateRequest, a second Finished, NewSessionTicket in 1-RTT, or anything after
+    Finished in the Handshake space all get CRYPTO_ERROR 0x10a."""
+    srv = server(CONFIG)
+    assert h3bad(srv.port, f"crypto-{space}", hexmsg) == ["CLOSED TRANSPORT 0x10a"], srv.log()
     assert log in srv.log()
     still_serves(srv)
 

@@ -1086,6 +1086,7 @@ static int cb_remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
     return 0;
 }
 
+#define TLS_HS_NEW_SESSION_TICKET 4
 #define TLS_HS_FINISHED 20
 #define TLS_HS_KEY_UPDATE 24
 #define TLS_ALERT_UNEXPECTED_MESSAGE 10
@@ -1093,10 +1094,14 @@ static int cb_remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
 /* Walk the TLS handshake-message headers in the peer's in-order CRYPTO data (a header may be
  * split across calls). QUIC forbids the TLS KeyUpdate message (RFC 9001 §6) and nothing may
  * follow Finished at the Handshake level; libngtcp2 0.12.1 hands either to GnuTLS, whose key
- * change then aborts inside ngtcp2_conn_install_rx_key. Returns false for such a message. */
-static bool tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uint8_t *p, size_t n)
+ * change then aborts inside ngtcp2_conn_install_rx_key. After the handshake a client has
+ * nothing to send in 1-RTT CRYPTO frames (we never ask for post-handshake authentication),
+ * and a server only NewSessionTicket; GnuTLS left some of the others hanging unanswered.
+ * Returns what is wrong, or NULL. */
+static const char *tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uint8_t *p,
+                                size_t n)
 {
-    if ((unsigned)level >= 3) return true; /* 0-RTT carries no CRYPTO frames we accept */
+    if ((unsigned)level >= 3) return NULL; /* 0-RTT carries no CRYPTO frames we accept */
     __typeof__(c->tls_rx[0]) *st = &c->tls_rx[level];
     while (n) {
         if (st->nhdr == 4) {
@@ -1108,8 +1113,12 @@ static bool tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uin
             continue;
         }
         if (st->nhdr == 0) {
-            if (p[0] == TLS_HS_KEY_UPDATE) return false;
-            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && st->finished) return false;
+            if (p[0] == TLS_HS_KEY_UPDATE) return "KeyUpdate";
+            if (level == NGTCP2_CRYPTO_LEVEL_APPLICATION &&
+                (ngtcp2_conn_is_server(c->conn) || p[0] != TLS_HS_NEW_SESSION_TICKET))
+                return "post-handshake message";
+            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && st->finished)
+                return "message after Finished";
             if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && p[0] == TLS_HS_FINISHED)
                 st->finished = true;
         }
@@ -1120,20 +1129,18 @@ static bool tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uin
             if (!st->left) st->nhdr = 0;
         }
     }
-    return true;
+    return NULL;
 }
 
 static int cb_recv_crypto_data(ngtcp2_conn *conn, ngtcp2_crypto_level level, uint64_t offset,
                                const uint8_t *data, size_t len, void *ud)
 {
     fy_quic_conn_t *c = ud;
-    if (!tls_rx_check(c, level, data, len)) {
+    const char *bad = tls_rx_check(c, level, data, len);
+    if (bad) {
         char a[64];
         fy_info("client %s: quic: TLS %s in %s CRYPTO data: unexpected_message",
-                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-                level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && c->tls_rx[level].finished
-                    ? "message after Finished"
-                    : "KeyUpdate",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), bad,
                 level == NGTCP2_CRYPTO_LEVEL_INITIAL     ? "Initial"
                 : level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE ? "Handshake"
                                                          : "1-RTT");

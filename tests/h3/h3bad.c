@@ -6,6 +6,8 @@
  *       RFC 9001 §6) in a CRYPTO frame of 1-RTT packets, or in the Handshake space right
  *       after the client's Finished. Prints "CLOSED APP|TRANSPORT 0xCODE" when the server
  *       closed the connection.
+ *   h3bad ADDR PORT crypto-1rtt|crypto-handshake HEX
+ *       The same with the bytes given in hex (any TLS handshake messages).
  *   h3bad ADDR PORT req CASE...
  *       Opens the control stream (empty SETTINGS), then one request stream per CASE (all at
  *       once, in order) with one HEADERS frame (QPACK literals only) and FIN. Prints one line
@@ -36,6 +38,8 @@ static int n, ndone;
 static const char *names[MAXREQ];
 static fy_quic_stream_t *reqs[MAXREQ];
 static bool done[MAXREQ], printed;
+static uint8_t crypto[512];
+static size_t ncrypto;
 
 typedef struct fl {
     const char *n, *v;
@@ -173,8 +177,7 @@ static void *app_open(fy_quic_conn_t *c, void *ud)
     (void)ud;
     qc = c;
     if (mode == 1 || mode == 2) {
-        static const uint8_t ku[] = {24, 0, 0, 1, 0}; /* KeyUpdate, update_not_requested */
-        if (fy_quic_conn_send_crypto(c, mode, ku, sizeof ku) != 0) {
+        if (fy_quic_conn_send_crypto(c, mode, crypto, ncrypto) != 0) {
             say("CANNOT-SEND\n");
             printed = true;
         }
@@ -271,17 +274,29 @@ static void on_timeout(fy_timer_t *t)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: h3bad ADDR PORT keyupdate-1rtt|keyupdate-handshake|req CASE...\n");
+    fprintf(stderr, "usage: h3bad ADDR PORT keyupdate-1rtt|keyupdate-handshake|"
+                    "crypto-1rtt HEX|crypto-handshake HEX|req CASE...\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 4) return usage();
-    if (!strcmp(argv[3], "keyupdate-handshake")) {
-        mode = 1;
-    } else if (!strcmp(argv[3], "keyupdate-1rtt")) {
-        mode = 2;
+    static const uint8_t ku[] = {24, 0, 0, 1, 0}; /* KeyUpdate, update_not_requested */
+    if (!strcmp(argv[3], "keyupdate-handshake") || !strcmp(argv[3], "keyupdate-1rtt")) {
+        mode = strstr(argv[3], "handshake") ? 1 : 2;
+        memcpy(crypto, ku, sizeof ku);
+        ncrypto = sizeof ku;
+    } else if (!strcmp(argv[3], "crypto-handshake") || !strcmp(argv[3], "crypto-1rtt")) {
+        mode = strstr(argv[3], "handshake") ? 1 : 2;
+        const char *h = argc > 4 ? argv[4] : "";
+        while (h[0] && h[1] && ncrypto < sizeof crypto) {
+            unsigned v;
+            if (sscanf(h, "%2x", &v) != 1) return usage();
+            crypto[ncrypto++] = (uint8_t)v;
+            h += 2;
+        }
+        if (!ncrypto) return usage();
     } else if (!strcmp(argv[3], "req")) {
         mode = 3;
         for (int i = 4; i < argc && n < MAXREQ; i++) {
