@@ -148,6 +148,7 @@ MALFORMED = {
     "empty-authority": "empty :authority",
     "authority-host-differ": ":authority and Host differ",
     "connect-no-authority": "CONNECT without :authority",
+    "connect-host-only": "CONNECT without :authority",
 }
 
 

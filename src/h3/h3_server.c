@@ -577,8 +577,10 @@ static void dispatch(h3_stream_t *s)
     else if ((ps & PSEUDO_AUTHORITY) && s->host_seen &&
              !fy_str_eq(q->authority, s->host.p, s->host.len))
         bad(s, ":authority and Host differ");
+    else if (connect && !(ps & PSEUDO_AUTHORITY))
+        bad(s, "CONNECT without :authority");
     else if (!(ps & PSEUDO_AUTHORITY) && !s->host_seen)
-        bad(s, connect ? "CONNECT without :authority" : "neither :authority nor Host");
+        bad(s, "neither :authority nor Host");
     if (s->malformed) {
         /* RFC 9114 §4.1.2: a malformed request is a stream error H3_MESSAGE_ERROR */
         char a[64];

@@ -16,7 +16,7 @@
  *
  * Cases: ok, ok-host, dup-method, dup-path, unknown-pseudo, response-pseudo,
  * pseudo-after-regular, no-authority, no-method, no-scheme, no-path, empty-authority,
- * authority-host-differ, connect-no-authority.
+ * authority-host-differ, connect-no-authority, connect-host-only.
  *
  * "TIMEOUT" after 20 s, "GONE" when the connection ended without a close. Exits 0 once it
  * printed its answer. */
@@ -96,6 +96,7 @@ static const rcase_t cases[] = {
       {":authority", "localhost"},
       {"host", "other.example"}}},
     {"connect-no-authority", {{":method", "CONNECT"}}},
+    {"connect-host-only", {{":method", "CONNECT"}, {"host", "localhost:443"}}},
 };
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
