@@ -98,6 +98,14 @@ typedef struct dgram {
     uint8_t *p;
 } dgram_t;
 
+/* TLS handshake-message framing of the peer's CRYPTO stream at one level (tls_rx_check). */
+typedef struct tls_rx {
+    uint8_t hdr[4]; /* type and 24-bit length of the message being read */
+    uint8_t nhdr;   /* header bytes seen of it (4: in its body) */
+    uint32_t left;  /* body bytes still to come */
+    bool finished;  /* a Finished message went by (Handshake level) */
+} tls_rx_t;
+
 struct fy_quic_conn {
     fy_quic_endpoint_t *ep;
     ngtcp2_conn *conn;
@@ -122,15 +130,8 @@ struct fy_quic_conn {
     fy_io_t pio;
     dgram_t dgrams[MAX_DGRAMS];
     size_t ndgrams;
-    /* TLS handshake-message framing of the peer's CRYPTO stream, per level (Initial,
-       Handshake, 1-RTT): see tls_rx_check */
-    struct {
-        uint8_t hdr[4]; /* type and 24-bit length of the message being read */
-        uint8_t nhdr;   /* header bytes seen of it (4: in its body) */
-        uint32_t left;  /* body bytes still to come */
-        bool finished;  /* a Finished message went by (Handshake level) */
-    } tls_rx[3];
-    fy_list_t link; /* ep->conns */
+    tls_rx_t tls_rx[3]; /* per level: Initial, Handshake, 1-RTT */
+    fy_list_t link;     /* ep->conns */
 };
 
 typedef struct cid_entry {
@@ -1102,7 +1103,7 @@ static const char *tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, co
                                 size_t n)
 {
     if ((unsigned)level >= 3) return NULL; /* 0-RTT carries no CRYPTO frames we accept */
-    __typeof__(c->tls_rx[0]) *st = &c->tls_rx[level];
+    tls_rx_t *st = &c->tls_rx[level];
     while (n) {
         if (st->nhdr == 4) {
             size_t k = n < st->left ? n : st->left;
