@@ -1099,11 +1099,9 @@ static int cb_remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
  * nothing to send in 1-RTT CRYPTO frames (we never ask for post-handshake authentication),
  * and a server only NewSessionTicket; GnuTLS left some of the others hanging unanswered.
  * Returns what is wrong, or NULL. */
-static const char *tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, const uint8_t *p,
-                                size_t n)
+static const char *tls_rx_check(tls_rx_t *st, ngtcp2_crypto_level level, bool server,
+                                const uint8_t *p, size_t n)
 {
-    if ((unsigned)level >= 3) return NULL; /* 0-RTT carries no CRYPTO frames we accept */
-    tls_rx_t *st = &c->tls_rx[level];
     while (n) {
         if (st->nhdr == 4) {
             size_t k = n < st->left ? n : st->left;
@@ -1116,7 +1114,7 @@ static const char *tls_rx_check(fy_quic_conn_t *c, ngtcp2_crypto_level level, co
         if (st->nhdr == 0) {
             if (p[0] == TLS_HS_KEY_UPDATE) return "KeyUpdate";
             if (level == NGTCP2_CRYPTO_LEVEL_APPLICATION &&
-                (ngtcp2_conn_is_server(c->conn) || p[0] != TLS_HS_NEW_SESSION_TICKET))
+                (server || p[0] != TLS_HS_NEW_SESSION_TICKET))
                 return "post-handshake message";
             if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && st->finished)
                 return "message after Finished";
@@ -1137,7 +1135,10 @@ static int cb_recv_crypto_data(ngtcp2_conn *conn, ngtcp2_crypto_level level, uin
                                const uint8_t *data, size_t len, void *ud)
 {
     fy_quic_conn_t *c = ud;
-    const char *bad = tls_rx_check(c, level, data, len);
+    if ((unsigned)level >= 3) /* 0-RTT: no CRYPTO frames (ngtcp2 refuses them) */
+        return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
+    const char *bad =
+        tls_rx_check(&c->tls_rx[level], level, ngtcp2_conn_is_server(conn), data, len);
     if (bad) {
         char a[64];
         fy_info("client %s: quic: TLS %s in %s CRYPTO data: unexpected_message",
