@@ -77,6 +77,7 @@ def test_h3_client_hello_without_transport_parameters_is_missing_extension(serve
         assert closes[0][0] == 0x100 + 109, hex(closes[0][0])  # CRYPTO_ERROR missing_extension
         assert not [v for k, v in got if k == "CRYPTO"], "the server went on with ServerHello"
     assert "ClientHello without quic_transport_parameters" in srv.log()
+    assert "quic: ERR_CRYPTO: closing with TLS alert 109" in srv.log()
     still_serves(srv)
 
 
@@ -132,6 +133,7 @@ def test_h3_tls_post_handshake_messages_are_unexpected_message(server, space, he
     srv = server(CONFIG)
     assert h3bad(srv.port, f"crypto-{space}", hexmsg) == ["CLOSED TRANSPORT 0x10a"], srv.log()
     assert log in srv.log()
+    assert "quic: ERR_CRYPTO: closing with TLS alert 10\n" in srv.log()
     still_serves(srv)
 
 

@@ -763,8 +763,13 @@ static void conn_fail(fy_quic_conn_t *c, int liberr)
             ngtcp2_connection_close_error_set_transport_error_liberr(&c->ccerr, liberr, NULL, 0);
     }
     char a[64];
-    fy_info("client %s: quic: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-            ngtcp2_strerror(liberr));
+    if (liberr == NGTCP2_ERR_CRYPTO)
+        fy_info("client %s: quic: ERR_CRYPTO: closing with TLS alert %u",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                ngtcp2_conn_get_tls_alert(c->conn));
+    else
+        fy_info("client %s: quic: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                ngtcp2_strerror(liberr));
     conn_destroy(c, liberr != NGTCP2_ERR_CALLBACK_FAILURE || c->closing);
 }
 
