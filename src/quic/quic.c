@@ -815,8 +815,10 @@ static void conn_write(fy_quic_conn_t *c)
         if (c->ndgrams) {
             int accepted = 0;
             ngtcp2_vec dv = {c->dgrams[0].p, c->dgrams[0].len};
+            /* an empty DATAGRAM is legal, but libngtcp2 0.12.1 asserts on an empty vec: none */
             n = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, ep->tx + off, pktmax, &accepted,
-                                            NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, 1, ts);
+                                            NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, dv.len ? 1 : 0,
+                                            ts);
             if (accepted || n < 0) { /* sent, or cannot ever be: drop it */
                 free(c->dgrams[0].p);
                 memmove(c->dgrams, c->dgrams + 1, (c->ndgrams - 1) * sizeof c->dgrams[0]);
