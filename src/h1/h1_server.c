@@ -1485,11 +1485,22 @@ static void on_io(fy_io_t *io, uint32_t ev)
     if (ev & (EPOLLIN | EPOLLHUP)) on_readable(c);
 }
 
+/* Graceful stop: a response in progress ends with `Connection: close` (write_head) and then
+ * the connection lingers. An idle kept-alive connection is read first: a request already in
+ * the socket is answered (with `Connection: close`) rather than reset by a close with unread
+ * bytes; with nothing there it is half-closed (FIN) and lingers, so that a request the client
+ * sent meanwhile meets a FIN, not a reset. */
 static void node_drain(fy_conn_node_t *n)
 {
     h1_conn_t *c = fy_container_of(n, h1_conn_t, node);
     c->keepalive = false;
-    if (!c->ex_active && (!c->rbuf || c->rstart == c->rlen) && !output_pending(c)) conn_close(c);
+    if (c->closed || c->ex_active || c->lingering || c->handshaking || output_pending(c)) return;
+    if (c->rbuf && c->rstart != c->rlen) return; /* part of a request: it gets its answer */
+    c->read_paused = false;
+    on_readable(c);
+    if (c->closed || c->ex_active || c->lingering || output_pending(c)) return;
+    if (c->rbuf && c->rstart != c->rlen) return;
+    conn_linger(c);
 }
 
 static void node_close(fy_conn_node_t *n)
