@@ -8,6 +8,7 @@
 #include "core/pool.h"
 #include "h2/h2_client.h"
 #include "h3/h3_client.h"
+#include "upstream/upstream_int.h"
 
 struct fy__origin_proto {
     const char *name;
@@ -19,6 +20,7 @@ struct fy__origin_proto {
     void (*resume)(fy_origin_stream_t *os);
     bool (*blames)(int kind, uint64_t code, bool after_head);
     void (*suspect)(fy_origin_stream_t *os);
+    void (*abandon)(fy_origin_stream_t *os);
     void (*close)(fy_origin_stream_t *os, bool reusable);
 };
 
@@ -156,7 +158,7 @@ static bool h1_blames(int kind, uint64_t code, bool after_head)
     return code == 1;
 }
 
-static void no_suspect(fy_origin_stream_t *os)
+static void nothing(fy_origin_stream_t *os)
 {
     (void)os;
 }
@@ -169,8 +171,12 @@ static void h1_close(fy_origin_stream_t *os, bool reusable)
 }
 
 static const struct fy__origin_proto proto_h1 = {
-    "h1",      {false, false, true}, h1_open,  can_tunnel, h1_submit, h1_consume, h1_resume,
-    h1_blames, no_suspect,           h1_close,
+    "h1",      {false, false, true},
+    h1_open,   can_tunnel,
+    h1_submit, h1_consume,
+    h1_resume, h1_blames,
+    nothing,   nothing,
+    h1_close,
 };
 
 /* ---- h2 / h3: codec bytes borrowed for the callback are lent from a ring ---- */
@@ -308,8 +314,8 @@ static void h2_close(fy_origin_stream_t *os, bool reusable)
 }
 
 static const struct fy__origin_proto proto_h2 = {
-    "h2",       {true, true, false}, h2_open,    h2_can_tunnel, h2_submit,
-    h2_consume, h2_resume,           mux_blames, h2_suspect,    h2_close,
+    "h2",      {true, true, false}, h2_open,    h2_can_tunnel, h2_submit, h2_consume,
+    h2_resume, mux_blames,          h2_suspect, nothing,       h2_close,
 };
 
 static void h3_ready(fy_origin_h3_waiter_t *wt, fy_origin_h3_t *s, const char *err)
@@ -341,8 +347,8 @@ static int h3_open(fy_origin_stream_t *os, int priority, const char **err)
 static int h3_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
 {
     bool has_body = rq->tunnel || rq->body_len != 0;
-    os->st3 = fy_h3_client_submit(fy_origin_h3_client(os->hs3), rq->hs, has_body, rq->arena,
-                                  &mux_stream_ops, os);
+    fy_h3_client_t *c = fy_origin_h3_client(os->hs3);
+    os->st3 = c ? fy_h3_client_submit(c, rq->hs, has_body, rq->arena, &mux_stream_ops, os) : NULL;
     return os->st3 ? 0 : -1;
 }
 
@@ -363,6 +369,11 @@ static void h3_suspect(fy_origin_stream_t *os)
     if (os->hs3) fy_origin_h3_suspect(os->hs3);
 }
 
+static void h3_abandon(fy_origin_stream_t *os)
+{
+    if (os->hs3) fy__origin_h3_abandon(os->hs3, "health check timed out");
+}
+
 static void h3_close(fy_origin_stream_t *os, bool reusable)
 {
     (void)reusable;
@@ -374,8 +385,8 @@ static void h3_close(fy_origin_stream_t *os, bool reusable)
 }
 
 static const struct fy__origin_proto proto_h3 = {
-    "h3",       {true, true, false}, h3_open,    can_tunnel, h3_submit,
-    h3_consume, h3_resume,           mux_blames, h3_suspect, h3_close,
+    "h3",      {true, true, false}, h3_open,    can_tunnel, h3_submit, h3_consume,
+    h3_resume, mux_blames,          h3_suspect, h3_abandon, h3_close,
 };
 
 /* ---- the interface ---- */
@@ -478,6 +489,11 @@ bool fy_origin_stream_finish(fy_origin_stream_t *os)
 void fy_origin_stream_suspect(fy_origin_stream_t *os)
 {
     if (os->proto) os->proto->suspect(os);
+}
+
+void fy_origin_stream_abandon(fy_origin_stream_t *os)
+{
+    if (os->proto) os->proto->abandon(os);
 }
 
 void fy_origin_stream_close(fy_origin_stream_t *os, bool reusable)

@@ -132,6 +132,9 @@ bool fy_origin_stream_finish(fy_origin_stream_t *os);
 /* A stream got no response head in time: a multiplexed connection takes no new streams until
  * it proves alive (h2: PING), and is closed once its streams end otherwise. */
 void fy_origin_stream_suspect(fy_origin_stream_t *os);
+/* The stream's connection is given up now (h3: a health probe timed out on it, and a QUIC
+ * connection to a dead origin would live on until its idle timeout); h1/h2: nothing. */
+void fy_origin_stream_abandon(fy_origin_stream_t *os);
 /* Done with the attempt (safe when nothing is open, and while waiting for on_open): no more
  * callbacks; the connection goes back to its pool when `reusable`, else is closed; an open
  * stream is reset. Lent bytes stay valid until the next open or fy_origin_stream_free. */

@@ -47,8 +47,8 @@ typedef struct hc_probe {
     char buf[2048];
     size_t len;
     unsigned fails, oks;
-    fy__h2_probe_t *h2p; /* HTTP/2 servers: the probe is a stream on a pooled session */
-    fy__h3_probe_t *h3p; /* HTTP/3 servers: the same on a pooled QUIC connection */
+    fy__mux_probe_t *mp; /* HTTP/2 and HTTP/3 servers: the probe is a stream on a pooled
+                            connection (origin_probe.c) */
 } hc_probe_t;
 
 struct fy_upstream {
@@ -576,8 +576,7 @@ static void hc_result(hc_probe_t *p, bool ok, const char *why)
         fy_origin_release(p->oc, false);
         p->oc = NULL;
     }
-    if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
-    if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
+    if (p->mp) fy__mux_probe_stop(p->mp, u->hc_loop);
     const fy_health_conf_t *hc = u->conf->health;
     bool down = atomic_load(&u->down[p->server]);
     char a[64];
@@ -674,19 +673,12 @@ static void hc_start_probe(hc_probe_t *p)
 {
     fy_upstream_t *u = p->u;
     if (p->oc) return; /* the previous probe is still running */
-    if (u->servers[p->server].h2 && u->conf->health->type == FY_HEALTH_HTTP) {
-        if (!p->h2p) p->h2p = fy_xcalloc(1, sizeof *p->h2p);
-        if (p->h2p->running) return;
-        fy__h2_probe_start(p->h2p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
-                           hc_h2_done, p);
-        fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
-        return;
-    }
-    if (u->servers[p->server].h3) {
-        if (!p->h3p) p->h3p = fy_xcalloc(1, sizeof *p->h3p);
-        if (p->h3p->running) return;
-        fy__h3_probe_start(p->h3p, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
-                           hc_h2_done, p);
+    const fy_upstream_server_conf_t *sv = &u->servers[p->server];
+    if ((sv->h2 && u->conf->health->type == FY_HEALTH_HTTP) || sv->h3) {
+        if (!p->mp) p->mp = fy_xcalloc(1, sizeof *p->mp);
+        if (p->mp->running) return;
+        fy__mux_probe_start(p->mp, u, u->hc_worker, p->server, u->hc_loop, u->conf->health->path,
+                            hc_h2_done, p);
         fy_timer_start(u->hc_loop, &p->timeout, u->conf->health->timeout_ms);
         return;
     }
@@ -730,12 +722,9 @@ void fy_upstream_health_stop(fy_upstream_t *u)
         fy_timer_stop(u->hc_loop, &p->timeout);
         if (p->oc) fy_origin_release(p->oc, false);
         p->oc = NULL;
-        if (p->h2p) fy__h2_probe_stop(p->h2p, u->hc_loop);
-        free(p->h2p);
-        p->h2p = NULL;
-        if (p->h3p) fy__h3_probe_stop(p->h3p, u->hc_loop);
-        free(p->h3p);
-        p->h3p = NULL;
+        if (p->mp) fy__mux_probe_stop(p->mp, u->hc_loop);
+        free(p->mp);
+        p->mp = NULL;
     }
 }
 

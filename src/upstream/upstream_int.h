@@ -1,9 +1,10 @@
-/* Folder-internal: what upstream.c and upstream_h2.c share. */
+/* Folder-internal: what upstream.c, origin*.c, upstream_h2.c and upstream_h3.c share. */
 #ifndef FY_UPSTREAM_UPSTREAM_INT_H
 #define FY_UPSTREAM_UPSTREAM_INT_H
 
 #include "core/arena.h"
 #include "http/exchange.h"
+#include "upstream/origin.h"
 #include "upstream/upstream.h"
 
 /* The head of worker w's HTTP/2 session list for `server` (owned by upstream_h2.c). */
@@ -18,56 +19,36 @@ unsigned fy__upstream_downs(fy_upstream_t *u, int server);
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server);
 void fy__upstream_h3_worker_close(fy_upstream_t *u, int w);
 
-/* An active health probe over HTTP/2 (a GET stream on a pooled session of the checking
- * worker). `done` gets the final status (>0) or 0 with a static reason; it is called once,
- * never from inside start. Stop releases everything (safe when idle or finished). */
-typedef struct fy__h2_probe {
-    fy_origin_h2_waiter_t wt;
-    fy_origin_h2_t *s;
-    struct fy_h2_client_stream *st;
+/* The request fields of an h2/h3 health-check GET for `path` on server `sv` (upstream.c). */
+void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_conf_t *sv,
+                      const char *path, bool tls);
+
+/* An active health probe over HTTP/2 or HTTP/3 (origin_probe.c): a GET stream through the
+ * origin interface on a pooled connection of the checking worker. `done` gets the final status
+ * (>0) or 0 with a static reason; it is called once, never from inside start. Stop releases
+ * everything (safe when idle or finished). */
+typedef struct fy__mux_probe {
+    fy_origin_stream_t os;
     fy_upstream_t *u;
     int server;
     const char *path;
     fy_arena_t arena;
     char first[1024];
     bool running;
+    bool submitted;
     bool arena_live;
     fy_defer_t later; /* reports a failure to start outside of start */
     const char *err;
     void (*done)(void *ud, int status, const char *why);
     void *ud;
-} fy__h2_probe_t;
+} fy__mux_probe_t;
 
-/* The request fields of an h2/h3 health-check GET for `path` on server `sv` (upstream.c). */
-void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_conf_t *sv,
-                      const char *path, bool tls);
+void fy__mux_probe_start(fy__mux_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                         const char *path, void (*done)(void *ud, int status, const char *why),
+                         void *ud);
+void fy__mux_probe_stop(fy__mux_probe_t *p, fy_loop_t *loop);
 
-void fy__h2_probe_start(fy__h2_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
-                        const char *path, void (*done)(void *ud, int status, const char *why),
-                        void *ud);
-void fy__h2_probe_stop(fy__h2_probe_t *p, fy_loop_t *loop);
-
-/* The same over HTTP/3 (a GET stream on a pooled h3:// connection of the checking worker). */
-typedef struct fy__h3_probe {
-    fy_origin_h3_waiter_t wt;
-    fy_origin_h3_t *s;
-    struct fy_h3_client_stream *st;
-    fy_upstream_t *u;
-    int server;
-    const char *path;
-    fy_arena_t arena;
-    char first[1024];
-    bool running;
-    bool arena_live;
-    fy_defer_t later;
-    const char *err;
-    void (*done)(void *ud, int status, const char *why);
-    void *ud;
-} fy__h3_probe_t;
-
-void fy__h3_probe_start(fy__h3_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
-                        const char *path, void (*done)(void *ud, int status, const char *why),
-                        void *ud);
-void fy__h3_probe_stop(fy__h3_probe_t *p, fy_loop_t *loop);
+/* Give up an h3 connection now (a health probe timed out on it). */
+void fy__origin_h3_abandon(fy_origin_h3_t *s, const char *why);
 
 #endif
