@@ -99,8 +99,9 @@ class Conn:
     """A raw HTTP/2 client connection; frames are parsed as they come and the server's
     SETTINGS are acknowledged."""
 
-    def __init__(self, port, tls, preface=PREFACE + frame(SETTINGS, 0, 0)):
+    def __init__(self, port, tls, preface=PREFACE + frame(SETTINGS, 0, 0), http1_head=False):
         self.tls = tls
+        self.http1_head = http1_head  # an HTTP/1.1 head (101) comes before the frames
         self.sock = connect(port, tls)
         self.enc = hpack.Encoder()
         self.dec = hpack.Decoder()
@@ -128,6 +129,12 @@ class Conn:
             self.closed = True
             return
         self.buf += b
+        if self.http1_head:
+            head, sep, rest = self.buf.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            assert head.startswith(b"HTTP/1.1 101 "), head
+            self.buf, self.http1_head = rest, False
         fs, used = parse_frames(self.buf)
         self.buf = self.buf[used:]
         for f in fs:
@@ -475,3 +482,31 @@ def test_h2_early_response_drain_is_bounded(ferry, proto, conns):
     c.send(c.request(3, "GET"))
     j = c.wait(lambda f: (f[0] == HEADERS and f[2] == 3) or f[0] == GOAWAY, i + 1)
     assert j is not None and c.frames[j][0] == HEADERS and status_of(c, j) == b"200"
+
+
+@pytest.mark.parametrize("bad", ["headers_on_1", "lower_id"])
+def test_h2_errors_after_h2c_upgrade(ferry, conns, bad):
+    """After `Upgrade: h2c` the request is stream 1 (its client side closed): HEADERS on it
+    again is GOAWAY STREAM_CLOSED (§5.1), and ids go on from 1 (5 then 3: PROTOCOL_ERROR)."""
+    up = (b"GET /small.txt HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+          b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+    c = conns(ferry.ports[0], False, preface=up + PREFACE + frame(SETTINGS, 0, 0),
+              http1_head=True)
+    end = c.wait(ends(1))
+    assert end is not None, c.summary()
+    if bad == "headers_on_1":
+        c.send(c.request(3, "GET"))  # stream 1 was used, not skipped
+        end = c.wait(ends(3))
+        assert end is not None, c.summary()
+        c.send(c.request(1, "GET"))
+        code = STREAM_CLOSED
+    else:
+        c.send(c.request(5, "GET"))
+        end = c.wait(ends(5))
+        assert end is not None, c.summary()
+        c.send(c.request(3, "GET"))
+        code = PROTOCOL_ERROR
+    i = c.wait(lambda f: f[0] == GOAWAY or (f[0] == HEADERS and f[2] in (1, 3)), end + 1)
+    assert i is not None and c.frames[i][0] == GOAWAY, c.summary()
+    assert int.from_bytes(c.frames[i][3][4:8], "big") == code, c.summary()
+    c.until_eof()

@@ -15,6 +15,11 @@
  * refcounted; reading goes on into a fresh one); others are copied into a per-stream buffer no
  * larger than the stream window. WINDOW_UPDATE is sent only as the handler consumes them
  * (automatic window updates are off): a slow handler stalls only its own stream.
+ *
+ * Protocol errors get their answer whatever the timing: a request body still coming after the
+ * response is complete is drained within the stream window (h2_stream_t.draining), not reset
+ * at once, so nghttp2 goes on checking it; and feed() scans frame headers on their way to
+ * nghttp2 for what it does not check on streams it has closed or never saw (frame_head).
  */
 #include "h2/h2_server.h"
 #include "h2/h2_client.h"
@@ -1198,10 +1203,13 @@ static void on_io(fy_io_t *io, uint32_t ev)
             }
             c->t->want = 0;
             if (feed(c, c->rbuf->data, (size_t)n) < 0) {
-                /* nghttp2 queued a GOAWAY where it could: send it, then close */
+                /* a GOAWAY is queued (feed_ng): send it, then close. What the socket does not
+                   take now goes on EPOLLOUT: conn_flush closes once it is out (nghttp2 wants
+                   neither to read nor to write then, and ignores what still arrives), and
+                   the send timeout bounds the wait */
                 c->in_io = false;
                 conn_flush(c);
-                if (!c->closed) conn_close(c);
+                if (!c->closed && c->wlen == c->wsent) conn_close(c);
                 return;
             }
             if (c->closed) return;
@@ -1278,6 +1286,7 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
     memcpy(c->wbuf, sw, sizeof sw - 1);
     c->wlen = sizeof sw - 1;
     h2_stream_t *s = stream_new(c, 1);
+    c->max_sid = 1;
     fy_request_t *d = &s->ex.req;
     d->method = hdup(s, (const uint8_t *)q->method.p, q->method.len);
     d->method_id = q->method_id;
@@ -1375,8 +1384,8 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     c->in_io = true;
     if (len && feed(c, data, len) < 0) {
         c->in_io = false;
-        conn_flush(c);
-        if (!c->closed) conn_close(c);
+        conn_flush(c); /* as in on_io */
+        if (!c->closed && c->wlen == c->wsent) conn_close(c);
         return 0;
     }
     c->in_io = false;
