@@ -510,3 +510,21 @@ def test_h2_errors_after_h2c_upgrade(ferry, conns, bad):
     assert i is not None and c.frames[i][0] == GOAWAY, c.summary()
     assert int.from_bytes(c.frames[i][3][4:8], "big") == code, c.summary()
     c.until_eof()
+
+
+def test_h2_padding_only_data_on_drained_stream_is_a_glitch(server, proto, conns):
+    """nghttp2 gives padding back as window by itself, so DATA frames of nothing but padding
+    would not use up a drained stream's window: they count as empty DATA (max-glitches)."""
+    srv = server(CONFIG + "http2:\n  max-glitches: 10\n", start=False)
+    (srv.docroot / "small.txt").write_bytes(SMALL)
+    srv.start()
+    tls = proto == "h2"
+    c = conns(srv.ports[1] if tls else srv.ports[0], tls)
+    c.send(c.request(1, "POST", end_stream=False))
+    end = c.wait(ends(1))
+    assert end is not None, c.summary()
+    c.send(frame(DATA, F_PADDED, 1, b"\xff" + b"\0" * 255) * 20)
+    i = c.wait(rst_or_goaway(1), end + 1)
+    assert i is not None and c.frames[i][0] == GOAWAY, c.summary()
+    assert int.from_bytes(c.frames[i][3][4:8], "big") == 11  # ENHANCE_YOUR_CALM
+    c.until_eof()
