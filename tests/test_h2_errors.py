@@ -462,18 +462,34 @@ def test_h2_lower_stream_id_inside_gap(ferry, proto, conns):
     c.until_eof()
 
 
-def test_h2_early_response_drain_is_bounded(ferry, proto, conns):
+@pytest.mark.parametrize("window", [None, 16384])
+def test_h2_early_response_drain_is_bounded(server, proto, conns, window):
     """After a 405 to a POST whose body is still coming, the body is read (and checked) but
-    its stream window is not reopened: once the client has used it up, RST_STREAM NO_ERROR
-    asks it to stop (§8.1), and the connection goes on."""
+    its stream window is not reopened: once the client has used it up (http2
+    initial-window-size, default 64k), RST_STREAM NO_ERROR asks it to stop (§8.1), and the
+    connection goes on."""
+    text = CONFIG + (f"http2:\n  initial-window-size: {window}\n" if window else "")
+    srv = server(text, start=False)
+    (srv.docroot / "small.txt").write_bytes(SMALL)
+    srv.start()
     tls = proto == "h2"
-    c = conns(ferry.ports[1] if tls else ferry.ports[0], tls)
+    c = conns(srv.ports[1] if tls else srv.ports[0], tls)
     c.send(c.request(1, "POST", end_stream=False))
     end = c.wait(ends(1))
     assert end is not None and status_of(c, c.wait(lambda f: f[0] == HEADERS)) == b"405"
-    chunk = b"z" * 16384
-    for _ in range(4):  # 65536 bytes: the whole stream window (initial-window-size 64k)
-        c.send(frame(DATA, 0, 1, chunk))
+    left = window or 65536
+    while left > 1:  # all of the stream window but one byte
+        n = min(left - 1, 16384)
+        c.send(frame(DATA, 0, 1, b"z" * n))
+        left -= n
+    # two PING round trips: whatever those DATA made the server send has come before the
+    # second PING's ACK; no RST_STREAM yet
+    for k in (1, 2):
+        c.send(frame(PING, 0, 0, bytes([k]) * 8))
+        assert c.wait(lambda f: f[0] == PING and f[1] & F_ACK and f[3] == bytes([k]) * 8,
+                      end + 1) is not None, c.summary()
+    assert not [f for f in c.frames[end + 1:] if rst_or_goaway(1)(f)], c.summary()
+    c.send(frame(DATA, 0, 1, b"z"))  # the last byte of the window
     i = c.wait(rst_or_goaway(1), end + 1)
     assert i is not None and c.frames[i][0] == RST_STREAM, c.summary()
     assert int.from_bytes(c.frames[i][3][:4], "big") == NO_ERROR
