@@ -8,7 +8,6 @@
 #include "core/pool.h"
 #include "h2/h2_client.h"
 #include "h3/h3_client.h"
-#include "upstream/upstream_int.h"
 
 struct fy__origin_proto {
     const char *name;
@@ -247,42 +246,61 @@ static bool mux_blames(int kind, uint64_t code, bool after_head)
     return !after_head && kind != FY_CLIENT_REFUSED;
 }
 
-static void h2_ready(fy_origin_h2_waiter_t *wt, fy_origin_h2_t *s, const char *err)
+static void mux_ready(fy_origin_mux_waiter_t *wt, fy_origin_mux_t *m, const char *err)
 {
     fy_origin_stream_t *os = fy_container_of(wt, fy_origin_stream_t, wait);
-    if (!s) {
+    if (!m) {
         os->proto = NULL;
         os->ops->on_open(os->ud, err ? err : "origin connect failed");
         return;
     }
-    os->hs = s;
+    os->mx = m;
     os->ops->on_open(os->ud, NULL);
 }
 
-static int h2_open(fy_origin_stream_t *os, int priority, const char **err)
+static int mux_open(fy_origin_stream_t *os, int priority, const char **err)
 {
-    os->wait.cb = h2_ready;
+    os->wait.cb = mux_ready;
     os->wait.priority = priority;
     bool ready = false;
-    fy_origin_h2_t *s =
-        fy_origin_h2_acquire(os->u, os->w, os->server, os->loop, &os->wait, &ready, err);
+    fy_origin_mux_t *m =
+        fy_origin_mux_acquire(os->u, os->w, os->server, os->loop, &os->wait, &ready, err);
     if (ready) {
-        os->hs = s;
+        os->mx = m;
         return 1;
     }
-    return os->wait.s ? 0 : -1;
+    return os->wait.m ? 0 : -1;
+}
+
+static void mux_suspect(fy_origin_stream_t *os)
+{
+    if (os->mx) fy_origin_mux_suspect(os->mx);
+}
+
+static void mux_abandon(fy_origin_stream_t *os)
+{
+    if (os->mx) fy_origin_mux_abandon(os->mx, "health check timed out");
+}
+
+/* after the caller's stream was released */
+static void mux_release(fy_origin_stream_t *os)
+{
+    fy_origin_mux_cancel_wait(&os->wait);
+    if (os->mx) fy_origin_mux_release(os->mx);
+    os->mx = NULL;
 }
 
 static bool h2_can_tunnel(const fy_origin_stream_t *os)
 {
-    return os->hs && fy_h2_client_can_connect_protocol(fy_origin_h2_client(os->hs));
+    fy_h2_client_t *c = os->mx ? fy_origin_mux_h2(os->mx) : NULL;
+    return c && fy_h2_client_can_connect_protocol(c);
 }
 
 static int h2_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
 {
     bool has_body = rq->tunnel || rq->body_len != 0;
-    os->st = fy_h2_client_submit(fy_origin_h2_client(os->hs), rq->hs, has_body, rq->arena,
-                                 &mux_stream_ops, os);
+    fy_h2_client_t *c = fy_origin_mux_h2(os->mx);
+    os->st = c ? fy_h2_client_submit(c, rq->hs, has_body, rq->arena, &mux_stream_ops, os) : NULL;
     return os->st ? 0 : -1;
 }
 
@@ -298,56 +316,23 @@ static void h2_resume(fy_origin_stream_t *os)
     if (os->st) fy_h2_client_resume(os->st);
 }
 
-static void h2_suspect(fy_origin_stream_t *os)
-{
-    if (os->hs) fy_origin_h2_suspect(os->hs);
-}
-
 static void h2_close(fy_origin_stream_t *os, bool reusable)
 {
     (void)reusable;
-    fy_origin_h2_cancel_wait(&os->wait);
     if (os->st) fy_h2_client_release(os->st);
     os->st = NULL;
-    if (os->hs) fy_origin_h2_release(os->hs);
-    os->hs = NULL;
+    mux_release(os);
 }
 
 static const struct fy__origin_proto proto_h2 = {
-    "h2",      {true, true, false}, h2_open,    h2_can_tunnel, h2_submit, h2_consume,
-    h2_resume, mux_blames,          h2_suspect, nothing,       h2_close,
+    "h2",      {true, true, false}, mux_open,    h2_can_tunnel, h2_submit, h2_consume,
+    h2_resume, mux_blames,          mux_suspect, nothing,       h2_close,
 };
-
-static void h3_ready(fy_origin_h3_waiter_t *wt, fy_origin_h3_t *s, const char *err)
-{
-    fy_origin_stream_t *os = fy_container_of(wt, fy_origin_stream_t, wait3);
-    if (!s) {
-        os->proto = NULL;
-        os->ops->on_open(os->ud, err ? err : "origin connect failed");
-        return;
-    }
-    os->hs3 = s;
-    os->ops->on_open(os->ud, NULL);
-}
-
-static int h3_open(fy_origin_stream_t *os, int priority, const char **err)
-{
-    (void)priority;
-    os->wait3.cb = h3_ready;
-    bool ready = false;
-    fy_origin_h3_t *s =
-        fy_origin_h3_acquire(os->u, os->w, os->server, os->loop, &os->wait3, &ready, err);
-    if (ready) {
-        os->hs3 = s;
-        return 1;
-    }
-    return os->wait3.s ? 0 : -1;
-}
 
 static int h3_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
 {
     bool has_body = rq->tunnel || rq->body_len != 0;
-    fy_h3_client_t *c = fy_origin_h3_client(os->hs3);
+    fy_h3_client_t *c = fy_origin_mux_h3(os->mx);
     os->st3 = c ? fy_h3_client_submit(c, rq->hs, has_body, rq->arena, &mux_stream_ops, os) : NULL;
     return os->st3 ? 0 : -1;
 }
@@ -364,29 +349,17 @@ static void h3_resume(fy_origin_stream_t *os)
     if (os->st3) fy_h3_client_resume(os->st3);
 }
 
-static void h3_suspect(fy_origin_stream_t *os)
-{
-    if (os->hs3) fy_origin_h3_suspect(os->hs3);
-}
-
-static void h3_abandon(fy_origin_stream_t *os)
-{
-    if (os->hs3) fy__origin_h3_abandon(os->hs3, "health check timed out");
-}
-
 static void h3_close(fy_origin_stream_t *os, bool reusable)
 {
     (void)reusable;
-    fy_origin_h3_cancel_wait(&os->wait3);
     if (os->st3) fy_h3_client_release(os->st3);
     os->st3 = NULL;
-    if (os->hs3) fy_origin_h3_release(os->hs3);
-    os->hs3 = NULL;
+    mux_release(os);
 }
 
 static const struct fy__origin_proto proto_h3 = {
-    "h3",      {true, true, false}, h3_open,    can_tunnel, h3_submit, h3_consume,
-    h3_resume, mux_blames,          h3_suspect, h3_abandon, h3_close,
+    "h3",      {true, true, false}, mux_open,    can_tunnel,  h3_submit, h3_consume,
+    h3_resume, mux_blames,          mux_suspect, mux_abandon, h3_close,
 };
 
 /* ---- the interface ---- */

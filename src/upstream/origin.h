@@ -76,13 +76,11 @@ typedef struct fy_origin_stream {
     /* h1: a pooled connection (owned until closed) and the codec (owned until freed) */
     fy_origin_conn_t *oc;
     fy_h1_client_t *c1;
-    /* h2 / h3: a held session, our stream on it, the wait for one */
-    fy_origin_h2_t *hs;
+    /* h2 / h3: a held multiplexed connection, the wait for one, our stream on it */
+    fy_origin_mux_t *mx;
+    fy_origin_mux_waiter_t wait;
     struct fy_h2_client_stream *st;
-    fy_origin_h2_waiter_t wait;
-    fy_origin_h3_t *hs3;
     struct fy_h3_client_stream *st3;
-    fy_origin_h3_waiter_t wait3;
     /* h2 / h3: received bytes, lent to the owner from here */
     char *rb; /* owned: a pool chunk, or malloc */
     size_t rb_cap, rb_head, rb_count, rb_lent;

@@ -162,8 +162,7 @@ void fy_upstream_free(fy_upstream_t *u)
 
 void fy_upstream_worker_close(fy_upstream_t *u, int w)
 {
-    fy__upstream_h2_worker_close(u, w);
-    fy__upstream_h3_worker_close(u, w);
+    fy__upstream_mux_worker_close(u, w);
     for (size_t i = 0; i < u->nservers; i++)
         while (u->workers[w].srv[i].idle) {
             fy_origin_conn_t *oc = u->workers[w].srv[i].idle;

@@ -92,68 +92,53 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
 void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w);
 void fy_upstream_health_stop(fy_upstream_t *u);
 
-/* ---- HTTP/2 origins (h2c://, h2://): multiplexed sessions, upstream/upstream_h2.c ----
- * Per worker and server, a list of sessions. An exchange acquires a session with a free
- * stream slot (below the origin's SETTINGS_MAX_CONCURRENT_STREAMS and FY_H2C_MAX_STREAMS), or
- * waits for one being connected; it then opens its stream on fy_origin_h2_client(s) and gives
- * the session back with fy_origin_h2_release once it released its stream. Sessions without
- * users stay open up to `keepalive` per server for `keepalive-timeout` (no PINGs); a GOAWAY
- * from the origin drains a session (no new streams, closed when its last user leaves). */
-typedef struct fy_origin_h2 fy_origin_h2_t;
+/* ---- HTTP/2 and HTTP/3 origins (h2c:// h2:// h3://): multiplexed connections ----
+ * upstream/upstream_mux.c, over upstream_h2.c (one fy_origin_conn_t and an h2 client codec)
+ * and upstream_h3.c (an h3 client codec on its own QUIC connection). Per worker and server, a
+ * list of connections. A caller acquires one with a free stream slot (below the origin's
+ * stream limit and ours), or waits for one being connected; it then opens its stream on the
+ * codec (fy_origin_mux_h2 / fy_origin_mux_h3) and gives the connection back with
+ * fy_origin_mux_release once it released its stream. Connections without users stay open up
+ * to `keepalive` per server for `keepalive-timeout`; a GOAWAY from the origin drains one (no
+ * new streams, closed when its last user leaves). upstream/origin.h is the interface handlers
+ * use; this is the pool under it. */
+typedef struct fy_origin_mux fy_origin_mux_t;
 typedef struct fy_h2_client fy_h2_client_t;
+typedef struct fy_h3_client fy_h3_client_t;
 
-typedef struct fy_origin_h2_waiter {
+typedef struct fy_origin_mux_waiter {
     fy_list_t link;
-    /* The session is ready and counted for the waiter (s), or it failed (s NULL, err). */
-    void (*cb)(struct fy_origin_h2_waiter *wt, fy_origin_h2_t *s, const char *err);
-    fy_origin_h2_t *s; /* the session waited on while queued */
-    int priority;      /* higher is served first (ties in arrival order); e.g. past refusals */
-} fy_origin_h2_waiter_t;
+    /* The connection is ready and counted for the waiter (m), or it failed (m NULL, err). */
+    void (*cb)(struct fy_origin_mux_waiter *wt, fy_origin_mux_t *m, const char *err);
+    fy_origin_mux_t *m; /* the connection waited on while queued */
+    int priority;       /* higher is served first (ties in arrival order); e.g. past refusals */
+} fy_origin_mux_waiter_t;
 
-/* A session of `server` for worker w. Returns it counted for the caller (*ready = true), or
- * NULL with *ready = false after queueing `wt` (wt->cb comes later, never from inside this
+/* A connection of `server` for worker w. Returns it counted for the caller (*ready = true),
+ * or NULL with *ready = false after queueing `wt` (wt->cb comes later, never from inside this
  * call), or NULL with *ready = false and *err set when even a socket could not be made. */
-fy_origin_h2_t *fy_origin_h2_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
-                                     fy_origin_h2_waiter_t *wt, bool *ready, const char **err);
+fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                       fy_origin_mux_waiter_t *wt, bool *ready, const char **err);
 /* Stop waiting (the exchange went away). */
-void fy_origin_h2_cancel_wait(fy_origin_h2_waiter_t *wt);
-/* The codec of an acquired session (streams are opened and released by the caller). */
-fy_h2_client_t *fy_origin_h2_client(fy_origin_h2_t *s);
-/* Done with the session (after fy_h2_client_release of the caller's stream). */
-void fy_origin_h2_release(fy_origin_h2_t *s);
-/* A stream of the (held) session got no response head within first-byte-timeout: the
- * session takes no new streams; a PING goes out, and its ACK makes it usable again, else it
- * is closed once its last user releases it (new requests get a new connection). */
-void fy_origin_h2_suspect(fy_origin_h2_t *s);
-/* How many sessions worker w holds to server (tests, metrics). */
-size_t fy_origin_h2_count(fy_upstream_t *u, int w, int server);
+void fy_origin_mux_cancel_wait(fy_origin_mux_waiter_t *wt);
+/* The codec of an acquired connection (NULL for the other protocol, or once closed). */
+fy_h2_client_t *fy_origin_mux_h2(fy_origin_mux_t *m);
+fy_h3_client_t *fy_origin_mux_h3(fy_origin_mux_t *m);
+/* Done with the connection (after the caller's stream was released). */
+void fy_origin_mux_release(fy_origin_mux_t *m);
+/* A stream of the (held) connection got no response head within first-byte-timeout: it
+ * takes no new streams; h2 sends a PING, whose ACK makes it usable again, else it is closed
+ * once its last user releases it (h3: closed after its last stream). */
+void fy_origin_mux_suspect(fy_origin_mux_t *m);
+/* Close the (held) connection now: its waiters and streams fail with `why` (static). */
+void fy_origin_mux_abandon(fy_origin_mux_t *m, const char *why);
+/* How many connections worker w holds to server (tests, metrics). */
+size_t fy_origin_mux_count(fy_upstream_t *u, int w, int server);
 
 /* Interest in readiness while held: EPOLLIN and/or EPOLLOUT. Returns 0 or -errno. */
 int fy_origin_want(fy_origin_conn_t *oc, uint32_t events);
 /* Give a held connection back: to the pool when `reusable` and there is room, else closed.
  * The owner's callback is not called again. */
 void fy_origin_release(fy_origin_conn_t *oc, bool reusable);
-
-/* ---- HTTP/3 origins (h3://): multiplexed QUIC connections, upstream/upstream_h3.c ----
- * Same shape as the h2 sessions above: acquire a connection with a free stream slot (ready at
- * once, or the waiter's cb runs when one is), submit on fy_origin_h3_client, release after the
- * stream is released. */
-typedef struct fy_origin_h3 fy_origin_h3_t;
-typedef struct fy_h3_client fy_h3_client_t;
-
-typedef struct fy_origin_h3_waiter {
-    fy_list_t link;
-    void (*cb)(struct fy_origin_h3_waiter *wt, fy_origin_h3_t *s, const char *err);
-    fy_origin_h3_t *s; /* the connection waited on while queued */
-} fy_origin_h3_waiter_t;
-
-fy_origin_h3_t *fy_origin_h3_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
-                                     fy_origin_h3_waiter_t *wt, bool *ready, const char **err);
-void fy_origin_h3_cancel_wait(fy_origin_h3_waiter_t *wt);
-fy_h3_client_t *fy_origin_h3_client(fy_origin_h3_t *s);
-void fy_origin_h3_release(fy_origin_h3_t *s);
-/* As fy_origin_h2_suspect: no new streams on this connection; closed once its streams end. */
-void fy_origin_h3_suspect(fy_origin_h3_t *s);
-size_t fy_origin_h3_count(fy_upstream_t *u, int w, int server);
 
 #endif

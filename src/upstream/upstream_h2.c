@@ -1,6 +1,6 @@
-/* HTTP/2 origin sessions: per-worker multiplexed connections to h2c:// and h2:// servers
- * (see upstream.h). A session wraps one fy_origin_conn_t (connect, TLS) and one h2 client codec
- * (h2/h2_client.c); it does the codec's I/O. */
+/* HTTP/2 origin connections (h2c://, h2://): the protocol table of the multiplexed pool
+ * (upstream_mux.c). A connection wraps one fy_origin_conn_t (connect, TLS) and one h2 client
+ * codec (h2/h2_client.c); this file does the codec's I/O. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -12,128 +12,50 @@
 #include "h2/h2_client.h"
 #include "net/sock.h"
 #include "upstream/upstream_int.h"
+#include "upstream/upstream_mux.h"
 
-/* S_SUSPECT: a stream got no response head in time; no new streams until the origin answers
- * a PING (back to S_READY), closed once its last stream ends otherwise. */
-enum { S_CONNECTING = 1, S_SETTINGS, S_READY, S_SUSPECT, S_DRAINING, S_CLOSED };
-
-/* Streams we let wait on a session that is still connecting (its limit is unknown yet): our
+/* Streams we let wait on a connection that is still connecting (its limit is unknown yet): our
  * own cap, so that a burst opens no more connections than needed when the origin allows as
  * many; when it allows fewer, the surplus moves on once its SETTINGS arrive. */
 #define H2_GUESS_STREAMS FY_H2C_MAX_STREAMS
 #define H2_WBUF_SOFT (64u * 1024u)
 
-struct fy_origin_h2 {
-    fy_upstream_t *u;
-    int w, server;
-    fy_loop_t *loop;
+typedef struct h2conn {
+    fy_origin_mux_t m;    /* first: the pool's part */
     fy_origin_conn_t *oc; /* owned until closed */
     fy_h2_client_t *c;    /* owned */
-    fy_origin_h2_t *next, *prev;
-    bool linked;
-    int state;
-    unsigned users; /* exchanges holding the session */
-    fy_list_t waiters;
-    size_t nwaiters;
-    fy_timer_t timer;  /* SETTINGS wait, then idle keep-alive */
-    fy_defer_t kick;   /* deferred flush */
-    fy_defer_t reap;   /* deferred free */
-    fy_defer_t reread; /* TLS holds decrypted bytes that epoll cannot signal */
-    uint8_t *wbuf;     /* owned: frames not yet written */
+    fy_defer_t kick;      /* deferred flush */
+    fy_defer_t reread;    /* TLS holds decrypted bytes that epoll cannot signal */
+    uint8_t *wbuf;        /* owned: frames not yet written */
     size_t wlen, wsent, wcap;
     bool want_out;
     bool in_io;
-};
+} h2conn_t;
 
-static fy_origin_h2_t **slot(fy_upstream_t *u, int w, int server)
+static h2conn_t *H(fy_origin_mux_t *m)
 {
-    return (fy_origin_h2_t **)fy__upstream_h2_slot(u, w, server);
+    return (h2conn_t *)m;
 }
 
-static void unlink_session(fy_origin_h2_t *s)
+static void session_close(h2conn_t *s, const char *why)
 {
-    if (!s->linked) return;
-    fy_origin_h2_t **head = slot(s->u, s->w, s->server);
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        *head = s->next;
-    if (s->next) s->next->prev = s->prev;
-    s->next = s->prev = NULL;
-    s->linked = false;
+    fy__mux_close(&s->m, why, true);
 }
 
-static void session_free(fy_origin_h2_t *s)
-{
-    unlink_session(s);
-    fy_h2_client_free(s->c, "origin connection closed");
-    s->c = NULL;
-    free(s->wbuf);
-    free(s);
-}
+static const fy_h2_client_conn_ops_t conn_ops;
 
-static void reap_cb(fy_defer_t *d)
-{
-    session_free(d->data);
-}
-
-static void reap_maybe(fy_origin_h2_t *s)
-{
-    if (s->state == S_CLOSED && s->users == 0 && !s->reap.queued) {
-        fy_defer_cancel(s->loop, &s->kick);
-        fy_defer_cancel(s->loop, &s->reread);
-        s->reap.cb = reap_cb;
-        s->reap.data = s;
-        fy_defer(s->loop, &s->reap);
-    }
-}
-
-static void fail_waiters(fy_origin_h2_t *s, const char *why)
-{
-    while (!fy_list_empty(&s->waiters)) {
-        fy_origin_h2_waiter_t *wt = fy_container_of(s->waiters.next, fy_origin_h2_waiter_t, link);
-        fy_list_remove(&wt->link);
-        s->nwaiters--;
-        wt->s = NULL;
-        wt->cb(wt, NULL, why);
-    }
-}
-
-/* The connection is gone (or being given up): every waiter and stream fails with `why`. */
-static void session_close(fy_origin_h2_t *s, const char *why)
-{
-    if (s->state == S_CLOSED) return;
-    /* an idle session the origin closed, or one it drained with GOAWAY: nothing to tell */
-    bool quiet =
-        (s->state == S_READY || s->state == S_DRAINING || s->state == S_SUSPECT) && s->users == 0;
-    s->state = S_CLOSED; /* stays listed (skipped) until freed */
-    fy_timer_stop(s->loop, &s->timer);
-    if (s->oc) {
-        fy_origin_release(s->oc, false);
-        s->oc = NULL;
-    }
-    if (!quiet && why) {
-        fy_info("upstream %s: h2 session closed: %s", fy_upstream_conf(s->u)->name, why);
-    }
-    s->users++; /* hold it while callbacks run */
-    fail_waiters(s, why);
-    if (s->c) fy_h2_client_fail_all(s->c, why);
-    s->users--;
-    reap_maybe(s);
-}
-
-static void update_events(fy_origin_h2_t *s)
+static void update_events(h2conn_t *s)
 {
     if (!s->oc) return;
     if (fy_origin_want(s->oc, EPOLLIN | (s->want_out ? EPOLLOUT : 0)) < 0)
         session_close(s, "origin socket error");
 }
 
-static void flush(fy_origin_h2_t *s)
+static void flush(h2conn_t *s)
 {
     /* never from inside the codec's input (nghttp2 forbids mem_send there): on_event
        flushes when its input is done */
-    if (s->state == S_CLOSED || !s->c || !s->oc || s->in_io) return;
+    if (s->m.state == M_CLOSED || !s->c || !s->oc || s->in_io) return;
     for (;;) {
         while (s->wsent < s->wlen) {
             struct iovec iov = {s->wbuf + s->wsent, s->wlen - s->wsent};
@@ -184,107 +106,18 @@ static void kick_cb(fy_defer_t *d)
 
 static void want_send(void *ud)
 {
-    fy_origin_h2_t *s = ud;
+    h2conn_t *s = ud;
     if (s->in_io || s->kick.queued) return; /* on_io flushes at its end */
     s->kick.cb = kick_cb;
     s->kick.data = s;
-    fy_defer(s->loop, &s->kick);
-}
-
-static size_t capacity(fy_origin_h2_t *s)
-{
-    if (s->state == S_READY) return fy_h2_client_max_streams(s->c);
-    if (s->state == S_CONNECTING || s->state == S_SETTINGS) return H2_GUESS_STREAMS;
-    return 0;
-}
-
-/* Hand the session to as many waiters as it can take; the others look elsewhere at once
- * (one at a time: any callback may cancel any other waiter). */
-static void serve_waiters(fy_origin_h2_t *s)
-{
-    s->users++; /* held while callbacks run */
-    while (!fy_list_empty(&s->waiters)) {
-        fy_origin_h2_waiter_t *wt = fy_container_of(s->waiters.next, fy_origin_h2_waiter_t, link);
-        fy_list_remove(&wt->link);
-        s->nwaiters--;
-        wt->s = NULL;
-        if (s->state == S_READY && s->users - 1 < fy_h2_client_max_streams(s->c)) {
-            s->users++;
-            wt->cb(wt, s, NULL);
-            continue;
-        }
-        bool ready = false;
-        const char *err = "origin connect failed";
-        fy_origin_h2_t *o = fy_origin_h2_acquire(s->u, s->w, s->server, s->loop, wt, &ready, &err);
-        if (ready)
-            wt->cb(wt, o, NULL);
-        else if (!o && !wt->s)
-            wt->cb(wt, NULL, err);
-    }
-    s->users--;
-    if (s->state == S_CLOSED)
-        reap_maybe(s);
-    else if (s->state == S_READY && s->users == 0)
-        fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
-}
-
-static void on_settings(void *ud)
-{
-    fy_origin_h2_t *s = ud;
-    if (s->state != S_SETTINGS) return;
-    s->state = S_READY;
-    fy_timer_stop(s->loop, &s->timer);
-    if (fy_h2_client_max_streams(s->c) == 0) {
-        /* SETTINGS_MAX_CONCURRENT_STREAMS 0: nothing can go; another connection would
-           say the same, so the waiters fail instead of looping through new connections */
-        s->state = S_DRAINING;
-        fail_waiters(s, "origin allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)");
-        if (s->users == 0) session_close(s, NULL);
-        return;
-    }
-    serve_waiters(s);
-}
-
-static void on_goaway(void *ud)
-{
-    fy_origin_h2_t *s = ud;
-    if (s->state == S_CLOSED) return;
-    s->state = S_DRAINING; /* open streams finish; refused ones come back to their owners */
-    fail_waiters(s, "origin sent GOAWAY");
-}
-
-static void on_ping_ack(void *ud)
-{
-    fy_origin_h2_t *s = ud;
-    if (s->state != S_SUSPECT) return;
-    /* the connection is alive: the unanswered stream was the application's doing */
-    fy_info("upstream %s: h2 connection answered PING after a first-byte timeout: reused",
-            fy_upstream_conf(s->u)->name);
-    s->state = S_READY;
-}
-
-static const fy_h2_client_conn_ops_t conn_ops = {want_send, on_settings, on_goaway, on_ping_ack};
-
-static void on_timer(fy_timer_t *t)
-{
-    fy_origin_h2_t *s = t->data;
-    if (s->state == S_SETTINGS) {
-        session_close(s, "origin sent no HTTP/2 SETTINGS in time");
-        return;
-    }
-    if (s->users == 0) {
-        /* idle keep-alive over: say goodbye, then close */
-        fy_h2_client_goaway(s->c);
-        flush(s);
-        session_close(s, NULL);
-    }
+    fy_defer(s->m.loop, &s->kick);
 }
 
 static void reread_cb(fy_defer_t *d);
 
 static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
 {
-    fy_origin_h2_t *s = ud;
+    h2conn_t *s = ud;
     if (ev & FY_ORIGIN_ERROR) {
         s->oc = NULL; /* already closed by upstream.c */
         session_close(s, oc->error ? oc->error : "origin connect failed");
@@ -295,21 +128,19 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
             session_close(s, "origin did not negotiate HTTP/2 (ALPN h2)");
             return;
         }
-        const fy_upstream_conf_t *uc = fy_upstream_conf(s->u);
         s->c = fy_h2_client_new(&conn_ops, s, 65536);
         if (!s->c) {
             session_close(s, "out of memory");
             return;
         }
-        s->state = S_SETTINGS;
-        fy_timer_start(s->loop, &s->timer, uc->connect_timeout_ms);
+        fy__mux_handshake(&s->m, fy_upstream_conf(s->m.u)->connect_timeout_ms);
         flush(s);
         return;
     }
     s->in_io = true;
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         char *buf = fy_pool_get(fy_chunk_pool());
-        for (int i = 0; i < 16 && s->state != S_CLOSED && s->oc; i++) {
+        for (int i = 0; i < 16 && s->m.state != M_CLOSED && s->oc; i++) {
             ssize_t n = s->oc->t->ops->read(s->oc->t, buf, FY_CHUNK_SIZE);
             if (n == 0) break;
             if (n < 0) {
@@ -327,154 +158,144 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
         fy_pool_put(fy_chunk_pool(), buf);
         /* the read cap or a short socket read may leave records inside the TLS library: the
            socket will not signal them again (a 256 KiB response lost its last bytes so) */
-        if (s->state != S_CLOSED && s->oc && s->oc->t->ops->pending(s->oc->t) &&
+        if (s->m.state != M_CLOSED && s->oc && s->oc->t->ops->pending(s->oc->t) &&
             !s->reread.queued) {
             s->reread.cb = reread_cb;
             s->reread.data = s;
-            fy_defer(s->loop, &s->reread);
+            fy_defer(s->m.loop, &s->reread);
         }
     }
     s->in_io = false;
-    if (s->state != S_CLOSED) flush(s);
+    if (s->m.state != M_CLOSED) flush(s);
 }
 
 static void reread_cb(fy_defer_t *d)
 {
-    fy_origin_h2_t *s = d->data;
-    if (s->state != S_CLOSED && s->oc) on_event(s->oc, EPOLLIN, s);
+    h2conn_t *s = d->data;
+    if (s->m.state != M_CLOSED && s->oc) on_event(s->oc, EPOLLIN, s);
 }
 
-fy_origin_h2_t *fy_origin_h2_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
-                                     fy_origin_h2_waiter_t *wt, bool *ready, const char **err)
+static void on_settings(void *ud)
 {
-    *ready = false;
-    wt->s = NULL;
-    fy_origin_h2_t **head = slot(u, w, server);
-    fy_origin_h2_t *wait_on = NULL;
-    for (fy_origin_h2_t *s = *head; s; s = s->next) {
-        if (s->state == S_READY && s->users < capacity(s)) {
-            if (s->users == 0) fy_timer_stop(loop, &s->timer);
-            s->users++;
-            *ready = true;
-            return s;
-        }
-        if ((s->state == S_CONNECTING || s->state == S_SETTINGS) &&
-            s->nwaiters < H2_GUESS_STREAMS && !wait_on)
-            wait_on = s;
-    }
-    if (!wait_on) {
-        fy_origin_h2_t *s = fy_xcalloc(1, sizeof *s);
-        s->u = u;
-        s->w = w;
-        s->server = server;
-        s->loop = loop;
-        s->state = S_CONNECTING;
-        fy_list_init(&s->waiters);
-        fy_timer_init(&s->timer, on_timer, s);
-        s->oc = fy_origin_connect(u, w, server, loop, on_event, s, err);
-        if (!s->oc) {
-            free(s);
-            return NULL;
-        }
-        s->next = *head;
-        if (*head) (*head)->prev = s;
-        *head = s;
-        s->linked = true;
-        wait_on = s;
-    }
-    /* by priority, then arrival: walk back over the waiters of lower priority */
-    fy_list_t *after = wait_on->waiters.prev;
-    while (after != &wait_on->waiters &&
-           fy_container_of(after, fy_origin_h2_waiter_t, link)->priority < wt->priority)
-        after = after->prev;
-    fy_list_insert_tail(after->next, &wt->link); /* i.e. right after `after` */
-    wait_on->nwaiters++;
-    wt->s = wait_on;
-    return NULL;
-}
-
-void fy_origin_h2_cancel_wait(fy_origin_h2_waiter_t *wt)
-{
-    if (!wt->s) return;
-    fy_list_remove(&wt->link);
-    wt->s->nwaiters--;
-    wt->s = NULL;
-}
-
-fy_h2_client_t *fy_origin_h2_client(fy_origin_h2_t *s)
-{
-    return s->c;
-}
-
-void fy_origin_h2_release(fy_origin_h2_t *s)
-{
-    s->users--;
-    if (s->users > 0) return;
-    if (s->state == S_CLOSED) {
-        reap_maybe(s);
+    h2conn_t *s = ud;
+    if (s->m.state != M_HANDSHAKE) return;
+    if (fy_h2_client_max_streams(s->c) == 0) {
+        /* SETTINGS_MAX_CONCURRENT_STREAMS 0: nothing can go; another connection would
+           say the same, so the waiters fail instead of looping through new connections */
+        fy_timer_stop(s->m.loop, &s->m.timer);
+        s->m.state = M_DRAINING;
+        fy__mux_fail_waiters(&s->m, "origin allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)");
+        if (s->m.users == 0) session_close(s, NULL);
         return;
     }
-    if (s->state == S_DRAINING) {
-        flush(s);
-        session_close(s, NULL);
-        return;
-    }
-    if (s->state == S_SUSPECT) {
-        /* no PING answer while its streams ran: given up */
-        fy_info("upstream %s: h2 connection closed: a stream went unanswered and so did PING",
-                fy_upstream_conf(s->u)->name);
-        fy_h2_client_goaway(s->c);
-        flush(s);
-        session_close(s, NULL);
-        return;
-    }
-    if (s->state != S_READY) return;
-    /* idle: keep up to `keepalive` idle sessions per server */
-    size_t idle = 0;
-    for (fy_origin_h2_t *o = *slot(s->u, s->w, s->server); o; o = o->next)
-        if (o->state == S_READY && o->users == 0) idle++;
-    if (idle > (size_t)fy_upstream_conf(s->u)->keepalive) {
-        fy_h2_client_goaway(s->c);
-        flush(s);
-        session_close(s, NULL);
-        return;
-    }
-    fy_timer_start(s->loop, &s->timer, fy_upstream_conf(s->u)->keepalive_timeout_ms);
+    fy__mux_ready(&s->m);
 }
 
-void fy_origin_h2_suspect(fy_origin_h2_t *s)
+static void on_goaway(void *ud)
 {
-    if (s->state != S_READY) return;
-    s->state = S_SUSPECT;
-    fy_h2_client_ping(s->c);
+    fy__mux_goaway(&((h2conn_t *)ud)->m);
 }
 
-size_t fy_origin_h2_count(fy_upstream_t *u, int w, int server)
+static void on_ping_ack(void *ud)
 {
-    size_t n = 0;
-    for (fy_origin_h2_t *s = *slot(u, w, server); s; s = s->next) n++;
-    return n;
+    fy__mux_alive(&((h2conn_t *)ud)->m);
 }
 
-void fy__upstream_h2_worker_close(fy_upstream_t *u, int w)
+static const fy_h2_client_conn_ops_t conn_ops = {want_send, on_settings, on_goaway, on_ping_ack};
+
+/* ---- the table ---- */
+
+static fy_origin_mux_t *h2_connect(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
+                                   const char **err)
 {
-    size_t n = fy_upstream_nservers(u);
-    for (size_t i = 0; i < n; i++) {
-        fy_origin_h2_t **head = slot(u, w, (int)i);
-        while (*head) {
-            fy_origin_h2_t *s = *head;
-            fy_timer_stop(s->loop, &s->timer);
-            fy_defer_cancel(s->loop, &s->kick);
-            fy_defer_cancel(s->loop, &s->reap);
-            fy_defer_cancel(s->loop, &s->reread);
-            if (s->oc) fy__origin_close_now(s->oc);
-            s->oc = NULL;
-            s->state = S_CLOSED;
-            fail_waiters(s, "worker exit");
-            if (s->users == 0)
-                session_free(s);
-            else
-                unlink_session(s); /* still held: its owner frees nothing; cannot happen */
-        }
+    h2conn_t *s = fy_xcalloc(1, sizeof *s);
+    fy__mux_init(&s->m, &fy__mux_h2, u, w, server, loop);
+    s->oc = fy_origin_connect(u, w, server, loop, on_event, s, err);
+    if (!s->oc) {
+        free(s);
+        return NULL;
     }
+    return &s->m;
+}
+
+static size_t h2_max_streams(fy_origin_mux_t *m)
+{
+    return fy_h2_client_max_streams(H(m)->c);
+}
+
+static bool h2_can_open(fy_origin_mux_t *m)
+{
+    (void)m;
+    return true; /* the stream limit is all there is */
+}
+
+static bool h2_ping(fy_origin_mux_t *m)
+{
+    fy_h2_client_ping(H(m)->c);
+    return true;
+}
+
+static void h2_flush(fy_origin_mux_t *m)
+{
+    flush(H(m));
+}
+
+static void h2_goaway(fy_origin_mux_t *m)
+{
+    if (H(m)->c) fy_h2_client_goaway(H(m)->c);
+    flush(H(m));
+}
+
+static void h2_shutdown(fy_origin_mux_t *m, const char *why, bool ours)
+{
+    (void)ours;
+    h2conn_t *s = H(m);
+    if (s->oc) {
+        fy_origin_release(s->oc, false);
+        s->oc = NULL;
+    }
+    if (s->c) fy_h2_client_fail_all(s->c, why);
+}
+
+static void h2_cancel(fy_origin_mux_t *m)
+{
+    fy_defer_cancel(m->loop, &H(m)->kick);
+    fy_defer_cancel(m->loop, &H(m)->reread);
+}
+
+static void h2_close_now(fy_origin_mux_t *m)
+{
+    h2conn_t *s = H(m);
+    if (s->oc) fy__origin_close_now(s->oc);
+    s->oc = NULL;
+}
+
+static void h2_destroy(fy_origin_mux_t *m)
+{
+    h2conn_t *s = H(m);
+    fy_h2_client_free(s->c, "origin connection closed");
+    free(s->wbuf);
+    free(s);
+}
+
+const fy__mux_proto_t fy__mux_h2 = {
+    .name = "h2",
+    .guess_streams = H2_GUESS_STREAMS,
+    .retire_on_down = false,
+    .handshake_timeout = "origin sent no HTTP/2 SETTINGS in time",
+    .connect = h2_connect,
+    .max_streams = h2_max_streams,
+    .can_open = h2_can_open,
+    .ping = h2_ping,
+    .flush = h2_flush,
+    .goaway = h2_goaway,
+    .shutdown = h2_shutdown,
+    .cancel = h2_cancel,
+    .close_now = h2_close_now,
+    .destroy = h2_destroy,
+};
+
+fy_h2_client_t *fy_origin_mux_h2(fy_origin_mux_t *m)
+{
+    return m->proto == &fy__mux_h2 ? H(m)->c : NULL;
 }

@@ -7,17 +7,16 @@
 #include "upstream/origin.h"
 #include "upstream/upstream.h"
 
-/* The head of worker w's HTTP/2 session list for `server` (owned by upstream_h2.c). */
+/* The heads of worker w's HTTP/2 and HTTP/3 connection lists for `server` (upstream_mux.c). */
 void **fy__upstream_h2_slot(fy_upstream_t *u, int w, int server);
 /* Close and free a connection at once (worker exit: no loop turn left). */
 void fy__origin_close_now(fy_origin_conn_t *oc);
-/* Close worker w's HTTP/2 sessions (worker exit). */
-void fy__upstream_h2_worker_close(fy_upstream_t *u, int w);
+/* Close worker w's HTTP/2 and HTTP/3 connections (worker exit; upstream_mux.c). */
+void fy__upstream_mux_worker_close(fy_upstream_t *u, int w);
 /* How many times the health checker has marked `server` down (any worker may read it):
  * origin connections made before the last time are not reused. */
 unsigned fy__upstream_downs(fy_upstream_t *u, int server);
 void **fy__upstream_h3_slot(fy_upstream_t *u, int w, int server);
-void fy__upstream_h3_worker_close(fy_upstream_t *u, int w);
 
 /* The request fields of an h2/h3 health-check GET for `path` on server `sv` (upstream.c). */
 void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_conf_t *sv,
@@ -47,8 +46,5 @@ void fy__mux_probe_start(fy__mux_probe_t *p, fy_upstream_t *u, int w, int server
                          const char *path, void (*done)(void *ud, int status, const char *why),
                          void *ud);
 void fy__mux_probe_stop(fy__mux_probe_t *p, fy_loop_t *loop);
-
-/* Give up an h3 connection now (a health probe timed out on it). */
-void fy__origin_h3_abandon(fy_origin_h3_t *s, const char *why);
 
 #endif
