@@ -7,16 +7,20 @@
 #include "core/log.h"
 #include "upstream/upstream_int.h"
 
+/* upstream_mux_test.c defines FY__MUX_PROTO_OF to run the pool over a fake table */
+#ifndef FY__MUX_PROTO_OF
+#define FY__MUX_PROTO_OF proto_of
 static const fy__mux_proto_t *proto_of(fy_upstream_t *u, int server)
 {
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(u)->servers.v)[server];
     return sv->h3 ? &fy__mux_h3 : &fy__mux_h2;
 }
+#endif
 
 static fy_origin_mux_t **slot(fy_upstream_t *u, int w, int server)
 {
-    return (fy_origin_mux_t **)(proto_of(u, server) == &fy__mux_h3
+    return (fy_origin_mux_t **)(FY__MUX_PROTO_OF(u, server) == &fy__mux_h3
                                     ? fy__upstream_h3_slot(u, w, server)
                                     : fy__upstream_h2_slot(u, w, server));
 }
@@ -178,7 +182,7 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
 {
     *ready = false;
     wt->m = NULL;
-    const fy__mux_proto_t *p = proto_of(u, server);
+    const fy__mux_proto_t *p = FY__MUX_PROTO_OF(u, server);
     fy_origin_mux_t **head = slot(u, w, server);
     fy_origin_mux_t *wait_on = NULL;
     unsigned downs = fy__upstream_downs(u, server);
