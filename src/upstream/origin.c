@@ -182,7 +182,7 @@ static const struct fy__origin_proto proto_h1 = {
 
 static void ring_lend(fy_origin_stream_t *os)
 {
-    while (os->rb_lent == 0 && os->rb_count) {
+    while (os->rb_lent == 0 && os->direct_n == 0 && os->rb_count) {
         size_t n = os->rb_cap - os->rb_head;
         if (n > os->rb_count) n = os->rb_count;
         os->rb_lent = n;
@@ -198,6 +198,16 @@ static void ring_lend(fy_origin_stream_t *os)
 static void mux_on_data(void *ud, const char *p, size_t n)
 {
     fy_origin_stream_t *os = ud;
+    if (os->rb_count == 0 && os->direct_n == 0 && os->mx) {
+        /* nothing else lent or waiting: lend the codec's bytes in place if they can stay */
+        fy_origin_pin_t *pin = os->pin ? NULL : fy_origin_mux_pin(os->mx);
+        if (pin) {
+            os->pin = pin;
+            os->direct_n = n;
+            os->ops->c.on_data(os->ud, p, n);
+            return;
+        }
+    }
     if (!os->rb) {
         /* unconsumed bytes never exceed the stream window, nor (nghttp2 checks it) the
            announced content length: a tiny response gets a tiny ring */
@@ -231,6 +241,15 @@ static const fy_client_stream_ops_t mux_stream_ops = {
 
 static void ring_consume(fy_origin_stream_t *os, size_t n)
 {
+    if (os->direct_n) { /* the piece lent in place */
+        if (n > os->direct_n) n = os->direct_n;
+        os->direct_n -= n;
+        if (os->direct_n == 0) {
+            fy_origin_mux_unpin(os->pin);
+            os->pin = NULL;
+        }
+        return;
+    }
     if (n > os->rb_lent) n = os->rb_lent;
     os->rb_head = (os->rb_head + n) % os->rb_cap;
     os->rb_count -= n;
@@ -379,6 +398,9 @@ static void free_lent(fy_origin_stream_t *os)
         fy_h1_client_free(os->c1);
         os->c1 = NULL;
     }
+    if (os->pin) fy_origin_mux_unpin(os->pin);
+    os->pin = NULL;
+    os->direct_n = 0;
     os->rb_head = os->rb_count = os->rb_lent = 0;
     os->end_pending = false;
 }

@@ -8,8 +8,9 @@
  *
  * Bodies are lent, for every protocol: on_data's bytes stay valid until the owner consumed all
  * of them (fy_origin_stream_consume), and no more on_data comes before that; on_end may follow
- * while they are unconsumed. (h1 lends from the codec's read buffer; h2/h3 bytes, borrowed by
- * their codecs for the callback only, are kept here in a ring bounded by the stream window.)
+ * while they are unconsumed. (h1 lends from the codec's read buffer; h2 from the connection's read
+ * chunk, which stays pinned until consumed; h3 bytes, borrowed by its codec for the callback only,
+ * and h2 bytes that arrive while a piece is lent, are copied into a ring bounded by the window.)
  *
  * Thread: a stream belongs to the worker (`w`, `loop`) it was opened on; every call and
  * callback runs on that loop. */
@@ -81,7 +82,10 @@ typedef struct fy_origin_stream {
     fy_origin_mux_waiter_t wait;
     struct fy_h2_client_stream *st;
     struct fy_h3_client_stream *st3;
-    /* h2 / h3: received bytes, lent to the owner from here */
+    /* h2: bytes lent in place from the connection's read chunk (pinned until consumed) */
+    fy_origin_pin_t *pin;
+    size_t direct_n;
+    /* h2 (when already lending) / h3: received bytes copied here, lent from here */
     char *rb; /* owned: a pool chunk, or malloc */
     size_t rb_cap, rb_head, rb_count, rb_lent;
     bool rb_pooled;

@@ -126,6 +126,12 @@ fy_h2_client_t *fy_origin_mux_h2(fy_origin_mux_t *m);
 fy_h3_client_t *fy_origin_mux_h3(fy_origin_mux_t *m);
 /* Done with the connection (after the caller's stream was released). */
 void fy_origin_mux_release(fy_origin_mux_t *m);
+/* From inside a codec's on_data (h2): the bytes it was given stay valid until the pin is
+ * unpinned (the read chunk they are in is the pin's, and the connection reads into another;
+ * the pin may outlive the connection). NULL when they cannot be kept: copy them. */
+typedef struct fy_origin_pin fy_origin_pin_t;
+fy_origin_pin_t *fy_origin_mux_pin(fy_origin_mux_t *m);
+void fy_origin_mux_unpin(fy_origin_pin_t *p);
 /* A stream of the (held) connection got no response head within first-byte-timeout: it
  * takes no new streams; h2 sends a PING, whose ACK makes it usable again, else it is closed
  * once its last user releases it (h3: closed after its last stream). */

@@ -30,7 +30,17 @@ typedef struct h2conn {
     size_t wlen, wsent, wcap;
     bool want_out;
     bool in_io;
+    char *rbuf;            /* the chunk fy_h2_client_recv is reading, while it does */
+    fy_origin_pin_t *rpin; /* its pin, once a stream kept some of its bytes */
 } h2conn_t;
+
+/* A read chunk whose DATA payloads streams keep past the read (origin.h lends them): the
+ * connection reads into a fresh chunk meanwhile, and the last unpin frees this one. */
+struct fy_origin_pin {
+    unsigned refs;
+    bool orphan; /* the connection let go of the chunk: the last unpin frees it */
+    char *buf;   /* owned: a pool chunk */
+};
 
 static h2conn_t *H(fy_origin_mux_t *m)
 {
@@ -148,7 +158,19 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
                                               : "reading from the origin failed");
                 break;
             }
-            if (fy_h2_client_recv(s->c, buf, (size_t)n) < 0) {
+            s->rbuf = buf;
+            int rc = fy_h2_client_recv(s->c, buf, (size_t)n);
+            s->rbuf = NULL;
+            if (s->rpin) { /* streams hold bytes of this chunk: theirs until the last unpin */
+                if (s->rpin->refs) {
+                    s->rpin->orphan = true;
+                    buf = fy_pool_get(fy_chunk_pool());
+                } else {
+                    free(s->rpin); /* all consumed already */
+                }
+                s->rpin = NULL;
+            }
+            if (rc < 0) {
                 fy_h2_client_goaway(s->c);
                 flush(s);
                 session_close(s, "HTTP/2 protocol error from the origin");
@@ -294,6 +316,26 @@ const fy__mux_proto_t fy__mux_h2 = {
     .close_now = h2_close_now,
     .destroy = h2_destroy,
 };
+
+fy_origin_pin_t *fy_origin_mux_pin(fy_origin_mux_t *m)
+{
+    if (m->proto != &fy__mux_h2) return NULL;
+    h2conn_t *s = H(m);
+    if (!s->rbuf) return NULL;
+    if (!s->rpin) {
+        s->rpin = fy_xcalloc(1, sizeof *s->rpin);
+        s->rpin->buf = s->rbuf;
+    }
+    s->rpin->refs++;
+    return s->rpin;
+}
+
+void fy_origin_mux_unpin(fy_origin_pin_t *p)
+{
+    if (--p->refs || !p->orphan) return; /* (not orphaned: the reading connection frees it) */
+    fy_pool_put(fy_chunk_pool(), p->buf);
+    free(p);
+}
 
 fy_h2_client_t *fy_origin_mux_h2(fy_origin_mux_t *m)
 {
