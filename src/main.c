@@ -12,6 +12,7 @@
 #include "conf/conf_valid.h"
 #include "config.h"
 #include "core/log.h"
+#include "ops/sd_notify.h"
 #include "server.h"
 #include "tls/ca.h"
 
@@ -498,6 +499,7 @@ static int run(fy_config_t *cfg)
     fy_server_print_urls(s, stdout);
     fy_notice("ferry %s started: %d workers", FERRY_VERSION,
               cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    fy_sd_notify_ready(); /* systemd Type=notify: every listener bound, workers running */
     for (;;) {
         int sig = 0;
         sigwait(&set, &sig);
@@ -508,6 +510,7 @@ static int run(fy_config_t *cfg)
         fy_notice("signal %d: stopping", sig); /* fy_server_stop logs the drain */
         break;
     }
+    fy_sd_notify_stopping();
     fy_server_stop(s, 10000);
     fy_server_free(s);
     fy_notice("exited cleanly");
