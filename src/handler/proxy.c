@@ -991,7 +991,7 @@ static void o_on_error(void *ud, int kind, uint64_t code, const char *why)
     fy_exchange_fail(pr->ex, 502, why);
 }
 
-static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
+static void on_req_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
     proxy_req_t *pr = ex->handler_data;
     pr->req_body_waiting = false;
@@ -1038,7 +1038,7 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
         if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_CLIENT_DEFER;
         pr->req_body_waiting = true;
         pr->in_read_body = true;
-        fy_exchange_read_body(pr->ex, on_req_body_h2);
+        fy_exchange_read_body(pr->ex, on_req_body);
         pr->in_read_body = false;
         if (pr->req_body_waiting) return FY_CLIENT_DEFER;
     }

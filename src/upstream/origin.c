@@ -18,6 +18,7 @@ struct fy__origin_proto {
     void (*consume)(fy_origin_stream_t *os, size_t n);
     void (*resume)(fy_origin_stream_t *os);
     bool (*blames)(int kind, uint64_t code, bool after_head);
+    bool (*finish)(fy_origin_stream_t *os); /* response complete: may the connection go on? */
     void (*suspect)(fy_origin_stream_t *os);
     void (*abandon)(fy_origin_stream_t *os);
     void (*close)(fy_origin_stream_t *os, bool reusable);
@@ -162,6 +163,13 @@ static void nothing(fy_origin_stream_t *os)
     (void)os;
 }
 
+static bool h1_finish(fy_origin_stream_t *os)
+{
+    bool reusable = os->c1 && fy_h1_client_release(os->c1);
+    if (os->oc) os->oc->requests++;
+    return reusable;
+}
+
 static void h1_close(fy_origin_stream_t *os, bool reusable)
 {
     if (os->c1) fy_h1_client_release(os->c1); /* its buffers stay until the next open */
@@ -174,8 +182,8 @@ static const struct fy__origin_proto proto_h1 = {
     h1_open,   can_tunnel,
     h1_submit, h1_consume,
     h1_resume, h1_blames,
-    nothing,   nothing,
-    h1_close,
+    h1_finish, nothing,
+    nothing,   h1_close,
 };
 
 /* ---- h2 / h3: codec bytes borrowed for the callback are lent from a ring ---- */
@@ -291,6 +299,12 @@ static int mux_open(fy_origin_stream_t *os, int priority, const char **err)
     return os->wait.m ? 0 : -1;
 }
 
+static bool mux_finish(fy_origin_stream_t *os)
+{
+    (void)os;
+    return true; /* the connection's fate is the pool's */
+}
+
 static void mux_suspect(fy_origin_stream_t *os)
 {
     if (os->mx) fy_origin_mux_suspect(os->mx);
@@ -344,8 +358,8 @@ static void h2_close(fy_origin_stream_t *os, bool reusable)
 }
 
 static const struct fy__origin_proto proto_h2 = {
-    "h2",      {true, true, false}, mux_open,    h2_can_tunnel, h2_submit, h2_consume,
-    h2_resume, mux_blames,          mux_suspect, nothing,       h2_close,
+    "h2",      {true, true, false}, mux_open,   h2_can_tunnel, h2_submit, h2_consume,
+    h2_resume, mux_blames,          mux_finish, mux_suspect,   nothing,   h2_close,
 };
 
 static int h3_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
@@ -377,8 +391,8 @@ static void h3_close(fy_origin_stream_t *os, bool reusable)
 }
 
 static const struct fy__origin_proto proto_h3 = {
-    "h3",      {true, true, false}, mux_open,    can_tunnel,  h3_submit, h3_consume,
-    h3_resume, mux_blames,          mux_suspect, mux_abandon, h3_close,
+    "h3",      {true, true, false}, mux_open,   can_tunnel,  h3_submit,   h3_consume,
+    h3_resume, mux_blames,          mux_finish, mux_suspect, mux_abandon, h3_close,
 };
 
 /* ---- the interface ---- */
@@ -475,10 +489,7 @@ bool fy_origin_stream_blames(const fy_origin_stream_t *os, int kind, uint64_t co
 
 bool fy_origin_stream_finish(fy_origin_stream_t *os)
 {
-    if (os->proto != &proto_h1) return true; /* multiplexed: the session decides */
-    bool reusable = os->c1 && fy_h1_client_release(os->c1);
-    if (os->oc) os->oc->requests++;
-    return reusable;
+    return os->proto ? os->proto->finish(os) : false;
 }
 
 void fy_origin_stream_suspect(fy_origin_stream_t *os)
