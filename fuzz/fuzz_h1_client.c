@@ -134,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     st_t s = {.body_left = 3};
     int mode = data[0] & 3;
     static const fy_h1_limits_t lim = {256, 1024, 16};
-    fy_h1_client_t *c = fy_h1_client_new(&a, &m.t, &lim, mode == 1, &ops, want, &s);
+    fy_h1_client_t *c = fy_h1_client_new(&a, &m.t, &lim, mode == 1, &ops, want, &s, &s);
     fy_headers_t hs = {0};
     add(&a, &hs, ":method",
         mode == 0   ? "GET"

@@ -20,6 +20,7 @@ struct fy_h1_client {
     const fy_client_stream_ops_t *ops;
     fy_h1_client_want_fn want;
     void *ud;
+    void *want_ud;
     fy_h1_limits_t lim;
     fy_h1_header_t *hdrs; /* the response parser's fields: a pool chunk when they fit */
     bool hdrs_pooled;
@@ -77,7 +78,7 @@ _Static_assert(FY_H1C_SELF <= 1024, "the codec leaves most of its chunk to the r
 
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
                                  bool head_request, const fy_client_stream_ops_t *ops,
-                                 fy_h1_client_want_fn want, void *ud)
+                                 fy_h1_client_want_fn want, void *want_ud, void *ud)
 {
     /* not arena memory: a callback may end the exchange (and reset its arena) while the codec
        is still on the stack; the struct goes when the outermost call returns */
@@ -90,6 +91,7 @@ fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_l
     c->a = a;
     c->ops = ops;
     c->want = want;
+    c->want_ud = want_ud;
     c->ud = ud;
     c->lim = *limits;
     c->head_req = head_request;
@@ -121,14 +123,14 @@ static void update_want(fy_h1_client_t *c)
         /* an early response: the rest of the request body still goes out; EPOLLIN stays
            to notice an origin that closes (anything it sends now is fatal too) */
         ev = EPOLLIN | (c->nout ? EPOLLOUT : 0);
-        if (c->want(c->ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
+        if (c->want(c->want_ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
         return;
     }
     if (c->nout) ev |= EPOLLOUT;
     /* while the owner holds bytes, EPOLLIN stays (lazily, as the h1 server does) unless the
        origin actually sends meanwhile: no epoll_ctl pair for every piece relayed */
     if (c->rstate != R_DONE && (c->held == 0 || !c->in_dropped)) ev |= EPOLLIN;
-    if (c->want(c->ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
+    if (c->want(c->want_ud, ev) < 0) fail(c, FY_CLIENT_CONN, 0, "origin socket error");
 }
 
 /* ---- request ---- */
@@ -703,7 +705,7 @@ void fy_h1_client_io(fy_h1_client_t *c, uint32_t events)
         if (!c->req_body_done || c->nout) {
             /* an early response's body still going out: this connection is lost */
             fail(c, FY_CLIENT_CONN, 0, "origin closed or sent bytes after its response");
-        } else if (c->want(c->ud, 0) < 0) {
+        } else if (c->want(c->want_ud, 0) < 0) {
             /* the response is complete and waits for the owner to release: not our event
                any more (release tells whether the connection is still fit) */
             fail(c, FY_CLIENT_CONN, 0, "origin socket error");

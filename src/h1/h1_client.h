@@ -42,12 +42,13 @@ typedef struct fy_h1_client fy_h1_client_t;
  * <0 (then the codec fails the stream with FY_CLIENT_CONN). */
 typedef int (*fy_h1_client_want_fn)(void *ud, uint32_t events);
 
-/* A codec for one request on `t` (connected, handshake done); its heads and fields live in
+/* A codec for one request on `t` (connected, handshake done); `ops` get `ud`, `want` gets
+ * `want_ud`; its heads and fields live in
  * arena `a`, its buffers come from the chunk pool (until fy_h1_client_free). `limits` bound the
  * response head; `head_request`: the request is HEAD (no response body whatever the head says). */
 fy_h1_client_t *fy_h1_client_new(fy_arena_t *a, fy_transport_t *t, const fy_h1_limits_t *limits,
                                  bool head_request, const fy_client_stream_ops_t *ops,
-                                 fy_h1_client_want_fn want, void *ud);
+                                 fy_h1_client_want_fn want, void *want_ud, void *ud);
 
 /* Send the request: `hs` pseudo-headers first (":method", ":authority", ":path", optional
  * ":protocol" which makes it an Upgrade: CONNECT becomes GET, a WebSocket key is made up when

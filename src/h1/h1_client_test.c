@@ -159,7 +159,7 @@ static void fx_init(fx_t *f, const char *in, bool head_req)
     f->m.t.ops = &mem_ops;
     f->m.in = in;
     f->m.in_len = in ? strlen(in) : 0;
-    f->c = fy_h1_client_new(&f->a, &f->m.t, &lim, head_req, &ops, want, &f->o);
+    f->c = fy_h1_client_new(&f->a, &f->m.t, &lim, head_req, &ops, want, &f->o, &f->o);
 }
 
 static bool fx_done(fx_t *f)

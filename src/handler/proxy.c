@@ -62,9 +62,11 @@ typedef struct proxy_req {
     bool tunnel_open; /* the origin accepted the tunnel */
     bool o_head;      /* the final head arrived */
     bool o_end;       /* the response is complete at the origin's side */
+    bool fb_timed_out; /* an attempt ran out of first-byte time: the origin may have the
+                          request, so retries go only to servers not tried yet */
+    bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
     /* the origin stream of the current attempt (upstream/origin.h), whatever it speaks */
-    fy_origin_stream_t os;
-    bool os_open; /* between a successful open and the close */
+    fy_origin_stream_t os; /* (calls on it are no-ops while nothing is open) */
     const char *zp; /* response bytes lent by the origin stream until consumed */
     size_t zn;
     const char *qp; /* client body slice not yet taken by the codec */
@@ -75,9 +77,6 @@ typedef struct proxy_req {
     bool trail_abort; /* ... not any more (origin error, timeout): close it instead */
     int refusals;     /* streams the origin refused (not processed): retried apart from `retries` */
     uint64_t start_ms; /* the first attempt's start (upstream `retry-timeout`) */
-    bool fb_timed_out; /* an attempt ran out of first-byte time: the origin may have the
-                          request, so retries go only to servers not tried yet */
-    bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
     int64_t interim;   /* interim (1xx) heads of this attempt (limits.informational-responses) */
     fy_timer_t body_timer; /* limits.body-total-timeout, while the request body comes */
     bool body_timing;
@@ -284,7 +283,6 @@ static void drop_origin(proxy_req_t *pr, bool reusable)
         fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
         pr->inflight = false;
     }
-    pr->os_open = false;
     fy_origin_stream_close(&pr->os, reusable);
     if (!pr->finished) pr->zn = 0;
 }
@@ -388,7 +386,7 @@ static void on_timer(fy_timer_t *t)
         /* a multiplexed connection that left a stream unanswered takes no new streams
            until it proves alive (h2: PING), and is closed once its streams end otherwise */
         bool sent = pr->ex->req.content_length == 0 || pr->q_end;
-        if (sent && pr->os_open) fy_origin_stream_suspect(&pr->os);
+        if (sent && fy_origin_stream_is_open(&pr->os)) fy_origin_stream_suspect(&pr->os);
         origin_failed(pr, 504, "origin first-byte timeout", true);
     } else
         origin_failed(pr, 504, "origin idle timeout", false);
@@ -708,7 +706,8 @@ static void ws_going_away(proxy_req_t *pr)
 static void ws_drop_down(proxy_req_t *pr)
 {
     for (int guard = 0; guard < 64 && !pr->finished && !pr->stopped; guard++) {
-        if (pr->zn && pr->os_open) { /* h2/h3: the ring lends its next bytes from inside */
+        /* (a ring lends its next bytes from inside the consume) */
+        if (pr->zn && fy_origin_stream_is_open(&pr->os)) {
             size_t n = pr->zn;
             pr->zn = 0;
             pr->in_codec++;
@@ -795,7 +794,7 @@ static void proceed(fy_exchange_t *ex)
     pr->res_sending = false;
     size_t n = pr->sending_len;
     pr->sending_len = 0;
-    if (n && pr->os_open) {
+    if (n && fy_origin_stream_is_open(&pr->os)) {
         pr->zn = 0;
         pr->in_codec++;
         fy_origin_stream_consume(&pr->os, n); /* the origin may send as much again */
@@ -808,7 +807,7 @@ static void proceed(fy_exchange_t *ex)
 /* More of the client's body (or tunnel bytes) may go to the origin. */
 static void resume_body(proxy_req_t *pr)
 {
-    if (!pr->os_open) return;
+    if (!fy_origin_stream_is_open(&pr->os)) return;
     pr->in_codec++;
     fy_origin_stream_resume(&pr->os);
     pr->in_codec--;
@@ -1101,8 +1100,7 @@ static void o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
     if (err) {
-        pr->os_open = false;
-        origin_failed(pr, 502, err, true);
+            origin_failed(pr, 502, err, true);
         return;
     }
     start(pr);
@@ -1146,7 +1144,6 @@ static void attempt(proxy_req_t *pr)
         fy_exchange_fail(pr->ex, 502, err);
         return;
     }
-    pr->os_open = true;
     fy_upstream_inflight(up, pr->worker, pr->server, 1);
     pr->inflight = true;
     if (rc == 1) start(pr);

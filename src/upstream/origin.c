@@ -24,7 +24,8 @@ struct fy__origin_proto {
     void (*close)(fy_origin_stream_t *os, bool reusable);
 };
 
-/* ---- the codecs' callbacks, to the owner (ud: the origin stream) ---- */
+/* ---- h2/h3 codecs' callbacks, to the owner (ud: the origin stream; the h1 codec calls the
+ * owner's ops directly, its bytes need no ring) ---- */
 
 static void ring_lend(fy_origin_stream_t *os);
 
@@ -57,26 +58,6 @@ static ssize_t t_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
     fy_origin_stream_t *os = ud;
     return os->ops->c.read_body(os->ud, buf, len, trailers);
 }
-
-static ssize_t t_ref_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
-{
-    fy_origin_stream_t *os = ud;
-    return os->ops->c.ref_body(os->ud, p, len, trailers);
-}
-
-/* h1 lends from its own buffers: straight through */
-static void h1_on_data(void *ud, const char *p, size_t n)
-{
-    fy_origin_stream_t *os = ud;
-    os->ops->c.on_data(os->ud, p, n);
-}
-
-static const fy_client_stream_ops_t h1_stream_ops = {
-    t_on_head, h1_on_data, t_on_end, t_on_error, t_read_body, NULL,
-};
-static const fy_client_stream_ops_t h1_stream_ops_ref = {
-    t_on_head, h1_on_data, t_on_end, t_on_error, t_read_body, t_ref_body,
-};
 
 /* ---- HTTP/1.1: a pooled connection is a pool of one stream ---- */
 
@@ -125,9 +106,8 @@ static bool can_tunnel(const fy_origin_stream_t *os)
 static int h1_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
 {
     /* the codec reads the response straight into its buffers and lends them (no ring) */
-    os->c1 =
-        fy_h1_client_new(rq->arena, os->oc->t, rq->limits, rq->head,
-                         os->ops->c.ref_body ? &h1_stream_ops_ref : &h1_stream_ops, h1_want, os);
+    os->c1 = fy_h1_client_new(rq->arena, os->oc->t, rq->limits, rq->head, &os->ops->c, h1_want, os,
+                              os->ud);
     os->busy++;
     fy_h1_client_submit(os->c1, rq->hs, rq->tunnel ? 0 : rq->body_len);
     os->busy--;
@@ -221,7 +201,7 @@ static void mux_on_data(void *ud, const char *p, size_t n)
            announced content length: a tiny response gets a tiny ring */
         int64_t cl = os->expect;
         os->rb_cap =
-            cl > 0 && (uint64_t)cl < FY_H2C_STREAM_WINDOW ? (size_t)cl : FY_H2C_STREAM_WINDOW;
+            cl > 0 && (uint64_t)cl < FY_H2C_STREAM_WINDOW ? (uint32_t)cl : FY_H2C_STREAM_WINDOW;
         os->rb_pooled = os->rb_cap <= FY_CHUNK_SIZE;
         if (os->rb_pooled) {
             os->rb = fy_pool_get(fy_chunk_pool());
@@ -366,27 +346,27 @@ static int h3_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq)
 {
     bool has_body = rq->tunnel || rq->body_len != 0;
     fy_h3_client_t *c = fy_origin_mux_h3(os->mx);
-    os->st3 = c ? fy_h3_client_submit(c, rq->hs, has_body, rq->arena, &mux_stream_ops, os) : NULL;
-    return os->st3 ? 0 : -1;
+    os->st = c ? fy_h3_client_submit(c, rq->hs, has_body, rq->arena, &mux_stream_ops, os) : NULL;
+    return os->st ? 0 : -1;
 }
 
 static void h3_consume(fy_origin_stream_t *os, size_t n)
 {
     ring_consume(os, n);
-    if (os->st3) fy_h3_client_consume(os->st3, n);
+    if (os->st) fy_h3_client_consume(os->st, n);
     ring_lend(os);
 }
 
 static void h3_resume(fy_origin_stream_t *os)
 {
-    if (os->st3) fy_h3_client_resume(os->st3);
+    if (os->st) fy_h3_client_resume(os->st);
 }
 
 static void h3_close(fy_origin_stream_t *os, bool reusable)
 {
     (void)reusable;
-    if (os->st3) fy_h3_client_release(os->st3);
-    os->st3 = NULL;
+    if (os->st) fy_h3_client_release(os->st);
+    os->st = NULL;
     mux_release(os);
 }
 
@@ -399,7 +379,6 @@ static const struct fy__origin_proto proto_h3 = {
 
 void fy_origin_stream_init(fy_origin_stream_t *os, const fy_origin_stream_ops_t *ops, void *ud)
 {
-    memset(os, 0, sizeof *os);
     os->ops = ops;
     os->ud = ud;
     os->expect = -1;

@@ -62,36 +62,35 @@ typedef struct fy_origin_framing {
 
 struct fy__origin_proto;
 
-/* Embedded in its owner; zero it once (fy_origin_stream_init), then open / submit / close as
- * often as there are attempts, and fy_origin_stream_free once at the end. Members are the
+/* Embedded in its owner, in zeroed memory; fy_origin_stream_init once, then open / submit / close
+ * as often as there are attempts, and fy_origin_stream_free once at the end. Members are the
  * folder's. */
 typedef struct fy_origin_stream {
     const struct fy__origin_proto *proto; /* the current attempt's protocol, or NULL */
     const fy_origin_stream_ops_t *ops;    /* borrowed */
     void *ud;
     fy_upstream_t *u;
-    int w, server;
     fy_loop_t *loop;
-    bool reused;   /* the stream is on a pooled connection that had served requests */
-    unsigned busy; /* inside a call from the loop into the codec */
+    int w, server;
     /* h1: a pooled connection (owned until closed) and the codec (owned until freed) */
     fy_origin_conn_t *oc;
     fy_h1_client_t *c1;
     /* h2 / h3: a held multiplexed connection, the wait for one, our stream on it */
     fy_origin_mux_t *mx;
     fy_origin_mux_waiter_t wait;
-    struct fy_h2_client_stream *st;
-    struct fy_h3_client_stream *st3;
+    void *st; /* fy_h2_client_stream_t or fy_h3_client_stream_t */
     /* h2: bytes lent in place from the connection's read chunk (pinned until consumed) */
     fy_origin_pin_t *pin;
-    size_t direct_n;
     /* h2 (when already lending) / h3: received bytes copied here, lent from here */
-    char *rb; /* owned: a pool chunk, or malloc */
-    size_t rb_cap, rb_head, rb_count, rb_lent;
-    bool rb_pooled;
-    int64_t expect; /* the response's length when known (sizes the ring), else -1 */
-    bool end_pending;
+    char *rb;               /* owned: a pool chunk, or malloc */
     fy_headers_t *trailers; /* on_end's, while it waits for the ring to be lent out */
+    int64_t expect;         /* the response's length when known (sizes the ring), else -1 */
+    uint32_t rb_cap, rb_head, rb_count, rb_lent; /* bounded by the stream window */
+    uint32_t direct_n;                           /* bytes lent in place */
+    uint16_t busy;                               /* inside a call from the loop into the codec */
+    bool reused; /* the stream is on a pooled connection that had served requests */
+    bool rb_pooled;
+    bool end_pending; /* on_end waits for the ring's bytes to be lent */
 } fy_origin_stream_t;
 
 void fy_origin_stream_init(fy_origin_stream_t *os, const fy_origin_stream_ops_t *ops, void *ud);
@@ -103,6 +102,11 @@ void fy_origin_stream_init(fy_origin_stream_t *os, const fy_origin_stream_ops_t 
  * first (a request refused before). */
 int fy_origin_stream_open(fy_origin_stream_t *os, fy_upstream_t *u, int w, int server,
                           fy_loop_t *loop, int priority, const char **err);
+/* Between a successful open and the close (or a failure reported through on_open). */
+static inline bool fy_origin_stream_is_open(const fy_origin_stream_t *os)
+{
+    return os->proto != NULL;
+}
 /* After a successful open (on_open without err or 1). */
 fy_origin_framing_t fy_origin_stream_framing(const fy_origin_stream_t *os);
 /* Whether the opened stream may carry a tunnel (h2: the origin allowed extended CONNECT). */

@@ -98,6 +98,7 @@ void fy__mux_probe_start(fy__mux_probe_t *p, fy_upstream_t *u, int w, int server
     p->submitted = false;
     if (!p->arena_live) {
         fy_arena_init(&p->arena, p->first, sizeof p->first, 4096);
+        memset(&p->os, 0, sizeof p->os);
         fy_origin_stream_init(&p->os, &probe_ops, p);
         p->arena_live = true;
     }

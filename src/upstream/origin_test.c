@@ -71,6 +71,7 @@ static void open_fake(fy_origin_stream_t *os, owner_t *o, int64_t expect)
 {
     memset(o, 0, sizeof *o);
     o->got = got_buf;
+    memset(os, 0, sizeof *os);
     fy_origin_stream_init(os, &ops, o);
     o->os = os;
     os->proto = &proto_h2;
@@ -170,6 +171,7 @@ static void test_rules(void)
     owner_t o;
     memset(&o, 0, sizeof o);
     o.got = got_buf;
+    memset(&os, 0, sizeof os);
     fy_origin_stream_init(&os, &ops, &o);
     fy_origin_stream_consume(&os, 5);
     fy_origin_stream_resume(&os);

@@ -35,12 +35,15 @@ typedef struct h2conn {
 } h2conn_t;
 
 /* A read chunk whose DATA payloads streams keep past the read (origin.h lends them): the
- * connection reads into a fresh chunk meanwhile, and the last unpin frees this one. */
+ * connection reads into a fresh chunk meanwhile, and the last unpin frees this one. The pin
+ * lives in the chunk's last bytes, which are never read into. */
 struct fy_origin_pin {
     unsigned refs;
     bool orphan; /* the connection let go of the chunk: the last unpin frees it */
-    char *buf;   /* owned: a pool chunk */
+    char *buf;   /* the chunk (owned once orphaned) */
 };
+#define H2_READ_CAP (FY_CHUNK_SIZE - 64)
+_Static_assert(sizeof(fy_origin_pin_t) <= 64, "the pin fits after the read bytes");
 
 static h2conn_t *H(fy_origin_mux_t *m)
 {
@@ -151,7 +154,7 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         char *buf = fy_pool_get(fy_chunk_pool());
         for (int i = 0; i < 16 && s->m.state != M_CLOSED && s->oc; i++) {
-            ssize_t n = s->oc->t->ops->read(s->oc->t, buf, FY_CHUNK_SIZE);
+            ssize_t n = s->oc->t->ops->read(s->oc->t, buf, H2_READ_CAP);
             if (n == 0) break;
             if (n < 0) {
                 session_close(s, n == FY_EEOF ? "origin closed the connection"
@@ -165,9 +168,7 @@ static void on_event(fy_origin_conn_t *oc, unsigned ev, void *ud)
                 if (s->rpin->refs) {
                     s->rpin->orphan = true;
                     buf = fy_pool_get(fy_chunk_pool());
-                } else {
-                    free(s->rpin); /* all consumed already */
-                }
+                } /* else all consumed already: read on into it */
                 s->rpin = NULL;
             }
             if (rc < 0) {
@@ -323,8 +324,8 @@ fy_origin_pin_t *fy_origin_mux_pin(fy_origin_mux_t *m)
     h2conn_t *s = H(m);
     if (!s->rbuf) return NULL;
     if (!s->rpin) {
-        s->rpin = fy_xcalloc(1, sizeof *s->rpin);
-        s->rpin->buf = s->rbuf;
+        s->rpin = (fy_origin_pin_t *)(void *)(s->rbuf + H2_READ_CAP);
+        *s->rpin = (fy_origin_pin_t){0, false, s->rbuf};
     }
     s->rpin->refs++;
     return s->rpin;
@@ -332,9 +333,8 @@ fy_origin_pin_t *fy_origin_mux_pin(fy_origin_mux_t *m)
 
 void fy_origin_mux_unpin(fy_origin_pin_t *p)
 {
-    if (--p->refs || !p->orphan) return; /* (not orphaned: the reading connection frees it) */
-    fy_pool_put(fy_chunk_pool(), p->buf);
-    free(p);
+    if (--p->refs || !p->orphan) return;  /* (not orphaned: the reading connection frees it) */
+    fy_pool_put(fy_chunk_pool(), p->buf); /* the pin with it */
 }
 
 fy_h2_client_t *fy_origin_mux_h2(fy_origin_mux_t *m)
