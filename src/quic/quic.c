@@ -1636,6 +1636,11 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
     return ep;
 }
 
+void fy_quic_endpoint_set_ud(fy_quic_endpoint_t *ep, void *ud)
+{
+    ep->ud = ud;
+}
+
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep)
 {
     if (!ep->accepting) return;

@@ -74,6 +74,9 @@ int fy_quic_socket(const struct sockaddr *sa, socklen_t salen, const char *name)
  * application's. Returns NULL on allocation failure (fd closed). */
 fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, int fd,
                                          const fy_quic_app_ops_t *ops, void *ud);
+/* The `ud` that `ops->open` gets for connections accepted from now on (a config reload);
+ * connections already open keep theirs. Endpoint's thread only. */
+void fy_quic_endpoint_set_ud(fy_quic_endpoint_t *ep, void *ud);
 /* Stop reading new connections' Initials (graceful shutdown): existing ones go on. */
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep);
 /* Close every connection at once (each gets `close`) and free the endpoint. */
