@@ -439,3 +439,32 @@ def test_reload_under_load_and_long_lived_traffic(server, tmp_path, origin_serve
         ws.stop()
         echo.close()
 
+
+def test_reload_static_root_change_serves_the_new_files(server, tmp_path):
+    """A static route whose root changes on each reload serves the new root's file at once
+    (the per-worker file cache is keyed by a per-handler id, not by the handler's address,
+    which a newer generation's handler may reuse)."""
+    roots = []
+    for i in range(3):
+        d = tmp_path / f"root{i}"
+        d.mkdir()
+        (d / "f.txt").write_text(f"root {i}\n")
+        roots.append(d)
+    port = free_port()
+    cfg = tmp_path / "static.yaml"
+
+    def text(i):
+        return (f"workers: 1\nlisteners: [{{address: 127.0.0.1:{port}}}]\n"
+                f"routes: [{{static: {{root: {roots[i % 3]}}}}}]\n")
+
+    cfg.write_text(text(0))
+    f = server("", start=False)
+    f.args = ["run", "-c", str(cfg), "--pid-file", str(tmp_path / "pid")]
+    f.start(wait_ports=[port])
+    assert get(port, "/f.txt") == (200, b"root 0\n")
+    for i in range(1, 31):
+        cfg.write_text(text(i))
+        f.proc.send_signal(signal.SIGHUP)
+        line = f"reload: generation {i + 1} active on all workers"
+        wait_for(lambda: line in f.log(), 30, line, f.proc)
+        assert get(port, "/f.txt") == (200, f"root {i % 3}\n".encode()), i
