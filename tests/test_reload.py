@@ -468,3 +468,37 @@ def test_reload_static_root_change_serves_the_new_files(server, tmp_path):
         line = f"reload: generation {i + 1} active on all workers"
         wait_for(lambda: line in f.log(), 30, line, f.proc)
         assert get(port, "/f.txt") == (200, f"root {i % 3}\n".encode()), i
+
+
+def test_reload_carries_upstream_health_over(server, tmp_path, origin_server):
+    """A server ejected by passive health (max-fails) stays ejected in the new generation's
+    upstream of the same name: requests after the reload never try it again (without the
+    carry-over, round-robin picks it at once and it is ejected a second time)."""
+    dead = free_port()
+    port = free_port()
+    cfg = tmp_path / "health.yaml"
+
+    def text(body):
+        return (f"workers: 1\nlisteners: [{{address: 127.0.0.1:{port}}}]\n"
+                "routes:\n  - match: {path: /r}\n"
+                f"    respond: {{body: \"{body}\\n\"}}\n"
+                "  - proxy: {upstream: u}\n"
+                "upstreams:\n  - name: u\n    max-fails: 1\n    fail-timeout: 120s\n"
+                f"    servers: [http://127.0.0.1:{dead}, http://127.0.0.1:{origin_server.port}]\n")
+
+    cfg.write_text(text("one"))
+    f = server("", start=False)
+    f.args = ["run", "-c", str(cfg), "--pid-file", str(tmp_path / "pid")]
+    f.start(wait_ports=[port])
+    ejected = f"server 127.0.0.1:{dead} ejected"
+    for _ in range(4):  # retries: 1, so each of these is answered by the live server
+        assert get(port, "/x") == (200, b"origin\n")
+    assert f.log().count(ejected) == 1, f.log()
+    cfg.write_text(text("two"))
+    f.proc.send_signal(signal.SIGHUP)
+    line = "reload: generation 2 active on all workers"
+    wait_for(lambda: line in f.log(), 30, line, f.proc)
+    assert get(port, "/r") == (200, b"two\n")
+    for _ in range(6):
+        assert get(port, "/x") == (200, b"origin\n")
+    assert f.log().count(ejected) == 1, f.log()
