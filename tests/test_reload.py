@@ -502,3 +502,88 @@ def test_reload_carries_upstream_health_over(server, tmp_path, origin_server):
     for _ in range(6):
         assert get(port, "/x") == (200, b"origin\n")
     assert f.log().count(ejected) == 1, f.log()
+
+
+def test_reload_keeps_h3_connection_and_stream(server, tmp_path):
+    """An HTTP/3 download (gtlsclient, Debian ngtcp2-client) proxied from an origin that holds
+    the second half of the body: the QUIC connection and its stream outlive ten reloads (routes
+    changed, the certificate rotated) and the body arrives whole; new h3 connections get the
+    new routes."""
+    import hashlib
+    import shutil
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    gtls = shutil.which("gtlsclient")
+    if gtls is None:
+        pytest.skip("gtlsclient (Debian ngtcp2-client) missing")
+    body = os.urandom(300000)
+    arrived, release = threading.Event(), threading.Event()
+
+    class Held(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            arrived.set()
+            release.wait(60)
+            self.wfile.write(body[len(body) // 2:])
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    c1, k1, _ = make_cert(tmp_path / "c1", "one")
+    c2, k2, _ = make_cert(tmp_path / "c2", "two")
+    port = free_port()
+    cfg = tmp_path / "h3.yaml"
+
+    def text(i):
+        c, k = (c2, k2) if i % 2 else (c1, k1)
+        return (f"workers: 2\nlisteners:\n  - address: 127.0.0.1:{port}\n"
+                f"    protocols: [h1, h3]\n    tls: {{cert: {c}, key: {k}}}\n"
+                "routes:\n  - match: {path: /who}\n"
+                f"    respond: {{body: \"v{i}\\n\"}}\n"
+                "  - proxy: {upstream: up}\n"
+                f"upstreams:\n  - name: up\n    servers: [http://127.0.0.1:{httpd.server_port}]\n")
+
+    def gtls_get(path, dl, timeout):
+        return [gtls, "--exit-on-all-streams-close", f"--download={dl}", "--no-quic-dump",
+                "--no-http-dump", f"--timeout={timeout}", "-q", "127.0.0.1", str(port),
+                f"https://127.0.0.1:{port}{path}"]
+
+    cfg.write_text(text(1))
+    f = server("", start=False)
+    f.args = ["run", "-c", str(cfg), "--pid-file", str(tmp_path / "pid")]
+    slow = None
+    try:
+        f.start(wait_ports=[port], udp_ports=[port])
+        dl = tmp_path / "slow"
+        dl.mkdir()
+        slow = subprocess.Popen(gtls_get("/slow", dl, "60s"), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        assert arrived.wait(30), "the proxied request never reached the origin"
+        for i in range(2, 12):
+            cfg.write_text(text(i))
+            f.proc.send_signal(signal.SIGHUP)
+            line = f"reload: generation {i} active on all workers"
+            wait_for(lambda: line in f.log(), 30, line, f.proc)
+        d2 = tmp_path / "who"
+        d2.mkdir()
+        p = subprocess.run(gtls_get("/who", d2, "10s"), capture_output=True, timeout=60)
+        assert p.returncode == 0 and (d2 / "who").read_bytes() == b"v11\n", p
+        release.set()
+        out, _ = slow.communicate(timeout=60)
+        assert slow.returncode == 0, out.decode(errors="replace")[-3000:]
+        got = (dl / "slow").read_bytes()
+        assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), len(got)
+    finally:
+        release.set()
+        if slow and slow.poll() is None:
+            slow.kill()
+            slow.wait()
+        httpd.shutdown()
+        httpd.server_close()
