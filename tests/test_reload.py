@@ -71,7 +71,8 @@ class TcpEcho:
 
 
 class WsEcho:
-    """python3-websockets echo server in its own thread and event loop."""
+    """python3-websockets echo server in its own thread and event loop (no keepalive pings:
+    the test's client answers only while it echoes)."""
 
     def __init__(self):
         import websockets
@@ -85,7 +86,7 @@ class WsEcho:
 
         async def main():
             self.stop_fut = self.loop.create_future()
-            async with websockets.serve(echo, "127.0.0.1", self.port):
+            async with websockets.serve(echo, "127.0.0.1", self.port, ping_interval=None):
                 ready.set()
                 await self.stop_fut
 
@@ -367,7 +368,8 @@ def test_reload_under_load_and_long_lived_traffic(server, tmp_path, origin_serve
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         wsc = loop.run_until_complete(websockets.connect(
-            f"ws://127.0.0.1:{p['plain']}/ws", open_timeout=10, close_timeout=5))
+            f"ws://127.0.0.1:{p['plain']}/ws", open_timeout=10, close_timeout=5,
+            ping_interval=None))  # its loop only runs while the test echoes: no keepalive
 
         async def ws_echo(m):
             await wsc.send(m)
