@@ -62,11 +62,13 @@ struct slot {
     unsigned protocols;
     bool tls, share;
     int64_t backlog;
-    char *address, *name;   /* owned copies (the generation that made it may go first) */
-    fy_quic_server_t *quic; /* owned: h3 certificates (kept with the slot) */
-    bool active;            /* main thread: listed by the current generation */
-    worker_listener_t *wl;  /* per worker */
-    struct slot *next;      /* the server's list of every slot */
+    char *address, *name;     /* owned copies (the generation that made it may go first) */
+    fy_quic_server_t *quic;   /* owned: h3 (GnuTLS certificates replaced on reload) */
+    fy_quic_conf_t quic_conf; /* the `quic:` settings it was made with (borrowed by quic) */
+    uint64_t cert_hash;       /* of the certificate and key files quic has loaded */
+    bool active;              /* main thread: listed by the current generation */
+    worker_listener_t *wl;    /* per worker */
+    struct slot *next;        /* the server's list of every slot */
 };
 
 /* Everything built from one config: immutable once made, refcounted by the server (its
@@ -218,13 +220,28 @@ static int build_mitm(fy_gen_t *g)
 
 /* ---- HTTP/3 (QUIC over UDP on the TCP listener's address) ---- */
 
-/* The listener's certificates, loaded into GnuTLS for QUIC (the same PEM files as OpenSSL). */
-static fy_quic_server_t *h3_server_new(const fy_config_t *cfg, const fy_listener_conf_t *lc)
+static uint64_t fnv_file(uint64_t h, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return h ^ 1;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
+    fclose(f);
+    return h;
+}
+
+/* The listener's certificates, loaded into GnuTLS for QUIC (the same PEM files as OpenSSL):
+ * a new server for the slot, or (a reload) the slot's server given the files when their
+ * contents changed. Returns 0, or -1 after logging. */
+static int h3_certs(const fy_config_t *cfg, const fy_listener_conf_t *lc, slot_t *sl)
 {
     const fy_tls_conf_t *t = lc->tls;
     size_t n = t->certificates.n + 2, k = 0;
     const char **certs = fy_xcalloc(n, sizeof *certs), **keys = fy_xcalloc(n, sizeof *keys);
     char sscert[4096], sskey[4096];
+    int r = -1;
     if (t->cert && t->key) {
         certs[k] = t->cert;
         keys[k++] = t->key;
@@ -234,17 +251,25 @@ static fy_quic_server_t *h3_server_new(const fy_config_t *cfg, const fy_listener
         certs[k] = cc[i].cert;
         keys[k++] = cc[i].key;
     }
-    fy_quic_server_t *qs = NULL;
     if (t->self_signed) {
         if (fy_tls_selfsigned_ensure(cfg->data_dir, sscert, sskey, sizeof sscert) < 0) goto out;
         certs[k] = sscert;
         keys[k++] = sskey;
     }
-    qs = fy_quic_server_new(&cfg->quic, certs, keys, k, lc->address);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < k; i++) h = fnv_file(fnv_file(h, certs[i]), keys[i]);
+    if (!sl->quic) {
+        sl->quic_conf = cfg->quic;
+        sl->quic = fy_quic_server_new(&sl->quic_conf, certs, keys, k, lc->address);
+        r = sl->quic ? 0 : -1;
+    } else {
+        r = h == sl->cert_hash ? 0 : fy_quic_server_set_certs(sl->quic, certs, keys, k);
+    }
+    if (r == 0) sl->cert_hash = h;
 out:
     free(certs);
     free(keys);
-    return qs;
+    return r;
 }
 
 /* `Alt-Svc: h3=":PORT"` for the TCP side of listeners that also serve h3 */
@@ -413,8 +438,7 @@ static slot_t *slot_new(fy_server_t *s, const fy_config_t *cfg, const fy_listene
     const struct sockaddr *sa = (const struct sockaddr *)&lc->addr;
     if (lc->protocols & FY_PROTO_H3) {
         if (probe && fy_sock_probe(sa, lc->addrlen, SOCK_DGRAM, lc->address) < 0) return NULL;
-        sl->quic = h3_server_new(cfg, lc);
-        if (!sl->quic) return NULL;
+        if (h3_certs(cfg, lc, sl) < 0) return NULL;
         for (int w = 0; w < s->nworkers; w++) {
             int fd = fy_quic_socket(sa, lc->addrlen, lc->address);
             if (fd < 0) return NULL;
@@ -442,6 +466,10 @@ static int gen_bind(fy_server_t *s, fy_gen_t *g)
             bool claimed = false;
             for (size_t j = 0; j < i; j++) claimed |= g->slots[j] == sl;
             if (sl->active && !claimed && slot_matches(sl, &lc[i])) g->slots[i] = sl;
+        }
+        if (g->slots[i] && g->slots[i]->quic && h3_certs(g->cfg, &lc[i], g->slots[i]) < 0) {
+            for (slot_t *n = s->slots; n != before; n = n->next) slot_close_unstarted(s, n);
+            return -1;
         }
         if (g->slots[i]) continue;
         slot_t *sl = slot_new(s, g->cfg, &lc[i]);

@@ -223,7 +223,7 @@ def origin_server(server, tmp_path):
 
 def test_reload_routes_certificate_and_listeners(server, tmp_path, origin_server):
     """A changed route answers at once on new connections; a rotated certificate is what a new
-    handshake sees; an added listener opens and a removed one closes, the others keep their
+    handshake sees, over TCP and over QUIC; an added listener opens and a removed one closes, the others keep their
     sockets (same inode); `ferry reload` validates first and signals the pid file's server."""
     ws, echo = WsEcho(), TcpEcho()
     try:
@@ -233,6 +233,7 @@ def test_reload_routes_certificate_and_listeners(server, tmp_path, origin_server
         r = Reloadable(server, tmp_path, p, c1, k1)
         assert get(p["plain"], "/r") == (200, b"v1\n")
         assert peer_der(p["tls"]) == der1
+        assert h3_verifies(p["tls"], c1) and not h3_verifies(p["tls"], c2)
         inode = os.stat(f"/proc/{r.f.proc.pid}/fd/0")  # noqa: F841  (process alive)
         before = listen_inodes(r.f.proc.pid, p["plain"])
         assert before
@@ -241,11 +242,13 @@ def test_reload_routes_certificate_and_listeners(server, tmp_path, origin_server
         assert get(p["extra"], "/r") == (200, b"v2\n")
         assert get(p["plain"], "/extra/x") == (200, b"origin\n")
         assert peer_der(p["tls"]) == der2
+        assert h3_verifies(p["tls"], c2) and not h3_verifies(p["tls"], c1)
         assert listen_inodes(r.f.proc.pid, p["plain"]) == before  # no rebind
         r.reload(render(p, 3, c1, k1))
         assert get(p["plain"], "/r") == (200, b"v3\n")
         assert get(p["plain"], "/extra/x")[0] == 404
         assert peer_der(p["tls"]) == der1
+        assert h3_verifies(p["tls"], c1) and not h3_verifies(p["tls"], c2)
         wait_for(lambda: not listen_inodes(r.f.proc.pid, p["extra"]), 15,
                  "the removed listener to close")
         with pytest.raises(OSError):
@@ -253,6 +256,13 @@ def test_reload_routes_certificate_and_listeners(server, tmp_path, origin_server
     finally:
         ws.stop()
         echo.close()
+
+
+def h3_verifies(port, ca):
+    """Whether an h3 request over a new QUIC connection verifies against `ca` alone."""
+    q = subprocess.run([H3GET, "--ca", str(ca), "127.0.0.1", str(port), "/r"],
+                       capture_output=True, text=True, timeout=60)
+    return q.returncode == 0
 
 
 def listen_inodes(pid, port):

@@ -65,6 +65,12 @@ typedef struct fy_quic_app_ops {
 fy_quic_server_t *fy_quic_server_new(const fy_quic_conf_t *conf, const char *const *certs,
                                      const char *const *keys, size_t n, const char *name);
 void fy_quic_server_free(fy_quic_server_t *qs);
+/* A reload with rotated certificate files: connections accepted from now on get these (same
+ * form as fy_quic_server_new); the replaced credentials are kept until fy_quic_server_free,
+ * as a handshake on another worker may still use them. One thread at a time (the main
+ * thread). Returns 0, or -1 after logging (the current certificates stay). */
+int fy_quic_server_set_certs(fy_quic_server_t *qs, const char *const *certs,
+                             const char *const *keys, size_t n);
 
 /* A UDP socket bound to `sa` with SO_REUSEPORT (before the worker threads start). Returns
  * the fd or -errno after logging. */
