@@ -10,7 +10,7 @@ PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
 BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-dev libpcre2-dev \
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev
-TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
+TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
              ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium
 # Node.js + npm drive Chromium (npm's playwright-core) in the browser tests. Installed from
 # Debian only when no `npm` is on the machine: a Node.js from elsewhere (e.g. NodeSource, which

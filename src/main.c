@@ -505,7 +505,7 @@ static int run(fy_config_t *cfg)
             fy_notice("SIGHUP: configuration reload is not supported yet; ignored");
             continue;
         }
-        fy_notice("signal %d: draining connections and exiting", sig);
+        fy_notice("signal %d: stopping", sig); /* fy_server_stop logs the drain */
         break;
     }
     fy_server_stop(s, 10000);

@@ -7,7 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -24,6 +26,7 @@
 #include "handler/static.h"
 #include "http/router.h"
 #include "l4/l4.h"
+#include "net/accept.h"
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
@@ -35,8 +38,9 @@ typedef struct worker_listener {
     fy_http_ctx_t ctx;
     struct fy_worker *w;
     const fy_listener_conf_t *conf;
-    bool paused; /* at limits.connections */
-    int udp_fd;  /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
+    bool paused;               /* at limits.connections */
+    fy_accept_pause_t fdpause; /* accept ran out of descriptors */
+    int udp_fd; /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
     fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
     int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
 } worker_listener_t;
@@ -50,6 +54,7 @@ struct fy_worker {
     fy_timer_t tick;       /* access-log flush */
     fy_timer_t drain_timer;
     atomic_bool stop_requested;
+    atomic_bool flush_requested; /* fy_server_stop: write the access log out now */
     bool draining;
     uint64_t drain_ms;
     fy_access_log_t *alog;
@@ -66,9 +71,12 @@ struct fy_server {
     fy_quic_server_t **quic;   /* per listener, NULL without h3 */
     const char **alt_svc;      /* per listener: Alt-Svc value for TCP responses, or NULL */
     int access_fd;
-    fy_router_t mitm_router; /* one catch-all route to the mitm handler (intercept listeners) */
-    fy_handler_t *mitm;      /* owned by mitm_router */
-    fy_har_t *har;           /* intercept.capture.har, or NULL */
+    fy_router_t mitm_router;  /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;       /* owned by mitm_router */
+    fy_har_t *har;            /* intercept.capture.har, or NULL */
+    pthread_mutex_t flush_mu; /* fy_server_stop waits for every worker's access-log flush */
+    pthread_cond_t flush_cv;
+    int nflushed;
 };
 
 static const char *const alpn_h1[] = {"http/1.1", NULL};
@@ -189,6 +197,9 @@ static int h3_setup(fy_server_t *s)
     s->quic = fy_xcalloc(cfg->listeners.n, sizeof *s->quic);
     for (size_t i = 0; i < cfg->listeners.n; i++) {
         if (!(lc[i].protocols & FY_PROTO_H3)) continue;
+        if (!lc[i].share && fy_sock_probe((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
+                                          SOCK_DGRAM, lc[i].address) < 0)
+            return -1;
         s->quic[i] = h3_server_new(cfg, &lc[i]);
         if (!s->quic[i]) return -1;
         for (int w = 0; w < s->nworkers; w++) {
@@ -221,14 +232,42 @@ static const char *h3_alt_svc(const fy_listener_conf_t *lc)
     return v;
 }
 
+/* Descriptors a worker needs besides its client connections: listeners, epoll, pipes, pooled
+ * origin connections, files being sent. */
+#define FD_MARGIN 64
+
+/* Raise the soft RLIMIT_NOFILE to the hard one, and say so when `limits.connections` per
+ * worker (each proxied one may hold an origin connection too) cannot fit under it. */
+static void raise_nofile(const fy_config_t *cfg, int nworkers)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl.rlim_cur = rl.rlim_max;
+    }
+    uint64_t need =
+        (uint64_t)cfg->limits.max_connections * (uint64_t)nworkers + (uint64_t)FD_MARGIN * nworkers;
+    if (rl.rlim_cur != RLIM_INFINITY && need > (uint64_t)rl.rlim_cur)
+        fy_warn("limits.connections (%lld) x %d worker%s needs about %llu file descriptors, but "
+                "RLIMIT_NOFILE is %llu (hard limit %llu): accepts will pause when descriptors "
+                "run out; raise the limit (ulimit -n, LimitNOFILE=) or lower limits.connections",
+                (long long)cfg->limits.max_connections, nworkers, nworkers == 1 ? "" : "s",
+                (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+                (unsigned long long)rl.rlim_max);
+}
+
 fy_server_t *fy_server_new(const fy_config_t *cfg)
 {
     fy_server_t *s = fy_xcalloc(1, sizeof *s);
     s->cfg = cfg;
     s->access_fd = -1;
+    pthread_mutex_init(&s->flush_mu, NULL);
+    pthread_cond_init(&s->flush_cv, NULL);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
+    raise_nofile(cfg, s->nworkers);
     s->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *s->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
@@ -273,14 +312,20 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     }
     /* h3's UDP sockets first: once a TCP port accepts, its UDP twin is bound too */
     if (h3_setup(s) < 0) goto fail;
-    /* bind here, before any thread starts, so that errors are reported at once */
-    for (int w = 0; w < s->nworkers; w++)
-        for (size_t i = 0; i < cfg->listeners.n; i++) {
+    /* bind here, before any thread starts, so that errors are reported at once; a port that
+       another process (or an earlier listener of this config) holds is refused unless the
+       listener says `share: true` */
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        if (!lc[i].share && fy_sock_probe((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
+                                          SOCK_STREAM, lc[i].address) < 0)
+            goto fail;
+        for (int w = 0; w < s->nworkers; w++) {
             int fd = fy_sock_listen((const struct sockaddr *)&lc[i].addr, lc[i].addrlen,
                                     (int)lc[i].backlog, lc[i].address);
             if (fd < 0) goto fail;
             s->workers[w].ls[i].io.fd = fd;
         }
+    }
     s->alt_svc = fy_xcalloc(cfg->listeners.n, sizeof *s->alt_svc);
     for (size_t i = 0; i < cfg->listeners.n; i++) s->alt_svc[i] = h3_alt_svc(&lc[i]);
     return s;
@@ -316,6 +361,14 @@ static void on_accept(fy_io_t *io, uint32_t ev)
         int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+            if (fy_accept_is_resource_error(errno)) {
+                /* the connection stays queued and the socket readable: without a pause the
+                   loop would retry (and log) at full speed */
+                int e = errno;
+                fy_io_set(&wl->w->loop, &wl->io, 0);
+                fy_accept_pause(&wl->fdpause, e);
+                return;
+            }
             fy_error("accept on %s: %s", wl->conf->address, strerror(errno));
             return;
         }
@@ -356,15 +409,36 @@ static void on_conn_closed(fy_http_ctx_t *ctx)
     }
     if (wl->paused && (int64_t)ctx->nconns < ctx->limits->max_connections) {
         wl->paused = false;
-        fy_io_set(&w->loop, &wl->io, EPOLLIN);
+        if (!wl->fdpause.paused) fy_io_set(&w->loop, &wl->io, EPOLLIN);
     }
+    if (wl->fdpause.paused) fy_accept_pause_end(&wl->fdpause); /* a descriptor came free */
+}
+
+/* The descriptor pause ended: poll the listening socket again unless something else holds
+ * it (limits.connections, the drain). */
+static void accept_resume(void *ud)
+{
+    worker_listener_t *wl = ud;
+    if (!wl->paused && !wl->w->draining && wl->io.fd >= 0)
+        fy_io_set(&wl->w->loop, &wl->io, EPOLLIN);
+}
+
+/* Milliseconds to just past the next wall-clock second: every worker flushes its access log
+ * then, so that lines of one second are all written before any of the next (the log's
+ * timestamps have a resolution of one second; the buffer is also flushed when a line of a
+ * new second comes, see ops/access_log.c). */
+static uint64_t ms_to_next_second(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return 1000 - (uint64_t)ts.tv_nsec / 1000000 + 2;
 }
 
 static void on_tick(fy_timer_t *t)
 {
     struct fy_worker *w = t->data;
     if (w->alog) fy_access_log_flush(w->alog);
-    fy_timer_start(&w->loop, t, 1000);
+    fy_timer_start(&w->loop, t, ms_to_next_second());
 }
 
 static void on_drain_timeout(fy_timer_t *t)
@@ -372,7 +446,7 @@ static void on_drain_timeout(fy_timer_t *t)
     struct fy_worker *w = t->data;
     size_t n = 0;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) n += w->ls[i].ctx.nconns;
-    fy_warn("drain deadline passed: closing %zu connections", n);
+    fy_warn("drain deadline passed: closing %zu connection%s", n, n == 1 ? "" : "s");
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
     fy_l4_worker_close_all(w->srv->l4, w->id);
     fy_loop_stop(&w->loop);
@@ -381,18 +455,27 @@ static void on_drain_timeout(fy_timer_t *t)
 static void on_wake(fy_loop_t *loop)
 {
     struct fy_worker *w = loop->data;
+    if (atomic_exchange(&w->flush_requested, false)) {
+        if (w->alog) fy_access_log_flush(w->alog);
+        pthread_mutex_lock(&w->srv->flush_mu);
+        w->srv->nflushed++;
+        pthread_cond_signal(&w->srv->flush_cv);
+        pthread_mutex_unlock(&w->srv->flush_mu);
+    }
     if (!atomic_load(&w->stop_requested) || w->draining) return;
     w->draining = true;
     for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) {
         worker_listener_t *wl = &w->ls[i];
+        fy_accept_pause_stop(&wl->fdpause);
         if (wl->io.fd >= 0) {
             fy_io_set(loop, &wl->io, 0);
             close(wl->io.fd);
             wl->io.fd = -1;
         }
         if (wl->quic) fy_h3_endpoint_drain(wl->quic);
-        fy_http_ctx_drain(&wl->ctx);
     }
+    fy_proxy_drain(); /* WebSocket tunnels: Close 1001 both ways */
+    for (size_t i = 0; i < w->srv->cfg->listeners.n; i++) fy_http_ctx_drain(&w->ls[i].ctx);
     fy_l4_worker_drain(w->srv->l4, w->id);
     if (all_closed(w)) {
         fy_loop_stop(loop);
@@ -448,6 +531,7 @@ static void *worker_main(void *arg)
             wl->ctx.on_done_ud = w;
         }
         fy_list_init(&wl->ctx.conns);
+        fy_accept_pause_init(&wl->fdpause, &w->loop, lc[i].name, accept_resume, wl);
         wl->io.cb = on_accept;
         wl->io.data = wl;
         fy_io_set(&w->loop, &wl->io, EPOLLIN);
@@ -459,7 +543,7 @@ static void *worker_main(void *arg)
             fy_upstream_health_start(s->upstreams[i], &w->loop, w->id);
     fy_timer_init(&w->tick, on_tick, w);
     fy_timer_init(&w->drain_timer, on_drain_timeout, w);
-    if (w->alog) fy_timer_start(&w->loop, &w->tick, 1000);
+    if (w->alog) fy_timer_start(&w->loop, &w->tick, ms_to_next_second());
     fy_loop_run(&w->loop);
     /* leftovers (drain deadline): every conn is closed; run their deferred frees */
     for (size_t i = 0; i < cfg->listeners.n; i++) fy_http_ctx_close_all(&w->ls[i].ctx);
@@ -515,8 +599,30 @@ int fy_server_start(fy_server_t *s)
     return 0;
 }
 
+/* Every worker writes out its access log (bounded wait: a stuck worker must not stop the
+ * stop), so that the lines of what was served before the stop precede the drain notice. */
+static void flush_access_logs(fy_server_t *s)
+{
+    pthread_mutex_lock(&s->flush_mu);
+    s->nflushed = 0;
+    pthread_mutex_unlock(&s->flush_mu);
+    for (int i = 0; i < s->nworkers; i++) {
+        atomic_store(&s->workers[i].flush_requested, true);
+        fy_loop_wake(&s->workers[i].loop);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    pthread_mutex_lock(&s->flush_mu);
+    while (s->nflushed < s->nworkers)
+        if (pthread_cond_timedwait(&s->flush_cv, &s->flush_mu, &until) != 0) break;
+    pthread_mutex_unlock(&s->flush_mu);
+}
+
 void fy_server_stop(fy_server_t *s, uint64_t drain_ms)
 {
+    if (s->access_fd >= 0) flush_access_logs(s);
+    fy_notice("draining connections (at most %llu ms) and exiting", (unsigned long long)drain_ms);
     for (int i = 0; i < s->nworkers; i++) {
         s->workers[i].drain_ms = drain_ms;
         atomic_store(&s->workers[i].stop_requested, true);
@@ -554,6 +660,8 @@ void fy_server_free(fy_server_t *s)
         fy_upstream_free(s->upstreams[i]);
     free(s->upstreams);
     if (s->access_fd > 2) close(s->access_fd);
+    pthread_mutex_destroy(&s->flush_mu);
+    pthread_cond_destroy(&s->flush_cv);
     free(s);
 }
 

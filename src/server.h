@@ -12,7 +12,8 @@ typedef struct fy_server fy_server_t;
 fy_server_t *fy_server_new(const fy_config_t *cfg);
 /* Start the worker threads. Returns 0 or -errno. */
 int fy_server_start(fy_server_t *s);
-/* Graceful stop: stop accepting, finish in-flight responses (at most `drain_ms`), join. */
+/* Graceful stop: write out every worker's access log, log the drain notice, stop accepting,
+ * finish in-flight responses (at most `drain_ms`), join. */
 void fy_server_stop(fy_server_t *s, uint64_t drain_ms);
 void fy_server_free(fy_server_t *s);
 /* The intercepting proxy's handler (listeners of kind intercept/socks5), or NULL. */

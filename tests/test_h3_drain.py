@@ -69,6 +69,7 @@ listeners:
   - address: 127.0.0.1:{port}
     protocols: [h1, h3]
     tls: self-signed
+    share: true
 routes:
   - match: {{{{path: /who}}}}
     respond: {{{{status: 200, body: "{who}\\n"}}}}

@@ -999,6 +999,12 @@ static void process(h1_conn_t *c)
                 handoff_h2(c, NULL);
                 return;
             }
+            if (!(c->ctx->protocols & FY_PROTO_H1)) {
+                /* an h2c-only listener speaks HTTP/2 from the first byte: the h2 codec answers
+                   the invalid preface with GOAWAY PROTOCOL_ERROR (RFC 9113 §3.4), as nginx */
+                handoff_h2(c, NULL);
+                return;
+            }
         }
         if (!(c->ctx->protocols & FY_PROTO_H1) && c->ctx->protocols) {
             /* an h2c-only listener: nothing but the HTTP/2 preface is served */
@@ -1485,11 +1491,22 @@ static void on_io(fy_io_t *io, uint32_t ev)
     if (ev & (EPOLLIN | EPOLLHUP)) on_readable(c);
 }
 
+/* Graceful stop: a response in progress ends with `Connection: close` (write_head) and then
+ * the connection lingers. An idle kept-alive connection is read first: a request already in
+ * the socket is answered (with `Connection: close`) rather than reset by a close with unread
+ * bytes; with nothing there it is half-closed (FIN) and lingers, so that a request the client
+ * sent meanwhile meets a FIN, not a reset. */
 static void node_drain(fy_conn_node_t *n)
 {
     h1_conn_t *c = fy_container_of(n, h1_conn_t, node);
     c->keepalive = false;
-    if (!c->ex_active && (!c->rbuf || c->rstart == c->rlen) && !output_pending(c)) conn_close(c);
+    if (c->closed || c->ex_active || c->lingering || c->handshaking || output_pending(c)) return;
+    if (c->rbuf && c->rstart != c->rlen) return; /* part of a request: it gets its answer */
+    c->read_paused = false;
+    on_readable(c);
+    if (c->closed || c->ex_active || c->lingering || output_pending(c)) return;
+    if (c->rbuf && c->rstart != c->rlen) return;
+    conn_linger(c);
 }
 
 static void node_close(fy_conn_node_t *n)

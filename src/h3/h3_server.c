@@ -40,7 +40,11 @@ typedef struct h3_stream {
     bool pend_fin;
     fy_list_t blink;
     size_t hdr_bytes;
-    bool hdr_too_large, bad_request, saw_regular;
+    bool hdr_too_large, saw_regular;
+    const char *malformed; /* why the field section is malformed (RFC 9114 §4.1.2), or NULL */
+    unsigned pseudo_seen;  /* PSEUDO_* bits */
+    fy_str_t host;         /* the Host field's value (host_seen) */
+    bool host_seen;
     bool dispatched, fin_recv, peer_gone;
     /* response */
     bool head_written, final, ex_done, want_proceed, finished;
@@ -445,6 +449,20 @@ static fy_str_t hdup(h3_stream_t *s, const uint8_t *p, size_t n)
     return fy_str(fy_arena_strndup(&s->arena, (const char *)p, n), n);
 }
 
+enum {
+    PSEUDO_METHOD = 1,
+    PSEUDO_SCHEME = 2,
+    PSEUDO_AUTHORITY = 4,
+    PSEUDO_PATH = 8,
+    PSEUDO_PROTOCOL = 16,
+};
+
+/* Record the first reason a request's field section is malformed. */
+static void bad(h3_stream_t *s, const char *why)
+{
+    if (!s->malformed) s->malformed = why;
+}
+
 static void on_field(h3_stream_t *s, nghttp3_vec name, nghttp3_vec value)
 {
     s->hdr_bytes += name.len + value.len + 32;
@@ -454,10 +472,10 @@ static void on_field(h3_stream_t *s, nghttp3_vec name, nghttp3_vec value)
     }
     fy_request_t *q = &s->ex.req;
     for (size_t i = 0; i < name.len; i++)
-        if (name.base[i] >= 'A' && name.base[i] <= 'Z') s->bad_request = true;
+        if (name.base[i] >= 'A' && name.base[i] <= 'Z') bad(s, "upper-case field name");
     if (s->phase == 1) { /* trailers: no pseudo-headers */
         if (name.len && name.base[0] == ':') {
-            s->bad_request = true;
+            bad(s, "pseudo-header field in trailers");
             return;
         }
         fy_str_t n = hdup(s, name.base, name.len), v = hdup(s, value.base, value.len);
@@ -465,27 +483,33 @@ static void on_field(h3_stream_t *s, nghttp3_vec name, nghttp3_vec value)
         return;
     }
     if (name.len && name.base[0] == ':') {
-        if (s->saw_regular) s->bad_request = true;
+        if (s->saw_regular) bad(s, "pseudo-header field after a regular field");
         fy_str_t v = hdup(s, value.base, value.len);
         fy_str_t *dst = NULL;
+        unsigned bit;
         if (name.len == 7 && !memcmp(name.base, ":method", 7)) {
             dst = &q->method;
+            bit = PSEUDO_METHOD;
         } else if (name.len == 5 && !memcmp(name.base, ":path", 5)) {
             dst = &q->target;
+            bit = PSEUDO_PATH;
         } else if (name.len == 10 && !memcmp(name.base, ":authority", 10)) {
             dst = &q->authority;
+            bit = PSEUDO_AUTHORITY;
         } else if (name.len == 7 && !memcmp(name.base, ":scheme", 7)) {
             dst = &q->scheme;
-            if (!fy_str_eq(v, "https", 5) && !fy_str_eq(v, "http", 4)) s->bad_request = true;
-            q->scheme = v;
-            return;
+            bit = PSEUDO_SCHEME;
+            if (!fy_str_eq(v, "https", 5) && !fy_str_eq(v, "http", 4))
+                bad(s, ":scheme other than http or https");
         } else if (name.len == 9 && !memcmp(name.base, ":protocol", 9)) {
             dst = &q->protocol;
+            bit = PSEUDO_PROTOCOL;
         } else {
-            s->bad_request = true;
+            bad(s, "unknown or response pseudo-header field");
             return;
         }
-        if (dst->len) s->bad_request = true; /* duplicate */
+        if (s->pseudo_seen & bit) bad(s, "duplicated pseudo-header field");
+        s->pseudo_seen |= bit;
         *dst = v;
         if (dst == &q->method) q->method_id = fy_http_method_id(v);
         return;
@@ -497,16 +521,21 @@ static void on_field(h3_stream_t *s, nghttp3_vec name, nghttp3_vec value)
     }
     fy_str_t n = hdup(s, name.base, name.len), v = hdup(s, value.base, value.len);
     if (is_conn_specific(n) || (fy_str_ieq(n, "te", 2) && !fy_str_eq(v, "trailers", 8)))
-        s->bad_request = true;
-    if (fy_str_ieq(n, "host", 4) && q->authority.len == 0) q->authority = v;
+        bad(s, "connection-specific field");
+    if (fy_str_ieq(n, "host", 4)) {
+        if (s->host_seen) bad(s, "more than one Host field");
+        s->host_seen = true;
+        s->host = v;
+    }
     if (fy_str_ieq(n, "content-length", 14)) {
         int64_t cl = 0;
-        if (v.len == 0 || v.len > 18) s->bad_request = true;
+        if (v.len == 0 || v.len > 18) bad(s, "bad content-length");
         for (size_t i = 0; i < v.len; i++) {
-            if (v.p[i] < '0' || v.p[i] > '9') s->bad_request = true;
+            if (v.p[i] < '0' || v.p[i] > '9') bad(s, "bad content-length");
             cl = cl * 10 + (v.p[i] - '0');
         }
-        if (q->content_length >= 0 && q->content_length != cl) s->bad_request = true;
+        if (q->content_length >= 0 && q->content_length != cl)
+            bad(s, "content-length fields that differ");
         q->content_length = cl;
     }
     fy_headers_add(&s->arena, &q->headers, n.p, n.len, v.p, v.len);
@@ -529,13 +558,41 @@ static void dispatch(h3_stream_t *s)
         return;
     }
     bool connect = q->method_id == FY_M_CONNECT;
-    if (s->bad_request || q->method.len == 0 ||
-        (!connect && (q->scheme.len == 0 || q->target.len == 0)) ||
-        (connect && q->protocol.len == 0 && (q->scheme.len || q->target.len)) ||
-        (q->protocol.len && !connect)) {
-        fy_exchange_fail(ex, 400, "malformed HTTP/3 request");
+    unsigned ps = s->pseudo_seen;
+    /* RFC 9114 §4.3.1 (and RFC 9220 for :protocol) */
+    if (!(ps & PSEUDO_METHOD) || q->method.len == 0)
+        bad(s, "no :method");
+    else if (!connect && !(ps & PSEUDO_SCHEME))
+        bad(s, "no :scheme");
+    else if (!connect && (!(ps & PSEUDO_PATH) || q->target.len == 0))
+        bad(s, "no :path");
+    else if (connect && !(ps & PSEUDO_PROTOCOL) && (ps & (PSEUDO_SCHEME | PSEUDO_PATH)))
+        bad(s, "CONNECT with :scheme or :path");
+    else if ((ps & PSEUDO_PROTOCOL) && !connect)
+        bad(s, ":protocol without CONNECT");
+    else if ((ps & PSEUDO_AUTHORITY) && q->authority.len == 0)
+        bad(s, "empty :authority");
+    else if (s->host_seen && s->host.len == 0)
+        bad(s, "empty Host");
+    else if ((ps & PSEUDO_AUTHORITY) && s->host_seen &&
+             !fy_str_eq(q->authority, s->host.p, s->host.len))
+        bad(s, ":authority and Host differ");
+    else if (connect && !(ps & PSEUDO_AUTHORITY))
+        bad(s, "CONNECT without :authority");
+    else if (!(ps & PSEUDO_AUTHORITY) && !s->host_seen)
+        bad(s, "neither :authority nor Host");
+    if (s->malformed) {
+        /* RFC 9114 §4.1.2: a malformed request is a stream error H3_MESSAGE_ERROR */
+        char a[64];
+        fy_info("client %s: h3 stream %lld: malformed request (%s): H3_MESSAGE_ERROR",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), (long long)s->qs->id,
+                s->malformed);
+        if (!s->fin_recv && !s->peer_gone)
+            fy_quic_stream_stop_reading(c->qc, s->qs, FY_H3_MESSAGE_ERROR);
+        abort_stream(s, FY_H3_MESSAGE_ERROR);
         return;
     }
+    if (!(ps & PSEUDO_AUTHORITY)) q->authority = s->host;
     if (connect) {
         if (q->protocol.len == 0) {
             fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
@@ -634,7 +691,7 @@ static int headers_done(h3_stream_t *s)
         dispatch(s);
     } else {
         s->phase = 2; /* trailers end the body */
-        if (s->bad_request && !s->ex_done) abort_stream(s, FY_H3_MESSAGE_ERROR);
+        if (s->malformed && !s->ex_done) abort_stream(s, FY_H3_MESSAGE_ERROR);
     }
     return 0;
 }

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "core/alloc.h"
 #include "core/errors.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include <openssl/evp.h>
@@ -27,6 +29,14 @@ typedef struct proxy_handler {
 } proxy_handler_t;
 
 enum { T_FIRST_BYTE = 1, T_IDLE };
+
+/* Where a WebSocket's frames (RFC 6455 §5.2) end in one direction of a tunnel: a Close frame
+ * of ours may only go in between two frames. */
+typedef struct ws_track {
+    uint64_t left;   /* payload bytes of the current frame still to pass */
+    uint8_t hdr[14]; /* a frame header being read */
+    uint8_t hlen;
+} ws_track_t;
 
 /* Which client codec carries the exchange to the origin: every one of them has the same
  * stream ops (on_head / on_data / on_end / on_error / read_body), implemented once below. */
@@ -91,6 +101,14 @@ typedef struct proxy_req {
     int64_t interim;   /* interim (1xx) heads of this attempt (limits.informational-responses) */
     fy_timer_t body_timer; /* limits.body-total-timeout, while the request body comes */
     bool body_timing;
+    /* an open WebSocket tunnel: frame boundaries both ways, and our Close frames */
+    bool ws;           /* the tunnel's protocol is websocket */
+    bool ws_closing;   /* going away (stop, tunnel timeout): Close 1001 to both sides */
+    bool ws_down_sent; /* ours went to the client: the origin's later bytes are dropped */
+    bool ws_up_sent;   /* ours went to the origin (then its end): the client's are dropped */
+    ws_track_t ws_down, ws_up; /* origin -> client, client -> origin */
+    uint8_t ws_up_frame[8];    /* our masked Close for the origin */
+    fy_list_t ws_node;         /* in this thread's open_ws while `ws` */
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
@@ -112,6 +130,8 @@ typedef struct proxy_req {
 
 static void attempt(proxy_req_t *pr);
 static void deliver(proxy_req_t *pr);
+static void resume_body(proxy_req_t *pr);
+static void ws_going_away(proxy_req_t *pr);
 
 /* ---- helpers ---- */
 
@@ -263,6 +283,7 @@ static void put_path(proxy_req_t *pr, sbuf_t *b)
 static void set_timer(proxy_req_t *pr, int kind)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
+    if (pr->ws_closing) return; /* the close handshake has its own deadline */
     pr->timer_kind = kind;
     uint64_t ms = kind == T_FIRST_BYTE ? uc->first_byte_timeout_ms : uc->idle_timeout_ms;
     if (kind == T_FIRST_BYTE && pr->attempts > 1 && uc->retry_timeout_ms) {
@@ -271,6 +292,7 @@ static void set_timer(proxy_req_t *pr, int kind)
         uint64_t left = end > now ? end - now : 1;
         if (left < ms) ms = left;
     }
+    if (pr->tunnel_open) ms = pr->ex->ctx->limits->tunnel_timeout_ms; /* `limits.tunnel-timeout` */
     fy_timer_start(pr->loop, &pr->timer, ms);
 }
 
@@ -315,6 +337,8 @@ static void drop_origin(proxy_req_t *pr, bool reusable)
 static void cleanup(void *arg)
 {
     proxy_req_t *pr = arg;
+    if (pr->ws) fy_list_remove(&pr->ws_node);
+    pr->ws = false;
     fy_timer_stop(pr->loop, &pr->timer);
     fy_timer_stop(pr->loop, &pr->body_timer);
     drop_origin(pr, false);
@@ -391,6 +415,22 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
 static void on_timer(fy_timer_t *t)
 {
     proxy_req_t *pr = t->data;
+    if (pr->tunnel_open && !pr->finished && !pr->stopped) {
+        if (pr->ws && !pr->ws_closing) {
+            /* `limits.tunnel-timeout`: both sides hear why (1001) and close */
+            fy_info("upstream %s: tunnel idle timeout: closing the WebSocket (1001)",
+                    fy_upstream_conf(pr->ph->up)->name);
+            ws_going_away(pr);
+            return;
+        }
+        /* another kind of tunnel, or a close handshake that did not finish: cut it */
+        fy_info("upstream %s: %s", fy_upstream_conf(pr->ph->up)->name,
+                pr->ws ? "WebSocket close handshake timed out" : "tunnel idle timeout");
+        drop_origin(pr, false);
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 504, pr->ws ? "WebSocket close timeout" : "tunnel idle timeout");
+        return;
+    }
     if (pr->trail) {
         /* the response is complete: the rest of the body is not worth failing it for */
         pr->trail_abort = true;
@@ -639,6 +679,126 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
 }
 
+/* ---- WebSocket tunnels: Close frames of ours (stop, tunnel timeout) ---- */
+
+/* This thread's open WebSocket tunnels (fy_proxy_drain). */
+static __thread fy_list_t open_ws;
+static __thread bool open_ws_init;
+
+static void ws_feed(ws_track_t *t, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    while (n) {
+        if (t->left) {
+            size_t k = n < t->left ? n : (size_t)t->left;
+            t->left -= k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        t->hdr[t->hlen++] = *p++;
+        n--;
+        if (t->hlen < 2) continue;
+        unsigned l7 = t->hdr[1] & 0x7fu;
+        size_t need = 2u + (t->hdr[1] & 0x80u ? 4u : 0u) + (l7 == 126 ? 2u : l7 == 127 ? 8u : 0u);
+        if (t->hlen < need) continue;
+        uint64_t len = l7;
+        if (l7 == 126) len = (uint64_t)t->hdr[2] << 8 | t->hdr[3];
+        if (l7 == 127)
+            for (int i = 2; i < 10; i++) len = len << 8 | t->hdr[i];
+        t->left = len;
+        t->hlen = 0;
+    }
+}
+
+static bool ws_at_boundary(const ws_track_t *t)
+{
+    return t->left == 0 && t->hlen == 0;
+}
+
+/* Close, 1001 "going away" (RFC 6455 §7.4.1), server to client: unmasked */
+static const char ws_close_1001[4] = {(char)0x88, 0x02, 0x03, (char)0xe9};
+
+/* Our Close to the client, once nothing else is being sent and its frames are whole. */
+static void ws_close_down(proxy_req_t *pr)
+{
+    if (pr->ws_down_sent || pr->finished || pr->stopped || pr->res_sending ||
+        !ws_at_boundary(&pr->ws_down))
+        return;
+    pr->ws_down_sent = true;
+    pr->res_sending = true; /* the codec calls proceed once it is out */
+    pr->sending_len = 0;
+    struct iovec iov = {(void *)ws_close_1001, sizeof ws_close_1001};
+    fy_exchange_send(pr->ex, &iov, 1, FY_SEND_MORE);
+}
+
+/* Our Close to the origin (client to server: masked), then the end of that direction. */
+static void ws_close_up(proxy_req_t *pr)
+{
+    if (pr->ws_up_sent || pr->q_end || pr->qn || !ws_at_boundary(&pr->ws_up)) return;
+    pr->ws_up_sent = true;
+    uint8_t m[4] = {0x5a, 0x3c, 0x96, 0xe1};
+    if (getrandom(m, sizeof m, GRND_NONBLOCK) != (ssize_t)sizeof m) m[0] ^= (uint8_t)now_us();
+    uint8_t *f = pr->ws_up_frame;
+    f[0] = 0x88;
+    f[1] = 0x82;
+    memcpy(f + 2, m, 4);
+    f[6] = 0x03 ^ m[0];
+    f[7] = 0xe9 ^ m[1];
+    pr->qp = (const char *)f;
+    pr->qn = sizeof pr->ws_up_frame;
+    pr->q_end = true;
+    resume_body(pr);
+}
+
+/* Stop or tunnel timeout: Close 1001 to both sides (each as soon as its direction is between
+ * frames), then the peers' answers end the tunnel: the origin's close finishes the exchange.
+ * A close handshake that takes longer than `limits.tunnel-close-timeout` is cut. */
+static void ws_going_away(proxy_req_t *pr)
+{
+    if (pr->ws_closing || pr->finished || pr->stopped) return;
+    pr->ws_closing = true;
+    pr->timer_kind = T_IDLE;
+    fy_timer_start(pr->loop, &pr->timer, pr->ex->ctx->limits->tunnel_close_timeout_ms);
+    ws_close_up(pr);
+    if (!pr->finished && !pr->stopped) ws_close_down(pr);
+}
+
+/* After our Close went to the client, what the origin sends is not for it (its Close reply
+ * included): consumed and dropped. */
+static void ws_drop_down(proxy_req_t *pr)
+{
+    for (int guard = 0; guard < 64 && !pr->finished && !pr->stopped; guard++) {
+        if (pr->okind == O_H1 && pr->zn && pr->c1) {
+            size_t n = pr->zn;
+            pr->zn = 0;
+            pr->in_codec++;
+            fy_h1_client_consume(pr->c1, n);
+            pr->in_codec--;
+            continue;
+        }
+        if (pr->okind != O_H1 && pr->rb_count) {
+            size_t n = pr->rb_count;
+            pr->rb_head = pr->rb_count = 0;
+            if (pr->st) fy_h2_client_consume(pr->st, n);
+            if (pr->st3) fy_h3_client_consume(pr->st3, n);
+            continue;
+        }
+        break;
+    }
+}
+
+void fy_proxy_drain(void)
+{
+    if (!open_ws_init) return;
+    fy_list_t *l = open_ws.next;
+    while (l != &open_ws) {
+        proxy_req_t *pr = fy_container_of(l, proxy_req_t, ws_node);
+        l = l->next; /* going away may finish the exchange and unlink it */
+        ws_going_away(pr);
+    }
+}
+
 /* Is this complete response one to finish after the rest of the request body (above)? */
 static bool trail_body(proxy_req_t *pr)
 {
@@ -657,6 +817,17 @@ static bool trail_body(proxy_req_t *pr)
 static void deliver(proxy_req_t *pr)
 {
     if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec) return;
+    if (pr->ws_closing) { /* WebSocket going away: our Close first, then nothing of the origin */
+        if (!pr->ws_down_sent && ws_at_boundary(&pr->ws_down)) {
+            ws_close_down(pr);
+            return;
+        }
+        if (pr->ws_down_sent) {
+            ws_drop_down(pr);
+            if (pr->o_end && !pr->finished && !pr->stopped) finish(pr, NULL, 0);
+            return;
+        }
+    }
     if (pr->trail) {
         /* the response is out; finish once the body's end reached the origin */
         if (!pr->trail_abort && pr->c1 && fy_h1_client_sending(pr->c1)) return;
@@ -687,6 +858,8 @@ static void deliver(proxy_req_t *pr)
     if (!len) return;
     pr->res_sending = true;
     pr->sending_len = len;
+    if (pr->ws)
+        for (int i = 0; i < n; i++) ws_feed(&pr->ws_down, iov[i].iov_base, iov[i].iov_len);
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_MORE);
 }
 
@@ -799,6 +972,15 @@ static void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     if (pr->tunnel && (h1 ? status == 101 : status >= 200 && status < 300)) {
         /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
         pr->tunnel_open = true;
+        if (ex->req.protocol.len == 9 && fy_str_ieq(ex->req.protocol, "websocket", 9)) {
+            if (!open_ws_init) {
+                fy_list_init(&open_ws);
+                open_ws_init = true;
+            }
+            pr->ws = true;
+            fy_list_insert_tail(&open_ws, &pr->ws_node);
+        }
+        set_timer(pr, T_IDLE); /* from now on `limits.tunnel-timeout` */
         ex->res.content_length = -1;
         ex->res.status = ex->req.version < 20 ? 101 : 200;
         if (ex->req.version < 20 && !h1) {
@@ -940,6 +1122,7 @@ static void on_req_body_h2(fy_exchange_t *ex, const char *p, size_t n, bool end)
         fy_timer_stop(pr->loop, &pr->body_timer);
     }
     if (pr->stopped || pr->finished) return;
+    if (pr->ws_up_sent) return; /* after our Close to the origin: the client's bytes go nowhere */
     pr->qp = p;
     pr->qn = n;
     pr->q_end = end;
@@ -961,7 +1144,13 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
             pr->sent_any = true;
             /* while the body goes, a slow client is no slow origin: no first-byte wait yet */
             if (!pr->o_head && !pr->tunnel) set_timer(pr, T_IDLE);
+            if (pr->ws && !pr->ws_up_sent) ws_feed(&pr->ws_up, *p, n);
+            if (pr->tunnel_open) set_timer(pr, T_IDLE); /* tunnels idle out both ways */
             return (ssize_t)n;
+        }
+        if (pr->ws_closing && !pr->ws_up_sent && !pr->q_end && ws_at_boundary(&pr->ws_up)) {
+            ws_close_up(pr); /* the client's frame is through: our Close now */
+            continue;
         }
         if (pr->q_end) {
             *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;

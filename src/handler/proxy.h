@@ -16,4 +16,11 @@
 /* `conf` and `up` are borrowed and must outlive the handler. */
 fy_handler_t *fy_proxy_handler_new(const fy_proxy_conf_t *conf, fy_upstream_t *up);
 
+/* Graceful stop, on a worker's thread: every WebSocket tunnel this thread's proxy exchanges
+ * hold gets a Close frame (1001, going away) on both sides, as soon as each direction is
+ * between two frames; the origin's close then ends the exchange (or, after
+ * `limits.tunnel-close-timeout`, the tunnel is cut). Other tunnels are left to the drain
+ * deadline. Not re-entrant with the handler. */
+void fy_proxy_drain(void);
+
 #endif

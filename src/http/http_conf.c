@@ -62,6 +62,25 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .min = 0,
      .max = HOUR,
      .doc = "Idle time allowed between requests on one connection; 0 closes after each."},
+    {.key = "tunnel-timeout",
+     .type = FY_CT_DURATION,
+     .offset = H(tunnel_timeout_ms),
+     .dflt = "1h",
+     .min = 100,
+     .max = 7 * 24 * HOUR,
+     .doc = "An open tunnel (a proxied WebSocket or other Upgrade / extended CONNECT) with no "
+            "byte either way for this long is closed: a WebSocket gets a Close frame (1001, "
+            "going away) on both sides, then `tunnel-close-timeout` to finish the close "
+            "handshake; other tunnels are closed. Replaces the upstream's `idle-timeout` once "
+            "the tunnel is open (as HAProxy's `timeout tunnel`)."},
+    {.key = "tunnel-close-timeout",
+     .type = FY_CT_DURATION,
+     .offset = H(tunnel_close_timeout_ms),
+     .dflt = "5s",
+     .min = 100,
+     .max = HOUR,
+     .doc = "After Ferry sent its Close frames to a WebSocket's two sides (tunnel timeout, "
+            "stop): how long the peers get to answer and close before the tunnel is cut."},
     {.key = "send-timeout",
      .type = FY_CT_DURATION,
      .offset = H(send_timeout_ms),

@@ -16,6 +16,8 @@ typedef struct fy_http_limits {
     uint64_t header_timeout_ms;    /* `header-timeout`, default 10s: whole head must arrive */
     uint64_t body_timeout_ms;      /* `body-timeout`, default 30s: idle gap while reading a body */
     uint64_t keepalive_timeout_ms; /* `keepalive-timeout`, default 75s: idle between requests */
+    uint64_t tunnel_timeout_ms;    /* tunnel-timeout: an open tunnel (WebSocket) idle both ways */
+    uint64_t tunnel_close_timeout_ms; /* tunnel-close-timeout: the WebSocket close handshake */
     uint64_t send_timeout_ms;   /* `send-timeout`, default 60s: client not reading the response */
     int64_t keepalive_requests; /* `keepalive-requests`, default 10000; then Connection: close */
     int64_t max_connections;    /* `connections`, default 16384 per worker */

@@ -185,10 +185,15 @@ fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, const fy_conf_list_t *http_liste
         wk->wls = fy_xcalloc(l4->nls ? l4->nls : 1, sizeof *wk->wls);
         for (size_t i = 0; i < l4->nls; i++) wk->wls[i].io.fd = -1;
     }
-    for (int w = 0; w < nworkers; w++)
-        for (size_t i = 0; i < l4->nls; i++) {
-            const fy_l4_conf_t *c = l4->ls[i].conf;
-            if (l4->ls[i].front) continue; /* the HTTP listener's socket accepts for it */
+    for (size_t i = 0; i < l4->nls; i++) {
+        const fy_l4_conf_t *c = l4->ls[i].conf;
+        if (l4->ls[i].front) continue; /* the HTTP listener's socket accepts for it */
+        /* a port another process (or listener) holds is refused unless shared on purpose;
+           each listener's own sockets are bound before the next one's probe */
+        if (!c->share && fy_sock_probe((const struct sockaddr *)&c->addr, c->addrlen,
+                                       l4->ls[i].udp ? SOCK_DGRAM : SOCK_STREAM, c->name) < 0)
+            goto fail;
+        for (int w = 0; w < nworkers; w++) {
             int fd = l4->ls[i].udp
                          ? udp_bind((const struct sockaddr *)&c->addr, c->addrlen, c->name)
                          : fy_sock_listen((const struct sockaddr *)&c->addr, c->addrlen,
@@ -196,6 +201,7 @@ fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, const fy_conf_list_t *http_liste
             if (fd < 0) goto fail;
             l4->workers[w].wls[i].io.fd = fd;
         }
+    }
     return l4;
 fail:
     fy_l4_free(l4);
@@ -895,6 +901,13 @@ static void on_accept(fy_io_t *io, uint32_t ev)
         int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+            if (fy_accept_is_resource_error(errno)) {
+                /* the connection stays queued: stop polling for a while (accept.h) */
+                int e = errno;
+                fy_io_set(wl->w->loop, &wl->io, 0);
+                fy_accept_pause(&wl->fdpause, e);
+                return;
+            }
             fy_error("l4 %s: accept: %s", c->name, strerror(errno));
             return;
         }
@@ -902,13 +915,21 @@ static void on_accept(fy_io_t *io, uint32_t ev)
     }
 }
 
+/* The descriptor pause ended: poll the socket again unless another reason holds it. */
+static void accept_resume(void *ud)
+{
+    fy__l4_wl_t *wl = ud;
+    if (!wl->paused && !wl->w->draining && wl->io.fd >= 0) fy_io_set(wl->w->loop, &wl->io, EPOLLIN);
+}
+
 void fy__l4_session_gone(fy__l4_wl_t *wl)
 {
     fy__l4_worker_t *w = wl->w;
     if (wl->paused && !w->draining && (int64_t)wl->nsessions < wl->l->conf->max_sessions) {
         wl->paused = false;
-        fy_io_set(w->loop, &wl->io, EPOLLIN);
+        if (!wl->fdpause.paused) fy_io_set(w->loop, &wl->io, EPOLLIN);
     }
+    if (wl->fdpause.paused) fy_accept_pause_end(&wl->fdpause); /* a descriptor came free */
     if (w->draining && w->nsessions == 0 && w->on_idle) w->on_idle(w->ud);
 }
 
@@ -936,6 +957,7 @@ void fy_l4_worker_start(fy_l4_t *l4, int w, fy_loop_t *loop, void (*on_idle)(voi
         wl->w = wk;
         wl->l = &l4->ls[i];
         wl->io.data = wl;
+        fy_accept_pause_init(&wl->fdpause, loop, wl->l->conf->name, accept_resume, wl);
         if (wl->l->front) continue;
         wl->io.cb = wl->l->udp ? fy__l4_udp_on_read : on_accept;
         if (wl->l->udp) fy__l4_udp_init(wl);
@@ -949,6 +971,7 @@ void fy_l4_worker_drain(fy_l4_t *l4, int w)
     wk->draining = true;
     for (size_t i = 0; i < l4->nls; i++) {
         fy__l4_wl_t *wl = &wk->wls[i];
+        fy_accept_pause_stop(&wl->fdpause);
         if (wl->io.fd >= 0) {
             fy_io_set(wk->loop, &wl->io, 0);
             close(wl->io.fd);

@@ -356,6 +356,13 @@ const fy_conf_directive_t fy_l4_conf_table[] = {
      .min = 1,
      .max = 65535,
      .doc = "listen(2) backlog (TCP modes)."},
+    {.key = "share",
+     .type = FY_CT_BOOL,
+     .offset = L(share),
+     .dflt = "false",
+     .doc = "Share the port (TCP or UDP) with another process that already has it "
+            "(SO_REUSEPORT: the kernel splits new connections and flows between them). By "
+            "default a port held by another process or listener is an error at start."},
     {.key = "name",
      .type = FY_CT_STRING,
      .offset = L(name),

@@ -63,6 +63,7 @@ typedef struct fy_l4_conf {
     int64_t max_sessions; /* per worker: TCP sessions pause accepting; UDP new flows dropped */
     int unknown_version;  /* enum fy_l4_unknown (quic-passthrough) */
     int64_t backlog;
+    bool share; /* `share: true`: bind even if another process holds the port */
 } fy_l4_conf_t;
 
 extern const fy_conf_directive_t fy_l4_conf_table[];

@@ -10,6 +10,7 @@
 #include "core/loop.h"
 #include "l4/l4.h"
 #include "l4/l4_conf.h"
+#include "net/accept.h"
 #include "tls/tls.h"
 
 typedef struct fy__l4_worker fy__l4_worker_t;
@@ -30,7 +31,8 @@ typedef struct fy__l4_wl {
     fy_io_t io;
     fy__l4_worker_t *w;
     fy__l4_listener_t *l;
-    bool paused;
+    bool paused;               /* at max-sessions */
+    fy_accept_pause_t fdpause; /* out of descriptors (TCP) */
     size_t nsessions;
     fy__l4_udp_sess_t **hash; /* owned: client address -> session (UDP) */
     size_t hmask;

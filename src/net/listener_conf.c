@@ -323,5 +323,13 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .sub_size = sizeof(fy_listener_sni_conf_t),
      .doc = "Per-SNI exceptions on a TLS listener: pass some names through untouched, or end "
             "TLS and relay them at layer 4; other names go to the HTTP routes."},
+    {.key = "share",
+     .type = FY_CT_BOOL,
+     .offset = L(share),
+     .dflt = "false",
+     .doc = "Share the port with another process that already listens on it (SO_REUSEPORT: "
+            "the kernel splits new connections between them), as when a new Ferry takes over "
+            "from a draining one. By default a port held by another process (or by another "
+            "listener of this file) is an error at start."},
     {.key = NULL, .check = check_listener},
 };

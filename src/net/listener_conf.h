@@ -42,6 +42,7 @@ typedef struct fy_listener_conf {
     char *name;         /* optional label used in logs; default = address */
     int kind;           /* enum fy_listener_kind, default http */
     fy_conf_list_t sni; /* of fy_listener_sni_conf_t; needs tls */
+    bool share;         /* `share: true`: bind even if another process holds the port */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

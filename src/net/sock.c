@@ -75,6 +75,28 @@ fail:;
     return -e;
 }
 
+int fy_sock_probe(const struct sockaddr *addr, socklen_t len, int type, const char *name)
+{
+    int fd = socket(addr->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0; /* the real bind will say what is wrong */
+    int one = 1;
+    /* TCP: SO_REUSEADDR so that connections in TIME_WAIT do not count, yet a listening socket
+       does (Linux); UDP: none, since SO_REUSEADDR would let two UDP sockets share the port */
+    if (type == SOCK_STREAM) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (addr->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    int r = bind(fd, addr, len) < 0 ? -errno : 0;
+    close(fd);
+    if (r == -EADDRINUSE) {
+        fy_log(FY_LOG_EMERG,
+               "listen on %s (%s): %s: another process, or another listener of this "
+               "configuration, holds it; set `share: true` on the listener to share the port "
+               "with it (SO_REUSEPORT: the kernel then splits the connections)",
+               name, type == SOCK_STREAM ? "tcp" : "udp", strerror(EADDRINUSE));
+        return r;
+    }
+    return 0;
+}
+
 static int sock_handshake(fy_transport_t *t)
 {
     return 1;

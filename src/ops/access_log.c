@@ -112,6 +112,9 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
     fy_access_log_t *l = arg;
     time_t now = ex->ctx->loop->now_sec;
     if (now != l->tcached) {
+        /* the lines of the previous second go out first: with every worker doing so (and
+           flushing just after each second, server.c), the log stays in time order */
+        if (l->len) fy_access_log_flush(l);
         struct tm tm;
         localtime_r(&now, &tm);
         strftime(l->tlocal, sizeof l->tlocal, "%d/%b/%Y:%H:%M:%S %z", &tm);

@@ -1,6 +1,7 @@
 /* Access log: one line per exchange in combined, common or JSON-lines format, buffered per
- * worker (flushed when the buffer fills, every second, and at exit) so that the hot path does
- * no system call for it. */
+ * worker (flushed when the buffer fills, before the first line of a new second, just after
+ * every wall-clock second, before the drain notice and at exit) so that the hot path does no
+ * system call for it. */
 #ifndef FY_OPS_ACCESS_LOG_H
 #define FY_OPS_ACCESS_LOG_H
 

@@ -98,6 +98,14 @@ typedef struct dgram {
     uint8_t *p;
 } dgram_t;
 
+/* TLS handshake-message framing of the peer's CRYPTO stream at one level (tls_rx_check). */
+typedef struct tls_rx {
+    uint8_t hdr[4]; /* type and 24-bit length of the message being read */
+    uint8_t nhdr;   /* header bytes seen of it (4: in its body) */
+    uint32_t left;  /* body bytes still to come */
+    bool finished;  /* a Finished message went by (Handshake level) */
+} tls_rx_t;
+
 struct fy_quic_conn {
     fy_quic_endpoint_t *ep;
     ngtcp2_conn *conn;
@@ -122,7 +130,8 @@ struct fy_quic_conn {
     fy_io_t pio;
     dgram_t dgrams[MAX_DGRAMS];
     size_t ndgrams;
-    fy_list_t link; /* ep->conns */
+    tls_rx_t tls_rx[3]; /* per level: Initial, Handshake, 1-RTT */
+    fy_list_t link;     /* ep->conns */
 };
 
 typedef struct cid_entry {
@@ -643,6 +652,17 @@ const fy_quic_conf_t *fy_quic_conn_conf(const fy_quic_conn_t *qc)
     return qc->ep->qs->conf;
 }
 
+int fy_quic_conn_send_crypto(fy_quic_conn_t *qc, int level, const void *p, size_t n)
+{
+    if (qc->closed || (level != 1 && level != 2)) return -EINVAL;
+    int r = ngtcp2_conn_submit_crypto_data(
+        qc->conn, level == 1 ? NGTCP2_CRYPTO_LEVEL_HANDSHAKE : NGTCP2_CRYPTO_LEVEL_APPLICATION, p,
+        n);
+    if (r != 0) return r == NGTCP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
+    schedule_write(qc);
+    return 0;
+}
+
 /* ---- connection teardown ---- */
 
 static void free_conn(fy_defer_t *d)
@@ -743,8 +763,13 @@ static void conn_fail(fy_quic_conn_t *c, int liberr)
             ngtcp2_connection_close_error_set_transport_error_liberr(&c->ccerr, liberr, NULL, 0);
     }
     char a[64];
-    fy_info("client %s: quic: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-            ngtcp2_strerror(liberr));
+    if (liberr == NGTCP2_ERR_CRYPTO)
+        fy_info("client %s: quic: ERR_CRYPTO: closing with TLS alert %u",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                ngtcp2_conn_get_tls_alert(c->conn));
+    else
+        fy_info("client %s: quic: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                ngtcp2_strerror(liberr));
     conn_destroy(c, liberr != NGTCP2_ERR_CALLBACK_FAILURE || c->closing);
 }
 
@@ -790,8 +815,10 @@ static void conn_write(fy_quic_conn_t *c)
         if (c->ndgrams) {
             int accepted = 0;
             ngtcp2_vec dv = {c->dgrams[0].p, c->dgrams[0].len};
+            /* an empty DATAGRAM is legal, but libngtcp2 0.12.1 asserts on an empty vec: none */
             n = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, ep->tx + off, pktmax, &accepted,
-                                            NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, 1, ts);
+                                            NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, dv.len ? 1 : 0,
+                                            ts);
             if (accepted || n < 0) { /* sent, or cannot ever be: drop it */
                 free(c->dgrams[0].p);
                 memmove(c->dgrams, c->dgrams + 1, (c->ndgrams - 1) * sizeof c->dgrams[0]);
@@ -1067,6 +1094,90 @@ static int cb_remove_cid(ngtcp2_conn *conn, const ngtcp2_cid *cid, void *ud)
     return 0;
 }
 
+#define TLS_HS_NEW_SESSION_TICKET 4
+#define TLS_HS_FINISHED 20
+#define TLS_HS_KEY_UPDATE 24
+#define TLS_ALERT_UNEXPECTED_MESSAGE 10
+
+/* Walk the TLS handshake-message headers in the peer's in-order CRYPTO data (a header may be
+ * split across calls). QUIC forbids the TLS KeyUpdate message (RFC 9001 §6) and nothing may
+ * follow Finished at the Handshake level; libngtcp2 0.12.1 hands either to GnuTLS, whose key
+ * change then aborts inside ngtcp2_conn_install_rx_key. After the handshake a client has
+ * nothing to send in 1-RTT CRYPTO frames (we never ask for post-handshake authentication),
+ * and a server only NewSessionTicket; GnuTLS left some of the others hanging unanswered.
+ * Returns what is wrong, or NULL. */
+static const char *tls_rx_check(tls_rx_t *st, ngtcp2_crypto_level level, bool server,
+                                const uint8_t *p, size_t n)
+{
+    while (n) {
+        if (st->nhdr == 4) {
+            size_t k = n < st->left ? n : st->left;
+            st->left -= (uint32_t)k;
+            p += k;
+            n -= k;
+            if (!st->left) st->nhdr = 0;
+            continue;
+        }
+        if (st->nhdr == 0) {
+            if (p[0] == TLS_HS_KEY_UPDATE) return "KeyUpdate";
+            if (level == NGTCP2_CRYPTO_LEVEL_APPLICATION &&
+                (server || p[0] != TLS_HS_NEW_SESSION_TICKET))
+                return "post-handshake message";
+            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && st->finished)
+                return "message after Finished";
+            if (level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE && p[0] == TLS_HS_FINISHED)
+                st->finished = true;
+        }
+        st->hdr[st->nhdr++] = *p++;
+        n--;
+        if (st->nhdr == 4) {
+            st->left = (uint32_t)st->hdr[1] << 16 | (uint32_t)st->hdr[2] << 8 | st->hdr[3];
+            if (!st->left) st->nhdr = 0;
+        }
+    }
+    return NULL;
+}
+
+static int cb_recv_crypto_data(ngtcp2_conn *conn, ngtcp2_crypto_level level, uint64_t offset,
+                               const uint8_t *data, size_t len, void *ud)
+{
+    fy_quic_conn_t *c = ud;
+    if ((unsigned)level >= 3) /* 0-RTT: no CRYPTO frames (ngtcp2 refuses them) */
+        return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
+    const char *bad =
+        tls_rx_check(&c->tls_rx[level], level, ngtcp2_conn_is_server(conn), data, len);
+    if (bad) {
+        char a[64];
+        fy_info("client %s: quic: TLS %s in %s CRYPTO data: unexpected_message",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), bad,
+                level == NGTCP2_CRYPTO_LEVEL_INITIAL     ? "Initial"
+                : level == NGTCP2_CRYPTO_LEVEL_HANDSHAKE ? "Handshake"
+                                                         : "1-RTT");
+        ngtcp2_conn_set_tls_alert(conn, TLS_ALERT_UNEXPECTED_MESSAGE);
+        return NGTCP2_ERR_CRYPTO;
+    }
+    return ngtcp2_crypto_recv_crypto_data_cb(conn, level, offset, data, len, ud);
+}
+
+/* After the ClientHello was parsed: without quic_transport_parameters (RFC 9001 §8.2) the
+ * handshake must fail with missing_extension. libngtcp2 0.12.1 would go on and derive keys
+ * with no negotiated version, then abort on an assertion when writing the first packet. The
+ * extension's handler (ngtcp2's) records the version, so none yet means no extension. */
+static int hello_hook(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                      const gnutls_datum_t *msg)
+{
+    (void)htype;
+    (void)msg;
+    if (!when || !incoming) return 0;
+    ngtcp2_crypto_conn_ref *ref = gnutls_session_get_ptr(s);
+    fy_quic_conn_t *c = ref->user_data;
+    if (ngtcp2_conn_get_negotiated_version(c->conn)) return 0;
+    char a[64];
+    fy_info("client %s: quic: ClientHello without quic_transport_parameters",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a));
+    return GNUTLS_E_MISSING_EXTENSION;
+}
+
 static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 {
     return ((fy_quic_conn_t *)ref->user_data)->conn;
@@ -1074,7 +1185,7 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 
 static const ngtcp2_callbacks callbacks = {
     .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+    .recv_crypto_data = cb_recv_crypto_data,
     .handshake_completed = cb_handshake_completed,
     .encrypt = ngtcp2_crypto_encrypt_cb,
     .decrypt = ngtcp2_crypto_decrypt_cb,
@@ -1114,6 +1225,8 @@ static int setup_tls(fy_quic_conn_t *c)
     if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, qs->cred) != 0) return -1;
     gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
     if (gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0) return -1;
+    gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_POST,
+                                       hello_hook);
     ngtcp2_conn_set_tls_native_handle(c->conn, c->tls);
     return 0;
 }
@@ -1276,6 +1389,8 @@ static bool forward(fy_quic_endpoint_t *ep, const ngtcp2_version_cid *vc, const 
 static void handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t len,
                           const struct sockaddr *sa, socklen_t salen)
 {
+    /* an empty UDP datagram is valid on the wire; libngtcp2 0.12.1 asserts on it */
+    if (len == 0) return;
     ngtcp2_version_cid vc;
     int r = ngtcp2_pkt_decode_version_cid(&vc, data, len, CIDLEN);
     if (r == NGTCP2_ERR_VERSION_NEGOTIATION) {
@@ -1592,7 +1707,7 @@ static int cb_extend_max_local_bidi(ngtcp2_conn *conn, uint64_t max, void *ud)
 
 static const ngtcp2_callbacks client_callbacks = {
     .client_initial = ngtcp2_crypto_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
+    .recv_crypto_data = cb_recv_crypto_data,
     .handshake_completed = cb_handshake_completed,
     .encrypt = ngtcp2_crypto_encrypt_cb,
     .decrypt = ngtcp2_crypto_decrypt_cb,

@@ -119,6 +119,11 @@ fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc);
  * (queue full) or -ENOTSUP (peer does not accept DATAGRAM). */
 int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n);
 
+/* For test tools that misbehave on purpose: send `n` raw TLS handshake bytes (copied) in
+ * CRYPTO frames at `level` (1: Handshake, 2: 1-RTT) as if TLS had produced them. Returns 0,
+ * -EINVAL (no such level or no keys for it yet) or -ENOMEM. */
+int fy_quic_conn_send_crypto(fy_quic_conn_t *qc, int level, const void *p, size_t n);
+
 /* ---- streams ---- */
 /* Queue bytes (copied). Returns 0 or -EPIPE once the stream's sending side is finished. */
 int fy_quic_stream_write(fy_quic_conn_t *qc, fy_quic_stream_t *s, const void *p, size_t n);

@@ -182,7 +182,7 @@ static void test_top_level(void)
                "method, path-exact, path-regex, header, query)\n");
     CHECK_FAIL("listeners:\n  - address: :80\n    cert: x\n",
                "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
-               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni)\n");
+               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -289,7 +289,7 @@ static void test_listeners(void)
 
     CHECK_FAIL("listeners:\n  - listen: :80\n",
                "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name, kind, sni\n"
+               "protocols, tls, backlog, name, kind, sni, share\n"
                "c.yaml:2:5: listeners[0].address: is required\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
@@ -660,7 +660,7 @@ static void test_file_and_doc(void)
     char want[512];
     snprintf(want, sizeof want,
              "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name, kind, sni\n",
+             "protocols, tls, backlog, name, kind, sni, share\n",
              path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
