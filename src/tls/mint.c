@@ -493,7 +493,7 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
        first (under server preference OpenSSL's default order picks AES-256: more rounds per
        record for nothing). Read-ahead is set per SSL (fy_mint_ssl_new, fy_mint_resume,
        fy_mint_handed_over). */
-    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_mode(m->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_ciphersuites(m->ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
                                      "TLS_AES_256_GCM_SHA384");
     SSL_CTX_set_cipher_list(m->ctx, FY_TLS_DEFAULT_CIPHERS); /* TLS 1.2: AEAD only */

@@ -256,8 +256,9 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
                 SSL_OP_IGNORE_UNEXPECTED_EOF;
     if (!conf->session_tickets) opts |= SSL_OP_NO_TICKET;
     SSL_CTX_set_options(ctx, opts);
-    /* released when empty: see tls_mem_malloc */
-    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* buffers: released by the codec when idle (fy_tls_transport_idle), or when empty
+       (fy_tls_release_when_empty) */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_read_ahead(ctx, 1);
     if (!conf->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
@@ -537,6 +538,25 @@ bool fy_tls_read_drained(const fy_transport_t *t)
 {
     const tls_transport_t *tt = (const tls_transport_t *)t;
     return tt->short_read && !SSL_has_pending(tt->ssl);
+}
+
+static const struct fy_transport_ops tls_ops;
+
+void fy_tls_transport_idle(fy_transport_t *t)
+{
+    if (t->ops != &tls_ops) return;
+    tls_transport_t *tt = (tls_transport_t *)t;
+    if (tt->staged == 0 && tt->staging) {
+        staging_put(tt->staging);
+        tt->staging = NULL;
+    }
+    SSL_free_buffers(tt->ssl); /* refused (0) while a record is half read or written */
+}
+
+void fy_tls_release_when_empty(fy_transport_t *t)
+{
+    if (t->ops != &tls_ops) return;
+    SSL_set_mode(((tls_transport_t *)t)->ssl, SSL_MODE_RELEASE_BUFFERS);
 }
 
 static const struct fy_transport_ops tls_ops = {
