@@ -293,12 +293,29 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     return (ssize_t)n;
 }
 
+/* wbuf is a chunk of the worker's pool while it is one chunk, malloc'd once it grew; an
+ * idle connection holds none (wbuf_release). */
 static void wbuf_grow(h2_conn_t *c, size_t n)
 {
-    size_t cap = c->wcap ? c->wcap : 16384;
+    if (!c->wbuf) {
+        c->wbuf = fy_pool_get(fy_chunk_pool());
+        c->wcap = FY_CHUNK_SIZE;
+        if (c->wlen + n <= c->wcap) return;
+    }
+    size_t cap = c->wcap;
     while (cap < c->wlen + n) cap *= 2;
     c->wbuf = fy_xrealloc(c->wbuf, cap);
     c->wcap = cap;
+}
+
+static void wbuf_free(h2_conn_t *c)
+{
+    if (c->wcap == FY_CHUNK_SIZE)
+        fy_pool_put(fy_chunk_pool(), c->wbuf);
+    else
+        free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wsent = 0;
 }
 
 /* Append bytes to the write buffer. */
@@ -988,7 +1005,7 @@ static void conn_close(h2_conn_t *c)
     if (c->t != &c->sock) c->t->ops->destroy(c->t);
     close(c->sock.fd);
     if (c->rbuf) rbuf_release(c->rbuf);
-    free(c->wbuf);
+    if (c->wbuf) wbuf_free(c);
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
     fy_defer_cancel(c->loop, &c->flush_defer);
@@ -1053,6 +1070,8 @@ static void conn_flush(h2_conn_t *c)
         }
         if (c->wlen == c->wsent) break;
     }
+    /* all written and no stream open: an idle connection holds no write buffer */
+    if (c->wbuf && c->nstreams == 0) wbuf_free(c);
     if (!nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng)) {
         conn_close(c);
         return;
@@ -1282,10 +1301,7 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
     }
     static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                              "Upgrade: h2c\r\n\r\n";
-    c->wcap = 16384;
-    c->wbuf = fy_xmalloc(c->wcap);
-    memcpy(c->wbuf, sw, sizeof sw - 1);
-    c->wlen = sizeof sw - 1;
+    wbuf_put(c, sw, sizeof sw - 1);
     h2_stream_t *s = stream_new(c, 1);
     c->max_sid = 1;
     fy_request_t *d = &s->ex.req;
