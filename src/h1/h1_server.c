@@ -410,8 +410,6 @@ static void handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)
 {
     fy_http_ctx_t *ctx = c->ctx;
     fy_transport_t *tls = c->t != &c->sock ? c->t : NULL;
-    /* the h2 codec has no idle release of its own: OpenSSL releases empty buffers there */
-    if (tls) fy_tls_release_when_empty(tls);
     const char *data = c->rbuf ? c->rbuf + c->rstart : NULL;
     size_t len = c->rbuf ? c->rlen - c->rstart : 0;
     fy_io_set(c->loop, &c->io, 0);

@@ -38,6 +38,7 @@
 #include "core/pool.h"
 #include "h2/h2_conf.h"
 #include "net/sock.h"
+#include "tls/tls.h"
 
 #define MAX_PEND 8
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -108,6 +109,7 @@ struct h2_conn {
     nghttp2_session *ng;
     fy_timer_t timer;
     bool timer_send;
+    bool timer_idle; /* the keep-alive timer's first IDLE_RELEASE_MS (arm_keepalive) */
     h2_rbuf_t *rbuf;
     char *wbuf;
     size_t wcap, wlen, wsent;
@@ -148,6 +150,17 @@ static void reread_cb(fy_defer_t *d);
 static void stream_free(h2_stream_t *s);
 static void rbuf_release(h2_rbuf_t *b);
 
+/* No stream open: the keep-alive timeout starts. Its first IDLE_RELEASE_MS end in
+ * on_timer's release of the TLS record buffers (issue 19), not at every stream's end: a busy
+ * connection would take them again at once, for ~400 instructions per request. */
+#define IDLE_RELEASE_MS 10
+static void arm_keepalive(h2_conn_t *c)
+{
+    uint64_t ka = c->ctx->limits->keepalive_timeout_ms;
+    c->timer_idle = true;
+    fy_timer_start(c->loop, &c->timer, ka < IDLE_RELEASE_MS ? ka : IDLE_RELEASE_MS);
+}
+
 static void schedule_flush(h2_conn_t *c)
 {
     if (!c->in_io && !c->closed) fy_defer(c->loop, &c->flush_defer);
@@ -187,8 +200,7 @@ static void stream_done(h2_stream_t *s)
         s->draining = true;
         if (s->unconsumed) nghttp2_session_consume_connection(c->ng, s->unconsumed);
         s->unconsumed = 0;
-        if (--c->nstreams == 0)
-            fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+        if (--c->nstreams == 0) arm_keepalive(c);
         drain_check(s);
         return;
     }
@@ -656,8 +668,7 @@ static void stream_free(h2_stream_t *s)
     fy_arena_free(&s->arena);
     free(s->body);
     fy_pool_put(stream_pool(), s);
-    if (c->nstreams == 0 && !c->closed)
-        fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+    if (c->nstreams == 0 && !c->closed) arm_keepalive(c);
 }
 
 static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
@@ -955,6 +966,15 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
 static void on_timer(fy_timer_t *t)
 {
     h2_conn_t *c = t->data;
+    if (c->timer_idle && !c->timer_send) {
+        /* idle for IDLE_RELEASE_MS: OpenSSL's record buffers go (wbuf went at the last flush,
+           rbuf after each read), then the rest of the keep-alive timeout */
+        uint64_t ka = c->ctx->limits->keepalive_timeout_ms;
+        c->timer_idle = false;
+        if (c->nstreams == 0 && c->wlen == c->wsent) fy_tls_transport_idle(c->t);
+        fy_timer_start(c->loop, &c->timer, ka > IDLE_RELEASE_MS ? ka - IDLE_RELEASE_MS : 0);
+        return;
+    }
     char a[64];
     fy_info("client %s: h2 %s timeout, closing connection",
             fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
@@ -1034,6 +1054,7 @@ static void conn_flush(h2_conn_t *c)
             ssize_t w = c->wblocked ? 0 : c->t->ops->writev(c->t, &iov, 1);
             if (w == 0) {
                 c->timer_send = true;
+                c->timer_idle = false;
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->send_timeout_ms);
                 update_events(c);
                 return;
@@ -1050,7 +1071,7 @@ static void conn_flush(h2_conn_t *c)
             if (c->nstreams)
                 fy_timer_stop(c->loop, &c->timer);
             else
-                fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+                arm_keepalive(c);
         }
         if (drained) break; /* nghttp2 had nothing more last time: no empty round */
         /* large DATA frames are written by send_data during mem_send; the rest is copied */
@@ -1387,7 +1408,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)conf->connection_window_size);
-    fy_timer_start(c->loop, &c->timer, ctx->limits->keepalive_timeout_ms);
+    arm_keepalive(c);
     if (upgrade && start_upgraded(c, upgrade) < 0) {
         conn_close(c);
         return -EPROTO;

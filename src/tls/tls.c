@@ -41,15 +41,17 @@ typedef struct tls_transport {
     bool peek_plain; /* server side of an HTTP listener: first bytes not yet looked at */
 } tls_transport_t;
 
-/* Record buffers are released whenever they are empty (SSL_MODE_RELEASE_BUFFERS), so that an
- * idle connection holds none (issue 19: they were ~33 KiB of every idle TLS connection).
- * OpenSSL then allocates and frees a read and a write buffer (~16.6 KiB each) on every
- * keep-alive request; through glibc that costs ~1,000 instructions per request (6% of an
- * h1+TLS request). OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is
- * replaced, before its first allocation, by one that serves those sizes from a slab of
- * fixed blocks with a per-thread freelist: a pop to take one, an address compare and a push
- * to give it back. Everything else (and record buffers once the slab is used up) goes straight
- * to malloc/free. Compiled out with FY_NO_POOL (sanitizer builds), as the other pools are. */
+/* An idle connection holds no record buffer (issue 19: OpenSSL's read and write buffers,
+ * ~16.6 KiB each, were ~33 KiB of every idle TLS connection). Server connections free them
+ * when their codec says the connection is idle (fy_tls_transport_idle: SSL_free_buffers);
+ * origin (client) contexts have OpenSSL free them whenever they are empty
+ * (SSL_MODE_RELEASE_BUFFERS). Either way OpenSSL allocates them again for the next record:
+ * through glibc, release-when-empty cost ~1,000 instructions per h1+TLS request (6%).
+ * OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is replaced, before its
+ * first allocation, by one that serves those sizes from a slab of fixed blocks with a
+ * per-thread freelist: a pop to take one, an address compare and a push to give it back.
+ * Everything else (and record buffers once the slab is used up) goes straight to
+ * malloc/free. Compiled out with FY_NO_POOL (sanitizer builds), as the other pools are. */
 #ifndef FY_NO_POOL
 #define RECBUF_MIN 16384u                /* the smallest record buffer OpenSSL asks for */
 #define RECBUF_SIZE 20480u               /* every slab block: more than the largest it asks for */
@@ -256,8 +258,7 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
                 SSL_OP_IGNORE_UNEXPECTED_EOF;
     if (!conf->session_tickets) opts |= SSL_OP_NO_TICKET;
     SSL_CTX_set_options(ctx, opts);
-    /* buffers: released by the codec when idle (fy_tls_transport_idle), or when empty
-       (fy_tls_release_when_empty) */
+    /* buffers: released by the codecs when a connection is idle (fy_tls_transport_idle) */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_read_ahead(ctx, 1);
     if (!conf->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
@@ -551,12 +552,6 @@ void fy_tls_transport_idle(fy_transport_t *t)
         tt->staging = NULL;
     }
     SSL_free_buffers(tt->ssl); /* refused (0) while a record is half read or written */
-}
-
-void fy_tls_release_when_empty(fy_transport_t *t)
-{
-    if (t->ops != &tls_ops) return;
-    SSL_set_mode(((tls_transport_t *)t)->ssl, SSL_MODE_RELEASE_BUFFERS);
 }
 
 static const struct fy_transport_ops tls_ops = {

@@ -66,10 +66,6 @@ int fy_tls_selfsigned_ensure(const char *dir, char *cert, char *key, size_t len)
  * by the next read or write. No-op for a transport that is not TLS, or while OpenSSL holds
  * part of a record. */
 void fy_tls_transport_idle(fy_transport_t *t);
-/* From now on OpenSSL frees each record buffer as soon as it is empty
- * (SSL_MODE_RELEASE_BUFFERS), for codecs that do not call fy_tls_transport_idle (h2). Cheap
- * per request thanks to the record-buffer slab (tls.c). No-op for a non-TLS transport. */
-void fy_tls_release_when_empty(fy_transport_t *t);
 
 /* Bytes of TLS record buffers (OpenSSL's read and write buffers, which every connection
  * takes while a record is in flight and gives back when they are empty) held on the calling
