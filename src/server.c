@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/pool.h"
@@ -30,6 +31,7 @@
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
+#include "ops/http_metrics.h"
 #include "quic/quic.h"
 #include "tls/tls.h"
 
@@ -43,6 +45,7 @@ typedef struct worker_listener {
     int udp_fd; /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
     fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
     int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
+    fy_http_metrics_t *metrics; /* owned: this listener's metrics observer on this worker */
 } worker_listener_t;
 
 struct fy_worker {
@@ -268,6 +271,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
     raise_nofile(cfg, s->nworkers);
+    if (fy_http_metrics_setup(s->nworkers) < 0) goto fail;
     s->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *s->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
@@ -354,6 +358,7 @@ static void on_accept(fy_io_t *io, uint32_t ev)
                     (long long)lim->max_connections);
             fy_io_set(&wl->w->loop, &wl->io, 0);
             wl->paused = true;
+            fy_counter_inc(fy_cid_limit_connections);
             return;
         }
         struct sockaddr_storage ss;
@@ -484,12 +489,16 @@ static void on_wake(fy_loop_t *loop)
     fy_timer_start(loop, &w->drain_timer, w->drain_ms);
 }
 
-/* Intercept listeners with a HAR capture: access log and HAR both see each flow. */
-static void intercept_done(fy_exchange_t *ex, void *ud)
+/* The completion observers of listener i on worker w, in their documented order
+ * (docs/ARCHITECTURE.md): metrics, access log, HAR capture (intercept listeners). */
+static void add_observers(struct fy_worker *w, worker_listener_t *wl, size_t i)
 {
-    struct fy_worker *w = ud;
-    if (w->alog) fy_access_log_exchange(ex, w->alog);
-    fy_har_exchange(ex, w->srv->har);
+    const fy_listener_conf_t *lc = (const fy_listener_conf_t *)w->srv->cfg->listeners.v + i;
+    wl->metrics = fy_http_metrics_new(lc->name ? lc->name : lc->address, wl->ctx.router);
+    fy_http_ctx_observe(&wl->ctx, fy_http_metrics_exchange, wl->metrics);
+    if (w->alog) fy_http_ctx_observe(&wl->ctx, fy_access_log_exchange, w->alog);
+    if (lc->kind != FY_LISTENER_HTTP && w->srv->har)
+        fy_http_ctx_observe(&wl->ctx, fy_har_exchange, w->srv->har);
 }
 
 static void *worker_main(void *arg)
@@ -498,6 +507,7 @@ static void *worker_main(void *arg)
     fy_server_t *s = w->srv;
     const fy_config_t *cfg = s->cfg;
     fy_log_set_worker(w->id);
+    fy_counters_bind(w->id);
     if (s->access_fd >= 0)
         w->alog = fy_access_log_new(s->access_fd, cfg->log.access_format, cfg->log.access_buffer);
     const fy_listener_conf_t *lc = cfg->listeners.v;
@@ -522,14 +532,7 @@ static void *worker_main(void *arg)
         wl->ctx.alt_svc = s->alt_svc[i];
         wl->ctx.data = wl;
         wl->ctx.on_conn_closed = on_conn_closed;
-        if (w->alog) {
-            wl->ctx.on_done = fy_access_log_exchange;
-            wl->ctx.on_done_ud = w->alog;
-        }
-        if (lc[i].kind != FY_LISTENER_HTTP && s->har) {
-            wl->ctx.on_done = intercept_done;
-            wl->ctx.on_done_ud = w;
-        }
+        add_observers(w, wl, i);
         fy_list_init(&wl->ctx.conns);
         fy_accept_pause_init(&wl->fdpause, &w->loop, lc[i].name, accept_resume, wl);
         wl->io.cb = on_accept;
@@ -565,6 +568,10 @@ static void *worker_main(void *arg)
     }
     fy_access_log_free(w->alog);
     w->alog = NULL;
+    for (size_t i = 0; i < cfg->listeners.n; i++) {
+        fy_http_metrics_free(w->ls[i].metrics);
+        w->ls[i].metrics = NULL;
+    }
     fy_static_thread_cleanup();
     fy_h2_thread_cleanup();
     fy_h3_thread_cleanup();
@@ -633,6 +640,7 @@ void fy_server_stop(fy_server_t *s, uint64_t drain_ms)
         fy_loop_destroy(&s->workers[i].loop);
         s->workers[i].thread = 0;
     }
+    fy_http_metrics_dump_env();
 }
 
 void fy_server_free(fy_server_t *s)

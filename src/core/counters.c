@@ -225,3 +225,30 @@ int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out)
     }
     return ferror(out) ? -EIO : 0;
 }
+
+fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N], fy_cid_conns_total[FY_CPROTO_N];
+fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N];
+fy_counter_id_t fy_cid_tls_handshakes[3];
+fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections, fy_cid_limit_connections;
+
+void fy_counters_register_builtin(void)
+{
+    static const char *const proto[FY_CPROTO_N] = {"proto=\"h1\"", "proto=\"h2\"", "proto=\"h3\""};
+    for (int p = 0; p < FY_CPROTO_N; p++) {
+        fy_cid_conns_active[p] =
+            fy_counter_register("ferry_connections_active", proto[p], FY_GAUGE);
+        fy_cid_conns_total[p] =
+            fy_counter_register("ferry_connections_total", proto[p], FY_COUNTER);
+        fy_cid_streams_active[p] = fy_counter_register("ferry_streams_active", proto[p], FY_GAUGE);
+    }
+    static const char *const tls[3] = {"result=\"full\"", "result=\"resumed\"",
+                                       "result=\"failed\""};
+    for (int i = 0; i < 3; i++)
+        fy_cid_tls_handshakes[i] =
+            fy_counter_register("ferry_tls_handshakes_total", tls[i], FY_COUNTER);
+    fy_cid_upstream_retries = fy_counter_register("ferry_upstream_retries_total", "", FY_COUNTER);
+    fy_cid_upstream_ejections =
+        fy_counter_register("ferry_upstream_ejections_total", "", FY_COUNTER);
+    fy_cid_limit_connections =
+        fy_counter_register("ferry_limit_rejections_total", "limit=\"connections\"", FY_COUNTER);
+}

@@ -113,4 +113,30 @@ int64_t fy_counters_snapshot_get(const fy_counters_snapshot_t *snap, const char 
  * le in seconds, _sum in seconds, _count). Returns 0 or -errno. */
 int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out);
 
+/* Process-wide counters that the lower layers (tls, h1/h2/h3, upstream, server) bump where
+ * the event happens; registered by fy_counters_register_builtin (main thread, at startup).
+ * Until then they are 0, the scratch id, so bumping them is always safe. Index [p] is the
+ * protocol: FY_CPROTO_H1, _H2, _H3. */
+enum { FY_CPROTO_H1 = 0, FY_CPROTO_H2 = 1, FY_CPROTO_H3 = 2, FY_CPROTO_N = 3 };
+enum { FY_CTLS_FULL = 0, FY_CTLS_RESUMED = 1, FY_CTLS_FAILED = 2 };
+extern fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N];   /* ferry_connections_active{proto} */
+extern fy_counter_id_t fy_cid_conns_total[FY_CPROTO_N];    /* ferry_connections_total{proto} */
+extern fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N]; /* ferry_streams_active{proto} */
+extern fy_counter_id_t fy_cid_tls_handshakes[3];           /* ferry_tls_handshakes_total{result} */
+extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_retries_total */
+extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
+extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
+void fy_counters_register_builtin(void);
+
+/* a server connection of protocol p (FY_CPROTO_*) opened / closed */
+static inline void fy_counters_conn_open(int p)
+{
+    fy_gauge_add(fy_cid_conns_active[p], 1);
+    fy_counter_inc(fy_cid_conns_total[p]);
+}
+static inline void fy_counters_conn_close(int p)
+{
+    fy_gauge_add(fy_cid_conns_active[p], -1);
+}
+
 #endif
