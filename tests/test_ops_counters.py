@@ -140,8 +140,10 @@ def test_ops_counters_exact_mix(server, tmp_path, monkeypatch):
     assert c[("ferry_http_duration_seconds_bucket", 'route="0",le="+Inf"')] == 8
     assert c[("ferry_http_duration_seconds_count", 'route="2"')] == 1
     # bytes: "fixed\n" is 6 bytes; h2c twice
-    assert c[("ferry_http_response_bytes_total", 'listener="main",proto="h2"')] == 12
-    assert c[("ferry_http_response_bytes_total", 'listener="tls",proto="h3"')] == 6
+    assert c[("ferry_http_response_bytes_total", 'listener="main",route="0",proto="h2"')] == 12
+    assert c[("ferry_http_response_bytes_total", 'listener="tls",route="0",proto="h3"')] == 6
+    assert c[("ferry_http_response_bytes_total", 'listener="main",route="2",proto="h1"')] == 12
+    assert c[("ferry_http_request_bytes_total", 'listener="main",route="0",proto="h1"')] == 0
     # connections: h2c 2 + TLS h2 1; h3 1; none left open; two full TLS handshakes (h3 is
     # QUIC's own TLS)
     assert c[("ferry_connections_total", 'proto="h2"')] == 3

@@ -85,34 +85,62 @@ static desc_t *find(const char *name, const char *labels, uint32_t h)
     return NULL;
 }
 
-fy_counter_id_t fy_counter_register(const char *name, const char *labels, int kind)
+/* mu held */
+static fy_counter_id_t add_locked(const char *name, const char *labels, int kind, uint32_t h)
 {
-    if (!labels) labels = "";
-    uint32_t h = hash_of(name, labels);
-    fy_counter_id_t id = 0;
-    pthread_mutex_lock(&mu);
-    desc_t *d = find(name, labels, h);
-    if (d) {
-        if (d->kind == kind) id = d->id;
-        goto out;
-    }
     uint32_t need = kind == FY_HISTOGRAM ? FY_HIST_NSLOTS : 1;
-    if (nslots + need > FY_COUNTERS_MAX_SLOTS) goto out;
+    if (nslots + need > FY_COUNTERS_MAX_SLOTS) return 0;
     if (ndescs == capdescs) {
         capdescs = capdescs ? capdescs * 2 : 256;
         descs = fy_xrealloc(descs, capdescs * sizeof *descs);
     }
-    d = &descs[ndescs++];
+    desc_t *d = &descs[ndescs++];
     d->name = fy_xstrdup(name);
     d->labels = fy_xstrdup(labels);
     d->kind = kind;
-    d->id = id = nslots;
+    d->id = nslots;
     d->next = hash[h];
     hash[h] = (uint32_t)ndescs;
     nslots += need;
-out:
+    return d->id;
+}
+
+fy_counter_id_t fy_counter_register(const char *name, const char *labels, int kind)
+{
+    if (!labels) labels = "";
+    uint32_t h = hash_of(name, labels);
+    pthread_mutex_lock(&mu);
+    desc_t *d = find(name, labels, h);
+    fy_counter_id_t id = d ? (d->kind == kind ? d->id : 0) : add_locked(name, labels, kind, h);
     pthread_mutex_unlock(&mu);
     return id;
+}
+
+fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
+                                          const int *kinds, size_t n)
+{
+    fy_counter_id_t first = 0, next = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < n; i++) {
+        const char *l = labels[i] ? labels[i] : "";
+        uint32_t h = hash_of(names[i], l);
+        desc_t *d = find(names[i], l, h);
+        fy_counter_id_t id;
+        if (i == 0 && d) {
+            first = next = d->id;
+        } else if (i == 0) {
+            if (nslots + n * FY_HIST_NSLOTS > FY_COUNTERS_MAX_SLOTS) break; /* all or none */
+            first = next = nslots;
+        }
+        id = d ? (d->kind == kinds[i] ? d->id : 0) : add_locked(names[i], l, kinds[i], h);
+        if (id != next) {
+            first = 0;
+            break;
+        }
+        next += kinds[i] == FY_HISTOGRAM ? FY_HIST_NSLOTS : 1;
+    }
+    pthread_mutex_unlock(&mu);
+    return first;
 }
 
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels)

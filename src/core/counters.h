@@ -51,6 +51,13 @@ void fy_counters_bind(int worker);
  * slot table is full (logged once by the caller if it cares). Thread-safe (a mutex; never on
  * the request path). */
 fy_counter_id_t fy_counter_register(const char *name, const char *labels, int kind);
+/* Register n metrics as one block of consecutive slots (so a hot path can reach them from one
+ * id with constant offsets): names[i], labels[i] (NULL = ""), kinds[i]. Returns the first id;
+ * if the block was registered before (same first name+labels), that id again, after checking
+ * that the rest follows it. 0 when the table is full or the block clashes with a different
+ * earlier registration. Thread-safe. */
+fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
+                                          const int *kinds, size_t n);
 /* The id of name+labels if registered, else 0. */
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels);
 
@@ -77,11 +84,28 @@ static inline void fy_gauge_add(fy_counter_id_t id, int64_t d)
  * (+Inf). Prometheus `le` semantics: a value equal to a bound counts in that bound's bucket. */
 unsigned fy_hist_bucket(uint64_t us);
 
+static inline unsigned fy_hist_bucket_fast(uint64_t us)
+{
+    return us <= 10 ? 0 : fy_hist_bucket(us); /* the common sub-turn case without a call */
+}
+
 static inline void fy_hist_observe(fy_counter_id_t id, uint64_t us)
 {
     if (!id) return;
-    fy_counter_inc(id + fy_hist_bucket(us));
+    fy_counter_inc(id + fy_hist_bucket_fast(us));
     fy_counter_add(id + FY_HIST_NBOUNDS + 1, us);
+}
+
+/* The same on an array the caller loaded once from fy__counters_mine (hot paths). */
+static inline void fy_counter_add_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t n)
+{
+    atomic_store_explicit(&mine[id], atomic_load_explicit(&mine[id], memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+static inline void fy_hist_observe_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t us)
+{
+    fy_counter_add_at(mine, id + fy_hist_bucket_fast(us), 1);
+    fy_counter_add_at(mine, id + FY_HIST_NBOUNDS + 1, us);
 }
 
 /* One registered metric, summed over every worker at snapshot time. */

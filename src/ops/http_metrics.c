@@ -16,12 +16,17 @@ static const char *const proto_names[NPROTO] = {"h1", "h2", "h3"};
 static const char *const limit_names[] = {"request-timeout", "body-size", "uri-size",
                                           "header-size"};
 
+/* One block of consecutive slots per listener x route x protocol (responses by class, then
+ * body bytes), and one per route (TTFB histogram, then total): the observer loads two ids and
+ * writes at constant offsets from them. */
+enum { B_RESP = 0, B_IN = NCLASS, B_OUT = NCLASS + 1, B_N = NCLASS + 2 };
+enum { H_TTFB = 0, H_DUR = FY_HIST_NSLOTS };
+
 struct fy_http_metrics {
     const fy_route_t *routes; /* borrowed: the router's array */
     size_t nroutes;
-    fy_counter_id_t *resp;       /* owned: [(nroutes + 1) * NCLASS * NPROTO]; last = no route */
-    fy_counter_id_t *ttfb, *dur; /* owned: [nroutes + 1] histograms */
-    fy_counter_id_t bytes_in[NPROTO], bytes_out[NPROTO];
+    fy_counter_id_t *blk;  /* owned: [(nroutes + 1) * NPROTO]; route nroutes = none matched */
+    fy_counter_id_t *hist; /* owned: [nroutes + 1] */
 };
 
 static fy_counter_id_t limit_ids[4];
@@ -44,49 +49,62 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
     fy_http_metrics_t *m = fy_xcalloc(1, sizeof *m);
     m->routes = rt->routes;
     m->nroutes = rt->n;
-    m->resp = fy_xcalloc((rt->n + 1) * NCLASS * NPROTO, sizeof *m->resp);
-    m->ttfb = fy_xcalloc(rt->n + 1, sizeof *m->ttfb);
-    m->dur = fy_xcalloc(rt->n + 1, sizeof *m->dur);
-    char l[256], route[24];
+    m->blk = fy_xcalloc((rt->n + 1) * NPROTO, sizeof *m->blk);
+    m->hist = fy_xcalloc(rt->n + 1, sizeof *m->hist);
+    char lab[B_N][256], route[24];
+    const char *names[B_N], *labels[B_N];
+    int kinds[B_N];
     for (size_t r = 0; r <= rt->n; r++) {
         if (r < rt->n)
             snprintf(route, sizeof route, "%zu", r);
         else
             snprintf(route, sizeof route, "-");
-        for (int c = 0; c < NCLASS; c++)
-            for (int p = 0; p < NPROTO; p++) {
-                snprintf(l, sizeof l, "listener=\"%s\",route=\"%s\",code=\"%dxx\",proto=\"%s\"",
-                         listener, route, c + 1, proto_names[p]);
-                m->resp[(r * NCLASS + c) * NPROTO + p] =
-                    fy_counter_register("ferry_http_responses_total", l, FY_COUNTER);
+        for (int p = 0; p < NPROTO; p++) {
+            for (int c = 0; c < NCLASS; c++) {
+                snprintf(lab[B_RESP + c], sizeof lab[0],
+                         "listener=\"%s\",route=\"%s\",code=\"%dxx\",proto=\"%s\"", listener, route,
+                         c + 1, proto_names[p]);
+                names[B_RESP + c] = "ferry_http_responses_total";
             }
-        snprintf(l, sizeof l, "route=\"%s\"", route);
-        m->ttfb[r] = fy_counter_register("ferry_http_ttfb_seconds", l, FY_HISTOGRAM);
-        m->dur[r] = fy_counter_register("ferry_http_duration_seconds", l, FY_HISTOGRAM);
-    }
-    for (int p = 0; p < NPROTO; p++) {
-        snprintf(l, sizeof l, "listener=\"%s\",proto=\"%s\"", listener, proto_names[p]);
-        m->bytes_in[p] = fy_counter_register("ferry_http_request_bytes_total", l, FY_COUNTER);
-        m->bytes_out[p] = fy_counter_register("ferry_http_response_bytes_total", l, FY_COUNTER);
+            snprintf(lab[B_IN], sizeof lab[0], "listener=\"%s\",route=\"%s\",proto=\"%s\"",
+                     listener, route, proto_names[p]);
+            memcpy(lab[B_OUT], lab[B_IN], sizeof lab[0]);
+            names[B_IN] = "ferry_http_request_bytes_total";
+            names[B_OUT] = "ferry_http_response_bytes_total";
+            for (int i = 0; i < B_N; i++) labels[i] = lab[i], kinds[i] = FY_COUNTER;
+            m->blk[r * NPROTO + p] = fy_counter_register_block(names, labels, kinds, B_N);
+        }
+        snprintf(lab[0], sizeof lab[0], "route=\"%s\"", route);
+        const char *hn[2] = {"ferry_http_ttfb_seconds", "ferry_http_duration_seconds"};
+        const char *hl[2] = {lab[0], lab[0]};
+        const int hk[2] = {FY_HISTOGRAM, FY_HISTOGRAM};
+        m->hist[r] = fy_counter_register_block(hn, hl, hk, 2);
     }
     return m;
 }
 
 void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
 {
-    fy_http_metrics_t *m = arg;
+    const fy_http_metrics_t *m = arg;
+    _Atomic uint64_t *c = fy__counters_mine;
     size_t r = ex->route ? (size_t)(ex->route - m->routes) : m->nroutes;
     if (r > m->nroutes) r = m->nroutes; /* another router's route (cannot happen today) */
     unsigned cls = (unsigned)ex->res.status / 100u - 1u;
     if (cls >= NCLASS) cls = NCLASS - 1;
     unsigned p = ex->req.version >= 30 ? 2 : ex->req.version >= 20;
-    fy_counter_inc(m->resp[(r * NCLASS + cls) * NPROTO + p]);
-    fy_counter_add(m->bytes_in[p], ex->body_received);
-    fy_counter_add(m->bytes_out[p], ex->bytes_sent);
-    uint64_t now = ex->ctx->loop->now_ms;
-    uint64_t head = ex->head_ms ? ex->head_ms : now;
-    fy_hist_observe(m->ttfb[r], (head - ex->start_ms) * 1000);
-    fy_hist_observe(m->dur[r], (now - ex->start_ms) * 1000);
+    fy_counter_id_t b = m->blk[r * NPROTO + p];
+    if (b) {
+        fy_counter_add_at(c, b + B_RESP + cls, 1);
+        fy_counter_add_at(c, b + B_IN, ex->body_received);
+        fy_counter_add_at(c, b + B_OUT, ex->bytes_sent);
+    }
+    fy_counter_id_t h = m->hist[r];
+    if (h) {
+        uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
+        uint64_t head = ex->head_ms ? ex->head_ms : now;
+        fy_hist_observe_at(c, h + H_TTFB, (head - start) * 1000);
+        fy_hist_observe_at(c, h + H_DUR, (now - start) * 1000);
+    }
     if (cls == 3) {
         int s = ex->res.status;
         int li = s == 408 ? 0 : s == 413 ? 1 : s == 414 ? 2 : s == 431 ? 3 : -1;
@@ -97,9 +115,8 @@ void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
 void fy_http_metrics_free(fy_http_metrics_t *m)
 {
     if (!m) return;
-    free(m->resp);
-    free(m->ttfb);
-    free(m->dur);
+    free(m->blk);
+    free(m->hist);
     free(m);
 }
 
