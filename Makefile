@@ -9,9 +9,13 @@ PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
 # Everything the build, the tests and the benchmark use, from Debian 12.
 BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-dev libpcre2-dev \
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
-             zlib1g-dev libbrotli-dev libzstd-dev
+             zlib1g-dev libbrotli-dev libzstd-dev libsystemd-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
-             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium
+             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium \
+             $(DEB_PKGS)
+# `make deb` and tests/test_packaging.py: dpkg-shlibdeps, man page checks, systemd-analyze
+# verify, the postinst's adduser
+DEB_PKGS   = dpkg-dev groff-base man-db systemd adduser
 # Node.js + npm drive Chromium (npm's playwright-core) in the browser tests. Installed from
 # Debian only when no `npm` is on the machine: a Node.js from elsewhere (e.g. NodeSource, which
 # bundles npm) conflicts with Debian's npm package.
@@ -22,7 +26,7 @@ PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test deps bench-deps unit integration asan fuzz fuzz-smoke bench bench-quick bench-cost clean format check-style doc
+.PHONY: all build run test deps bench-deps unit integration asan fuzz fuzz-smoke bench bench-quick bench-cost clean format check-style doc man install deb
 
 all: build
 
@@ -105,6 +109,27 @@ format:
 
 doc: build
 	./$(BUILD)/ferry doc-config > docs/CONFIG.md.new
+
+# man pages ferry(1), ferry-load(1), ferry.yaml(5) into $(BUILD)/man, from the binaries'
+# help and the directive tables (tools/gen-man.sh)
+man: build
+	./tools/gen-man.sh $(BUILD)/ferry $(BUILD)/man
+
+# binaries, man pages, the systemd unit, the default page and (unless there is one) the
+# default /etc/ferry/ferry.yaml; `make install PREFIX=/usr DESTDIR=/tmp/stage`
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+install: build
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" \
+	  ./packaging/install.sh $(BUILD)
+
+# the Debian package $(BUILD)/ferry_VERSION-1_ARCH.deb from the Release build (dpkg-deb)
+deb: build
+	@[ "$$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' $(BUILD)/CMakeCache.txt)" = Release ] || \
+	  { echo "make deb: $(BUILD) is not a Release build"; exit 1; }
+	./packaging/mkdeb.sh $(BUILD) $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -81,5 +81,7 @@ void fy_config_dump(const fy_config_t *cfg, FILE *out);
 
 /* Markdown reference of every directive (docs/CONFIG.md). */
 void fy_config_doc(FILE *out);
+/* The same reference as the man page ferry.yaml(5) (`ferry doc-config --man`). */
+void fy_config_doc_man(FILE *out, const char *version);
 
 #endif

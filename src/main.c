@@ -12,6 +12,7 @@
 #include "conf/conf_valid.h"
 #include "config.h"
 #include "core/log.h"
+#include "ops/sd_notify.h"
 #include "server.h"
 #include "tls/ca.h"
 
@@ -55,7 +56,7 @@ static const char usage[] =
     "                  [--check]\n"
     "                                relay TCP (or UDP) to HOST:PORT; with --tls, end TLS and\n"
     "                                relay the plaintext (default 127.0.0.1:8080)\n"
-    "  ferry doc-config              print the configuration reference (Markdown)\n"
+    "  ferry doc-config [--man]      print the configuration reference (Markdown, or man)\n"
     "  ferry help [COMMAND]          this text, or one command's options (also COMMAND --help)\n"
     "  ferry version                 print the version (also --version)\n"
     "\n"
@@ -127,8 +128,10 @@ static const struct cmd_help helps[] = {
      "options:\n" OPT_LISTEN "  --udp                         relay UDP datagrams instead of TCP\n"
      "  --tls self-signed|CERT:KEY    end TLS with a generated or the given "
      "certificate\n" OPT_WORKERS OPT_CHECK},
-    {"doc-config", "usage: ferry doc-config\n"
-                   "Print the reference of every configuration key (Markdown, docs/CONFIG.md).\n"},
+    {"doc-config", "usage: ferry doc-config [--man]\n"
+                   "Print the reference of every configuration key (Markdown, docs/CONFIG.md).\n"
+                   "options:\n"
+                   "  --man                         as the man page ferry.yaml(5) instead\n"},
     {"help", "usage: ferry help [COMMAND]\n"
              "Print the list of commands, or one command's options.\n"},
     {"version", "usage: ferry version\nPrint the version.\n"},
@@ -498,6 +501,7 @@ static int run(fy_config_t *cfg)
     fy_server_print_urls(s, stdout);
     fy_notice("ferry %s started: %d workers", FERRY_VERSION,
               cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    fy_sd_notify_ready(); /* systemd Type=notify: every listener bound, workers running */
     for (;;) {
         int sig = 0;
         sigwait(&set, &sig);
@@ -508,6 +512,7 @@ static int run(fy_config_t *cfg)
         fy_notice("signal %d: stopping", sig); /* fy_server_stop logs the drain */
         break;
     }
+    fy_sd_notify_stopping();
     fy_server_stop(s, 10000);
     fy_server_free(s);
     fy_notice("exited cleanly");
@@ -635,6 +640,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "l4")) return cmd_l4(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_config(false, true, argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_config(true, false, argc - 2, argv + 2);
+    if (!strcmp(cmd, "doc-config") && argc == 3 && !strcmp(argv[2], "--man"))
+        return fy_config_doc_man(stdout, FERRY_VERSION), 0;
     if (argc > 2) return bad_usage("takes no arguments");
     if (!strcmp(cmd, "doc-config")) {
         fy_config_doc(stdout);

@@ -158,5 +158,7 @@ void fy_conf_dump(const fy_conf_directive_t *table, const void *obj, int indent,
 
 /* Write the tables as Markdown reference (docs/CONFIG.md generator). */
 void fy_conf_doc(const fy_conf_directive_t *table, const char *section, int depth, void *file);
+/* The same walk as man(7) text: one .SS per section, one .TP per key (ferry.yaml(5)). */
+void fy_conf_doc_man(const fy_conf_directive_t *table, const char *section, void *file);
 
 #endif

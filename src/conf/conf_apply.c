@@ -1015,53 +1015,119 @@ static void doc_type(const fy_conf_directive_t *d, FILE *f)
     }
 }
 
-void fy_conf_doc(const fy_conf_directive_t *table, const char *section, int depth, void *file)
+/* Roff text for man pages: `code` in bold (breakable after : , /), backslashes escaped,
+ * Markdown's "\|" cell escape undone, newlines folded. Called only at the start of a text line or
+ * within one. */
+static void put_man(FILE *f, const char *s, bool *bold)
 {
-    FILE *f = file;
+    for (; *s; s++) {
+        if (*s == '`') {
+            fputs(*bold ? "\\fR" : "\\fB", f);
+            *bold = !*bold;
+        } else if (*s == '\\' && s[1] == '|') {
+            fputc('|', f);
+            s++;
+        } else if (*s == '\\') {
+            fputs("\\e", f);
+        } else if (*s == '\n') {
+            fputc(' ', f);
+        } else if (*bold && (*s == ':' || *s == ',' || *s == '/')) {
+            fprintf(f, "%c\\:", *s); /* a long cipher list or path may break here */
+        } else {
+            fputc(*s, f);
+        }
+    }
+}
+
+/* One cell of text in either format. */
+static void put_text(FILE *f, bool man, const char *s)
+{
+    if (man) {
+        bool bold = false;
+        put_man(f, s, &bold);
+        if (bold) fputs("\\fR", f);
+    } else {
+        put_cell(f, s);
+    }
+}
+
+/* The single walk over the tables behind both docs/CONFIG.md (Markdown) and ferry.yaml(5)
+ * (man), so that the two cannot disagree. */
+static void doc_walk(const fy_conf_directive_t *table, const char *section, int depth, FILE *f,
+                     bool man)
+{
     int h = depth < 1 ? 1 : depth > 6 ? 6 : depth;
-    fprintf(f, "%.*s %s%s%s\n\n", h, "######", section && *section ? "`" : "",
-            section && *section ? section : "Top level", section && *section ? "`" : "");
+    const char *title = section && *section ? section : "Top level";
+    if (man)
+        fprintf(f, ".SS \"%s\"\n", title);
+    else
+        fprintf(f, "%.*s %s%s%s\n\n", h, "######", section && *section ? "`" : "", title,
+                section && *section ? "`" : "");
     if (!table->key) {
-        fputs("No settings.\n\n", f);
+        fputs(man ? "No settings.\n" : "No settings.\n\n", f);
         return;
     }
-    fputs("| key | type | default | description |\n|---|---|---|---|\n", f);
+    if (!man) fputs("| key | type | default | description |\n|---|---|---|---|\n", f);
     for (const fy_conf_directive_t *d = table; d->key; d++) {
-        fprintf(f, "| `%s` | ", d->key);
-        doc_type(d, f);
-        fputs(" | ", f);
+        char *type = NULL;
+        size_t type_len = 0;
+        FILE *tf = open_memstream(&type, &type_len);
+        if (!tf) continue;
+        doc_type(d, tf);
+        fclose(tf);
+        if (man) {
+            fprintf(f, ".TP\n.B %s\n\\&", d->key);
+            put_text(f, true, type);
+            fputs("; default: ", f);
+        } else {
+            fprintf(f, "| `%s` | %s | ", d->key, type);
+        }
+        free(type);
         if (d->required) {
-            fputs("**required**", f);
+            fputs(man ? "\\fIrequired\\fR" : "**required**", f);
         } else if (d->dflt && !*d->dflt) {
-            fputs("`\"\"`", f);
+            fputs(man ? "\\fB\"\"\\fR" : "`\"\"`", f);
         } else if (d->dflt) {
-            fputc('`', f);
-            put_cell(f, d->dflt);
-            fputc('`', f);
+            fputs(man ? "\\fB" : "`", f);
+            put_text(f, man, d->dflt);
+            fputs(man ? "\\fR" : "`", f);
         } else if (d->type == FY_CT_TABLE) {
             fputs("(defaults below)", f);
         } else {
-            fputs("—", f);
+            fputs(man ? "none" : "—", f);
         }
-        fputs(" | ", f);
-        put_cell(f, d->doc ? d->doc : "");
+        fputs(man ? "\n.br\n\\&" : " | ", f);
+        put_text(f, man, d->doc ? d->doc : "");
         if (d->shorthand_key) {
+            char sh[160];
             const fy_conf_directive_t *k = d->sub;
             while (k->key && strcmp(k->key, d->shorthand_key)) k++;
             if (k->key && k->type == FY_CT_BOOL)
-                fprintf(f, " Shorthand: `%s: %s`.", d->key, k->key);
+                snprintf(sh, sizeof sh, " Shorthand: `%s: %s`.", d->key, k->key);
             else
-                fprintf(f, " Shorthand: `%s: VALUE` sets `%s`.", d->key, d->shorthand_key);
+                snprintf(sh, sizeof sh, " Shorthand: `%s: VALUE` sets `%s`.", d->key,
+                         d->shorthand_key);
+            put_text(f, man, sh);
         }
-        fputs(" |\n", f);
+        fputs(man ? "\n" : " |\n", f);
     }
-    fputc('\n', f);
+    if (!man) fputc('\n', f);
     for (const fy_conf_directive_t *d = table; d->key; d++) {
         if (d->type != FY_CT_TABLE && d->type != FY_CT_TABLE_PTR && d->type != FY_CT_TABLE_LIST)
             continue;
         char sub[PATH_MAX_LEN];
         snprintf(sub, sizeof sub, "%s%s%s%s", section && *section ? section : "",
                  section && *section ? "." : "", d->key, d->type == FY_CT_TABLE_LIST ? "[]" : "");
-        fy_conf_doc(d->sub, sub, depth, f);
+        doc_walk(d->sub, sub, depth, f, man);
     }
+}
+
+void fy_conf_doc(const fy_conf_directive_t *table, const char *section, int depth, void *file)
+{
+    doc_walk(table, section, depth, file, false);
+}
+
+void fy_conf_doc_man(const fy_conf_directive_t *table, const char *section, void *file)
+{
+    doc_walk(table, section, 1, file, true);
 }

@@ -53,7 +53,7 @@ static bool is_hex(unsigned char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-const char *fy_conf_why_not_path(const char *s)
+static const char *why_not_path_or_target(const char *s, bool query_ok)
 {
     if (has_line_break(s)) return "has a line break (CR or LF)";
     if (s[0] != '/') return "must start with '/'";
@@ -62,7 +62,12 @@ const char *fy_conf_why_not_path(const char *s)
         if (c == '\r' || c == '\n') return "has a line break (CR or LF)";
         if (c < 0x20 || c == 0x7f) return "has a control character";
         if (c == ' ') return "has a space (write it as %20)";
-        if (c == '?' || c == '#') return "has '?' or '#'; a path has no query or fragment";
+        if (c == '#') return query_ok ? "has '#'; a request target has no fragment"
+                                      : "has '?' or '#'; a path has no query or fragment";
+        if (c == '?') { /* a query (RFC 3986: pchar, "/" and "?") follows */
+            if (!query_ok) return "has '?' or '#'; a path has no query or fragment";
+            continue;
+        }
         if (c == '%') {
             if (!is_hex(p[1]) || !is_hex(p[2])) return "has a '%' not followed by two hex digits";
             continue;
@@ -73,6 +78,16 @@ const char *fy_conf_why_not_path(const char *s)
             return "has a character not allowed in a path (percent-encode it)";
     }
     return NULL;
+}
+
+const char *fy_conf_why_not_path(const char *s)
+{
+    return why_not_path_or_target(s, false);
+}
+
+const char *fy_conf_why_not_target(const char *s)
+{
+    return why_not_path_or_target(s, true);
 }
 
 const char *fy_conf_why_not_hostname(const char *s)
@@ -147,6 +162,11 @@ int fy_conf_valid_field_value(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, vo
 int fy_conf_valid_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
     return check_string(ctx, node, *(char **)field, fy_conf_why_not_path, "path");
+}
+
+int fy_conf_valid_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    return check_string(ctx, node, *(char **)field, fy_conf_why_not_target, "request target");
 }
 
 int fy_conf_valid_hostname(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)

@@ -25,6 +25,8 @@ const char *fy_conf_why_not_field_value(const char *s);
    3986 path characters (unreserved, sub-delims, ':', '@', '/', well-formed %XX); no space,
    control byte, '?', '#' or byte >= 0x80. */
 const char *fy_conf_why_not_path(const char *s);
+/* As a path, with a query after '?' allowed (origin-form: health-check.path); no fragment. */
+const char *fy_conf_why_not_target(const char *s);
 /* A DNS host name as sent in TLS SNI: dot-separated labels of letters, digits, '-' and '_',
    each 1..63 bytes, at most 253 bytes, an optional trailing dot. */
 const char *fy_conf_why_not_hostname(const char *s);
@@ -34,6 +36,7 @@ int fy_conf_valid_token(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
 int fy_conf_valid_field_value(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
                               void *obj);
 int fy_conf_valid_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
+int fy_conf_valid_target(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
 int fy_conf_valid_hostname(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj);
 /* A file that must exist, be a regular file and be readable now (certificates, keys, CA
    bundles, files served by rules): "cannot read 'x.pem': No such file or directory". */

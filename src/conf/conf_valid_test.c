@@ -56,6 +56,14 @@ static void test_path(void)
     CHECK(fy_conf_why_not_path("/\xc3\xa9"));
     CHECK(fy_conf_why_not_path("/a\"b"));
     CHECK(fy_conf_why_not_path("/a<b>"));
+    /* a request target may carry a query (health checks), never a fragment or a line break */
+    CHECK(!fy_conf_why_not_target("/info?probe"));
+    CHECK(!fy_conf_why_not_target("/h?a=1&b=/x?y"));
+    CHECK(!fy_conf_why_not_target("/"));
+    CHECK(fy_conf_why_not_target("/h?a#b"));
+    CHECK(fy_conf_why_not_target("/h?a b"));
+    CHECK(fy_conf_why_not_target("/h?a\r\nX: y"));
+    CHECK(fy_conf_why_not_target("h?a"));
 }
 
 static void test_hostname(void)

@@ -1002,6 +1002,12 @@ static void process(h1_conn_t *c)
                 handoff_h2(c, NULL);
                 return;
             }
+            if (!(c->ctx->protocols & FY_PROTO_H1)) {
+                /* an h2c-only listener speaks HTTP/2 from the first byte: the h2 codec answers
+                   the invalid preface with GOAWAY PROTOCOL_ERROR (RFC 9113 §3.4), as nginx */
+                handoff_h2(c, NULL);
+                return;
+            }
         }
         if (!(c->ctx->protocols & FY_PROTO_H1) && c->ctx->protocols) {
             /* an h2c-only listener: nothing but the HTTP/2 preface is served */

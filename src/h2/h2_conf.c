@@ -20,7 +20,8 @@ const fy_conf_directive_t fy_h2_conf_table[] = {
      .min = 1024,
      .max = 2147483647,
      .doc = "SETTINGS_INITIAL_WINDOW_SIZE: request body bytes buffered per stream before the "
-            "handler reads them."},
+            "handler reads them; also the most of a body still read (and checked) after an "
+            "early response before RST_STREAM NO_ERROR."},
     {.key = "connection-window-size",
      .type = FY_CT_SIZE,
      .offset = F(connection_window_size),

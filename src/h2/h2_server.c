@@ -15,6 +15,11 @@
  * refcounted; reading goes on into a fresh one); others are copied into a per-stream buffer no
  * larger than the stream window. WINDOW_UPDATE is sent only as the handler consumes them
  * (automatic window updates are off): a slow handler stalls only its own stream.
+ *
+ * Protocol errors get their answer whatever the timing: a request body still coming after the
+ * response is complete is drained within the stream window (h2_stream_t.draining), not reset
+ * at once, so nghttp2 goes on checking it; and feed() scans frame headers on their way to
+ * nghttp2 for what it does not check on streams it has closed or never saw (frame_head).
  */
 #include "h2/h2_server.h"
 #include "h2/h2_client.h"
@@ -36,6 +41,7 @@
 #include "net/sock.h"
 
 #define MAX_PEND 8
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 #define WBUF_SOFT (32 * 1024) /* stop pulling frames from nghttp2 past this */
 
 typedef struct h2_conn h2_conn_t;
@@ -66,6 +72,13 @@ typedef struct h2_stream {
        exchange is done (FINAL) or the handler may send more (proceed) */
     bool done_after_send, proceed_after_send;
     bool closed; /* nghttp2 closed the stream */
+    bool reset;  /* we submitted RST_STREAM */
+    /* the response is complete but the request body is not: the stream stays open so that
+       nghttp2 goes on checking what the client sends (§8.1.1, flow control); its DATA are
+       dropped, given back to the connection window only (so at most the stream window more
+       arrives), and RST_STREAM NO_ERROR asks the client to stop once that window is used up.
+       Not counted in c->nstreams: it does not keep the connection out of keep-alive. */
+    bool draining;
     struct iovec pend[MAX_PEND];
     int npend;
     int file_fd;
@@ -109,6 +122,20 @@ struct h2_conn {
     bool closed;
     bool in_io; /* inside a callback from the loop: flush once at the end */
     bool goaway;
+    /* Client stream bookkeeping that nghttp2 does not keep (feed, frame_head): it forgets streams
+       once closed and ignores frames on them, and on ids it never saw below the highest. */
+    int32_t max_sid; /* highest stream id a client HEADERS used */
+    struct {
+        int32_t lo, hi;
+    } gaps[8]; /* ids skipped (implicitly closed, §5.1.1), newest */
+    unsigned ngaps;
+    int32_t client_closed[16]; /* the latest streams whose client side is closed */
+    unsigned nclosed;
+    unsigned scan_magic; /* bytes of the client magic not yet scanned */
+    unsigned scan_hlen;  /* bytes of the current frame header scanned */
+    uint8_t scan_hdr[9];
+    uint32_t scan_skip; /* payload bytes of the current frame not yet scanned */
+    bool scan_split;    /* feed nghttp2 up to the end of the current frame first */
     fy_defer_t flush_defer;
     fy_defer_t free_defer;
     fy_defer_t reread; /* TLS holds decrypted bytes that epoll cannot signal */
@@ -135,15 +162,37 @@ static void flush_cb(fy_defer_t *d)
 
 /* ---- sink ---- */
 
+static void stream_reset(h2_stream_t *s, uint32_t code)
+{
+    s->reset = true;
+    nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, code);
+}
+
+/* A draining stream whose window the client has used up: ask it to stop (RFC 9113 §8.1). */
+static void drain_check(h2_stream_t *s)
+{
+    if (s->closed || s->reset || s->c->closed) return;
+    if (nghttp2_session_get_stream_local_window_size(s->c->ng, s->id) > 0) return;
+    stream_reset(s, NGHTTP2_NO_ERROR);
+    schedule_flush(s->c);
+}
+
 static void stream_done(h2_stream_t *s)
 {
     if (s->ex_done) return;
     s->ex_done = true;
     h2_conn_t *c = s->c;
     if (s->ex.res.status) fy_exchange_done(&s->ex);
-    /* a body nobody read: stop it (RFC 9113 §8.1) and give its window back */
-    if (!s->closed && !s->body_end && !c->closed)
-        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+    if (!s->closed && !s->body_end && !s->reset && !c->closed) {
+        /* a body nobody will read: drained, not reset at once (h2_stream_t.draining) */
+        s->draining = true;
+        if (s->unconsumed) nghttp2_session_consume_connection(c->ng, s->unconsumed);
+        s->unconsumed = 0;
+        if (--c->nstreams == 0)
+            fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+        drain_check(s);
+        return;
+    }
     if (s->unconsumed && !c->closed) {
         nghttp2_session_consume(c->ng, s->id, s->unconsumed);
         s->unconsumed = 0;
@@ -415,7 +464,7 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     }
     s->want_proceed = false;
     if (state == FY_SEND_ERROR) {
-        nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+        stream_reset(s, NGHTTP2_INTERNAL_ERROR);
         stream_done(s);
         schedule_flush(c);
         return;
@@ -428,7 +477,7 @@ static void h2_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
         if (head_only || bufs[i].iov_len == 0) continue;
         if (s->npend == MAX_PEND) {
             fy_error("h2: too many buffers in one send");
-            nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+            stream_reset(s, NGHTTP2_INTERNAL_ERROR);
             stream_done(s);
             schedule_flush(c);
             return;
@@ -587,7 +636,7 @@ static void stream_free(h2_stream_t *s)
     if (s->held) rbuf_release(s->held);
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
-    c->nstreams--;
+    if (!s->draining) c->nstreams--; /* a draining one was uncounted already */
     fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], -1);
     fy_arena_free(&s->arena);
     free(s->body);
@@ -749,6 +798,13 @@ static void glitch(h2_conn_t *c, const char *what)
     c->goaway = true;
 }
 
+/* The client closed its side of stream `id` (END_STREAM or RST_STREAM): frames it sends on
+ * it from now on are its error (frame_head). */
+static void client_closed(h2_conn_t *c, int32_t id)
+{
+    c->client_closed[c->nclosed++ % NELEM(c->client_closed)] = id;
+}
+
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     h2_conn_t *c = ud;
@@ -766,14 +822,17 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         }
         break;
     case NGHTTP2_DATA:
-        if (f->hd.length == 0 && !end) glitch(c, "empty DATA");
+        /* nothing but padding (which nghttp2 gives back as window by itself) counts too */
+        if (f->hd.length == f->data.padlen && !end) glitch(c, "empty DATA");
         if (!s) return 0;
+        if (s->draining && !end) drain_check(s);
         if (end) {
             s->body_end = true;
             deliver_body(s);
         }
         break;
     case NGHTTP2_RST_STREAM: {
+        if (s && !s->body_end) client_closed(c, f->hd.stream_id);
         /* rapid reset (CVE-2023-44487): a token bucket of reset-burst tokens regained at
            reset-rate per second; nghttp2's own limit stays behind it as a backstop */
         uint64_t now = c->loop->now_ms;
@@ -810,6 +869,11 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 {
     h2_conn_t *c = ud;
     h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (s && s->draining && !s->closed) {
+        /* dropped; the stream window is not reopened (drain_check) */
+        nghttp2_session_consume_connection(ng, len);
+        return 0;
+    }
     if (!s || s->ex_done || s->closed) {
         /* nobody will read it: give the window back at once */
         nghttp2_session_consume(ng, id, len);
@@ -821,7 +885,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         if (!s->ex.response_started)
             fy_exchange_fail(&s->ex, 413, "request body over limits.body-size");
         else
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+            stream_reset(s, NGHTTP2_CANCEL);
         nghttp2_session_consume(ng, id, len);
         return 0;
     }
@@ -858,6 +922,7 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
 {
     h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
     if (!s) return 0;
+    if (s->body_end) client_closed(s->c, id);
     s->closed = true;
     nghttp2_session_set_stream_user_data(ng, id, NULL);
     if (!s->ex_done) {
@@ -1003,16 +1068,127 @@ static void conn_flush(h2_conn_t *c)
     update_events(c);
 }
 
-static int feed(h2_conn_t *c, const char *data, size_t len)
+static int feed_ng(h2_conn_t *c, const char *data, size_t len)
 {
+    if (len == 0) return 0;
     ssize_t r = nghttp2_session_mem_recv(c->ng, (const uint8_t *)data, len);
     if (r < 0) {
         char a[64];
         fy_info("client %s: h2: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
                 nghttp2_strerror((int)r));
+        /* a GOAWAY naming the error, unless nghttp2 queued one (then this does nothing):
+           an invalid preface is a connection error PROTOCOL_ERROR (RFC 9113 §3.4) */
+        uint32_t code = r == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? NGHTTP2_PROTOCOL_ERROR
+                        : r == NGHTTP2_ERR_FLOODED        ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                          : NGHTTP2_INTERNAL_ERROR;
+        nghttp2_session_terminate_session(c->ng, code);
+        c->goaway = true;
         return -1;
     }
     return 0;
+}
+
+static bool in_gap(const h2_conn_t *c, int32_t id)
+{
+    unsigned n = c->ngaps < NELEM(c->gaps) ? c->ngaps : NELEM(c->gaps);
+    for (unsigned i = 0; i < n; i++)
+        if (id >= c->gaps[i].lo && id <= c->gaps[i].hi) return true;
+    return false;
+}
+
+static bool is_client_closed(const h2_conn_t *c, int32_t id)
+{
+    unsigned n = c->nclosed < NELEM(c->client_closed) ? c->nclosed : NELEM(c->client_closed);
+    for (unsigned i = 0; i < n; i++)
+        if (c->client_closed[i] == id) return true;
+    return false;
+}
+
+/* The header of a client frame that nghttp2 may let pass unanswered, after nghttp2 has read
+ * every frame before it. nghttp2 answers DATA and HEADERS on a stream the client had closed
+ * (END_STREAM or RST_STREAM) with GOAWAY STREAM_CLOSED (RFC 9113 §5.1 closed, §6.1; a stream
+ * error made a connection error, §5.4) only while it keeps the closed stream, which is never
+ * when the client has max-concurrent-streams open; and it ignores a HEADERS on an id skipped
+ * below one already used. */
+static void frame_head(h2_conn_t *c, uint8_t type, int32_t id)
+{
+    char a[64];
+    if (is_client_closed(c, id)) {
+        if (nghttp2_session_find_stream(c->ng, id)) return; /* kept: nghttp2 answers */
+        fy_info("client %s: h2 frame on stream %d after its END_STREAM or RST_STREAM: GOAWAY "
+                "STREAM_CLOSED",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), (int)id);
+        nghttp2_session_terminate_session(c->ng, NGHTTP2_STREAM_CLOSED);
+        c->goaway = true;
+        return;
+    }
+    if (type == NGHTTP2_HEADERS && in_gap(c, id)) {
+        /* §5.1.1: a new stream's id must exceed all the client used; connection error */
+        fy_info("client %s: h2 HEADERS opens stream %d after stream %d: GOAWAY PROTOCOL_ERROR",
+                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), (int)id,
+                (int)c->max_sid);
+        nghttp2_session_terminate_session(c->ng, NGHTTP2_PROTOCOL_ERROR);
+        c->goaway = true;
+    }
+}
+
+/* Feed the client's bytes to nghttp2, scanning frame headers on the way for what nghttp2
+ * does not check on streams it has closed or never saw (frame_head). nghttp2 reads the bytes
+ * before such a header first, so that the answer follows every earlier frame, and reads each
+ * RST_STREAM before anything after it is scanned (on_frame_recv notes the stream). */
+static int feed(h2_conn_t *c, const char *data, size_t len)
+{
+    size_t i = 0, fed = 0;
+    while (i < len) {
+        if (c->scan_magic) {
+            size_t k = len - i < c->scan_magic ? len - i : c->scan_magic;
+            i += k;
+            c->scan_magic -= (unsigned)k;
+            continue;
+        }
+        if (c->scan_skip) {
+            size_t k = len - i < c->scan_skip ? len - i : c->scan_skip;
+            i += k;
+            c->scan_skip -= (uint32_t)k;
+            if (c->scan_skip == 0 && c->scan_split) {
+                c->scan_split = false;
+                if (feed_ng(c, data + fed, i - fed) < 0) return -1;
+                fed = i;
+            }
+            continue;
+        }
+        c->scan_hdr[c->scan_hlen++] = (uint8_t)data[i++];
+        if (c->scan_hlen < 9) continue;
+        c->scan_hlen = 0;
+        const uint8_t *h = c->scan_hdr;
+        uint8_t type = h[3];
+        int32_t id = (int32_t)((uint32_t)(h[5] & 0x7f) << 24 | (uint32_t)h[6] << 16 |
+                               (uint32_t)h[7] << 8 | h[8]);
+        c->scan_skip = (uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2];
+        c->scan_split = type == NGHTTP2_RST_STREAM && c->scan_skip;
+        if ((type != NGHTTP2_HEADERS && type != NGHTTP2_DATA) || !(id & 1)) continue;
+        if (id > c->max_sid) {
+            if (type == NGHTTP2_HEADERS) {
+                /* a new stream (or an error nghttp2 answers): ids it skips are closed */
+                int32_t next = c->max_sid ? c->max_sid + 2 : 1;
+                if (id > next) {
+                    unsigned g = c->ngaps++ % NELEM(c->gaps);
+                    c->gaps[g].lo = next;
+                    c->gaps[g].hi = id - 2;
+                }
+                c->max_sid = id;
+            }
+            continue;
+        }
+        if (!is_client_closed(c, id) && !(type == NGHTTP2_HEADERS && in_gap(c, id))) continue;
+        size_t start = i >= 9 ? i - 9 : 0; /* the header may have begun in the last read */
+        if (start > fed) {
+            if (feed_ng(c, data + fed, start - fed) < 0) return -1;
+            fed = start;
+        }
+        frame_head(c, type, id);
+    }
+    return feed_ng(c, data + fed, len - fed);
 }
 
 static void on_io(fy_io_t *io, uint32_t ev)
@@ -1032,10 +1208,13 @@ static void on_io(fy_io_t *io, uint32_t ev)
             }
             c->t->want = 0;
             if (feed(c, c->rbuf->data, (size_t)n) < 0) {
-                /* nghttp2 queued a GOAWAY where it could: send it, then close */
+                /* a GOAWAY is queued (feed_ng): send it, then close. What the socket does not
+                   take now goes on EPOLLOUT: conn_flush closes once it is out (nghttp2 wants
+                   neither to read nor to write then, and ignores what still arrives), and
+                   the send timeout bounds the wait */
                 c->in_io = false;
                 conn_flush(c);
-                if (!c->closed) conn_close(c);
+                if (!c->closed && c->wlen == c->wsent) conn_close(c);
                 return;
             }
             if (c->closed) return;
@@ -1112,6 +1291,7 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
     memcpy(c->wbuf, sw, sizeof sw - 1);
     c->wlen = sizeof sw - 1;
     h2_stream_t *s = stream_new(c, 1);
+    c->max_sid = 1;
     fy_request_t *d = &s->ex.req;
     d->method = hdup(s, (const uint8_t *)q->method.p, q->method.len);
     d->method_id = q->method_id;
@@ -1177,6 +1357,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     c->rst_at = ctx->loop->now_ms;
     c->reread.cb = reread_cb;
     c->reread.data = c;
+    c->scan_magic = 24; /* the client magic comes first, also after an h2c upgrade */
     if (nghttp2_session_server_new2(&c->ng, cbs, c, opt) != 0) {
         free(c);
         c = NULL;
@@ -1209,8 +1390,8 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     c->in_io = true;
     if (len && feed(c, data, len) < 0) {
         c->in_io = false;
-        conn_flush(c);
-        if (!c->closed) conn_close(c);
+        conn_flush(c); /* as in on_io */
+        if (!c->closed && c->wlen == c->wsent) conn_close(c);
         return 0;
     }
     c->in_io = false;

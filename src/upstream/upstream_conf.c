@@ -124,7 +124,8 @@ static const char *const balance_names[] = {"round-robin", "random", "least-requ
 
 static int validate_path(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
-    return fy_conf_valid_path(ctx, node, field, obj); /* it goes into the request line */
+    /* it goes into the request line: origin-form, a query allowed */
+    return fy_conf_valid_target(ctx, node, field, obj);
 }
 
 static const char *const health_types[] = {"http", "tcp", NULL};
