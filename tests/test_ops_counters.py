@@ -153,3 +153,40 @@ def test_ops_counters_exact_mix(server, tmp_path, monkeypatch):
         assert c[("ferry_streams_active", f'proto="{proto}"')] == 0
     assert c[("ferry_tls_handshakes_total", 'result="full"')] == 2
     assert c[("ferry_tls_handshakes_total", 'result="failed"')] == 0
+
+
+def test_ops_counters_upstream_retry_and_ejection(server, tmp_path, monkeypatch):
+    """One refusing server and one live one, max-fails 1, one worker: the first request that
+    picks the refusing server is retried on the other and ejects it; nothing else retries."""
+    import socket
+    origin = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = s.getsockname()[1]
+    s.close()
+    dump = tmp_path / "counters.txt"
+    monkeypatch.setenv("FERRY_DUMP_COUNTERS", str(dump))
+    try:
+        srv = server(f"""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{{port}}
+upstreams:
+  - name: up
+    servers: ["http://127.0.0.1:{dead}", "http://127.0.0.1:{origin.server_address[1]}"]
+    max-fails: 1
+    fail-timeout: 60s
+routes:
+  - proxy: {{{{upstream: up}}}}
+""")
+        for i in range(4):
+            assert http_request(srv.port, f"/r{i}")[0] == 200
+        assert srv.stop() == 0
+    finally:
+        origin.shutdown()
+    c = parse(dump.read_text())
+    assert c[("ferry_upstream_retries_total", "")] == 1
+    assert c[("ferry_upstream_ejections_total", "")] == 1
+    assert c[("ferry_http_responses_total",
+              'listener="127.0.0.1:%d",route="0",code="2xx",proto="h1"' % srv.port)] == 4
