@@ -1,9 +1,11 @@
 /* ferry: argv, signals, config load, workers. The command line is a contract (DESIGN.md §6). */
 #include <errno.h>
 #include <pthread.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/types.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,9 @@ static const char usage[] =
     "                                h3), proxy demo under /proxy/, intercepting proxy on\n"
     "                                127.0.0.1:8888 [--workers N]\n"
     "  ferry run -c FILE             run the configuration in FILE [--workers N]\n"
+    "                  [--pid-file PATH]\n"
+    "  ferry reload [-c FILE]        validate FILE and have the running server load it\n"
+    "                  [--pid-file PATH]\n"
     "  ferry check [-c FILE]         validate FILE and print the effective configuration;\n"
     "                                without -c, check and print the built-in configuration\n"
     "  ferry serve DIR [--listen ADDR] [--tls self-signed|CERT:KEY] [--protocols h1,...]\n"
@@ -79,16 +84,31 @@ struct cmd_help {
     "  --protocols LIST              h1, h2c, h2, h3, comma-separated (default h1,h2c, or\n"       \
     "                                h1,h2 with --tls; h2 and h3 need --tls)\n"
 #define OPT_WORKERS "  --workers N                   worker threads: auto or 1..256\n"
+#define OPT_PIDFILE                                                                                \
+    "  --pid-file PATH               the server's pid file (default $XDG_RUNTIME_DIR/ferry.pid\n"  \
+    "                                or /tmp/ferry-UID.pid)\n"
 #define OPT_ACCESS "  --access-log stdout|FILE      write an access log line per request\n"
 #define OPT_CHECK                                                                                  \
     "  --check                       validate the options, print the configuration they make\n"    \
     "                                and exit without serving\n"
 
 static const struct cmd_help helps[] = {
-    {"run", "usage: ferry run -c FILE [--workers N]\n"
-            "Run the configuration in FILE (see docs/CONFIG.md).\n"
-            "options:\n"
-            "  -c, --config FILE             the configuration file (required)\n" OPT_WORKERS},
+    {"run",
+     "usage: ferry run -c FILE [--workers N] [--pid-file PATH]\n"
+     "Run the configuration in FILE (see docs/CONFIG.md). SIGHUP or `ferry reload`\n"
+     "loads FILE again: new connections get the new configuration, open ones finish\n"
+     "on theirs; a FILE with errors is logged and the running configuration stays.\n"
+     "options:\n"
+     "  -c, --config FILE             the configuration file (required)\n" OPT_WORKERS OPT_PIDFILE},
+    {"reload",
+     "usage: ferry reload [-c FILE] [--pid-file PATH]\n"
+     "Validate the configuration the running server was started with (errors as\n"
+     "`ferry check` prints them: file:line:col, exit 1, the server untouched), then\n"
+     "send the server SIGHUP so that it loads it again. The server is found by its\n"
+     "pid file, which holds its pid and its configuration file.\n"
+     "options:\n"
+     "  -c, --config FILE             the configuration to check; it must be the\n"
+     "                                file the server runs (default: that file)\n" OPT_PIDFILE},
     {"check", "usage: ferry check [-c FILE]\n"
               "Validate FILE and print its effective configuration (every default filled in);\n"
               "errors are file:line:col: key: message, exit 1. Without -c, check the built-in\n"
@@ -480,6 +500,95 @@ static int cmd_l4(int argc, char **argv)
 
 /* ---- run, check, ca ---- */
 
+/* What SIGHUP reloads (set by cmd_config; the one-liners have nothing to reload). */
+static const char *g_conf_file; /* -c FILE, or NULL */
+static bool g_conf_embedded;    /* `ferry` with the built-in configuration */
+static const char *g_pid_file;  /* written by run(), removed at exit */
+static long g_workers = -1;     /* --workers, kept across reloads */
+
+static void default_pid_file(char *buf, size_t len)
+{
+    const char *rt = getenv("XDG_RUNTIME_DIR");
+    if (rt && *rt)
+        snprintf(buf, len, "%s/ferry.pid", rt);
+    else
+        snprintf(buf, len, "/tmp/ferry-%u.pid", (unsigned)getuid());
+}
+
+/* "PID\nCONFIG\n" (CONFIG: the absolute path of -c FILE, or "<embedded>"). */
+static void write_pid_file(const char *path)
+{
+    char abs[PATH_MAX];
+    const char *conf = "<embedded>";
+    if (g_conf_file) conf = realpath(g_conf_file, abs) ? abs : g_conf_file;
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%ld\n%s\n", (long)getpid(), conf) < 0 || fclose(f) != 0 ||
+        rename(tmp, path) != 0) {
+        fy_warn("pid file %s: %s (ferry reload will not find this server)", path, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+}
+
+/* Read "PID\nCONFIG\n". Returns the pid, or -1 with `why` set. */
+static long read_pid_file(const char *path, char *conf, size_t len, char *why, size_t wlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, wlen, "%s: %s (is ferry running? see --pid-file)", path, strerror(errno));
+        return -1;
+    }
+    char line[32];
+    long pid = -1;
+    if (fgets(line, sizeof line, f)) {
+        char *end;
+        pid = strtol(line, &end, 10);
+        if (end == line || (*end != '\n' && *end) || pid <= 0) pid = -1;
+    }
+    if (pid > 0 && fgets(conf, (int)len, f)) {
+        conf[strcspn(conf, "\n")] = '\0';
+    } else {
+        pid = -1;
+    }
+    fclose(f);
+    if (pid < 0) snprintf(why, wlen, "%s: not a ferry pid file", path);
+    return pid;
+}
+
+/* The pid file is ours to remove only while it still names this process. */
+static void remove_pid_file(const char *path)
+{
+    char conf[PATH_MAX], why[16];
+    if (read_pid_file(path, conf, sizeof conf, why, sizeof why) == (long)getpid()) unlink(path);
+}
+
+/* SIGHUP: load the configuration again; errors are logged as `ferry check` prints them. */
+static void reload(fy_server_t *s)
+{
+    if (!g_conf_file && !g_conf_embedded) {
+        fy_notice("SIGHUP: this configuration came from the command line; nothing to reload");
+        return;
+    }
+    fy_notice("SIGHUP: reloading %s", g_conf_file ? g_conf_file : "the built-in configuration");
+    fy_sd_notify_reloading();
+    fy_config_t *cfg = g_conf_file ? fy_config_load_file(g_conf_file, stderr)
+                                   : fy_config_load_text("<embedded>", fy_config_embedded,
+                                                         strlen(fy_config_embedded), stderr);
+    if (!cfg) {
+        fy_error("reload: %s is not valid; the running configuration stays",
+                 g_conf_file ? g_conf_file : "the built-in configuration");
+        fy_sd_notify_reloaded(false, "the configuration is not valid");
+        return;
+    }
+    if (g_workers > 0) cfg->workers = g_workers;
+    if (fy_server_reload(s, cfg) < 0)
+        fy_sd_notify_reloaded(false, "the new configuration could not be set up");
+    else
+        fy_sd_notify_reloaded(true, NULL);
+}
+
 static int run(fy_config_t *cfg)
 {
     fy_server_t *s = fy_server_new(cfg);
@@ -498,6 +607,7 @@ static int run(fy_config_t *cfg)
         fy_server_free(s);
         return EXIT_CONFIG;
     }
+    if (g_pid_file) write_pid_file(g_pid_file);
     fy_server_print_urls(s, stdout);
     fy_notice("ferry %s started: %d workers", FERRY_VERSION,
               cfg->workers > 0 ? (int)cfg->workers : (int)sysconf(_SC_NPROCESSORS_ONLN));
@@ -506,7 +616,7 @@ static int run(fy_config_t *cfg)
         int sig = 0;
         sigwait(&set, &sig);
         if (sig == SIGHUP) {
-            fy_notice("SIGHUP: configuration reload is not supported yet; ignored");
+            reload(s);
             continue;
         }
         fy_notice("signal %d: stopping", sig); /* fy_server_stop logs the drain */
@@ -515,7 +625,58 @@ static int run(fy_config_t *cfg)
     fy_sd_notify_stopping();
     fy_server_stop(s, 10000);
     fy_server_free(s);
+    if (g_pid_file) remove_pid_file(g_pid_file);
     fy_notice("exited cleanly");
+    return 0;
+}
+
+/* `ferry reload [-c FILE] [--pid-file PATH]` */
+static int cmd_reload(int argc, char **argv)
+{
+    const char *file = NULL, *pidf = NULL;
+    const struct opt opts[] = {
+        {"-c", &file, NULL},
+        {"--config", &file, NULL},
+        {"--pid-file", &pidf, NULL},
+        {NULL, NULL, NULL},
+    };
+    if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
+    char dflt[PATH_MAX], running[PATH_MAX], why[PATH_MAX + 100];
+    if (!pidf) {
+        default_pid_file(dflt, sizeof dflt);
+        pidf = dflt;
+    }
+    if (file && fy_conf_check_readable(file, why, sizeof why) < 0) return bad_usage("-c: %s", why);
+    long pid = read_pid_file(pidf, running, sizeof running, why, sizeof why);
+    if (pid < 0) {
+        fprintf(stderr, "ferry: reload: %s\n", why);
+        return EXIT_CONFIG;
+    }
+    bool embedded = strcmp(running, "<embedded>") == 0;
+    if (file) {
+        char abs[PATH_MAX];
+        if (embedded || !realpath(file, abs) || strcmp(abs, running) != 0) {
+            fprintf(stderr, "ferry: reload: the server (pid %ld) runs %s, not %s\n", pid,
+                    embedded ? "the built-in configuration" : running, file);
+            return EXIT_USAGE;
+        }
+    } else if (!embedded) {
+        file = running;
+    }
+    fy_config_t *cfg = file ? fy_config_load_file(file, stderr)
+                            : fy_config_load_text("<embedded>", fy_config_embedded,
+                                                  strlen(fy_config_embedded), stderr);
+    if (!cfg) {
+        fprintf(stderr, "ferry: reload: %s is not valid\n", file);
+        return EXIT_CONFIG;
+    }
+    fy_config_free(cfg);
+    if (kill((pid_t)pid, SIGHUP) < 0) {
+        fprintf(stderr, "ferry: reload: pid %ld (from %s): %s\n", pid, pidf, strerror(errno));
+        return EXIT_CONFIG;
+    }
+    fprintf(stderr, "ferry: reload: %s is valid; sent SIGHUP to pid %ld\n",
+            file ? file : "the built-in configuration", pid);
     return 0;
 }
 
@@ -571,11 +732,12 @@ static int cmd_ca(int argc, char **argv)
 /* `ferry`, `ferry run -c FILE`, `ferry check [-c FILE]` */
 static int cmd_config(bool check, bool need_file, int argc, char **argv)
 {
-    const char *file = NULL, *workers_s = NULL;
+    const char *file = NULL, *workers_s = NULL, *pidf = NULL;
     const struct opt opts[] = {
         {"-c", &file, NULL},
         {"--config", &file, NULL},
         {"--workers", &workers_s, NULL},
+        {check ? "" : "--pid-file", &pidf, NULL},
         {NULL, NULL, NULL},
     };
     if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
@@ -608,6 +770,15 @@ static int cmd_config(bool check, bool need_file, int argc, char **argv)
         fy_config_free(cfg);
         return 0;
     }
+    char dflt[PATH_MAX];
+    if (!pidf) {
+        default_pid_file(dflt, sizeof dflt);
+        pidf = dflt;
+    }
+    g_conf_file = file;
+    g_conf_embedded = !file;
+    g_pid_file = pidf;
+    g_workers = workers;
     int r = run(cfg);
     fy_config_free(cfg);
     return r;
@@ -640,6 +811,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "l4")) return cmd_l4(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_config(false, true, argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_config(true, false, argc - 2, argv + 2);
+    if (!strcmp(cmd, "reload")) return cmd_reload(argc - 2, argv + 2);
     if (!strcmp(cmd, "doc-config") && argc == 3 && !strcmp(argv[2], "--man"))
         return fy_config_doc_man(stdout, FERRY_VERSION), 0;
     if (argc > 2) return bad_usage("takes no arguments");

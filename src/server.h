@@ -10,6 +10,13 @@ typedef struct fy_server fy_server_t;
 /* Build everything from `cfg` (borrowed, must outlive the server) and bind every socket.
  * Returns NULL after logging the reason (bad certificate, address in use, ...). */
 fy_server_t *fy_server_new(const fy_config_t *cfg);
+/* Reload: build a new generation from `cfg` (owned: freed on failure, or with its
+ * generation once no connection uses it), bind the listeners it adds, and hand it to every
+ * worker through its loop; connections already open finish on the generation they started
+ * on, unchanged listeners keep their sockets. Main thread only, after fy_server_start.
+ * Returns 0 once every worker took it (logged "reload: generation N active on all
+ * workers"), or -1 after logging why (the running generation goes on serving). */
+int fy_server_reload(fy_server_t *s, fy_config_t *cfg);
 /* Start the worker threads. Returns 0 or -errno. */
 int fy_server_start(fy_server_t *s);
 /* Graceful stop: write out every worker's access log, log the drain notice, stop accepting,

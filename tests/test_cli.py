@@ -561,7 +561,7 @@ def test_cli_ca_flags(tmp_path):
 
 def test_cli_run_and_check_flags(server, tmp_path):
     assert set(help_flags("check")) == {"-c", "--config"}
-    assert set(help_flags("run")) == {"-c", "--config", "--workers"}
+    assert set(help_flags("run")) == {"-c", "--config", "--workers", "--pid-file"}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(GOOD)
     for flag in ("-c", "--config"):

@@ -1239,6 +1239,11 @@ fy_quic_endpoint_t *fy_h3_endpoint_start(fy_http_ctx_t *ctx, fy_quic_server_t *q
     return fy_quic_endpoint_new(ctx->loop, qs, fd, &h3_app, ctx);
 }
 
+void fy_h3_endpoint_set_ctx(fy_quic_endpoint_t *ep, fy_http_ctx_t *ctx)
+{
+    fy_quic_endpoint_set_ud(ep, ctx);
+}
+
 void fy_h3_endpoint_drain(fy_quic_endpoint_t *ep)
 {
     fy_quic_endpoint_stop_accepting(ep);

@@ -19,6 +19,8 @@ fy_quic_endpoint_t *fy_h3_endpoint_start(fy_http_ctx_t *ctx, fy_quic_server_t *q
 /* Graceful shutdown of the endpoint: no new connections (existing ones get GOAWAY through
  * fy_http_ctx_drain). */
 void fy_h3_endpoint_drain(fy_quic_endpoint_t *ep);
+/* Connections accepted from now on belong to `ctx` (a reload); open ones keep theirs. */
+void fy_h3_endpoint_set_ctx(fy_quic_endpoint_t *ep, fy_http_ctx_t *ctx);
 
 /* Free the calling worker's cached stream objects (at worker exit). */
 void fy_h3_thread_cleanup(void);

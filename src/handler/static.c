@@ -168,7 +168,11 @@ typedef struct static_handler {
     fy_handler_t h;
     const fy_static_conf_t *conf;
     int rootfd;
+    const void *cache_owner; /* unique per handler ever made: a handler of a newer config
+                                generation may get a freed one's address, never its entries */
 } static_handler_t;
+
+static atomic_uintptr_t next_owner = 1;
 
 static uint64_t hash_key(const void *owner, const char *k, size_t n)
 {
@@ -371,8 +375,9 @@ static fc_entry_t *lookup(static_handler_t *sh, fy_exchange_t *ex, const char *r
     const fy_static_conf_t *conf = sh->conf;
     uint64_t now = ex->ctx->loop->now_ms;
     file_cache_t *fc = cache_get();
-    uint64_t h = hash_key(sh, rel, n);
-    fc_entry_t *e = conf->file_cache_entries > 0 ? cache_find(fc, sh, rel, n, h) : NULL;
+    uint64_t h = hash_key(sh->cache_owner, rel, n);
+    fc_entry_t *e =
+        conf->file_cache_entries > 0 ? cache_find(fc, sh->cache_owner, rel, n, h) : NULL;
     if (e) {
         if (now - e->checked_ms < conf->file_cache_ttl_ms) {
             if (fc->lru_head != e) {
@@ -405,7 +410,7 @@ static fc_entry_t *lookup(static_handler_t *sh, fy_exchange_t *ex, const char *r
     }
     e = fy_xcalloc(1, sizeof *e);
     e->fd = -1;
-    e->owner = sh;
+    e->owner = sh->cache_owner;
     e->key = fy_xstrndup(rel, n);
     e->keylen = n;
     e->hash = h;
@@ -836,5 +841,6 @@ fy_handler_t *fy_static_handler_new(const fy_static_conf_t *conf)
     sh->h.ops = &static_ops;
     sh->conf = conf;
     sh->rootfd = fd;
+    sh->cache_owner = (const void *)atomic_fetch_add(&next_owner, 1);
     return &sh->h;
 }

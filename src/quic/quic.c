@@ -61,7 +61,10 @@ typedef struct fwd_pkt {
 
 struct fy_quic_server {
     const fy_quic_conf_t *conf;
-    gnutls_certificate_credentials_t cred;
+    gnutls_certificate_credentials_t cred;       /* listeners: replaced by fy_quic_server_set_certs
+                                                    (read with __atomic_load_n) */
+    gnutls_certificate_credentials_t *old_creds; /* replaced ones, kept until the free */
+    size_t nold_creds;
     gnutls_priority_t prio;
     uint8_t secret[32]; /* stateless reset tokens and Retry tokens */
     char *name;
@@ -232,9 +235,37 @@ fail:
     return NULL;
 }
 
+int fy_quic_server_set_certs(fy_quic_server_t *qs, const char *const *certs,
+                             const char *const *keys, size_t n)
+{
+    gnutls_certificate_credentials_t cred;
+    int r = gnutls_certificate_allocate_credentials(&cred);
+    if (r != 0) {
+        fy_error("listener %s: h3: GnuTLS: %s", qs->name, gnutls_strerror(r));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r = gnutls_certificate_set_x509_key_file(cred, certs[i], keys[i], GNUTLS_X509_FMT_PEM);
+        if (r < 0) {
+            fy_error("listener %s: h3: cannot load %s / %s: %s", qs->name, certs[i], keys[i],
+                     gnutls_strerror(r));
+            gnutls_certificate_free_credentials(cred);
+            return -1;
+        }
+    }
+    /* a handshake on another worker may hold the old ones: they stay until the free */
+    qs->old_creds = fy_xrealloc(qs->old_creds, (qs->nold_creds + 1) * sizeof *qs->old_creds);
+    qs->old_creds[qs->nold_creds++] = qs->cred;
+    __atomic_store_n(&qs->cred, cred, __ATOMIC_RELEASE);
+    return 0;
+}
+
 void fy_quic_server_free(fy_quic_server_t *qs)
 {
     if (!qs) return;
+    for (size_t i = 0; i < qs->nold_creds; i++)
+        gnutls_certificate_free_credentials(qs->old_creds[i]);
+    free(qs->old_creds);
     if (qs->cred) gnutls_certificate_free_credentials(qs->cred);
     if (qs->prio) gnutls_priority_deinit(qs->prio);
     if (qs->shared) pthread_mutex_destroy(&qs->lock);
@@ -1222,7 +1253,8 @@ static int setup_tls(fy_quic_conn_t *c)
     c->ref.get_conn = get_conn;
     c->ref.user_data = c;
     gnutls_session_set_ptr(c->tls, &c->ref);
-    if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, qs->cred) != 0) return -1;
+    gnutls_certificate_credentials_t cred = __atomic_load_n(&qs->cred, __ATOMIC_ACQUIRE);
+    if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, cred) != 0) return -1;
     gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
     if (gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0) return -1;
     gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_POST,
@@ -1634,6 +1666,11 @@ fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, 
         return NULL;
     }
     return ep;
+}
+
+void fy_quic_endpoint_set_ud(fy_quic_endpoint_t *ep, void *ud)
+{
+    ep->ud = ud;
 }
 
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep)

@@ -65,6 +65,12 @@ typedef struct fy_quic_app_ops {
 fy_quic_server_t *fy_quic_server_new(const fy_quic_conf_t *conf, const char *const *certs,
                                      const char *const *keys, size_t n, const char *name);
 void fy_quic_server_free(fy_quic_server_t *qs);
+/* A reload with rotated certificate files: connections accepted from now on get these (same
+ * form as fy_quic_server_new); the replaced credentials are kept until fy_quic_server_free,
+ * as a handshake on another worker may still use them. One thread at a time (the main
+ * thread). Returns 0, or -1 after logging (the current certificates stay). */
+int fy_quic_server_set_certs(fy_quic_server_t *qs, const char *const *certs,
+                             const char *const *keys, size_t n);
 
 /* A UDP socket bound to `sa` with SO_REUSEPORT (before the worker threads start). Returns
  * the fd or -errno after logging. */
@@ -74,6 +80,9 @@ int fy_quic_socket(const struct sockaddr *sa, socklen_t salen, const char *name)
  * application's. Returns NULL on allocation failure (fd closed). */
 fy_quic_endpoint_t *fy_quic_endpoint_new(fy_loop_t *loop, fy_quic_server_t *qs, int fd,
                                          const fy_quic_app_ops_t *ops, void *ud);
+/* The `ud` that `ops->open` gets for connections accepted from now on (a config reload);
+ * connections already open keep theirs. Endpoint's thread only. */
+void fy_quic_endpoint_set_ud(fy_quic_endpoint_t *ep, void *ud);
 /* Stop reading new connections' Initials (graceful shutdown): existing ones go on. */
 void fy_quic_endpoint_stop_accepting(fy_quic_endpoint_t *ep);
 /* Close every connection at once (each gets `close`) and free the endpoint. */

@@ -750,3 +750,15 @@ void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_
     FY_HDR_ADD(a, hs, ":path", path, strlen(path));
     FY_HDR_ADD(a, hs, "user-agent", "ferry-health-check", 18);
 }
+
+void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from)
+{
+    for (size_t i = 0; i < to->nservers; i++)
+        for (size_t j = 0; j < from->nservers; j++) {
+            if (strcmp(to->servers[i].url, from->servers[j].url) != 0) continue;
+            atomic_store(&to->down[i], atomic_load(&from->down[j]));
+            atomic_store(&to->downs[i], atomic_load(&from->downs[j]));
+            atomic_store(&to->ejected_until[i], atomic_load(&from->ejected_until[j]));
+            break;
+        }
+}

@@ -91,6 +91,10 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
  * No-ops without health-check config. Stop before the loop goes away. */
 void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w);
 void fy_upstream_health_stop(fy_upstream_t *u);
+/* A config reload: copy the health verdicts (active down marks and their count, passive
+ * ejections) of `from`'s servers to the servers of `to` with the same URL. Call before `to`
+ * is used. */
+void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from);
 
 /* ---- HTTP/2 origins (h2c://, h2://): multiplexed sessions, upstream/upstream_h2.c ----
  * Per worker and server, a list of sessions. An exchange acquires a session with a free
