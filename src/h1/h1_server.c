@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -334,6 +335,7 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     c->node.close = node_close;
     fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
+    fy_counters_conn_open(FY_CPROTO_H1);
     if (ctx->tls) {
         c->t = fy_tls_transport_new(ctx->tls, fd);
         if (!c->t) {
@@ -387,7 +389,7 @@ static int h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *
     *len = have;
     *fd = c->sock.fd;
     ex->res.status = 200;
-    if (c->ctx->on_done) c->ctx->on_done(ex, c->ctx->on_done_ud);
+    fy_exchange_done(ex);
     c->ex_active = false;
     c->handed_off = true;
     conn_close(c);
@@ -453,9 +455,9 @@ static void conn_close(h1_conn_t *c)
     c->closed = true;
     if (c->ex_active && c->ex.producer && c->ex.producer->stop && !c->res_final)
         c->ex.producer->stop(&c->ex);
-    if (c->ex_active && c->ctx->on_done && c->ex.res.status) {
+    if (c->ex_active && c->ex.res.status) {
         c->ex.error = c->ex.error ? c->ex.error : "connection closed";
-        c->ctx->on_done(&c->ex, c->ctx->on_done_ud);
+        fy_exchange_done(&c->ex);
     }
     c->ex_active = false;
     fy_arena_reset(&c->arena);
@@ -474,6 +476,7 @@ static void conn_close(h1_conn_t *c)
     c->fbuf = NULL;
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
+    fy_counters_conn_close(FY_CPROTO_H1);
     fy_defer_cancel(c->loop, &c->defer);
     fy_defer_cancel(c->loop, &c->rdefer);
     c->defer.cb = free_conn;
@@ -1189,7 +1192,7 @@ static void process(h1_conn_t *c)
 static void end_exchange(h1_conn_t *c)
 {
     fy_exchange_t *ex = &c->ex;
-    if (c->ctx->on_done) c->ctx->on_done(ex, c->ctx->on_done_ud);
+    fy_exchange_done(ex);
     c->ex_active = false;
     fy_arena_reset(&c->arena);
     c->head_written = c->res_final = c->want_proceed = false;

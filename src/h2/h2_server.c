@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
@@ -194,7 +195,7 @@ static void stream_done(h2_stream_t *s)
     if (s->ex_done) return;
     s->ex_done = true;
     h2_conn_t *c = s->c;
-    if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+    if (s->ex.res.status) fy_exchange_done(&s->ex);
     if (!s->closed && !s->body_end && !s->reset && !c->closed) {
         /* a body nobody will read: drained, not reset at once (h2_stream_t.draining) */
         s->draining = true;
@@ -665,6 +666,7 @@ static void stream_free(h2_stream_t *s)
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
     if (!s->draining) c->nstreams--; /* a draining one was uncounted already */
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], -1);
     fy_arena_free(&s->arena);
     free(s->body);
     fy_pool_put(stream_pool(), s);
@@ -691,6 +693,7 @@ static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
     ex->tunnel = c->mitm_tunnel;
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], 1);
     fy_timer_stop(c->loop, &c->timer);
     nghttp2_session_set_stream_user_data(c->ng, id, s);
     return s;
@@ -1014,7 +1017,7 @@ static void conn_close(h2_conn_t *c)
             if (s->ex.producer && s->ex.producer->stop && s->ex.response_started)
                 s->ex.producer->stop(&s->ex);
             s->ex_done = true;
-            if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+            if (s->ex.res.status) fy_exchange_done(&s->ex);
         }
         stream_free(s);
     }
@@ -1028,6 +1031,7 @@ static void conn_close(h2_conn_t *c)
     if (c->wbuf) wbuf_free(c);
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
+    fy_counters_conn_close(FY_CPROTO_H2);
     fy_defer_cancel(c->loop, &c->flush_defer);
     fy_defer_cancel(c->loop, &c->reread);
     c->free_defer.cb = free_conn;
@@ -1398,6 +1402,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     }
     fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
+    fy_counters_conn_open(FY_CPROTO_H2);
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)conf->max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)conf->initial_window_size},

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
@@ -434,6 +435,7 @@ static int tls_handshake(fy_transport_t *t)
     ERR_clear_error();
     int r = SSL_do_handshake(tt->ssl);
     if (r == 1) {
+        fy_counter_inc(fy_cid_tls_handshakes[SSL_session_reused(tt->ssl) ? FY_CTLS_RESUMED : 0]);
         const unsigned char *p;
         unsigned len;
         SSL_get0_alpn_selected(tt->ssl, &p, &len);
@@ -445,7 +447,9 @@ static int tls_handshake(fy_transport_t *t)
         t->sni = SSL_get_servername(tt->ssl, TLSEXT_NAMETYPE_host_name);
         return 1;
     }
-    return ssl_status(tt, r, "handshake");
+    r = ssl_status(tt, r, "handshake");
+    if (r < 0) fy_counter_inc(fy_cid_tls_handshakes[FY_CTLS_FAILED]);
+    return r;
 }
 
 static ssize_t tls_read(fy_transport_t *t, void *buf, size_t len)
