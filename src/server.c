@@ -566,8 +566,10 @@ static void on_conn_closed(fy_http_ctx_t *ctx);
  * (docs/ARCHITECTURE.md): metrics, access log, HAR capture (intercept listeners). */
 static void add_observers(struct fy_worker *w, gen_ctx_t *gc, const fy_listener_conf_t *lc)
 {
-    gc->metrics = fy_http_metrics_new(lc->name ? lc->name : lc->address, gc->ctx.router);
-    fy_http_ctx_observe(&gc->ctx, fy_http_metrics_exchange, gc->metrics);
+    if (fy_http_metrics_wanted()) {
+        gc->metrics = fy_http_metrics_new(lc->name ? lc->name : lc->address, gc->ctx.router);
+        fy_http_ctx_observe(&gc->ctx, fy_http_metrics_exchange, gc->metrics);
+    }
     if (w->alog) fy_http_ctx_observe(&gc->ctx, fy_access_log_exchange, w->alog);
     if (lc->kind != FY_LISTENER_HTTP && gc->gen->har)
         fy_http_ctx_observe(&gc->ctx, fy_har_exchange, gc->gen->har);

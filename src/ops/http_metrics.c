@@ -120,6 +120,12 @@ void fy_http_metrics_free(fy_http_metrics_t *m)
     free(m);
 }
 
+bool fy_http_metrics_wanted(void)
+{
+    const char *path = getenv("FERRY_DUMP_COUNTERS");
+    return path && *path;
+}
+
 void fy_http_metrics_dump_env(void)
 {
     const char *path = getenv("FERRY_DUMP_COUNTERS");

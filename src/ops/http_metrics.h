@@ -32,6 +32,11 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
 void fy_http_metrics_exchange(fy_exchange_t *ex, void *metrics);
 void fy_http_metrics_free(fy_http_metrics_t *m);
 
+/* Whether anything reads the per-exchange counters, so that the observer is worth its ~100
+ * instructions per request (3.8% of a static HTTP/1.1 response): today only the debug dump
+ * (FERRY_DUMP_COUNTERS); the operations issue's metrics endpoint will be the other reader.
+ * The layers' own counters (connections, streams, handshakes, retries) are always kept. */
+bool fy_http_metrics_wanted(void);
 /* If the environment names a file in FERRY_DUMP_COUNTERS, write a snapshot there (Prometheus
  * text; a hidden debug aid used by tests/test_ops_counters.py). Any thread; after the workers
  * stopped for exact final values. */
