@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/log.h"
 #include "core/loop.h"
 #include "core/pool.h"
@@ -30,6 +31,7 @@
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
+#include "ops/http_metrics.h"
 #include "quic/quic.h"
 #include "tls/tls.h"
 
@@ -101,6 +103,7 @@ struct gen_ctx {
     worker_listener_t *wl;
     fy_list_t link;  /* worker's ctxs */
     fy_defer_t reap; /* retired and empty: free once the conns' deferred frees ran */
+    fy_http_metrics_t *metrics; /* owned: the metrics observer of ctx */
 };
 
 struct fy_worker {
@@ -495,6 +498,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
     s->nworkers = cfg->workers > 0 ? (int)cfg->workers : (int)(ncpu > 0 ? ncpu : 1);
     fy_log_min_level = cfg->log.level;
     raise_nofile(cfg, s->nworkers);
+    if (fy_http_metrics_setup(s->nworkers) < 0) goto fail;
     s->workers = fy_xcalloc((size_t)s->nworkers, sizeof *s->workers);
     for (int w = 0; w < s->nworkers; w++) {
         s->workers[w].srv = s;
@@ -558,13 +562,17 @@ static void worker_gen_put(struct fy_worker *w, fy_gen_t *g)
 
 static void on_conn_closed(fy_http_ctx_t *ctx);
 
-/* Intercept listeners with a HAR capture: access log and HAR both see each flow. */
-static void intercept_done(fy_exchange_t *ex, void *ud)
+/* The completion observers of a listener context, in their documented order
+ * (docs/ARCHITECTURE.md): metrics, access log, HAR capture (intercept listeners). */
+static void add_observers(struct fy_worker *w, gen_ctx_t *gc, const fy_listener_conf_t *lc)
 {
-    gen_ctx_t *gc = ud;
-    struct fy_worker *w = gc->wl->w;
-    if (w->alog) fy_access_log_exchange(ex, w->alog);
-    fy_har_exchange(ex, gc->gen->har);
+    if (fy_http_metrics_wanted()) {
+        gc->metrics = fy_http_metrics_new(lc->name ? lc->name : lc->address, gc->ctx.router);
+        fy_http_ctx_observe(&gc->ctx, fy_http_metrics_exchange, gc->metrics);
+    }
+    if (w->alog) fy_http_ctx_observe(&gc->ctx, fy_access_log_exchange, w->alog);
+    if (lc->kind != FY_LISTENER_HTTP && gc->gen->har)
+        fy_http_ctx_observe(&gc->ctx, fy_har_exchange, gc->gen->har);
 }
 
 static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen_t *g, size_t i)
@@ -592,14 +600,7 @@ static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen
     c->alt_svc = g->alt_svc[i];
     c->data = gc;
     c->on_conn_closed = on_conn_closed;
-    if (w->alog) {
-        c->on_done = fy_access_log_exchange;
-        c->on_done_ud = w->alog;
-    }
-    if (lc->kind != FY_LISTENER_HTTP && g->har) {
-        c->on_done = intercept_done;
-        c->on_done_ud = gc;
-    }
+    add_observers(w, gc, lc);
     fy_list_init(&c->conns);
     fy_list_insert_tail(&w->ctxs, &gc->link);
     return gc;
@@ -611,6 +612,7 @@ static void gen_ctx_free(struct fy_worker *w, gen_ctx_t *gc)
     fy_defer_cancel(&w->loop, &gc->reap);
     if (gc != gc->wl->cur) gc->wl->nold--;
     fy_list_remove(&gc->link);
+    fy_http_metrics_free(gc->metrics);
     free(gc);
     worker_gen_put(w, g);
 }
@@ -677,6 +679,7 @@ static void on_accept(fy_io_t *io, uint32_t ev)
                     (long long)lim->max_connections);
             fy_io_set(&wl->w->loop, &wl->io, 0);
             wl->paused = true;
+            fy_counter_inc(fy_cid_limit_connections);
             return;
         }
         struct sockaddr_storage ss;
@@ -894,6 +897,7 @@ static void *worker_main(void *arg)
     struct fy_worker *w = arg;
     fy_server_t *s = w->srv;
     fy_log_set_worker(w->id);
+    fy_counters_bind(w->id);
     if (s->access_fd >= 0)
         w->alog =
             fy_access_log_new(s->access_fd, s->cfg->log.access_format, s->cfg->log.access_buffer);
@@ -1055,6 +1059,7 @@ void fy_server_stop(fy_server_t *s, uint64_t drain_ms)
         fy_loop_destroy(&s->workers[i].loop);
         s->workers[i].thread = 0;
     }
+    fy_http_metrics_dump_env();
 }
 
 void fy_server_free(fy_server_t *s)

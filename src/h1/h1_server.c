@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -27,9 +29,15 @@
 #include "net/sock.h"
 #include "tls/tls.h"
 
-enum timer_kind { T_HANDSHAKE, T_HEADER, T_BODY, T_KEEPALIVE, T_SEND, T_LINGER };
+enum timer_kind { T_HANDSHAKE, T_HEADER, T_BODY, T_KEEPALIVE, T_SEND, T_LINGER, T_IDLE };
 static const char *const timer_names[] = {"handshake",       "header read", "body read",
-                                          "keep-alive idle", "send",        "lingering close"};
+                                          "keep-alive idle", "send",        "lingering close",
+                                          "idle release"};
+/* A kept-alive connection that has waited this long for its next request gives back its
+ * buffers, header array and TLS record buffers, then waits out the rest of the keep-alive
+ * timeout. Not at once: a busy client's next request would take them all again, and a
+ * sequential keep-alive request would pay ~6% (h1) to release and retake them. */
+#define IDLE_RELEASE_MS 10
 
 enum body_mode {
     B_NONE = 0, /* no (more) request body */
@@ -109,8 +117,10 @@ typedef struct h1_conn {
     bool peer_eof;     /* the client half-closed (tunnel) */
     void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
     void (*mitm_tunnel_free)(void *);
-    _Alignas(16) char arena_first[2048];
+    char *arena_first; /* owned, from arena_pool while a request is in progress */
 } h1_conn_t;
+
+#define ARENA_FIRST 2048 /* the arena's first block: most requests need no other */
 
 static void conn_close(h1_conn_t *c);
 static void node_drain(fy_conn_node_t *n);
@@ -153,6 +163,9 @@ static void set_timer(h1_conn_t *c, int kind)
     case T_KEEPALIVE:
         ms = l->keepalive_timeout_ms;
         break;
+    case T_IDLE:
+        ms = l->keepalive_timeout_ms < IDLE_RELEASE_MS ? l->keepalive_timeout_ms : IDLE_RELEASE_MS;
+        break;
     case T_SEND:
         ms = l->send_timeout_ms;
         break;
@@ -164,9 +177,21 @@ static void set_timer(h1_conn_t *c, int kind)
     fy_timer_start(c->loop, &c->timer, ms);
 }
 
+static void idle_release(h1_conn_t *c);
+
 static void on_timer(fy_timer_t *t)
 {
     h1_conn_t *c = t->data;
+    if (c->timer_kind == T_IDLE) {
+        const fy_http_limits_t *l = c->ctx->limits;
+        idle_release(c);
+        c->timer_kind = T_KEEPALIVE;
+        fy_timer_start(c->loop, &c->timer,
+                       l->keepalive_timeout_ms > IDLE_RELEASE_MS
+                           ? l->keepalive_timeout_ms - IDLE_RELEASE_MS
+                           : 0);
+        return;
+    }
     if (c->timer_kind != T_LINGER) {
         char a[64];
         fy_info("client %s: %s timeout, closing connection",
@@ -215,18 +240,82 @@ static bool output_pending(const h1_conn_t *c)
     return c->wlen > c->wsent || c->nrefs > 0 || c->file_left > 0 || c->flen > c->fsent;
 }
 
+/* The header array of a request in progress (limits.max_headers entries), from a per-thread
+ * pool: an idle connection holds none. A listener whose limit differs from the pool's gets
+ * malloc'd ones. */
+static _Thread_local fy_pool_t hdr_pool;
+
+static size_t hdrs_size(const h1_conn_t *c)
+{
+    return sizeof(fy_h1_header_t) * (size_t)c->ctx->limits->max_headers;
+}
+
+static void hdrs_get(h1_conn_t *c)
+{
+    if (c->hdrs) return;
+    size_t sz = hdrs_size(c);
+    if (hdr_pool.size == 0) fy_pool_init(&hdr_pool, sz, 64);
+    c->hdrs = hdr_pool.size == sz ? fy_pool_get(&hdr_pool) : fy_xmalloc(sz);
+}
+
+/* The arena's first block, from a per-thread pool: an idle connection holds none. */
+static _Thread_local fy_pool_t arena_pool;
+
+/* What a request in progress needs beyond the connection: the header array and the arena's
+ * first block. Taken when a request's first byte is parsed (or a request-less error is
+ * answered), given back by idle_release. */
+static void req_mem_get(h1_conn_t *c)
+{
+    hdrs_get(c);
+    if (c->arena_first) return;
+    if (arena_pool.size == 0) fy_pool_init(&arena_pool, ARENA_FIRST, 64);
+    c->arena_first = fy_pool_get(&arena_pool);
+    fy_arena_init(&c->arena, c->arena_first, ARENA_FIRST, 4096);
+}
+
+static void arena_put(h1_conn_t *c)
+{
+    fy_arena_free(&c->arena);
+    if (c->arena_first) fy_pool_put(&arena_pool, c->arena_first);
+    c->arena_first = NULL;
+    fy_arena_init(&c->arena, NULL, 0, 4096);
+}
+
+static void hdrs_put(h1_conn_t *c)
+{
+    if (!c->hdrs) return;
+    if (hdr_pool.size == hdrs_size(c))
+        fy_pool_put(&hdr_pool, c->hdrs);
+    else
+        free(c->hdrs);
+    c->hdrs = NULL;
+}
+
+/* Idle between requests (nothing to write, no request byte buffered, no exchange): give the
+ * buffers, the header array and the TLS record buffers back, so that a kept-alive connection
+ * holds none while it waits (issue 19: both chunks were kept once a response had been queued
+ * from the read loop). Called by the T_IDLE timer. */
+static void idle_release(h1_conn_t *c)
+{
+    if (c->ex_active || c->discarding || c->closed || output_pending(c)) return;
+    if (c->rbuf && c->rstart != c->rlen) return;
+    if (c->t != &c->sock) fy_tls_transport_idle(c->t);
+    rbuf_release(c);
+    if (c->wbuf) fy_pool_put(fy_chunk_pool(), c->wbuf);
+    c->wbuf = NULL;
+    c->wlen = c->wsent = 0;
+    if (c->fbuf) fy_pool_put(fy_chunk_pool(), c->fbuf);
+    c->fbuf = NULL;
+    hdrs_put(c);
+    arena_put(c);
+}
+
 /* ---- connection life ---- */
 
 int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, socklen_t salen)
 {
     h1_conn_t *c = calloc(1, sizeof *c);
     if (!c) {
-        close(fd);
-        return -ENOMEM;
-    }
-    c->hdrs = malloc(sizeof(fy_h1_header_t) * (size_t)ctx->limits->max_headers);
-    if (!c->hdrs) {
-        free(c);
         close(fd);
         return -ENOMEM;
     }
@@ -238,7 +327,7 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     c->file_fd = -1;
     c->keepalive = true;
     fy_timer_init(&c->timer, on_timer, c);
-    fy_arena_init(&c->arena, c->arena_first, sizeof c->arena_first, 4096);
+    fy_arena_init(&c->arena, NULL, 0, 4096); /* its first block: req_mem_get */
     c->io.fd = fd;
     c->io.cb = on_io;
     c->io.data = c;
@@ -246,6 +335,7 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     c->node.close = node_close;
     fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
+    fy_counters_conn_open(FY_CPROTO_H1);
     if (ctx->tls) {
         c->t = fy_tls_transport_new(ctx->tls, fd);
         if (!c->t) {
@@ -299,7 +389,7 @@ static int h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *
     *len = have;
     *fd = c->sock.fd;
     ex->res.status = 200;
-    if (c->ctx->on_done) c->ctx->on_done(ex, c->ctx->on_done_ud);
+    fy_exchange_done(ex);
     c->ex_active = false;
     c->handed_off = true;
     conn_close(c);
@@ -310,8 +400,8 @@ static void free_conn(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
     fy_http_ctx_t *ctx = c->ctx;
-    fy_arena_free(&c->arena);
-    free(c->hdrs);
+    arena_put(c);
+    hdrs_put(c);
     free(c);
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
@@ -365,9 +455,9 @@ static void conn_close(h1_conn_t *c)
     c->closed = true;
     if (c->ex_active && c->ex.producer && c->ex.producer->stop && !c->res_final)
         c->ex.producer->stop(&c->ex);
-    if (c->ex_active && c->ctx->on_done && c->ex.res.status) {
+    if (c->ex_active && c->ex.res.status) {
         c->ex.error = c->ex.error ? c->ex.error : "connection closed";
-        c->ctx->on_done(&c->ex, c->ctx->on_done_ud);
+        fy_exchange_done(&c->ex);
     }
     c->ex_active = false;
     fy_arena_reset(&c->arena);
@@ -386,6 +476,7 @@ static void conn_close(h1_conn_t *c)
     c->fbuf = NULL;
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
+    fy_counters_conn_close(FY_CPROTO_H1);
     fy_defer_cancel(c->loop, &c->defer);
     fy_defer_cancel(c->loop, &c->rdefer);
     c->defer.cb = free_conn;
@@ -864,6 +955,7 @@ static void reject(h1_conn_t *c, int status, const char *why)
     c->body_mode = B_NONE;
     if (!c->ex_active) {
         /* a minimal exchange so the error goes through the normal writer and access log */
+        req_mem_get(c);
         fy_exchange_t *ex = &c->ex;
         memset(ex, 0, sizeof *ex);
         ex->arena = &c->arena;
@@ -965,7 +1057,7 @@ static void process(h1_conn_t *c)
     while (!c->closed && !c->ex_active && !c->lingering) {
         if (c->discarding) return;
         if (!c->rbuf || c->rstart == c->rlen) {
-            /* idle: give the buffers back while we wait */
+            /* idle: give the buffers back while we wait (all of it: T_IDLE) */
             if (c->rbuf && !output_pending(c)) {
                 rbuf_release(c);
                 if (c->wbuf && c->wlen == 0) {
@@ -982,7 +1074,7 @@ static void process(h1_conn_t *c)
                 return;
             }
             c->read_paused = false;
-            if (c->requests) set_timer(c, T_KEEPALIVE);
+            if (c->requests) set_timer(c, T_IDLE);
             return;
         }
         if (!c->keepalive) {
@@ -1019,6 +1111,7 @@ static void process(h1_conn_t *c)
                 c->rlen -= c->rstart;
                 c->rstart = 0;
             }
+            req_mem_get(c);
             fy_h1_req_init(&c->req, c->hdrs);
         }
         fy_h1_limits_t lim = {c->ctx->limits->max_request_line, c->ctx->limits->max_header_bytes,
@@ -1099,7 +1192,7 @@ static void process(h1_conn_t *c)
 static void end_exchange(h1_conn_t *c)
 {
     fy_exchange_t *ex = &c->ex;
-    if (c->ctx->on_done) c->ctx->on_done(ex, c->ctx->on_done_ud);
+    fy_exchange_done(ex);
     c->ex_active = false;
     fy_arena_reset(&c->arena);
     c->head_written = c->res_final = c->want_proceed = false;

@@ -32,12 +32,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "h2/h2_conf.h"
 #include "net/sock.h"
+#include "tls/tls.h"
 
 #define MAX_PEND 8
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -108,6 +110,7 @@ struct h2_conn {
     nghttp2_session *ng;
     fy_timer_t timer;
     bool timer_send;
+    bool timer_idle; /* the keep-alive timer's first IDLE_RELEASE_MS (arm_keepalive) */
     h2_rbuf_t *rbuf;
     char *wbuf;
     size_t wcap, wlen, wsent;
@@ -148,6 +151,17 @@ static void reread_cb(fy_defer_t *d);
 static void stream_free(h2_stream_t *s);
 static void rbuf_release(h2_rbuf_t *b);
 
+/* No stream open: the keep-alive timeout starts. Its first IDLE_RELEASE_MS end in
+ * on_timer's release of the TLS record buffers (issue 19), not at every stream's end: a busy
+ * connection would take them again at once, for ~400 instructions per request. */
+#define IDLE_RELEASE_MS 10
+static void arm_keepalive(h2_conn_t *c)
+{
+    uint64_t ka = c->ctx->limits->keepalive_timeout_ms;
+    c->timer_idle = true;
+    fy_timer_start(c->loop, &c->timer, ka < IDLE_RELEASE_MS ? ka : IDLE_RELEASE_MS);
+}
+
 static void schedule_flush(h2_conn_t *c)
 {
     if (!c->in_io && !c->closed) fy_defer(c->loop, &c->flush_defer);
@@ -181,14 +195,13 @@ static void stream_done(h2_stream_t *s)
     if (s->ex_done) return;
     s->ex_done = true;
     h2_conn_t *c = s->c;
-    if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+    if (s->ex.res.status) fy_exchange_done(&s->ex);
     if (!s->closed && !s->body_end && !s->reset && !c->closed) {
         /* a body nobody will read: drained, not reset at once (h2_stream_t.draining) */
         s->draining = true;
         if (s->unconsumed) nghttp2_session_consume_connection(c->ng, s->unconsumed);
         s->unconsumed = 0;
-        if (--c->nstreams == 0)
-            fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+        if (--c->nstreams == 0) arm_keepalive(c);
         drain_check(s);
         return;
     }
@@ -293,12 +306,29 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     return (ssize_t)n;
 }
 
+/* wbuf is a chunk of the worker's pool while it is one chunk, malloc'd once it grew; an
+ * idle connection holds none (wbuf_release). */
 static void wbuf_grow(h2_conn_t *c, size_t n)
 {
-    size_t cap = c->wcap ? c->wcap : 16384;
+    if (!c->wbuf) {
+        c->wbuf = fy_pool_get(fy_chunk_pool());
+        c->wcap = FY_CHUNK_SIZE;
+        if (c->wlen + n <= c->wcap) return;
+    }
+    size_t cap = c->wcap;
     while (cap < c->wlen + n) cap *= 2;
     c->wbuf = fy_xrealloc(c->wbuf, cap);
     c->wcap = cap;
+}
+
+static void wbuf_free(h2_conn_t *c)
+{
+    if (c->wcap == FY_CHUNK_SIZE)
+        fy_pool_put(fy_chunk_pool(), c->wbuf);
+    else
+        free(c->wbuf);
+    c->wbuf = NULL;
+    c->wcap = c->wlen = c->wsent = 0;
 }
 
 /* Append bytes to the write buffer. */
@@ -636,11 +666,11 @@ static void stream_free(h2_stream_t *s)
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
     if (!s->draining) c->nstreams--; /* a draining one was uncounted already */
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], -1);
     fy_arena_free(&s->arena);
     free(s->body);
     fy_pool_put(stream_pool(), s);
-    if (c->nstreams == 0 && !c->closed)
-        fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+    if (c->nstreams == 0 && !c->closed) arm_keepalive(c);
 }
 
 static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
@@ -663,6 +693,7 @@ static h2_stream_t *stream_new(h2_conn_t *c, int32_t id)
     ex->tunnel = c->mitm_tunnel;
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], 1);
     fy_timer_stop(c->loop, &c->timer);
     nghttp2_session_set_stream_user_data(c->ng, id, s);
     return s;
@@ -938,6 +969,15 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
 static void on_timer(fy_timer_t *t)
 {
     h2_conn_t *c = t->data;
+    if (c->timer_idle && !c->timer_send) {
+        /* idle for IDLE_RELEASE_MS: OpenSSL's record buffers go (wbuf went at the last flush,
+           rbuf after each read), then the rest of the keep-alive timeout */
+        uint64_t ka = c->ctx->limits->keepalive_timeout_ms;
+        c->timer_idle = false;
+        if (c->nstreams == 0 && c->wlen == c->wsent) fy_tls_transport_idle(c->t);
+        fy_timer_start(c->loop, &c->timer, ka > IDLE_RELEASE_MS ? ka - IDLE_RELEASE_MS : 0);
+        return;
+    }
     char a[64];
     fy_info("client %s: h2 %s timeout, closing connection",
             fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
@@ -977,7 +1017,7 @@ static void conn_close(h2_conn_t *c)
             if (s->ex.producer && s->ex.producer->stop && s->ex.response_started)
                 s->ex.producer->stop(&s->ex);
             s->ex_done = true;
-            if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+            if (s->ex.res.status) fy_exchange_done(&s->ex);
         }
         stream_free(s);
     }
@@ -988,9 +1028,10 @@ static void conn_close(h2_conn_t *c)
     if (c->t != &c->sock) c->t->ops->destroy(c->t);
     close(c->sock.fd);
     if (c->rbuf) rbuf_release(c->rbuf);
-    free(c->wbuf);
+    if (c->wbuf) wbuf_free(c);
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
+    fy_counters_conn_close(FY_CPROTO_H2);
     fy_defer_cancel(c->loop, &c->flush_defer);
     fy_defer_cancel(c->loop, &c->reread);
     c->free_defer.cb = free_conn;
@@ -1017,6 +1058,7 @@ static void conn_flush(h2_conn_t *c)
             ssize_t w = c->wblocked ? 0 : c->t->ops->writev(c->t, &iov, 1);
             if (w == 0) {
                 c->timer_send = true;
+                c->timer_idle = false;
                 fy_timer_start(c->loop, &c->timer, c->ctx->limits->send_timeout_ms);
                 update_events(c);
                 return;
@@ -1033,7 +1075,7 @@ static void conn_flush(h2_conn_t *c)
             if (c->nstreams)
                 fy_timer_stop(c->loop, &c->timer);
             else
-                fy_timer_start(c->loop, &c->timer, c->ctx->limits->keepalive_timeout_ms);
+                arm_keepalive(c);
         }
         if (drained) break; /* nghttp2 had nothing more last time: no empty round */
         /* large DATA frames are written by send_data during mem_send; the rest is copied */
@@ -1053,6 +1095,8 @@ static void conn_flush(h2_conn_t *c)
         }
         if (c->wlen == c->wsent) break;
     }
+    /* all written and no stream open: an idle connection holds no write buffer */
+    if (c->wbuf && c->nstreams == 0) wbuf_free(c);
     if (!nghttp2_session_want_read(c->ng) && !nghttp2_session_want_write(c->ng)) {
         conn_close(c);
         return;
@@ -1282,10 +1326,7 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
     }
     static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                              "Upgrade: h2c\r\n\r\n";
-    c->wcap = 16384;
-    c->wbuf = fy_xmalloc(c->wcap);
-    memcpy(c->wbuf, sw, sizeof sw - 1);
-    c->wlen = sizeof sw - 1;
+    wbuf_put(c, sw, sizeof sw - 1);
     h2_stream_t *s = stream_new(c, 1);
     c->max_sid = 1;
     fy_request_t *d = &s->ex.req;
@@ -1361,6 +1402,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     }
     fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
+    fy_counters_conn_open(FY_CPROTO_H2);
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)conf->max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)conf->initial_window_size},
@@ -1371,7 +1413,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)conf->connection_window_size);
-    fy_timer_start(c->loop, &c->timer, ctx->limits->keepalive_timeout_ms);
+    arm_keepalive(c);
     if (upgrade && start_upgraded(c, upgrade) < 0) {
         conn_close(c);
         return -EPROTO;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -134,7 +135,7 @@ static void stream_done(h3_stream_t *s)
     if (s->ex_done) return;
     s->ex_done = true;
     h3_conn_t *c = s->c;
-    if (c->ctx->on_done && s->ex.res.status) c->ctx->on_done(&s->ex, c->ctx->on_done_ud);
+    if (s->ex.res.status) fy_exchange_done(&s->ex);
     /* a request body nobody will read: stop it (RFC 9114 §4.1.2) and give its credit back */
     if (s->qs && !s->fin_recv && !s->peer_gone)
         fy_quic_stream_stop_reading(c->qc, s->qs, FY_H3_NO_ERROR);
@@ -419,6 +420,7 @@ static h3_stream_t *stream_new(h3_conn_t *c, fy_quic_stream_t *qs)
     ex->req.content_length = -1;
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H3], 1);
     qs->app = s;
     return s;
 }
@@ -434,6 +436,7 @@ static void stream_free(h3_stream_t *s)
     if (s->sctx) nghttp3_qpack_stream_context_del(s->sctx);
     fy_list_remove(&s->link);
     c->nstreams--;
+    fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H3], -1);
     fy_arena_free(&s->arena);
     free(s->pend);
     free(s->body);
@@ -1072,6 +1075,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     c->node.close = conn_node_close;
     fy_list_insert_tail(&ctx->conns, &c->node.link);
     ctx->nconns++;
+    fy_counters_conn_open(FY_CPROTO_H3);
     if (!c->ctrl || !c->qenc || !c->qdec) {
         conn_error(c, FY_H3_STREAM_CREATION_ERROR, "no unidirectional stream credit");
         return c;
@@ -1215,6 +1219,7 @@ static void app_close(void *app)
     nghttp3_buf_free(&c->eb, mem);
     fy_list_remove(&c->node.link);
     ctx->nconns--;
+    fy_counters_conn_close(FY_CPROTO_H3);
     free(c);
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/list.h"
@@ -348,6 +349,7 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
         return;
     }
     if (retry) {
+        fy_counter_inc(fy_cid_upstream_retries);
         attempt(pr);
         return;
     }

@@ -1,5 +1,6 @@
 #include "http/exchange.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -279,4 +280,13 @@ void fy_http_ctx_close_all(fy_http_ctx_t *ctx)
         fy_conn_node_t *n = fy_container_of(ctx->conns.next, fy_conn_node_t, link);
         n->close(n);
     }
+}
+
+int fy_http_ctx_observe(fy_http_ctx_t *ctx, void (*on_done)(fy_exchange_t *ex, void *ud), void *ud)
+{
+    if (ctx->nobservers == FY_HTTP_MAX_OBSERVERS) return -ENOSPC;
+    ctx->observers[ctx->nobservers].on_done = on_done;
+    ctx->observers[ctx->nobservers].ud = ud;
+    ctx->nobservers++;
+    return 0;
 }

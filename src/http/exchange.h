@@ -121,6 +121,17 @@ typedef struct fy_conn_node {
     void (*close)(struct fy_conn_node *n); /* close now */
 } fy_conn_node_t;
 
+/* A completion observer: told once per exchange when its response is done or failed (access
+ * log, HAR capture, metrics). It runs on the exchange's worker, inside the codec's completion
+ * path: it may read the exchange (request, response, error, arena) but must not send, fail or
+ * keep pointers into it. */
+typedef struct fy_observer {
+    void (*on_done)(fy_exchange_t *ex, void *ud);
+    void *ud; /* borrowed */
+} fy_observer_t;
+
+#define FY_HTTP_MAX_OBSERVERS 8
+
 /* Per listener and worker: what codecs need to dispatch and to account. */
 typedef struct fy_http_ctx {
     const fy_router_t *router;      /* borrowed */
@@ -128,9 +139,9 @@ typedef struct fy_http_ctx {
     fy_loop_t *loop;
     int worker_id;
     bool is_tls;
-    /* Called once per exchange when its response is done or failed (access log). */
-    void (*on_done)(fy_exchange_t *ex, void *ud);
-    void *on_done_ud;
+    /* completion observers, called in this order by fy_exchange_done (fy_http_ctx_observe) */
+    fy_observer_t observers[FY_HTTP_MAX_OBSERVERS];
+    unsigned nobservers;
     void *tls;          /* fy_tls_ctx_t* for TLS listeners, else NULL */
     unsigned protocols; /* FY_PROTO_* of the listener */
     const void *h2conf; /* const fy_h2_conf_t* (h2 settings and limits) */
@@ -172,6 +183,8 @@ struct fy_exchange {
     bool head_sent; /* set by the codec once the response head is on its way to the client */
     bool done;
     uint64_t start_ms;
+    uint64_t head_ms;           /* loop time the handler started its response (0: never) */
+    const struct fy_route *route; /* borrowed: the route that got it (NULL: none matched) */
     uint64_t bytes_sent;    /* response body bytes */
     uint64_t body_received; /* request body bytes */
     const char *error;      /* static reason when the exchange failed (for the log) */
@@ -185,9 +198,25 @@ void fy_http_ctx_close_all(fy_http_ctx_t *ctx);
 /* Route the exchange to its handler (http/router.c). If no route matches: 404. */
 void fy_exchange_dispatch(fy_exchange_t *ex);
 
+/* Add an observer to ctx (worker setup, before the listener accepts). Observers run in the
+ * order added; server.c adds them in one documented order (docs/ARCHITECTURE.md). Returns 0, or
+ * -ENOSPC when FY_HTTP_MAX_OBSERVERS are already there. */
+int fy_http_ctx_observe(fy_http_ctx_t *ctx, void (*on_done)(fy_exchange_t *ex, void *ud),
+                        void *ud);
+
+/* Codecs: the exchange's response is done or failed (once per exchange that has a status);
+ * tells every observer of its context. */
+static inline void fy_exchange_done(fy_exchange_t *ex)
+{
+    const fy_http_ctx_t *ctx = ex->ctx;
+    for (unsigned i = 0; i < ctx->nobservers; i++)
+        ctx->observers[i].on_done(ex, ctx->observers[i].ud);
+}
+
 static inline void fy_exchange_start_response(fy_exchange_t *ex, const fy_producer_ops_t *p)
 {
     ex->producer = p;
+    ex->head_ms = ex->ctx->loop->now_ms;
     ex->response_started = true;
 }
 

@@ -201,7 +201,7 @@ static bool normalize_path(fy_exchange_t *ex)
 void fy_exchange_dispatch(fy_exchange_t *ex)
 {
     if (!normalize_path(ex)) return;
-    const fy_route_t *r = fy_router_match(ex->ctx->router, ex);
+    const fy_route_t *r = ex->route = fy_router_match(ex->ctx->router, ex);
     if (!r) {
         fy_exchange_fail(ex, 404, "no route");
         return;

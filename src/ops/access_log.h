@@ -18,7 +18,7 @@ int fy_access_log_open(const fy_log_conf_t *conf, int *fd_out, const char **err)
 
 /* A per-worker writer on `fd` (borrowed). */
 fy_access_log_t *fy_access_log_new(int fd, int format, size_t bufsize);
-/* Matches fy_http_ctx_t.on_done. */
+/* A completion observer (fy_observer_t.on_done). */
 void fy_access_log_exchange(fy_exchange_t *ex, void *log);
 void fy_access_log_flush(fy_access_log_t *l);
 void fy_access_log_free(fy_access_log_t *l);

@@ -488,8 +488,8 @@ fy_mint_t *fy_mint_new(fy_ca_t *ca, size_t max, const char *disk)
     SSL_CTX_set_options(m->ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                     SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF);
     /* record settings as a TLS listener's (tls.c), so that a decrypted tunnel costs what a
-       reverse-proxied connection costs: buffers kept (SSL_MODE_RELEASE_BUFFERS freed and
-       re-allocated the 16 KiB buffers on every request of a keep-alive tunnel), AES-128-GCM
+       reverse-proxied connection costs: buffers released when empty (an idle tunnel holds
+       none; tls.c's slab makes taking them back cheap), AES-128-GCM
        first (under server preference OpenSSL's default order picks AES-256: more rounds per
        record for nothing). Read-ahead is set per SSL (fy_mint_ssl_new, fy_mint_resume,
        fy_mint_handed_over). */

@@ -1,6 +1,7 @@
 #include "tls/tls.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -8,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
@@ -38,6 +41,114 @@ typedef struct tls_transport {
     bool short_read; /* fy_tls_track_reads: the last socket read got less than asked */
     bool peek_plain; /* server side of an HTTP listener: first bytes not yet looked at */
 } tls_transport_t;
+
+/* An idle connection holds no record buffer (issue 19: OpenSSL's read and write buffers,
+ * ~16.6 KiB each, were ~33 KiB of every idle TLS connection). Server connections free them
+ * when their codec says the connection is idle (fy_tls_transport_idle: SSL_free_buffers);
+ * origin (client) contexts have OpenSSL free them whenever they are empty
+ * (SSL_MODE_RELEASE_BUFFERS). Either way OpenSSL allocates them again for the next record:
+ * through glibc, release-when-empty cost ~1,000 instructions per h1+TLS request (6%).
+ * OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is replaced, before its
+ * first allocation, by one that serves those sizes from a slab of fixed blocks with a
+ * per-thread freelist: a pop to take one, an address compare and a push to give it back.
+ * Everything else (and record buffers once the slab is used up) goes straight to
+ * malloc/free. Compiled out with FY_NO_POOL (sanitizer builds), as the other pools are. */
+#ifndef FY_NO_POOL
+#define RECBUF_MIN 16384u                /* the smallest record buffer OpenSSL asks for */
+#define RECBUF_SIZE 20480u               /* every slab block: more than the largest it asks for */
+#define RECBUF_SLAB (32u * 1024 * 1024)  /* address space only: pages count once touched */
+static char *recbuf_slab;                /* NULL: the slab could not be mapped, all via malloc */
+static atomic_size_t recbuf_next;        /* blocks never handed out start here */
+static _Thread_local void *recbuf_free;  /* blocks given back on this thread */
+static _Thread_local size_t recbuf_held; /* blocks taken minus given back on this thread */
+
+static void *tls_mem_malloc(size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) return malloc(n);
+    void *p = recbuf_free;
+    if (p) {
+        recbuf_free = *(void **)p;
+        recbuf_held++;
+        return p;
+    }
+    size_t off = atomic_fetch_add_explicit(&recbuf_next, RECBUF_SIZE, memory_order_relaxed);
+    if (off <= RECBUF_SLAB - RECBUF_SIZE) {
+        recbuf_held++;
+        return recbuf_slab + off;
+    }
+    return malloc(n);
+}
+
+static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
+        void *q = malloc(n);
+        if (!q) return NULL;
+        memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
+        *(void **)p = recbuf_free;
+        recbuf_free = p;
+        recbuf_held--;
+        return q;
+    }
+    return realloc(p, n);
+}
+
+static void tls_mem_free(void *p, const char *file, int line)
+{
+    (void)file, (void)line;
+    if ((size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) {
+        *(void **)p = recbuf_free;
+        recbuf_free = p;
+        recbuf_held--;
+        return;
+    }
+    free(p);
+}
+
+/* Runs before main(): CRYPTO_set_mem_functions fails once OpenSSL has allocated anything.
+ * If it fails anyway, buffers are still released, at glibc's price. */
+__attribute__((constructor)) static void tls_mem_init(void)
+{
+    void *m = mmap(NULL, RECBUF_SLAB, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return;
+    if (!CRYPTO_set_mem_functions(tls_mem_malloc, tls_mem_realloc, tls_mem_free)) {
+        munmap(m, RECBUF_SLAB);
+        return;
+    }
+    recbuf_slab = m;
+}
+
+size_t fy_tls_record_buffer_bytes(void)
+{
+    return recbuf_held * RECBUF_SIZE;
+}
+/* tls_writev's staging buffer (16 KiB) comes from the same slab */
+static char *staging_get(void)
+{
+    char *p = tls_mem_malloc(16384, NULL, 0);
+    return p ? p : fy_xmalloc(16384);
+}
+static void staging_put(char *p)
+{
+    tls_mem_free(p, NULL, 0);
+}
+#else
+size_t fy_tls_record_buffer_bytes(void)
+{
+    return 0;
+}
+static char *staging_get(void)
+{
+    return fy_xmalloc(16384);
+}
+static void staging_put(char *p)
+{
+    free(p);
+}
+#endif
 
 void fy_tls_log_errors(int level, const char *prefix)
 {
@@ -148,6 +259,7 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
                 SSL_OP_IGNORE_UNEXPECTED_EOF;
     if (!conf->session_tickets) opts |= SSL_OP_NO_TICKET;
     SSL_CTX_set_options(ctx, opts);
+    /* buffers: released by the codecs when a connection is idle (fy_tls_transport_idle) */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_read_ahead(ctx, 1);
     if (!conf->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
@@ -323,6 +435,7 @@ static int tls_handshake(fy_transport_t *t)
     ERR_clear_error();
     int r = SSL_do_handshake(tt->ssl);
     if (r == 1) {
+        fy_counter_inc(fy_cid_tls_handshakes[SSL_session_reused(tt->ssl) ? FY_CTLS_RESUMED : 0]);
         const unsigned char *p;
         unsigned len;
         SSL_get0_alpn_selected(tt->ssl, &p, &len);
@@ -334,7 +447,9 @@ static int tls_handshake(fy_transport_t *t)
         t->sni = SSL_get_servername(tt->ssl, TLSEXT_NAMETYPE_host_name);
         return 1;
     }
-    return ssl_status(tt, r, "handshake");
+    r = ssl_status(tt, r, "handshake");
+    if (r < 0) fy_counter_inc(fy_cid_tls_handshakes[FY_CTLS_FAILED]);
+    return r;
 }
 
 static ssize_t tls_read(fy_transport_t *t, void *buf, size_t len)
@@ -362,7 +477,7 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
             if (SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n) == 1) return (ssize_t)n;
             return ssl_status(tt, 0, "write");
         }
-        if (!tt->staging) tt->staging = fy_xmalloc(16384);
+        if (!tt->staging) tt->staging = staging_get();
         for (int i = 0; i < iovcnt && tt->staged < 16384; i++) {
             size_t l = iov[i].iov_len;
             if (l > 16384 - tt->staged) l = 16384 - tt->staged;
@@ -373,6 +488,8 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
     size_t n = 0;
     if (SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n) == 1) {
         tt->staged = 0;
+        staging_put(tt->staging); /* an idle connection holds none */
+        tt->staging = NULL;
         return (ssize_t)n;
     }
     return ssl_status(tt, 0, "write");
@@ -397,7 +514,7 @@ static void tls_destroy(fy_transport_t *t)
 {
     tls_transport_t *tt = (tls_transport_t *)t;
     SSL_free(tt->ssl);
-    free(tt->staging);
+    staging_put(tt->staging);
     free(tt);
 }
 
@@ -426,6 +543,19 @@ bool fy_tls_read_drained(const fy_transport_t *t)
 {
     const tls_transport_t *tt = (const tls_transport_t *)t;
     return tt->short_read && !SSL_has_pending(tt->ssl);
+}
+
+static const struct fy_transport_ops tls_ops;
+
+void fy_tls_transport_idle(fy_transport_t *t)
+{
+    if (t->ops != &tls_ops) return;
+    tls_transport_t *tt = (tls_transport_t *)t;
+    if (tt->staged == 0 && tt->staging) {
+        staging_put(tt->staging);
+        tt->staging = NULL;
+    }
+    SSL_free_buffers(tt->ssl); /* refused (0) while a record is half read or written */
 }
 
 static const struct fy_transport_ops tls_ops = {
@@ -487,7 +617,8 @@ fy_tls_client_ctx_t *fy_tls_client_ctx_new(const char *ca, bool insecure, const 
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* released when empty, as on the server side: an idle pooled origin connection too */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     static const unsigned char alpn[] = "\x08http/1.1";

@@ -61,6 +61,17 @@ fy_transport_t *fy_tls_client_transport_new(fy_tls_client_ctx_t *ctx, int fd, co
  * Writes the paths into cert/key (each `len` bytes). Returns 0 or -1 after logging. */
 int fy_tls_selfsigned_ensure(const char *dir, char *cert, char *key, size_t len);
 
+/* The connection is idle (keep-alive, nothing buffered in either direction as far as the
+ * codec knows): free the record buffers and the staging buffer now; they are taken again
+ * by the next read or write. No-op for a transport that is not TLS, or while OpenSSL holds
+ * part of a record. */
+void fy_tls_transport_idle(fy_transport_t *t);
+
+/* Bytes of TLS record buffers (OpenSSL's read and write buffers, which every connection
+ * takes while a record is in flight and gives back when they are empty) held on the calling
+ * thread, by connections of either side. 0 in FY_NO_POOL builds (not counted there). */
+size_t fy_tls_record_buffer_bytes(void);
+
 /* Log the OpenSSL error queue with a prefix at `level` and clear it. */
 void fy_tls_log_errors(int level, const char *prefix);
 

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "h1/h1_resp.h"
@@ -310,6 +311,7 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
     }
     if (++s->fails >= (unsigned)u->conf->max_fails) {
         if (atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms) {
+            fy_counter_inc(fy_cid_upstream_ejections);
             char a[64];
             fy_warn(
                 "upstream %s: server %s ejected for %llu ms after %u failures", u->conf->name,

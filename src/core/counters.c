@@ -1,0 +1,282 @@
+#include "core/counters.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/alloc.h"
+
+const uint64_t fy_hist_bounds_us[FY_HIST_NBOUNDS] = {
+    10,    25,     50,     100,    250,     500,     1000,    2500,     5000,     10000,    25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
+};
+
+typedef struct desc {
+    char *name, *labels; /* owned */
+    int kind;
+    fy_counter_id_t id;
+    uint32_t next; /* hash chain: index + 1 into descs, 0 = end */
+} desc_t;
+
+#define NHASH 4096u
+
+/* Slot 0 is the scratch slot of id 0; registered ids start at 1. The unbound array is bss:
+ * untouched pages cost no memory. */
+static _Alignas(64) _Atomic uint64_t unbound[FY_COUNTERS_MAX_SLOTS];
+_Thread_local _Atomic uint64_t *fy__counters_mine = unbound;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t **workers; /* owned: nworkers arrays of MAX_SLOTS, each mmap'd */
+static int nworkers;
+static desc_t *descs; /* owned */
+static size_t ndescs, capdescs;
+static uint32_t hash[NHASH];
+static uint32_t nslots = 1;
+
+int fy_counters_init(int n)
+{
+    int r = 0;
+    pthread_mutex_lock(&mu);
+    if (n > nworkers) {
+        _Atomic uint64_t **v = realloc(workers, (size_t)n * sizeof *v);
+        if (!v) {
+            r = -ENOMEM;
+        } else {
+            workers = v;
+            for (; nworkers < n; nworkers++) {
+                /* page-aligned (so cache-line-aligned), zeroed, touched only where written */
+                void *p = mmap(NULL, FY_COUNTERS_MAX_SLOTS * sizeof(uint64_t),
+                               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED) {
+                    r = -ENOMEM;
+                    break;
+                }
+                workers[nworkers] = p;
+            }
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+void fy_counters_bind(int worker)
+{
+    pthread_mutex_lock(&mu);
+    fy__counters_mine = worker >= 0 && worker < nworkers ? workers[worker] : unbound;
+    pthread_mutex_unlock(&mu);
+}
+
+static uint32_t hash_of(const char *name, const char *labels)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ '{') * 16777619u;
+    for (const char *p = labels; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % NHASH;
+}
+
+static desc_t *find(const char *name, const char *labels, uint32_t h)
+{
+    for (uint32_t i = hash[h]; i; i = descs[i - 1].next)
+        if (strcmp(descs[i - 1].name, name) == 0 && strcmp(descs[i - 1].labels, labels) == 0)
+            return &descs[i - 1];
+    return NULL;
+}
+
+/* mu held */
+static fy_counter_id_t add_locked(const char *name, const char *labels, int kind, uint32_t h)
+{
+    uint32_t need = kind == FY_HISTOGRAM ? FY_HIST_NSLOTS : 1;
+    if (nslots + need > FY_COUNTERS_MAX_SLOTS) return 0;
+    if (ndescs == capdescs) {
+        capdescs = capdescs ? capdescs * 2 : 256;
+        descs = fy_xrealloc(descs, capdescs * sizeof *descs);
+    }
+    desc_t *d = &descs[ndescs++];
+    d->name = fy_xstrdup(name);
+    d->labels = fy_xstrdup(labels);
+    d->kind = kind;
+    d->id = nslots;
+    d->next = hash[h];
+    hash[h] = (uint32_t)ndescs;
+    nslots += need;
+    return d->id;
+}
+
+fy_counter_id_t fy_counter_register(const char *name, const char *labels, int kind)
+{
+    if (!labels) labels = "";
+    uint32_t h = hash_of(name, labels);
+    pthread_mutex_lock(&mu);
+    desc_t *d = find(name, labels, h);
+    fy_counter_id_t id = d ? (d->kind == kind ? d->id : 0) : add_locked(name, labels, kind, h);
+    pthread_mutex_unlock(&mu);
+    return id;
+}
+
+fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
+                                          const int *kinds, size_t n)
+{
+    fy_counter_id_t first = 0, next = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < n; i++) {
+        const char *l = labels[i] ? labels[i] : "";
+        uint32_t h = hash_of(names[i], l);
+        desc_t *d = find(names[i], l, h);
+        fy_counter_id_t id;
+        if (i == 0 && d) {
+            first = next = d->id;
+        } else if (i == 0) {
+            if (nslots + n * FY_HIST_NSLOTS > FY_COUNTERS_MAX_SLOTS) break; /* all or none */
+            first = next = nslots;
+        }
+        id = d ? (d->kind == kinds[i] ? d->id : 0) : add_locked(names[i], l, kinds[i], h);
+        if (id != next) {
+            first = 0;
+            break;
+        }
+        next += kinds[i] == FY_HISTOGRAM ? FY_HIST_NSLOTS : 1;
+    }
+    pthread_mutex_unlock(&mu);
+    return first;
+}
+
+fy_counter_id_t fy_counter_lookup(const char *name, const char *labels)
+{
+    if (!labels) labels = "";
+    pthread_mutex_lock(&mu);
+    desc_t *d = find(name, labels, hash_of(name, labels));
+    fy_counter_id_t id = d ? d->id : 0;
+    pthread_mutex_unlock(&mu);
+    return id;
+}
+
+unsigned fy_hist_bucket(uint64_t us)
+{
+    /* binary search for the first bound >= us */
+    unsigned lo = 0, hi = FY_HIST_NBOUNDS;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (fy_hist_bounds_us[mid] < us)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static uint64_t sum_slot(uint32_t slot)
+{
+    uint64_t v = atomic_load_explicit(&unbound[slot], memory_order_relaxed);
+    for (int w = 0; w < nworkers; w++)
+        v += atomic_load_explicit(&workers[w][slot], memory_order_relaxed);
+    return v;
+}
+
+int fy_counters_snapshot(fy_counters_snapshot_t *snap)
+{
+    pthread_mutex_lock(&mu);
+    snap->n = ndescs;
+    snap->v = calloc(ndescs ? ndescs : 1, sizeof *snap->v);
+    if (!snap->v) {
+        snap->n = 0;
+        pthread_mutex_unlock(&mu);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < ndescs; i++) {
+        const desc_t *d = &descs[i];
+        fy_counter_sample_t *s = &snap->v[i];
+        s->name = d->name;
+        s->labels = d->labels;
+        s->kind = d->kind;
+        if (d->kind != FY_HISTOGRAM) {
+            s->value = (int64_t)sum_slot(d->id);
+            continue;
+        }
+        uint64_t cum = 0;
+        for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) {
+            cum += sum_slot(d->id + b);
+            s->buckets[b] = cum;
+        }
+        s->value = (int64_t)cum;
+        s->sum_us = sum_slot(d->id + FY_HIST_NBOUNDS + 1);
+    }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+void fy_counters_snapshot_free(fy_counters_snapshot_t *snap)
+{
+    free(snap->v);
+    snap->v = NULL;
+    snap->n = 0;
+}
+
+int64_t fy_counters_snapshot_get(const fy_counters_snapshot_t *snap, const char *name,
+                                 const char *labels)
+{
+    if (!labels) labels = "";
+    for (size_t i = 0; i < snap->n; i++)
+        if (strcmp(snap->v[i].name, name) == 0 && strcmp(snap->v[i].labels, labels) == 0)
+            return snap->v[i].value;
+    return -1;
+}
+
+static void write_seconds(FILE *out, uint64_t us)
+{
+    fprintf(out, "%llu.%06llu", (unsigned long long)(us / 1000000),
+            (unsigned long long)(us % 1000000));
+}
+
+int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out)
+{
+    for (size_t i = 0; i < snap->n; i++) {
+        const fy_counter_sample_t *s = &snap->v[i];
+        const char *sep = s->labels[0] ? "," : "";
+        if (s->kind != FY_HISTOGRAM) {
+            fprintf(out, "%s{%s} %lld\n", s->name, s->labels, (long long)s->value);
+            continue;
+        }
+        for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) {
+            fprintf(out, "%s_bucket{%s%sle=\"", s->name, s->labels, sep);
+            if (b < FY_HIST_NBOUNDS)
+                write_seconds(out, fy_hist_bounds_us[b]);
+            else
+                fputs("+Inf", out);
+            fprintf(out, "\"} %llu\n", (unsigned long long)s->buckets[b]);
+        }
+        fprintf(out, "%s_sum{%s} ", s->name, s->labels);
+        write_seconds(out, s->sum_us);
+        fprintf(out, "\n%s_count{%s} %lld\n", s->name, s->labels, (long long)s->value);
+    }
+    return ferror(out) ? -EIO : 0;
+}
+
+fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N], fy_cid_conns_total[FY_CPROTO_N];
+fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N];
+fy_counter_id_t fy_cid_tls_handshakes[3];
+fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections, fy_cid_limit_connections;
+
+void fy_counters_register_builtin(void)
+{
+    static const char *const proto[FY_CPROTO_N] = {"proto=\"h1\"", "proto=\"h2\"", "proto=\"h3\""};
+    for (int p = 0; p < FY_CPROTO_N; p++) {
+        fy_cid_conns_active[p] =
+            fy_counter_register("ferry_connections_active", proto[p], FY_GAUGE);
+        fy_cid_conns_total[p] =
+            fy_counter_register("ferry_connections_total", proto[p], FY_COUNTER);
+        fy_cid_streams_active[p] = fy_counter_register("ferry_streams_active", proto[p], FY_GAUGE);
+    }
+    static const char *const tls[3] = {"result=\"full\"", "result=\"resumed\"",
+                                       "result=\"failed\""};
+    for (int i = 0; i < 3; i++)
+        fy_cid_tls_handshakes[i] =
+            fy_counter_register("ferry_tls_handshakes_total", tls[i], FY_COUNTER);
+    fy_cid_upstream_retries = fy_counter_register("ferry_upstream_retries_total", "", FY_COUNTER);
+    fy_cid_upstream_ejections =
+        fy_counter_register("ferry_upstream_ejections_total", "", FY_COUNTER);
+    fy_cid_limit_connections =
+        fy_counter_register("ferry_limit_rejections_total", "limit=\"connections\"", FY_COUNTER);
+}

@@ -1,0 +1,166 @@
+/* Counters: named per-worker counters, gauges and latency histograms, summed on read.
+ *
+ * Registration (main thread, at startup or reload) hands out slot indices: a counter or gauge
+ * is one slot, a histogram FY_HIST_NSLOTS consecutive slots. Registering the same name and
+ * labels again returns the same id, so a reload re-registers without growing.
+ *
+ * The write rule (no lock, no contended atomic on the request path): every worker thread calls
+ * fy_counters_bind(worker_id) once and then writes only its own slot array (its own
+ * cache-line-aligned allocation), with a relaxed atomic load + relaxed atomic store (on x86-64
+ * a plain `mov`/`add`/`mov`, no `lock` prefix). A reader on any thread sums every array's slots
+ * with relaxed loads: each 64-bit value is read whole (never torn), and the sum is exact for
+ * what the workers had written when they were read. Threads that never bind (the main thread,
+ * tests) write one shared "unbound" array; only one unbound thread may write at a time.
+ *
+ * Values are 64-bit. Gauges (active connections, streams) are +1/-1 in the slot of the worker
+ * that did it; a worker's slot may go negative, the sum is right. Histograms count observations
+ * in fixed log-scale buckets (microseconds: 10 µs … 60 s, then +Inf) and keep their sum (µs). */
+#ifndef FY_CORE_COUNTERS_H
+#define FY_CORE_COUNTERS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum fy_counter_kind { FY_COUNTER = 0, FY_GAUGE = 1, FY_HISTOGRAM = 2 };
+
+/* A slot index. 0 is the "none" id: writes to it land in a scratch slot nobody reads, so an id
+ * that failed to register (table full) costs nothing and needs no check. */
+typedef uint32_t fy_counter_id_t;
+
+/* Most slots one process may register (each worker's array is this many 8-byte slots of
+ * virtual memory; only the registered part is touched). */
+#define FY_COUNTERS_MAX_SLOTS 65536u
+/* Histogram upper bounds (µs), ascending; the bucket after the last is +Inf. */
+#define FY_HIST_NBOUNDS 21
+extern const uint64_t fy_hist_bounds_us[FY_HIST_NBOUNDS];
+/* slots of one histogram: NBOUNDS + 1 buckets (non-cumulative), then the sum */
+#define FY_HIST_NSLOTS (FY_HIST_NBOUNDS + 2)
+
+/* Make room for `nworkers` worker arrays (call before the workers start; may be called again
+ * with a larger number). Returns 0 or -ENOMEM. Main thread only. */
+int fy_counters_init(int nworkers);
+/* The calling thread writes worker `worker`'s array from now on (worker < the init count; out
+ * of range: the unbound array). */
+void fy_counters_bind(int worker);
+
+/* Register a counter, gauge or histogram named `name` (Prometheus-style: [a-z_][a-z0-9_]*)
+ * with `labels` (already rendered: `listener="a",route="0"`, or "" / NULL). Both strings are
+ * copied. Returns the id (> 0), the existing id for the same name+labels+kind, or 0 when the
+ * slot table is full (logged once by the caller if it cares). Thread-safe (a mutex; never on
+ * the request path). */
+fy_counter_id_t fy_counter_register(const char *name, const char *labels, int kind);
+/* Register n metrics as one block of consecutive slots (so a hot path can reach them from one
+ * id with constant offsets): names[i], labels[i] (NULL = ""), kinds[i]. Returns the first id;
+ * if the block was registered before (same first name+labels), that id again, after checking
+ * that the rest follows it. 0 when the table is full or the block clashes with a different
+ * earlier registration. Thread-safe. */
+fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
+                                          const int *kinds, size_t n);
+/* The id of name+labels if registered, else 0. */
+fy_counter_id_t fy_counter_lookup(const char *name, const char *labels);
+
+/* the calling thread's slot array (never NULL) */
+extern _Thread_local _Atomic uint64_t *fy__counters_mine;
+
+static inline void fy_counter_add(fy_counter_id_t id, uint64_t n)
+{
+    _Atomic uint64_t *s = &fy__counters_mine[id];
+    atomic_store_explicit(s, atomic_load_explicit(s, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+static inline void fy_counter_inc(fy_counter_id_t id)
+{
+    fy_counter_add(id, 1);
+}
+/* gauges: +1 / -1 */
+static inline void fy_gauge_add(fy_counter_id_t id, int64_t d)
+{
+    fy_counter_add(id, (uint64_t)d);
+}
+
+/* The bucket index (0..FY_HIST_NBOUNDS) of a value in µs: the first bound >= us, or NBOUNDS
+ * (+Inf). Prometheus `le` semantics: a value equal to a bound counts in that bound's bucket. */
+unsigned fy_hist_bucket(uint64_t us);
+
+static inline unsigned fy_hist_bucket_fast(uint64_t us)
+{
+    return us <= 10 ? 0 : fy_hist_bucket(us); /* the common sub-turn case without a call */
+}
+
+static inline void fy_hist_observe(fy_counter_id_t id, uint64_t us)
+{
+    if (!id) return;
+    fy_counter_inc(id + fy_hist_bucket_fast(us));
+    fy_counter_add(id + FY_HIST_NBOUNDS + 1, us);
+}
+
+/* The same on an array the caller loaded once from fy__counters_mine (hot paths). */
+static inline void fy_counter_add_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t n)
+{
+    atomic_store_explicit(&mine[id], atomic_load_explicit(&mine[id], memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+static inline void fy_hist_observe_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t us)
+{
+    fy_counter_add_at(mine, id + fy_hist_bucket_fast(us), 1);
+    fy_counter_add_at(mine, id + FY_HIST_NBOUNDS + 1, us);
+}
+
+/* One registered metric, summed over every worker at snapshot time. */
+typedef struct fy_counter_sample {
+    const char *name;   /* borrowed from the registry (lives until exit) */
+    const char *labels; /* ditto; "" for none */
+    int kind;           /* enum fy_counter_kind */
+    int64_t value;      /* counter, gauge; for a histogram: the observation count */
+    /* histograms only: cumulative bucket counts (le = fy_hist_bounds_us[i], last = +Inf),
+       and the sum in µs */
+    uint64_t buckets[FY_HIST_NBOUNDS + 1];
+    uint64_t sum_us;
+} fy_counter_sample_t;
+
+typedef struct fy_counters_snapshot {
+    fy_counter_sample_t *v; /* owned, in registration order */
+    size_t n;
+} fy_counters_snapshot_t;
+
+/* Sum every worker's slots now (any thread; takes the registry mutex, never a worker's).
+ * Returns 0 or -ENOMEM. Free with fy_counters_snapshot_free. */
+int fy_counters_snapshot(fy_counters_snapshot_t *snap);
+void fy_counters_snapshot_free(fy_counters_snapshot_t *snap);
+/* The value of name+labels in a snapshot (a histogram: its count), or -1 if absent. */
+int64_t fy_counters_snapshot_get(const fy_counters_snapshot_t *snap, const char *name,
+                                 const char *labels);
+
+/* Write a snapshot as Prometheus text lines (`name{labels} value`; histograms as _bucket with
+ * le in seconds, _sum in seconds, _count). Returns 0 or -errno. */
+int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out);
+
+/* Process-wide counters that the lower layers (tls, h1/h2/h3, upstream, server) bump where
+ * the event happens; registered by fy_counters_register_builtin (main thread, at startup).
+ * Until then they are 0, the scratch id, so bumping them is always safe. Index [p] is the
+ * protocol: FY_CPROTO_H1, _H2, _H3. */
+enum { FY_CPROTO_H1 = 0, FY_CPROTO_H2 = 1, FY_CPROTO_H3 = 2, FY_CPROTO_N = 3 };
+enum { FY_CTLS_FULL = 0, FY_CTLS_RESUMED = 1, FY_CTLS_FAILED = 2 };
+extern fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N];   /* ferry_connections_active{proto} */
+extern fy_counter_id_t fy_cid_conns_total[FY_CPROTO_N];    /* ferry_connections_total{proto} */
+extern fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N]; /* ferry_streams_active{proto} */
+extern fy_counter_id_t fy_cid_tls_handshakes[3];           /* ferry_tls_handshakes_total{result} */
+extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_retries_total */
+extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
+extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
+void fy_counters_register_builtin(void);
+
+/* a server connection of protocol p (FY_CPROTO_*) opened / closed */
+static inline void fy_counters_conn_open(int p)
+{
+    fy_gauge_add(fy_cid_conns_active[p], 1);
+    fy_counter_inc(fy_cid_conns_total[p]);
+}
+static inline void fy_counters_conn_close(int p)
+{
+    fy_gauge_add(fy_cid_conns_active[p], -1);
+}
+
+#endif

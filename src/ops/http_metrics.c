@@ -1,0 +1,144 @@
+#include "ops/http_metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/counters.h"
+#include "core/log.h"
+
+enum { NCLASS = 5, NPROTO = 3 };
+static const char *const proto_names[NPROTO] = {"h1", "h2", "h3"};
+
+/* limit rejections the observer can tell by status (index order of `limit_names`) */
+static const char *const limit_names[] = {"request-timeout", "body-size", "uri-size",
+                                          "header-size"};
+
+/* One block of consecutive slots per listener x route x protocol (responses by class, then
+ * body bytes), and one per route (TTFB histogram, then total): the observer loads two ids and
+ * writes at constant offsets from them. */
+enum { B_RESP = 0, B_IN = NCLASS, B_OUT = NCLASS + 1, B_N = NCLASS + 2 };
+enum { H_TTFB = 0, H_DUR = FY_HIST_NSLOTS };
+
+struct fy_http_metrics {
+    const fy_route_t *routes; /* borrowed: the router's array */
+    size_t nroutes;
+    fy_counter_id_t *blk;  /* owned: [(nroutes + 1) * NPROTO]; route nroutes = none matched */
+    fy_counter_id_t *hist; /* owned: [nroutes + 1] */
+};
+
+static fy_counter_id_t limit_ids[4];
+
+int fy_http_metrics_setup(int nworkers)
+{
+    int r = fy_counters_init(nworkers);
+    if (r < 0) return r;
+    fy_counters_register_builtin();
+    for (size_t i = 0; i < 4; i++) {
+        char l[64];
+        snprintf(l, sizeof l, "limit=\"%s\"", limit_names[i]);
+        limit_ids[i] = fy_counter_register("ferry_limit_rejections_total", l, FY_COUNTER);
+    }
+    return 0;
+}
+
+fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *rt)
+{
+    fy_http_metrics_t *m = fy_xcalloc(1, sizeof *m);
+    m->routes = rt->routes;
+    m->nroutes = rt->n;
+    m->blk = fy_xcalloc((rt->n + 1) * NPROTO, sizeof *m->blk);
+    m->hist = fy_xcalloc(rt->n + 1, sizeof *m->hist);
+    char lab[B_N][256], route[24];
+    const char *names[B_N], *labels[B_N];
+    int kinds[B_N];
+    for (size_t r = 0; r <= rt->n; r++) {
+        if (r < rt->n)
+            snprintf(route, sizeof route, "%zu", r);
+        else
+            snprintf(route, sizeof route, "-");
+        for (int p = 0; p < NPROTO; p++) {
+            for (int c = 0; c < NCLASS; c++) {
+                snprintf(lab[B_RESP + c], sizeof lab[0],
+                         "listener=\"%s\",route=\"%s\",code=\"%dxx\",proto=\"%s\"", listener, route,
+                         c + 1, proto_names[p]);
+                names[B_RESP + c] = "ferry_http_responses_total";
+            }
+            snprintf(lab[B_IN], sizeof lab[0], "listener=\"%s\",route=\"%s\",proto=\"%s\"",
+                     listener, route, proto_names[p]);
+            memcpy(lab[B_OUT], lab[B_IN], sizeof lab[0]);
+            names[B_IN] = "ferry_http_request_bytes_total";
+            names[B_OUT] = "ferry_http_response_bytes_total";
+            for (int i = 0; i < B_N; i++) labels[i] = lab[i], kinds[i] = FY_COUNTER;
+            m->blk[r * NPROTO + p] = fy_counter_register_block(names, labels, kinds, B_N);
+        }
+        snprintf(lab[0], sizeof lab[0], "route=\"%s\"", route);
+        const char *hn[2] = {"ferry_http_ttfb_seconds", "ferry_http_duration_seconds"};
+        const char *hl[2] = {lab[0], lab[0]};
+        const int hk[2] = {FY_HISTOGRAM, FY_HISTOGRAM};
+        m->hist[r] = fy_counter_register_block(hn, hl, hk, 2);
+    }
+    return m;
+}
+
+void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
+{
+    const fy_http_metrics_t *m = arg;
+    _Atomic uint64_t *c = fy__counters_mine;
+    size_t r = ex->route ? (size_t)(ex->route - m->routes) : m->nroutes;
+    if (r > m->nroutes) r = m->nroutes; /* another router's route (cannot happen today) */
+    unsigned cls = (unsigned)ex->res.status / 100u - 1u;
+    if (cls >= NCLASS) cls = NCLASS - 1;
+    unsigned p = ex->req.version >= 30 ? 2 : ex->req.version >= 20;
+    fy_counter_id_t b = m->blk[r * NPROTO + p];
+    if (b) {
+        fy_counter_add_at(c, b + B_RESP + cls, 1);
+        fy_counter_add_at(c, b + B_IN, ex->body_received);
+        fy_counter_add_at(c, b + B_OUT, ex->bytes_sent);
+    }
+    fy_counter_id_t h = m->hist[r];
+    if (h) {
+        uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
+        uint64_t head = ex->head_ms ? ex->head_ms : now;
+        fy_hist_observe_at(c, h + H_TTFB, (head - start) * 1000);
+        fy_hist_observe_at(c, h + H_DUR, (now - start) * 1000);
+    }
+    if (cls == 3) {
+        int s = ex->res.status;
+        int li = s == 408 ? 0 : s == 413 ? 1 : s == 414 ? 2 : s == 431 ? 3 : -1;
+        if (li >= 0) fy_counter_inc(limit_ids[li]);
+    }
+}
+
+void fy_http_metrics_free(fy_http_metrics_t *m)
+{
+    if (!m) return;
+    free(m->blk);
+    free(m->hist);
+    free(m);
+}
+
+bool fy_http_metrics_wanted(void)
+{
+    const char *path = getenv("FERRY_DUMP_COUNTERS");
+    return path && *path;
+}
+
+void fy_http_metrics_dump_env(void)
+{
+    const char *path = getenv("FERRY_DUMP_COUNTERS");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fy_warn("FERRY_DUMP_COUNTERS: %s: %s", path, strerror(errno));
+        return;
+    }
+    fy_counters_snapshot_t s;
+    if (fy_counters_snapshot(&s) == 0) {
+        fy_counters_write_text(&s, f);
+        fy_counters_snapshot_free(&s);
+    }
+    fclose(f);
+}
