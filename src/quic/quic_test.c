@@ -1,7 +1,7 @@
-/* Unit tests of the TLS handshake-message guard on CRYPTO data (tls_rx_check in quic.c):
+/* Unit tests of the TLS handshake-message guard on CRYPTO data (tls_rx_check in quic_tls.c):
  * messages fed whole, byte by byte, in uneven pieces and ending at a guard page; KeyUpdate
  * at every level, anything after Finished at the Handshake level, 1-RTT messages by side. */
-#include "quic/quic.c"
+#include "quic/quic_tls.c"
 
 #include "core/test.h"
 #include "core/test_guard.h"
