@@ -1,7 +1,7 @@
-/* Unit tests of the self-loop check of handler/mitm.c: every spelling of a listener's address
+/* Unit tests of the self-loop check of handler/mitm_loop.c: every spelling of a listener's address
  * (IPv4-mapped IPv6, the unspecified address, other loopback addresses, this host's interface
  * addresses behind a wildcard listener) is recognised; other ports and other hosts are not. */
-#include "mitm.c"
+#include "mitm_loop.c"
 
 #include <arpa/inet.h>
 
@@ -24,13 +24,13 @@ static struct sockaddr_storage addr(const char *ip, int port)
     return ss;
 }
 
-static bool loops_to(mitm_t *m, const char *ip, int port)
+static bool loops_to(fy__mitm_t *m, const char *ip, int port)
 {
     struct sockaddr_storage ss = addr(ip, port);
-    return loops(m, (struct sockaddr *)&ss);
+    return fy__mitm_loops(m, (struct sockaddr *)&ss);
 }
 
-static void own(mitm_t *m, const char *ip, int port)
+static void own(fy__mitm_t *m, const char *ip, int port)
 {
     struct sockaddr_storage ss = addr(ip, port);
     m->own[m->nown++] = ss;
@@ -38,7 +38,7 @@ static void own(mitm_t *m, const char *ip, int port)
 
 static void test_loopback_listener(void)
 {
-    mitm_t *m = calloc(1, sizeof *m);
+    fy__mitm_t *m = calloc(1, sizeof *m);
     own(m, "127.0.0.1", 8888);
     CHECK(loops_to(m, "127.0.0.1", 8888));
     CHECK(loops_to(m, "::ffff:127.0.0.1", 8888));
@@ -57,7 +57,7 @@ static void test_loopback_listener(void)
 
 static void test_wildcard_listener(void)
 {
-    mitm_t *m = calloc(1, sizeof *m);
+    fy__mitm_t *m = calloc(1, sizeof *m);
     own(m, "0.0.0.0", 3128);
     CHECK(loops_to(m, "127.0.0.1", 3128));
     CHECK(loops_to(m, "127.9.8.7", 3128)); /* all of 127/8 is this host */
@@ -74,7 +74,7 @@ static void test_wildcard_listener(void)
         if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
         struct sockaddr_in a = *(struct sockaddr_in *)i->ifa_addr;
         a.sin_port = htons(3128);
-        CHECK(loops(m, (struct sockaddr *)&a));
+        CHECK(fy__mitm_loops(m, (struct sockaddr *)&a));
         n++;
     }
     freeifaddrs(ifs);
