@@ -4,7 +4,7 @@
  * a complete, valid HAR document. A crash in the middle of a write tears at most that entry:
  * cutting the file after the last line that starts with "  {" and ends with "}" or "}," and
  * appending "\n]}}" recovers every earlier flow. Heads, sizes, timings and bodies (as the
- * client saw them, up to intercept.capture.body-cap, from handler/mitm.c's capture filter)
+ * client saw them, up to intercept.capture.body-cap, from handler/mitm_capture.c's capture filter)
  * are written. Shared by all workers (one mutex: a write per flow). */
 #ifndef FY_OPS_HAR_H
 #define FY_OPS_HAR_H
