@@ -16,6 +16,7 @@
 #include "h1/h1_fields.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef const unsigned char uchar;
@@ -135,39 +136,89 @@ int fy_h1_parse_response(fy_h1_resp_t *r, const char *buf, size_t len, bool head
 /* Names whose registered spelling is not "Each-Word-Capitalised" (RFC 9110 §8.8.3,
  * RFC 6455 §11.3, the IANA field name registry). */
 static const struct {
+    size_t len;
     const char *lower, *canon;
 } irregular[] = {
-    {"etag", "ETag"},
-    {"te", "TE"},
-    {"www-authenticate", "WWW-Authenticate"},
-    {"content-md5", "Content-MD5"},
-    {"dnt", "DNT"},
-    {"sec-websocket-accept", "Sec-WebSocket-Accept"},
-    {"sec-websocket-protocol", "Sec-WebSocket-Protocol"},
-    {"sec-websocket-extensions", "Sec-WebSocket-Extensions"},
-    {"sec-websocket-version", "Sec-WebSocket-Version"},
-    {"x-xss-protection", "X-XSS-Protection"},
-    {"x-ua-compatible", "X-UA-Compatible"},
-    {"x-dns-prefetch-control", "X-DNS-Prefetch-Control"},
+    {4, "etag", "ETag"},
+    {2, "te", "TE"},
+    {16, "www-authenticate", "WWW-Authenticate"},
+    {11, "content-md5", "Content-MD5"},
+    {3, "dnt", "DNT"},
+    {20, "sec-websocket-accept", "Sec-WebSocket-Accept"},
+    {22, "sec-websocket-protocol", "Sec-WebSocket-Protocol"},
+    {24, "sec-websocket-extensions", "Sec-WebSocket-Extensions"},
+    {21, "sec-websocket-version", "Sec-WebSocket-Version"},
+    {16, "x-xss-protection", "X-XSS-Protection"},
+    {15, "x-ua-compatible", "X-UA-Compatible"},
+    {22, "x-dns-prefetch-control", "X-DNS-Prefetch-Control"},
 };
+/* the lengths above, as bits: most names skip the table after one test */
+#define IRREGULAR_LENS                                                                             \
+    ((1u << 2) | (1u << 3) | (1u << 4) | (1u << 11) | (1u << 15) | (1u << 16) | (1u << 20) |       \
+     (1u << 21) | (1u << 22) | (1u << 24))
+
+/* Eight bytes at a time (names are tokens: ASCII, so no byte's sum below carries into the
+ * next): the high bit of each byte in [lo, hi], and of each byte equal to c. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fy_h1_put_field_name reads names as little-endian words"
+#endif
+#define ONES 0x0101010101010101ULL
+#define HIGH 0x8080808080808080ULL
+static inline uint64_t bytes_in(uint64_t x, unsigned lo, unsigned hi)
+{
+    return (x + ONES * (0x80 - lo)) & ~(x + ONES * (0x7f - hi)) & ~x & HIGH;
+}
+
+static inline uint64_t bytes_eq(uint64_t x, unsigned c)
+{
+    uint64_t y = x ^ (ONES * c);
+    return ~(((y & ~HIGH) + ~HIGH) | y) & HIGH;
+}
+
+static inline uint64_t word_at(const char *s, size_t i, size_t len)
+{
+    uint64_t x; /* the 8 bytes at i, or, near the end, the last 8 (they overlap the ones before) */
+    memcpy(&x, s + (i + 8 <= len ? i : len - 8), 8);
+    return x;
+}
+
+static inline void capitalise(char *c)
+{
+    if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 32);
+}
 
 char *fy_h1_put_field_name(char *p, const char *name, size_t len)
 {
-    for (size_t i = 0; i < len; i++)
-        if (name[i] >= 'A' && name[i] <= 'Z') { /* someone chose this case: keep it */
-            memcpy(p, name, len);
-            return p + len;
+    memcpy(p, name, len);
+    if (len < 8) { /* short names byte by byte */
+        for (size_t i = 0; i < len; i++)
+            if (name[i] >= 'A' && name[i] <= 'Z') return p + len; /* someone chose this case */
+        if (IRREGULAR_LENS >> len & 1u) goto irregular;
+        capitalise(p);
+        for (size_t i = 0; i + 1 < len; i++)
+            if (name[i] == '-') capitalise(p + i + 1);
+        return p + len;
+    }
+    for (size_t i = 0; i < len; i += 8)
+        if (bytes_in(word_at(name, i, len), 'A', 'Z')) return p + len;
+    if (len < 32 && (IRREGULAR_LENS >> len & 1u)) goto irregular;
+    capitalise(p); /* Each-Word-Capitalised: the first letter and each after a '-' */
+    for (size_t i = 0; i < len; i += 8) {
+        size_t at = i + 8 <= len ? i : len - 8;
+        for (uint64_t d = bytes_eq(word_at(name, i, len), '-'); d; d &= d - 1) {
+            size_t k = at + (size_t)__builtin_ctzll(d) / 8 + 1;
+            if (k < len) capitalise(p + k); /* twice where words overlap: no harm */
         }
+    }
+    return p + len;
+irregular:
     for (size_t k = 0; k < sizeof irregular / sizeof irregular[0]; k++)
-        if (strlen(irregular[k].lower) == len && memcmp(irregular[k].lower, name, len) == 0) {
+        if (irregular[k].len == len && memcmp(irregular[k].lower, name, len) == 0) {
             memcpy(p, irregular[k].canon, len);
             return p + len;
         }
-    bool up = true;
-    for (size_t i = 0; i < len; i++) {
-        char ch = name[i];
-        p[i] = up && ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch;
-        up = ch == '-';
-    }
+    capitalise(p);
+    for (size_t i = 0; i + 1 < len; i++)
+        if (name[i] == '-') capitalise(p + i + 1);
     return p + len;
 }

@@ -544,13 +544,23 @@ static void test_rows(void)
 static void test_field_name_case(void)
 {
     static const char *const cases[][2] = {
-        {"content-type", "Content-Type"},   {"etag", "ETag"},
-        {"last-modified", "Last-Modified"}, {"www-authenticate", "WWW-Authenticate"},
-        {"x-a-b", "X-A-B"},                 {"a", "A"},
-        {"-x--y-", "-X--Y-"},               {"x-9p", "X-9p"},
-        {"X-lower-kept", "X-lower-kept"},   {"CONTENT-TYPE", "CONTENT-TYPE"},
+        {"content-type", "Content-Type"},
+        {"etag", "ETag"},
+        {"last-modified", "Last-Modified"},
+        {"www-authenticate", "WWW-Authenticate"},
+        {"x-a-b", "X-A-B"},
+        {"a", "A"},
+        {"-x--y-", "-X--Y-"},
+        {"x-9p", "X-9p"},
+        {"X-lower-kept", "X-lower-kept"},
+        {"CONTENT-TYPE", "CONTENT-TYPE"},
         {"sec-websocket-accept", "Sec-WebSocket-Accept"},
-        {"etags", "Etags"},                 {"", ""},
+        {"etags", "Etags"},
+        {"", ""},
+        {"abcdefg-hij", "Abcdefg-Hij"},
+        {"abcdefgh-ijklmno-pq", "Abcdefgh-Ijklmno-Pq"},
+        {"x-forwarded-for", "X-Forwarded-For"},
+        {"content-security-policy", "Content-Security-Policy"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[64];
@@ -561,6 +571,22 @@ static void test_field_name_case(void)
         CHECK_STRN(out, n, cases[i][1]);
         CHECK(out[n] == 'Z');
     }
+    /* a capital anywhere (eight bytes at a time, then the tail) keeps the name as given; the
+       bytes next to 'A'..'Z' ('@', '[', '`', '{') are no capitals */
+    for (size_t len = 1; len <= 24; len++)
+        for (size_t at = 0; at < len; at++) {
+            char in[32], out[32];
+            memset(in, 'x', len);
+            in[at] = 'Q';
+            fy_h1_put_field_name(out, in, len);
+            CHECK_STRN(out, len, in);
+            in[at] = at & 1 ? '@' : '[';
+            fy_h1_put_field_name(out, in, len);
+            CHECK(out[0] == (at == 0 ? in[0] : 'X'));
+            in[at] = at & 1 ? '`' : '{';
+            fy_h1_put_field_name(out, in, len);
+            CHECK(out[0] == (at == 0 ? in[0] : 'X'));
+        }
 }
 
 FY_TEST_MAIN(guard_init(); test_rows(); test_interim(); test_restart(); test_linear();

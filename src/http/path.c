@@ -84,6 +84,23 @@ static int remove_dots(char *p, size_t len)
     return (int)w;
 }
 
+bool fy_path_is_normal(const char *p, size_t len, bool merge_slashes)
+{
+    if (len == 0 || p[0] != '/') return false;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '%') return false;
+        if (p[i] != '/' || i + 1 == len) continue;
+        char d = p[i + 1];
+        if (d == '/' && merge_slashes) return false;
+        if (d == '.') {
+            size_t j = i + 2; /* "/." or "/.." as a whole segment */
+            if (j == len || p[j] == '/') return false;
+            if (p[j] == '.' && (j + 1 == len || p[j + 1] == '/')) return false;
+        }
+    }
+    return true;
+}
+
 int fy_path_normalize(const char *in, size_t len, char *out, size_t cap, const fy_path_opts_t *opts)
 {
     if (len == 0 || in[0] != '/') return FY_PATH_EBAD;

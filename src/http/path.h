@@ -25,6 +25,10 @@ typedef struct fy_path_opts {
 #define FY_PATH_EABOVE (-3) /* a ".." segment would climb above the root */
 #define FY_PATH_ENOSPC (-4) /* the result does not fit in `cap` bytes */
 
+/* Whether fy_path_normalize would return `p` unchanged (no '%', no "." or ".." segment, no
+ * "//" when merge_slashes): the common case, decided in one pass without a copy. */
+bool fy_path_is_normal(const char *p, size_t len, bool merge_slashes);
+
 /* Normalise the origin-form path `in` (len bytes, starting with '/', no query) into `out`
  * (cap bytes; the caller owns both; they must not overlap). In this order:
  *   1. percent-decoding of the unreserved characters (ALPHA DIGIT - . _ ~); every other

@@ -176,6 +176,7 @@ static bool normalize_path(fy_exchange_t *ex)
     fy_path_opts_t o = {.encoded_slash =
                             l ? (enum fy_path_slash)l->encoded_slash : FY_PATH_SLASH_REJECT,
                         .merge_slashes = l ? l->merge_slashes : true};
+    if (fy_path_is_normal(p.p, p.len, o.merge_slashes)) return true;
     char *out = fy_arena_alloc(ex->arena, p.len);
     int n = fy_path_normalize(p.p, p.len, out, p.len, &o);
     switch (n) {
