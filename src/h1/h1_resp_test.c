@@ -577,6 +577,7 @@ static void test_field_name_case(void)
         for (size_t at = 0; at < len; at++) {
             char in[32], out[32];
             memset(in, 'x', len);
+            in[len] = '\0'; /* CHECK_STRN compares with strlen(in) */
             in[at] = 'Q';
             fy_h1_put_field_name(out, in, len);
             CHECK_STRN(out, len, in);
