@@ -86,7 +86,8 @@ static void on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     st_t *s = ud;
     (void)code;
-    if (s->ended || s->failed || !why || (kind != FY_CLIENT_CONN && kind != FY_CLIENT_PROTOCOL)) abort();
+    if (s->ended || s->failed || !why || (kind != FY_CLIENT_CONN && kind != FY_CLIENT_PROTOCOL))
+        abort();
     s->failed = true;
 }
 

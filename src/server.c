@@ -101,8 +101,8 @@ struct gen_ctx {
     fy_http_ctx_t ctx;
     fy_gen_t *gen;
     worker_listener_t *wl;
-    fy_list_t link;  /* worker's ctxs */
-    fy_defer_t reap; /* retired and empty: free once the conns' deferred frees ran */
+    fy_list_t link;             /* worker's ctxs */
+    fy_defer_t reap;            /* retired and empty: free once the conns' deferred frees ran */
     fy_http_metrics_t *metrics; /* owned: the metrics observer of ctx */
 };
 

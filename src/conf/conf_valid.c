@@ -62,8 +62,9 @@ static const char *why_not_path_or_target(const char *s, bool query_ok)
         if (c == '\r' || c == '\n') return "has a line break (CR or LF)";
         if (c < 0x20 || c == 0x7f) return "has a control character";
         if (c == ' ') return "has a space (write it as %20)";
-        if (c == '#') return query_ok ? "has '#'; a request target has no fragment"
-                                      : "has '?' or '#'; a path has no query or fragment";
+        if (c == '#')
+            return query_ok ? "has '#'; a request target has no fragment"
+                            : "has '?' or '#'; a path has no query or fragment";
         if (c == '?') { /* a query (RFC 3986: pchar, "/" and "?") follows */
             if (!query_ok) return "has '?' or '#'; a path has no query or fragment";
             continue;

@@ -37,7 +37,6 @@ typedef struct ws_track {
     uint8_t hlen;
 } ws_track_t;
 
-
 typedef struct proxy_req {
     fy_exchange_t *ex;
     proxy_handler_t *ph;
@@ -59,16 +58,16 @@ typedef struct proxy_req {
     size_t sending_len;
     bool finished;
     bool stopped;
-    bool tunnel;      /* Upgrade / extended CONNECT: raw bytes both ways after 101 */
-    bool tunnel_open; /* the origin accepted the tunnel */
-    bool o_head;      /* the final head arrived */
-    bool o_end;       /* the response is complete at the origin's side */
+    bool tunnel;       /* Upgrade / extended CONNECT: raw bytes both ways after 101 */
+    bool tunnel_open;  /* the origin accepted the tunnel */
+    bool o_head;       /* the final head arrived */
+    bool o_end;        /* the response is complete at the origin's side */
     bool fb_timed_out; /* an attempt ran out of first-byte time: the origin may have the
                           request, so retries go only to servers not tried yet */
     bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
     /* the origin stream of the current attempt (upstream/origin.h), whatever it speaks */
     fy_origin_stream_t os; /* (calls on it are no-ops while nothing is open) */
-    const char *zp; /* response bytes lent by the origin stream until consumed */
+    const char *zp;        /* response bytes lent by the origin stream until consumed */
     size_t zn;
     const char *qp; /* client body slice not yet taken by the codec */
     size_t qn;
@@ -234,7 +233,8 @@ static void put_path(proxy_req_t *pr, sbuf_t *b)
     const fy_proxy_conf_t *pc = pr->ph->conf;
     fy_str_t path = pr->ex->req.target;
     fy_str_t norm = pr->ex->req.path; /* normalised by the router; target is as received */
-    if (pc->forward_path == 0 && norm.p != path.p && norm.len && norm.p[0] == '/' && path.len && path.p[0] == '/') {
+    if (pc->forward_path == 0 && norm.p != path.p && norm.len && norm.p[0] == '/' && path.len &&
+        path.p[0] == '/') {
         const char *q = memchr(path.p, '?', path.len); /* the query goes on untouched */
         size_t ql = q ? (size_t)(path.p + path.len - q) : 0;
         char *t = fy_arena_alloc(pr->ex->arena, norm.len + ql);
@@ -983,8 +983,7 @@ static void o_on_error(void *ud, int kind, uint64_t code, const char *why)
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
     fy_warn("upstream %s: %s: %s", fy_upstream_conf(pr->ph->up)->name,
             fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
-    if (count)
-        fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
+    if (count) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     fy_timer_stop(pr->loop, &pr->timer);
     drop_origin(pr, false);
     if (pr->finished || pr->stopped) return;
@@ -1080,12 +1079,9 @@ static void start(proxy_req_t *pr)
     fy_h1_limits_t lim = {l->max_request_line, l->max_header_bytes, (size_t)l->max_headers};
     fy_headers_t hs;
     build_fields(pr, &hs); /* Host may depend on the server */
-    fy_origin_request_t rq = {&hs,
-                              pr->ex->req.content_length,
-                              pr->tunnel,
-                              pr->ex->req.method_id == FY_M_HEAD,
-                              &lim,
-                              pr->ex->arena};
+    fy_origin_request_t rq = {&hs,        pr->ex->req.content_length,
+                              pr->tunnel, pr->ex->req.method_id == FY_M_HEAD,
+                              &lim,       pr->ex->arena};
     set_timer(pr, T_FIRST_BYTE);
     pr->sent_us = now_us();
     pr->in_codec++;
@@ -1102,7 +1098,7 @@ static void o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
     if (err) {
-            origin_failed(pr, 502, err, true);
+        origin_failed(pr, 502, err, true);
         return;
     }
     start(pr);
@@ -1134,8 +1130,8 @@ static void attempt(proxy_req_t *pr)
     pr->zn = 0;
     const char *err = "origin connect failed";
     /* refused before: first in line on the next connection */
-    int rc = fy_origin_stream_open(&pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals,
-                                   &err);
+    int rc =
+        fy_origin_stream_open(&pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals, &err);
     if (rc < 0) { /* not even a socket */
         fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
         if (retryable(pr)) {

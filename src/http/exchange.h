@@ -183,11 +183,11 @@ struct fy_exchange {
     bool head_sent; /* set by the codec once the response head is on its way to the client */
     bool done;
     uint64_t start_ms;
-    uint64_t head_ms;           /* loop time the handler started its response (0: never) */
+    uint64_t head_ms;             /* loop time the handler started its response (0: never) */
     const struct fy_route *route; /* borrowed: the route that got it (NULL: none matched) */
-    uint64_t bytes_sent;    /* response body bytes */
-    uint64_t body_received; /* request body bytes */
-    const char *error;      /* static reason when the exchange failed (for the log) */
+    uint64_t bytes_sent;          /* response body bytes */
+    uint64_t body_received;       /* request body bytes */
+    const char *error;            /* static reason when the exchange failed (for the log) */
 };
 
 /* Graceful shutdown of every conn of ctx (each finishes its current work), and the hard stop
@@ -201,8 +201,7 @@ void fy_exchange_dispatch(fy_exchange_t *ex);
 /* Add an observer to ctx (worker setup, before the listener accepts). Observers run in the
  * order added; server.c adds them in one documented order (docs/ARCHITECTURE.md). Returns 0, or
  * -ENOSPC when FY_HTTP_MAX_OBSERVERS are already there. */
-int fy_http_ctx_observe(fy_http_ctx_t *ctx, void (*on_done)(fy_exchange_t *ex, void *ud),
-                        void *ud);
+int fy_http_ctx_observe(fy_http_ctx_t *ctx, void (*on_done)(fy_exchange_t *ex, void *ud), void *ud);
 
 /* Codecs: the exchange's response is done or failed (once per exchange that has a status);
  * tells every observer of its context. */

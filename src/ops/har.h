@@ -18,8 +18,8 @@ typedef struct fy_har fy_har_t;
 /* Create or truncate `path` (mode 0600) and write the empty log. NULL with *err (static) on
  * failure. */
 fy_har_t *fy_har_open(const char *path, const char **err);
-/* One finished exchange (a completion observer, fy_observer_t.on_done; CONNECT exchanges are skipped).
- * Thread-safe. */
+/* One finished exchange (a completion observer, fy_observer_t.on_done; CONNECT exchanges are
+ * skipped). Thread-safe. */
 void fy_har_exchange(fy_exchange_t *ex, void *har);
 /* Entries written so far. */
 size_t fy_har_count(fy_har_t *h);

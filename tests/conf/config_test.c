@@ -171,7 +171,7 @@ static void test_top_level(void)
                "routes, upstreams, l4, limits, http2, quic, log, intercept, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
-                        "flow node at line 2); an opened quote or bracket is not closed\n");
+                         "flow node at line 2); an opened quote or bracket is not closed\n");
     /* an unknown key that is valid one level down or up says so */
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
@@ -180,9 +180,10 @@ static void test_top_level(void)
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "
                "method, path-exact, path-regex, header, query)\n");
-    CHECK_FAIL("listeners:\n  - address: :80\n    cert: x\n",
-               "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
-               "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share)\n");
+    CHECK_FAIL(
+        "listeners:\n  - address: :80\n    cert: x\n",
+        "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
+        "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -199,11 +200,12 @@ static void test_top_level(void)
              "127.0.0.1:9}\n");
     CHECK(c != NULL); /* other address, other family, other transport */
     fy_config_free(c);
-    CHECK_FAIL("listeners:\n  - address: 127.0.0.1:443\n    tls: self-signed\n"
-               "    protocols: [h1, h3]\nl4:\n  - listen: 127.0.0.1:443\n    mode: quic-passthrough\n"
-               "    target: 127.0.0.1:9\n",
-               "c.yaml:6:13: l4[0].listen: 127.0.0.1:443 (UDP) is already taken by listeners[0] "
-               "at line 2; two listeners on one address would split its clients\n");
+    CHECK_FAIL(
+        "listeners:\n  - address: 127.0.0.1:443\n    tls: self-signed\n"
+        "    protocols: [h1, h3]\nl4:\n  - listen: 127.0.0.1:443\n    mode: quic-passthrough\n"
+        "    target: 127.0.0.1:9\n",
+        "c.yaml:6:13: l4[0].listen: 127.0.0.1:443 (UDP) is already taken by listeners[0] "
+        "at line 2; two listeners on one address would split its clients\n");
 
     c = load(L1 "data-dir: /var/lib/ferry\n");
     CHECK(c && !strcmp(c->data_dir, "/var/lib/ferry"));
@@ -719,5 +721,6 @@ static void in_folder_with_certs(void)
     if (system("cp a.pem x && cp a.key y && cp a.pem a && cp a.key b") != 0) abort();
 }
 
-FY_TEST_MAIN(in_folder_with_certs(); test_parse_addr(); test_minimal_defaults(); test_top_level(); test_listeners();
-             test_tls(); test_routes(); test_demo_root(); test_embedded(); test_file_and_doc())
+FY_TEST_MAIN(in_folder_with_certs(); test_parse_addr(); test_minimal_defaults(); test_top_level();
+             test_listeners(); test_tls(); test_routes(); test_demo_root(); test_embedded();
+             test_file_and_doc())
