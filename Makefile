@@ -9,9 +9,9 @@ PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
 # Everything the build, the tests and the benchmark use, from Debian 12.
 BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-dev libpcre2-dev \
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
-             zlib1g-dev libbrotli-dev libzstd-dev libsystemd-dev
+             zlib1g-dev libbrotli-dev libzstd-dev libsystemd-dev libhiredis-dev libc-ares-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
-             ngtcp2-client ngtcp2-server iproute2 iptables libnss3-tools chromium \
+             ngtcp2-client ngtcp2-server redis-server prometheus iproute2 iptables libnss3-tools chromium \
              $(DEB_PKGS)
 # `make deb` and tests/test_packaging.py: dpkg-shlibdeps, man page checks, systemd-analyze
 # verify, the postinst's adduser

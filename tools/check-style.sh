@@ -11,7 +11,8 @@ fi
 rank() {
   case "$1" in
     core) echo 0;; conf) echo 1;; tls) echo 2;; net) echo 3;; quic) echo 4;; http) echo 5;;
-    h1|h2|h3) echo 6;; upstream) echo 7;; handler|l4) echo 8;; ops) echo 9;; *) echo 10;;
+    h1|h2|h3) echo 6;; upstream) echo 7;; policy) echo 8;; handler|l4) echo 9;; ops) echo 10;;
+    *) echo 11;;
   esac
 }
 for f in $(find src -mindepth 2 -name '*.[ch]'); do

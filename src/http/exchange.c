@@ -171,7 +171,10 @@ void fy_exchange_read_body(fy_exchange_t *ex,
                            void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end))
 {
     ex->on_body = on_body;
-    ex->sink->read_body(ex);
+    if (__builtin_expect(ex->layers != NULL, 0))
+        fy__layers_read_body(ex);
+    else
+        ex->sink->read_body(ex);
 }
 
 /* ---- dates ---- */

@@ -104,6 +104,8 @@ typedef struct fy_sink_ops {
 } fy_sink_ops_t;
 
 typedef struct fy_router fy_router_t;
+struct fy_sink_layer;   /* http/filter.h */
+struct fy_filter_chain; /* http/filter.h */
 
 /* An HTTP/1.1 request that asked to continue in h2c (`Upgrade: h2c`, RFC 7540 §3.2): the
  * h2 codec answers 101 and serves it as stream 1. */
@@ -159,6 +161,8 @@ typedef struct fy_http_ctx {
     void (*on_conn_closed)(struct fy_http_ctx *ctx);
     void *data;          /* owner's (the worker's listener slot) */
     const char *alt_svc; /* Alt-Svc value added to h1/h2 responses (listener serves h3), or NULL */
+    const struct fy_filter_chain *filters; /* borrowed: the listener's filters (run before the
+                                              route's), or NULL */
 } fy_http_ctx_t;
 
 struct fy_exchange {
@@ -188,6 +192,9 @@ struct fy_exchange {
     uint64_t bytes_sent;          /* response body bytes */
     uint64_t body_received;       /* request body bytes */
     const char *error;            /* static reason when the exchange failed (for the log) */
+    /* filters (http/filter.h) */
+    struct fy_sink_layer *layers; /* response layers pushed by filters, highest stage first */
+    unsigned filter_pos;          /* the next filter to run: listener's chain, then route's */
 };
 
 /* Graceful shutdown of every conn of ctx (each finishes its current work), and the hard stop
@@ -219,23 +226,41 @@ static inline void fy_exchange_start_response(fy_exchange_t *ex, const fy_produc
     ex->response_started = true;
 }
 
+/* Through the filters' layers when there are any (http/filter.c). */
+void fy__layers_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state);
+void fy__layers_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state);
+void fy__layers_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *headers);
+void fy__layers_read_body(fy_exchange_t *ex);
+/* CONNECT on a forward-proxy listener: the sink's detach through the layers (-1 when the codec
+   has none). */
+int fy_exchange_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
+
 static inline void fy_exchange_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                                     int state)
 {
-    ex->sink->send(ex, bufs, n, state);
+    if (__builtin_expect(ex->layers != NULL, 0))
+        fy__layers_send(ex, bufs, n, state);
+    else
+        ex->sink->send(ex, bufs, n, state);
 }
 
 static inline void fy_exchange_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len,
                                          int state)
 {
-    ex->sink->send_file(ex, fd, off, len, state);
+    if (__builtin_expect(ex->layers != NULL, 0))
+        fy__layers_send_file(ex, fd, off, len, state);
+    else
+        ex->sink->send_file(ex, fd, off, len, state);
 }
 
 /* Send an interim 1xx response (not 100 or 101: the codecs own those) before the final one. */
 static inline void fy_exchange_send_informational(fy_exchange_t *ex, int status,
                                                   const fy_headers_t *headers)
 {
-    if (ex->sink->send_informational) ex->sink->send_informational(ex, status, headers);
+    if (__builtin_expect(ex->layers != NULL, 0))
+        fy__layers_send_informational(ex, status, headers);
+    else if (ex->sink->send_informational)
+        ex->sink->send_informational(ex, status, headers);
 }
 
 /* Ask for (more) request body; on_body gets it. Call again after each on_body to continue. */

@@ -154,7 +154,10 @@ const fy_route_t *fy_router_match(const fy_router_t *rt, const fy_exchange_t *ex
 
 void fy_router_free(fy_router_t *rt)
 {
-    for (size_t i = 0; i < rt->n; i++) pcre2_code_free(rt->routes[i].regex);
+    for (size_t i = 0; i < rt->n; i++) {
+        pcre2_code_free(rt->routes[i].regex);
+        fy_filter_chain_free(&rt->routes[i].filters);
+    }
     for (size_t i = 0; i < rt->n; i++)
         if (rt->routes[i].handler && rt->routes[i].handler->ops->destroy)
             rt->routes[i].handler->ops->destroy(rt->routes[i].handler);
@@ -203,6 +206,10 @@ void fy_exchange_dispatch(fy_exchange_t *ex)
 {
     if (!normalize_path(ex)) return;
     const fy_route_t *r = ex->route = fy_router_match(ex->ctx->router, ex);
+    if (__builtin_expect(ex->ctx->filters != NULL || (r && r->filters.n), 0)) {
+        fy_filter_run(ex); /* filters, then the handler (or the 404) */
+        return;
+    }
     if (!r) {
         fy_exchange_fail(ex, 404, "no route");
         return;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "http/exchange.h"
+#include "http/filter.h"
 #include "http/handler.h"
 
 typedef struct fy_route {
@@ -20,7 +21,8 @@ typedef struct fy_route {
     size_t n_headers;
     char **query_names, **query_values; /* borrowed, n_query pairs; value "*" = present */
     size_t n_query;
-    fy_handler_t *handler; /* owned by the router */
+    fy_handler_t *handler;     /* owned by the router */
+    fy_filter_chain_t filters; /* owned (references): run after the listener's, in stage order */
 } fy_route_t;
 
 /* Compile `pattern` (PCRE2, JIT when available) into r->regex. Returns 0, or -1 with the
