@@ -1,4 +1,5 @@
 #include "server.h"
+#include "policies.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,13 +83,14 @@ typedef struct fy_gen {
     const fy_config_t *cfg;
     fy_config_t *owned_cfg; /* owned (reloaded ones); the first is the caller's */
     fy_router_t router;
-    fy_upstream_t **upstreams; /* per cfg->upstreams entry */
-    fy_tls_ctx_t **tls;        /* per listener, NULL for plain */
-    const char **alt_svc;      /* per listener: Alt-Svc value for TCP responses, or NULL */
-    slot_t **slots;            /* per listener, borrowed from the server */
-    fy_router_t mitm_router;   /* one catch-all route to the mitm handler (intercept listeners) */
-    fy_handler_t *mitm;        /* owned by mitm_router */
-    fy_har_t *har;             /* intercept.capture.har, or NULL */
+    fy_upstream_t **upstreams;   /* per cfg->upstreams entry */
+    fy_tls_ctx_t **tls;          /* per listener, NULL for plain */
+    const char **alt_svc;        /* per listener: Alt-Svc value for TCP responses, or NULL */
+    fy_filter_chain_t *lfilters; /* per listener: its policies' filters (before the route's) */
+    slot_t **slots;              /* per listener, borrowed from the server */
+    fy_router_t mitm_router;     /* one catch-all route to the mitm handler (intercept listeners) */
+    fy_handler_t *mitm;          /* owned by mitm_router */
+    fy_har_t *har;               /* intercept.capture.har, or NULL */
     int nworkers;
     int *wrefs;         /* per worker, that worker's thread only */
     fy_defer_t *wdefer; /* per worker: the deferred unref after its release */
@@ -189,6 +191,7 @@ static int build_router(fy_gen_t *g)
         }
         g->router.n = i + 1;
         if (!r->handler) return -1;
+        if (fy_policies_build_route(cfg, i, &r->filters) < 0) return -1;
     }
     return 0;
 }
@@ -321,6 +324,8 @@ static void gen_free(fy_gen_t *g)
     free(g->tls);
     for (size_t i = 0; g->alt_svc && i < nl; i++) free((char *)g->alt_svc[i]);
     free(g->alt_svc);
+    for (size_t i = 0; g->lfilters && i < nl; i++) fy_filter_chain_free(&g->lfilters[i]);
+    free(g->lfilters);
     fy_router_free(&g->router);
     fy_router_free(&g->mitm_router);
     fy_har_close(g->har);
@@ -353,6 +358,7 @@ static fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
     g->slots = fy_xcalloc(nl ? nl : 1, sizeof *g->slots);
     g->tls = fy_xcalloc(nl ? nl : 1, sizeof *g->tls);
     g->alt_svc = fy_xcalloc(nl ? nl : 1, sizeof *g->alt_svc);
+    g->lfilters = fy_xcalloc(nl ? nl : 1, sizeof *g->lfilters);
     g->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *g->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
@@ -364,6 +370,7 @@ static fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
     const fy_listener_conf_t *lc = cfg->listeners.v;
     for (size_t i = 0; i < nl; i++) {
         g->alt_svc[i] = h3_alt_svc(&lc[i]);
+        if (fy_policies_build_listener(cfg, i, &g->lfilters[i]) < 0) goto fail;
         if (!lc[i].tls) continue;
         const char *const *alpn = alpn_h1;
         if ((lc[i].protocols & FY_PROTO_H2) && (lc[i].protocols & FY_PROTO_H1))
@@ -598,6 +605,7 @@ static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen
     c->h2conf = &cfg->http2;
     if (lc->protocols & (FY_PROTO_H2 | FY_PROTO_H2C)) c->start_h2 = fy_h2_conn_start;
     c->alt_svc = g->alt_svc[i];
+    c->filters = g->lfilters[i].n ? &g->lfilters[i] : NULL;
     c->data = gc;
     c->on_conn_closed = on_conn_closed;
     add_observers(w, gc, lc);
