@@ -146,50 +146,41 @@ static void l4_fallback(void *ud, int fd, const struct sockaddr *sa, socklen_t s
     fy_h1_conn_accept(&wl->cur->ctx, fd, sa, salen);
 }
 
+/* limits.connections, counted over every generation's conns of this listener */
+static bool at_limit(void *ud)
+{
+    worker_listener_t *wl = ud;
+    const fy_http_limits_t *lim = wl->cur->ctx.limits;
+    if ((int64_t)wl_nconns(wl) < lim->max_connections) return false;
+    fy_warn("listener %s: limits.connections (%lld) reached", wl->slot->address,
+            (long long)lim->max_connections);
+    fy_counter_inc(fy_cid_limit_connections);
+    return true;
+}
+
+static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
+{
+    worker_listener_t *wl = ud;
+    fy_http_ctx_t *ctx = &wl->cur->ctx;
+    fy_handler_t *mitm = wl->cur->gen->mitm;
+    if (wl->l4_front >= 0)
+        fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, sa, sl, l4_fallback, wl);
+    else if (wl->slot->kind == FY_LISTENER_SOCKS5)
+        fy_mitm_socks5_accept(mitm, ctx, fd, sa, sl);
+    else if (wl->slot->kind == FY_LISTENER_TRANSPARENT)
+        fy_mitm_transparent_accept(mitm, ctx, fd, sa, sl);
+    else
+        fy_h1_conn_accept(ctx, fd, sa, sl);
+}
+
+static const fy_accept_ops_t accept_ops = {"listener", at_limit, on_conn};
+
 static void on_accept(fy_io_t *io, uint32_t ev)
 {
     (void)ev;
     worker_listener_t *wl = io->data;
     if (!wl->cur) return;
-    const fy_http_limits_t *lim = wl->cur->ctx.limits;
-    fy_handler_t *mitm = wl->cur->gen->mitm;
-    for (int i = 0; i < 64; i++) {
-        if ((int64_t)wl_nconns(wl) >= lim->max_connections) {
-            /* at the limit: stop accepting until a connection closes */
-            fy_warn("listener %s: limits.connections (%lld) reached", wl->slot->address,
-                    (long long)lim->max_connections);
-            fy_io_set(&wl->w->loop, &wl->io, 0);
-            wl->paused = true;
-            fy_counter_inc(fy_cid_limit_connections);
-            return;
-        }
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
-            if (fy_accept_is_resource_error(errno)) {
-                /* the connection stays queued and the socket readable: without a pause the
-                   loop would retry (and log) at full speed */
-                int e = errno;
-                fy_io_set(&wl->w->loop, &wl->io, 0);
-                fy_accept_pause(&wl->fdpause, e);
-                return;
-            }
-            fy_error("accept on %s: %s", wl->slot->address, strerror(errno));
-            return;
-        }
-        fy_http_ctx_t *ctx = &wl->cur->ctx;
-        if (wl->l4_front >= 0)
-            fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, (struct sockaddr *)&ss, sl,
-                        l4_fallback, wl);
-        else if (wl->slot->kind == FY_LISTENER_SOCKS5)
-            fy_mitm_socks5_accept(mitm, ctx, fd, (struct sockaddr *)&ss, sl);
-        else if (wl->slot->kind == FY_LISTENER_TRANSPARENT)
-            fy_mitm_transparent_accept(mitm, ctx, fd, (struct sockaddr *)&ss, sl);
-        else
-            fy_h1_conn_accept(ctx, fd, (struct sockaddr *)&ss, sl);
-    }
+    fy_accept_run(&wl->w->loop, io, &wl->fdpause, &wl->paused, &accept_ops, wl);
 }
 
 void on_conn_closed(fy_http_ctx_t *ctx)
@@ -203,11 +194,8 @@ void on_conn_closed(fy_http_ctx_t *ctx)
         return;
     }
     if (wl->removed) return;
-    if (wl->paused && (int64_t)wl_nconns(wl) < wl->cur->ctx.limits->max_connections) {
-        wl->paused = false;
-        if (!wl->fdpause.paused) fy_io_set(&w->loop, &wl->io, EPOLLIN);
-    }
-    if (wl->fdpause.paused) fy_accept_pause_end(&wl->fdpause); /* a descriptor came free */
+    fy_accept_closed(&w->loop, &wl->io, &wl->fdpause, &wl->paused,
+                     wl->paused && (int64_t)wl_nconns(wl) < wl->cur->ctx.limits->max_connections);
 }
 
 /* The descriptor pause ended: poll the listening socket again unless something else holds

@@ -884,35 +884,29 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
     start_connect(s);
 }
 
+/* max-sessions of this listener on this worker */
+static bool at_limit(void *ud)
+{
+    fy__l4_wl_t *wl = ud;
+    const fy_l4_conf_t *c = wl->l->conf;
+    if ((int64_t)wl->nsessions < c->max_sessions) return false;
+    fy_warn("l4 %s: max-sessions (%lld) reached: not accepting", c->name,
+            (long long)c->max_sessions);
+    return true;
+}
+
+static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
+{
+    tcp_accept(ud, fd, sa, sl, NULL, NULL);
+}
+
+static const fy_accept_ops_t accept_ops = {"l4", at_limit, on_conn};
+
 static void on_accept(fy_io_t *io, uint32_t ev)
 {
+    (void)ev;
     fy__l4_wl_t *wl = io->data;
-    const fy_l4_conf_t *c = wl->l->conf;
-    for (int i = 0; i < 64; i++) {
-        if ((int64_t)wl->nsessions >= c->max_sessions) {
-            fy_warn("l4 %s: max-sessions (%lld) reached: not accepting", c->name,
-                    (long long)c->max_sessions);
-            fy_io_set(wl->w->loop, &wl->io, 0);
-            wl->paused = true;
-            return;
-        }
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
-            if (fy_accept_is_resource_error(errno)) {
-                /* the connection stays queued: stop polling for a while (accept.h) */
-                int e = errno;
-                fy_io_set(wl->w->loop, &wl->io, 0);
-                fy_accept_pause(&wl->fdpause, e);
-                return;
-            }
-            fy_error("l4 %s: accept: %s", c->name, strerror(errno));
-            return;
-        }
-        tcp_accept(wl, fd, (struct sockaddr *)&ss, sl, NULL, NULL);
-    }
+    fy_accept_run(wl->w->loop, io, &wl->fdpause, &wl->paused, &accept_ops, wl);
 }
 
 /* The descriptor pause ended: poll the socket again unless another reason holds it. */
@@ -925,11 +919,8 @@ static void accept_resume(void *ud)
 void fy__l4_session_gone(fy__l4_wl_t *wl)
 {
     fy__l4_worker_t *w = wl->w;
-    if (wl->paused && !w->draining && (int64_t)wl->nsessions < wl->l->conf->max_sessions) {
-        wl->paused = false;
-        if (!wl->fdpause.paused) fy_io_set(w->loop, &wl->io, EPOLLIN);
-    }
-    if (wl->fdpause.paused) fy_accept_pause_end(&wl->fdpause); /* a descriptor came free */
+    fy_accept_closed(w->loop, &wl->io, &wl->fdpause, &wl->paused,
+                     !w->draining && (int64_t)wl->nsessions < wl->l->conf->max_sessions);
     if (w->draining && w->nsessions == 0 && w->on_idle) w->on_idle(w->ud);
 }
 

@@ -1,8 +1,10 @@
-/* Pausing a listener whose accept(2) ran out of descriptors (see accept.h). */
+/* The accept loop and the pause of a listener whose accept(2) ran out of descriptors (see
+ * accept.h). The loop's thread only. */
 #include "net/accept.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "core/log.h"
 
@@ -57,4 +59,44 @@ void fy_accept_pause_stop(fy_accept_pause_t *p)
 {
     p->paused = false;
     if (p->loop) fy_timer_stop(p->loop, &p->timer);
+}
+
+void fy_accept_run(fy_loop_t *loop, fy_io_t *io, fy_accept_pause_t *pause, bool *limited,
+                   const fy_accept_ops_t *ops, void *ud)
+{
+    for (int i = 0; i < FY_ACCEPT_BATCH; i++) {
+        if (ops->at_limit && ops->at_limit(ud)) {
+            /* at the limit: stop accepting until a connection closes */
+            fy_io_set(loop, io, 0);
+            *limited = true;
+            return;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+            if (fy_accept_is_resource_error(errno)) {
+                /* the connection stays queued and the socket readable: without a pause the
+                   loop would retry (and log) at full speed */
+                int e = errno;
+                fy_io_set(loop, io, 0);
+                fy_accept_pause(pause, e);
+                return;
+            }
+            fy_error("%s %s: accept: %s", ops->name, pause->name, strerror(errno));
+            return;
+        }
+        ops->on_conn(ud, fd, (struct sockaddr *)&ss, sl);
+    }
+}
+
+void fy_accept_closed(fy_loop_t *loop, fy_io_t *io, fy_accept_pause_t *pause, bool *limited,
+                      bool under_limit)
+{
+    if (*limited && under_limit) {
+        *limited = false;
+        if (!pause->paused) fy_io_set(loop, io, EPOLLIN);
+    }
+    if (pause->paused) fy_accept_pause_end(pause); /* a descriptor came free */
 }
