@@ -491,6 +491,12 @@ const fy_conf_directive_t fy_config_table[] = {
      .offset = C(log),
      .sub = fy_log_conf_table,
      .doc = "Error and access logs."},
+    {.key = "tracing",
+     .type = FY_CT_TABLE,
+     .offset = C(tracing),
+     .sub = fy_trace_conf_table,
+     .doc = "W3C Trace Context: `traceparent`/`tracestate` to origins, the trace id in the "
+            "access log."},
     {.key = "intercept",
      .type = FY_CT_TABLE,
      .offset = C(intercept),

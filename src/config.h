@@ -17,6 +17,7 @@
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "policy/trace_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -53,6 +54,7 @@ typedef struct fy_config {
     fy_h2_conf_t http2;            /* `http2` */
     fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
     fy_log_conf_t log;             /* `log` */
+    fy_trace_conf_t tracing;       /* `tracing` (policy/trace_conf.c) */
     fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
     char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                       ~/.local/share/ferry (self-signed certs live there) */

@@ -188,6 +188,9 @@ static void *worker_main(void *arg)
     if (s->access_fd >= 0)
         w->alog =
             fy_access_log_new(s->access_fd, s->cfg->log.access_format, s->cfg->log.access_buffer);
+    if (w->alog)
+        fy_access_log_set_fields(w->alog, s->cfg->log.access_field_ids,
+                                 s->cfg->log.n_access_fields);
     fy_gen_t *first = atomic_exchange(&w->inbox, NULL);
     worker_adopt(w, first);
     if (s->l4gen) worker_gen_get(w, s->l4gen);

@@ -17,8 +17,17 @@ struct fy_access_log {
     char *buf;
     size_t len, cap;
     time_t tcached;
-    char tlocal[40]; /* "30/Nov/2026:04:24:53 +0000" */
-    char tiso[40];   /* "2026-11-30T04:24:53Z" */
+    char tlocal[40];                      /* "30/Nov/2026:04:24:53 +0000" */
+    char tiso[40];                        /* "2026-11-30T04:24:53Z" */
+    uint8_t fields[FY_ACCESS_MAX_FIELDS]; /* json: the keys; text: appended after the line */
+    size_t nfields;
+};
+
+/* json's keys when `access-fields` names none: error and trace_id only when there is one */
+static const uint8_t json_default[] = {
+    FY_AF_TIME,       FY_AF_REMOTE, FY_AF_METHOD,   FY_AF_TARGET,      FY_AF_HOST,
+    FY_AF_PROTO,      FY_AF_STATUS, FY_AF_BYTES,    FY_AF_DURATION_MS, FY_AF_REFERER,
+    FY_AF_USER_AGENT, FY_AF_ERROR,  FY_AF_TRACE_ID,
 };
 
 int fy_access_log_open(const fy_log_conf_t *conf, int *fd_out, const char **err)
@@ -51,6 +60,13 @@ fy_access_log_t *fy_access_log_new(int fd, int format, size_t bufsize)
     l->buf = fy_xmalloc(l->cap);
     l->tcached = -1;
     return l;
+}
+
+void fy_access_log_set_fields(fy_access_log_t *l, const uint8_t *ids, size_t n)
+{
+    if (n > FY_ACCESS_MAX_FIELDS) n = FY_ACCESS_MAX_FIELDS;
+    memcpy(l->fields, ids, n);
+    l->nfields = n;
 }
 
 void fy_access_log_flush(fy_access_log_t *l)
@@ -107,6 +123,81 @@ static fy_str_t hdr(const fy_exchange_t *ex, const char *name, size_t n)
     return h ? h->value : FY_STR_LIT("-");
 }
 
+static const char *proto_of(const fy_exchange_t *ex)
+{
+    return ex->req.version == 10   ? "HTTP/1.0"
+           : ex->req.version == 20 ? "HTTP/2.0"
+           : ex->req.version == 30 ? "HTTP/3.0"
+                                   : "HTTP/1.1";
+}
+
+typedef struct line {
+    const fy_access_log_t *l;
+    const fy_exchange_t *ex;
+    const char *host;
+} line_t;
+
+/* One field's value: json strings quoted and escaped; text strings quoted, "-" when absent;
+ * numbers bare. The caller left at least 4096 bytes plus 4 per target byte. */
+static char *put_field(const line_t *ln, char *p, char *end, int id, bool json)
+{
+    const fy_exchange_t *ex = ln->ex;
+    fy_str_t s;
+    switch (id) {
+    case FY_AF_TIME:
+        s = json ? fy_str(ln->l->tiso, strlen(ln->l->tiso))
+                 : fy_str(ln->l->tlocal, strlen(ln->l->tlocal));
+        break;
+    case FY_AF_REMOTE:
+        s = fy_str(ln->host, strlen(ln->host));
+        break;
+    case FY_AF_METHOD:
+        s = ex->req.method;
+        break;
+    case FY_AF_TARGET:
+        s = ex->req.target;
+        break;
+    case FY_AF_HOST:
+        s = ex->req.authority;
+        if (!json && !s.len) s = FY_STR_LIT("-");
+        break;
+    case FY_AF_PROTO: {
+        const char *pr = proto_of(ex);
+        s = fy_str(pr, strlen(pr));
+        break;
+    }
+    case FY_AF_STATUS:
+        return p + snprintf(p, (size_t)(end - p), "%d", ex->res.status);
+    case FY_AF_BYTES:
+        return p + snprintf(p, (size_t)(end - p), "%llu", (unsigned long long)ex->bytes_sent);
+    case FY_AF_REQUEST_BYTES:
+        return p + snprintf(p, (size_t)(end - p), "%llu", (unsigned long long)ex->body_received);
+    case FY_AF_DURATION_MS:
+        return p + snprintf(p, (size_t)(end - p), "%llu",
+                            (unsigned long long)(ex->ctx->loop->now_ms - ex->start_ms));
+    case FY_AF_REFERER:
+        s = hdr(ex, "referer", 7);
+        break;
+    case FY_AF_USER_AGENT:
+        s = hdr(ex, "user-agent", 10);
+        break;
+    case FY_AF_ERROR:
+        if (!ex->error) return p + snprintf(p, (size_t)(end - p), json ? "null" : "-");
+        s = fy_str(ex->error, strlen(ex->error));
+        break;
+    case FY_AF_TRACE_ID:
+        if (!ex->trace_id) return p + snprintf(p, (size_t)(end - p), json ? "null" : "-");
+        s = fy_str(ex->trace_id, 32);
+        break;
+    default:
+        return p;
+    }
+    *p++ = '"';
+    p = esc(p, end, s, json);
+    *p++ = '"';
+    return p;
+}
+
 void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
 {
     fy_access_log_t *l = arg;
@@ -122,47 +213,41 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
         strftime(l->tiso, sizeof l->tiso, "%Y-%m-%dT%H:%M:%SZ", &tm);
         l->tcached = now;
     }
-    if (l->cap - l->len < 4096 + ex->req.target.len * 4) fy_access_log_flush(l);
-    if (l->cap - l->len < 4096 + ex->req.target.len * 4) return; /* absurd line: drop */
+    /* room for the whole line: every string escaped (at most 6 bytes a byte), the rest fixed */
+    size_t strs = ex->req.method.len + ex->req.target.len + ex->req.authority.len +
+                  hdr(ex, "referer", 7).len + hdr(ex, "user-agent", 10).len +
+                  (ex->error ? strlen(ex->error) : 0) + 64;
+    size_t need = 1024 + 12 * strs; /* (text formats may append referer and UA again) */
+    if (l->cap - l->len < need) fy_access_log_flush(l);
+    if (l->cap - l->len < need) return; /* absurd line: drop */
     char *p = l->buf + l->len, *end = l->buf + l->cap;
     char host[64];
     fy_sock_host_str(ex->remote, host, sizeof host);
-    const char *proto = ex->req.version == 10   ? "HTTP/1.0"
-                        : ex->req.version == 20 ? "HTTP/2.0"
-                        : ex->req.version == 30 ? "HTTP/3.0"
-                                                : "HTTP/1.1";
-    int n;
+    line_t ln = {l, ex, host};
     if (l->format == FY_ACCESS_JSON) {
-        n = snprintf(p, (size_t)(end - p), "{\"time\":\"%s\",\"remote\":\"%s\",\"method\":\"",
-                     l->tiso, host);
-        p += n;
-        p = esc(p, end, ex->req.method, true);
-        p += snprintf(p, (size_t)(end - p), "\",\"target\":\"");
-        p = esc(p, end, ex->req.target, true);
-        p += snprintf(p, (size_t)(end - p), "\",\"host\":\"");
-        p = esc(p, end, ex->req.authority, true);
-        p += snprintf(p, (size_t)(end - p),
-                      "\",\"proto\":\"%s\",\"status\":%d,\"bytes\":%llu,\"duration_ms\":%llu,"
-                      "\"referer\":\"",
-                      proto, ex->res.status, (unsigned long long)ex->bytes_sent,
-                      (unsigned long long)(ex->ctx->loop->now_ms - ex->start_ms));
-        p = esc(p, end, hdr(ex, "referer", 7), true);
-        p += snprintf(p, (size_t)(end - p), "\",\"user_agent\":\"");
-        p = esc(p, end, hdr(ex, "user-agent", 10), true);
-        p += snprintf(p, (size_t)(end - p), "\"");
-        if (ex->error) {
-            p += snprintf(p, (size_t)(end - p), ",\"error\":\"");
-            p = esc(p, end, fy_str(ex->error, strlen(ex->error)), true);
-            p += snprintf(p, (size_t)(end - p), "\"");
+        const uint8_t *f = l->nfields ? l->fields : json_default;
+        size_t nf = l->nfields ? l->nfields : sizeof json_default;
+        bool listed = l->nfields != 0;
+        *p++ = '{';
+        bool first = true;
+        for (size_t i = 0; i < nf; i++) {
+            /* by default error and trace_id only when there is one */
+            if (!listed &&
+                ((f[i] == FY_AF_ERROR && !ex->error) || (f[i] == FY_AF_TRACE_ID && !ex->trace_id)))
+                continue;
+            if (!first) *p++ = ',';
+            first = false;
+            p += snprintf(p, (size_t)(end - p), "\"%s\":", fy_access_field_names[f[i]]);
+            p = put_field(&ln, p, end, f[i], true);
         }
         p += snprintf(p, (size_t)(end - p), "}\n");
     } else {
-        n = snprintf(p, (size_t)(end - p), "%s - - [%s] \"", host, l->tlocal);
+        int n = snprintf(p, (size_t)(end - p), "%s - - [%s] \"", host, l->tlocal);
         p += n;
         p = esc(p, end, ex->req.method, false);
         *p++ = ' ';
         p = esc(p, end, ex->req.target, false);
-        p += snprintf(p, (size_t)(end - p), " %s\" %d %llu", proto, ex->res.status,
+        p += snprintf(p, (size_t)(end - p), " %s\" %d %llu", proto_of(ex), ex->res.status,
                       (unsigned long long)ex->bytes_sent);
         if (l->format == FY_ACCESS_COMBINED) {
             p += snprintf(p, (size_t)(end - p), " \"");
@@ -170,6 +255,10 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
             p += snprintf(p, (size_t)(end - p), "\" \"");
             p = esc(p, end, hdr(ex, "user-agent", 10), false);
             *p++ = '"';
+        }
+        for (size_t i = 0; i < l->nfields; i++) {
+            *p++ = ' ';
+            p = put_field(&ln, p, end, l->fields[i], false);
         }
         *p++ = '\n';
     }

@@ -6,6 +6,7 @@
 #define FY_OPS_ACCESS_LOG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "http/exchange.h"
 #include "ops/log_conf.h"
@@ -18,6 +19,9 @@ int fy_access_log_open(const fy_log_conf_t *conf, int *fd_out, const char **err)
 
 /* A per-worker writer on `fd` (borrowed). */
 fy_access_log_t *fy_access_log_new(int fd, int format, size_t bufsize);
+/* The fields of each line (enum fy_access_field, copied): json's keys in order (none: the
+ * default set), or what text formats append. Before the first line. */
+void fy_access_log_set_fields(fy_access_log_t *l, const uint8_t *ids, size_t n);
 /* A completion observer (fy_observer_t.on_done). */
 void fy_access_log_exchange(fy_exchange_t *ex, void *log);
 void fy_access_log_flush(fy_access_log_t *l);
