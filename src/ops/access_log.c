@@ -131,6 +131,26 @@ static const char *proto_of(const fy_exchange_t *ex)
                                    : "HTTP/1.1";
 }
 
+/* Unchecked appends: the caller reserved room for the whole line (see `need` below). */
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+#define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char t[20];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *p++ = t[--n];
+    return p;
+}
+
 typedef struct line {
     const fy_access_log_t *l;
     const fy_exchange_t *ex;
@@ -167,14 +187,13 @@ static char *put_field(const line_t *ln, char *p, char *end, int id, bool json)
         break;
     }
     case FY_AF_STATUS:
-        return p + snprintf(p, (size_t)(end - p), "%d", ex->res.status);
+        return put_u64(p, ex->res.status > 0 ? (uint64_t)ex->res.status : 0);
     case FY_AF_BYTES:
-        return p + snprintf(p, (size_t)(end - p), "%llu", (unsigned long long)ex->bytes_sent);
+        return put_u64(p, ex->bytes_sent);
     case FY_AF_REQUEST_BYTES:
-        return p + snprintf(p, (size_t)(end - p), "%llu", (unsigned long long)ex->body_received);
+        return put_u64(p, ex->body_received);
     case FY_AF_DURATION_MS:
-        return p + snprintf(p, (size_t)(end - p), "%llu",
-                            (unsigned long long)(ex->ctx->loop->now_ms - ex->start_ms));
+        return put_u64(p, ex->ctx->loop->now_ms - ex->start_ms);
     case FY_AF_REFERER:
         s = hdr(ex, "referer", 7);
         break;
@@ -182,11 +201,11 @@ static char *put_field(const line_t *ln, char *p, char *end, int id, bool json)
         s = hdr(ex, "user-agent", 10);
         break;
     case FY_AF_ERROR:
-        if (!ex->error) return p + snprintf(p, (size_t)(end - p), json ? "null" : "-");
+        if (!ex->error) return json ? PUT_LIT(p, "null") : PUT_LIT(p, "-");
         s = fy_str(ex->error, strlen(ex->error));
         break;
     case FY_AF_TRACE_ID:
-        if (!ex->trace_id) return p + snprintf(p, (size_t)(end - p), json ? "null" : "-");
+        if (!ex->trace_id) return json ? PUT_LIT(p, "null") : PUT_LIT(p, "-");
         s = fy_str(ex->trace_id, 32);
         break;
     default:
@@ -237,22 +256,30 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
                 continue;
             if (!first) *p++ = ',';
             first = false;
-            p += snprintf(p, (size_t)(end - p), "\"%s\":", fy_access_field_names[f[i]]);
+            *p++ = '"';
+            p = put(p, fy_access_field_names[f[i]], strlen(fy_access_field_names[f[i]]));
+            p = PUT_LIT(p, "\":");
             p = put_field(&ln, p, end, f[i], true);
         }
-        p += snprintf(p, (size_t)(end - p), "}\n");
+        p = PUT_LIT(p, "}\n");
     } else {
-        int n = snprintf(p, (size_t)(end - p), "%s - - [%s] \"", host, l->tlocal);
-        p += n;
+        p = put(p, host, strlen(host));
+        p = PUT_LIT(p, " - - [");
+        p = put(p, l->tlocal, strlen(l->tlocal));
+        p = PUT_LIT(p, "] \"");
         p = esc(p, end, ex->req.method, false);
         *p++ = ' ';
         p = esc(p, end, ex->req.target, false);
-        p += snprintf(p, (size_t)(end - p), " %s\" %d %llu", proto_of(ex), ex->res.status,
-                      (unsigned long long)ex->bytes_sent);
+        *p++ = ' ';
+        p = put(p, proto_of(ex), 8);
+        p = PUT_LIT(p, "\" ");
+        p = put_u64(p, ex->res.status > 0 ? (uint64_t)ex->res.status : 0);
+        *p++ = ' ';
+        p = put_u64(p, ex->bytes_sent);
         if (l->format == FY_ACCESS_COMBINED) {
-            p += snprintf(p, (size_t)(end - p), " \"");
+            p = PUT_LIT(p, " \"");
             p = esc(p, end, hdr(ex, "referer", 7), false);
-            p += snprintf(p, (size_t)(end - p), "\" \"");
+            p = PUT_LIT(p, "\" \"");
             p = esc(p, end, hdr(ex, "user-agent", 10), false);
             *p++ = '"';
         }

@@ -49,23 +49,27 @@ int fy_traceparent_parse(const char *p, size_t n, fy_traceparent_t *out)
     return 0;
 }
 
+/* "00" "01" ... "ff": two characters per byte with one copy */
+static const char hex2[513] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+                              "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+                              "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+                              "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+                              "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+                              "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+                              "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+                              "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
 static char *puthex(char *o, const uint8_t *b, size_t n)
 {
-    static const char hx[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        *o++ = hx[b[i] >> 4];
-        *o++ = hx[b[i] & 15];
-    }
+    for (size_t i = 0; i < n; i++, o += 2) memcpy(o, hex2 + 2 * b[i], 2);
     return o;
 }
 
 void fy_traceparent_format(const fy_traceparent_t *tp, char out[FY_TRACEPARENT_LEN + 1])
 {
     char *o = out;
-    *o++ = '0';
-    *o++ = '0';
-    *o++ = '-';
-    o = puthex(o, tp->trace_id, 16);
+    memcpy(o, "00-", 3);
+    o = puthex(o + 3, tp->trace_id, 16);
     *o++ = '-';
     o = puthex(o, tp->parent_id, 8);
     *o++ = '-';
@@ -118,14 +122,15 @@ static uint64_t rng_next(void)
     return rng[1] + s0;
 }
 
+/* n is 8 or 16; never all zeros (an invalid id) */
 static void random_id(uint8_t *b, size_t n)
 {
+    uint64_t r[2];
     do {
-        for (size_t i = 0; i < n; i += 8) {
-            uint64_t r = rng_next();
-            memcpy(b + i, &r, n - i < 8 ? n - i : 8);
-        }
-    } while (b[0] == 0 && !memcmp(b, b + 1, n - 1)); /* never all zeros */
+        r[0] = rng_next();
+        r[1] = n > 8 ? rng_next() : 0;
+    } while (!r[0] && !r[1]);
+    memcpy(b, r, n);
 }
 
 /* ---- the filter ---- */
