@@ -262,3 +262,13 @@ def test_tracing_config_errors(tmp_path):
     assert p.returncode == 1
     assert re.search(r"f\.yaml:4:\d+: tracing\.enabled: ", p.stderr), p.stderr
     assert re.search(r"f\.yaml:5:\d+: tracing\.tracestate-max: ", p.stderr), p.stderr
+
+
+def test_access_log_long_fields_are_whole_and_escaped(server, origin):
+    """A long User-Agent (8000 bytes, with a quote, a backslash and a tab) is written whole and
+    escaped: the line's room is computed from what it escapes, not guessed."""
+    srv = server(conf(origin))
+    ua = 'a"\\' + "x" * 7990 + "\tz"
+    assert http_request(srv.port, "/static", headers={"User-Agent": ua})[0] == 200
+    recs = log_lines(srv)
+    assert len(recs) == 1 and recs[0]["user_agent"] == ua

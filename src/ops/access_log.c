@@ -236,7 +236,8 @@ void fy_access_log_exchange(fy_exchange_t *ex, void *arg)
     size_t strs = ex->req.method.len + ex->req.target.len + ex->req.authority.len +
                   hdr(ex, "referer", 7).len + hdr(ex, "user-agent", 10).len +
                   (ex->error ? strlen(ex->error) : 0) + 64;
-    size_t need = 1024 + 12 * strs; /* (text formats may append referer and UA again) */
+    if (l->format != FY_ACCESS_JSON && l->nfields) strs *= 2; /* appended fields: again */
+    size_t need = 1024 + 6 * strs;
     if (l->cap - l->len < need) fy_access_log_flush(l);
     if (l->cap - l->len < need) return; /* absurd line: drop */
     char *p = l->buf + l->len, *end = l->buf + l->cap;
