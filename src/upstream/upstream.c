@@ -581,7 +581,6 @@ static void on_io(fy_io_t *io, uint32_t ev)
 fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
                                     fy_origin_cb cb, void *ud, bool *ready, const char **err)
 {
-    if (u->dyn) fy__upstream_dyn_touch(u, w, loop);
     srv_state_t *s = &u->workers[w].srv[server];
     if (s->idle) {
         fy_origin_conn_t *oc = s->idle;

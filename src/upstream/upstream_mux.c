@@ -182,7 +182,6 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
 {
     *ready = false;
     wt->m = NULL;
-    fy__upstream_mux_touch(u, w, loop);
     const fy__mux_proto_t *p = FY__MUX_PROTO_OF(u, server);
     fy_origin_mux_t **head = slot(u, w, server);
     fy_origin_mux_t *wait_on = NULL;
@@ -216,6 +215,7 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
             wait_on = m;
     }
     if (!wait_on) {
+        fy__upstream_mux_touch(u, w, loop); /* discovery: this worker sweeps from now on */
         fy_origin_mux_t *m = p->connect(u, w, server, loop, err);
         if (!m) return NULL;
         m->next = *head;
