@@ -325,6 +325,8 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
         if (!atomic_load_explicit(&dw->used, memory_order_relaxed)) atomic_store(&dw->used, true);
         live = atomic_load(&u->dyn->live);
         if (!live) return (int)u->dyn->cap; /* none known: the placeholder, a 502 */
+        n = 64 - (size_t)__builtin_clzll(live); /* slots fill from the bottom: few to scan */
+        if (n == 1) return 0;
     }
     /* candidates: not excluded and not ejected; relax in that order when none is left */
     bool ok[64];
