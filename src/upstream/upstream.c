@@ -145,6 +145,11 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
         d->cap = (size_t)conf->discovery->max_servers;
         d->slots = fy_xcalloc(d->cap + 1, sizeof *d->slots);
         d->incarnation = fy_xcalloc(d->cap + 1, sizeof *d->incarnation);
+        for (size_t i = 0; i < d->cap; i++) { /* free slots: empty strings, never NULL */
+            d->slots[i].url = fy_xstrdup("");
+            d->slots[i].host = fy_xstrdup("");
+            d->slots[i].authority = fy_xstrdup("");
+        }
         fy_upstream_server_conf_t *none = &d->slots[d->cap];
         none->url = fy_xstrdup("none:"); /* AF_UNSPEC, addrlen 0: "no servers discovered" */
         none->host = fy_xstrdup("");
@@ -324,7 +329,7 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
         /* seq_cst store, then load: see reclaimable() */
         if (!atomic_load_explicit(&dw->used, memory_order_relaxed)) atomic_store(&dw->used, true);
         live = atomic_load(&u->dyn->live);
-        if (!live) return (int)u->dyn->cap; /* none known: the placeholder, a 502 */
+        if (!live) return (int)u->dyn->cap;     /* none known: the placeholder, a 502 */
         n = 64 - (size_t)__builtin_clzll(live); /* slots fill from the bottom: few to scan */
         if (n == 1) return 0;
     }
@@ -907,6 +912,11 @@ void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from)
 
 /* ---- discovery: the slot table (see the top of the file) ---- */
 
+bool fy_upstream_server_listed(const fy_upstream_t *u, int server)
+{
+    return !fy__upstream_gone(u, server);
+}
+
 bool fy__upstream_gone(const fy_upstream_t *u, int server)
 {
     return u->dyn && !((atomic_load_explicit(&u->dyn->live, memory_order_acquire) >> server) & 1);
@@ -979,6 +989,9 @@ static void fill_slot(fy_upstream_t *u, size_t i, const fy_disc_entry_t *e)
     char host[256], auth[256], err[700];
     if (fy_upstream_url_parse(e->url, sv, true, host, auth, err, sizeof err) < 0) {
         fy_warn("upstream %s: discovery: %s", u->conf->name, err); /* checked by the parser */
+        sv->url = fy_xstrdup("");
+        sv->host = fy_xstrdup("");
+        sv->authority = fy_xstrdup("");
         return;
     }
     sv->url = fy_xstrdup(e->url);
@@ -1053,7 +1066,7 @@ void fy__upstream_set_servers(fy_upstream_t *u, const fy_disc_entry_t *e, size_t
             continue;
         }
         fill_slot(u, i, &e[k]);
-        if (!d->slots[i].url) continue;
+        if (!d->slots[i].url[0]) continue;
         d->state[i] = SLOT_LIVE;
         live |= 1ull << i;
         fy_notice("upstream %s: server %s joined", u->conf->name, e[k].url);
