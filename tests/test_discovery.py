@@ -21,14 +21,20 @@ from conftest import FERRY, free_port, wait_for, _socket_inodes
 class Origin:
     """A threaded HTTP/1.1 origin on ip:port that counts the requests it answers."""
 
-    def __init__(self, ip="127.0.0.1", port=0):
+    def __init__(self, ip="127.0.0.1", port=0, health=200):
         self.hits = 0
+        self.health = health
         me = self
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):
+                if self.path == "/health":  # probes are not counted as traffic
+                    self.send_response(me.health)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 me.hits += 1
                 b = f"{ip}:{me.port}".encode()
                 self.send_response(200)
@@ -183,6 +189,34 @@ def test_discovery_file_bad_at_start_then_fixed(server, tmp_path):
 
     wait_for(ok, 20, "the fixed file's server to answer")
     a.close()
+
+
+def test_discovery_file_with_health_checks(server, tmp_path):
+    """Discovered servers are probed like listed ones: one failing its check gets no traffic;
+    a server added later is probed too."""
+    a, b, c = Origin(), Origin(health=503), Origin(health=503)
+    lst = tmp_path / "servers.txt"
+    lst.write_text(f"{a.url}\n{b.url}\n")
+    text = (CFG_FILE % lst).replace("    keepalive-timeout: 60s\n",
+                                    "    health-check: {{path: /health, interval: 100ms, "
+                                    "fall: 1, rise: 1}}\n")
+    f = server(text)
+    wait_for(lambda: f"server {b.ip}:{b.port} is down" in f.log(), 20, "B marked down")
+    load = Load(f.port, n=2)
+    try:
+        frozen = b.hits
+        grows(a, 20)
+        assert b.hits == frozen
+        lst.write_text(f"{a.url}\n{b.url}\n{c.url}\n")
+        wait_for(lambda: f"server {c.ip}:{c.port} is down" in f.log(), 20, "C marked down")
+        c.health = 200
+        wait_for(lambda: f"server {c.ip}:{c.port} is up" in f.log(), 20, "C up")
+        grows(c)
+    finally:
+        load.stop()
+    assert load.failed == 0, load.errors[:5]
+    for o in (a, b, c):
+        o.close()
 
 
 # ---- DNS ----
