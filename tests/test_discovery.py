@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, free_port, wait_for, _socket_inodes
+from conftest import FERRY, free_port, wait_for, wait_port, _socket_inodes
 
 
 class Origin:
@@ -65,6 +65,7 @@ class Load:
 
     def __init__(self, port, n=3):
         self.port, self.ok, self.failed, self.errors = port, 0, 0, []
+        self.bodies = {}
         self.stop_ev = threading.Event()
         self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
         for t in self.threads:
@@ -81,6 +82,7 @@ class Load:
                 body = r.read()
                 if r.status == 200:
                     self.ok += 1
+                    self.bodies[body] = self.bodies.get(body, 0) + 1
                 else:
                     self.failed += 1
                     self.errors.append((r.status, body[:200]))
@@ -217,6 +219,57 @@ def test_discovery_file_with_health_checks(server, tmp_path):
     assert load.failed == 0, load.errors[:5]
     for o in (a, b, c):
         o.close()
+
+
+NGINX_H2C = """daemon off;
+master_process off;
+worker_processes 1;
+error_log {d}/err;
+pid {d}/pid;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/tb; proxy_temp_path {d}/tp; fastcgi_temp_path {d}/tf;
+    uwsgi_temp_path {d}/tu; scgi_temp_path {d}/ts;
+    keepalive_timeout 60s;
+    server {{ listen 127.0.0.1:{p1} http2; location / {{ return 200 "h2c-a"; }} }}
+    server {{ listen 127.0.0.1:{p2} http2; location / {{ return 200 "h2c-b"; }} }}
+}}
+"""
+
+
+def test_discovery_h2c_servers_drain(server, tmp_path):
+    """HTTP/2 origins (multiplexed connections): the removed server's connections close once
+    idle, the new one takes the requests."""
+    d = tmp_path / "nginx"
+    d.mkdir()
+    p1, p2 = free_port(), free_port()
+    (d / "nginx.conf").write_text(NGINX_H2C.format(d=d, p1=p1, p2=p2))
+    ng = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for p in (p1, p2):
+            wait_port(p, proc=ng)
+        lst = tmp_path / "servers.txt"
+        lst.write_text(f"h2c://127.0.0.1:{p1}\n")
+        f = server(CFG_FILE % lst)
+        load = Load(f.port)
+        try:
+            wait_for(lambda: load.bodies.get(b"h2c-a", 0) >= 5, 20, "requests to A")
+            lst.write_text(f"h2c://127.0.0.1:{p2}\n")
+            wait_for(lambda: load.bodies.get(b"h2c-b", 0) >= 5, 20, "requests to B")
+            wait_for(lambda: established(f.proc.pid, "127.0.0.1", p1) == 0, 20,
+                     "ferry's HTTP/2 connections to A to close")
+            frozen = load.bodies[b"h2c-a"]
+            n = load.bodies[b"h2c-b"]
+            wait_for(lambda: load.bodies[b"h2c-b"] >= n + 20, 20, "more requests to B")
+            assert load.bodies[b"h2c-a"] == frozen
+        finally:
+            load.stop()
+        assert load.failed == 0, load.errors[:5]
+    finally:
+        ng.terminate()
+        ng.wait(10)
 
 
 # ---- DNS ----
