@@ -8,6 +8,7 @@ import http.server
 import os
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import threading
@@ -21,8 +22,10 @@ from conftest import FERRY, free_port, wait_for, wait_port, _socket_inodes
 class Origin:
     """A threaded HTTP/1.1 origin on ip:port that counts the requests it answers."""
 
-    def __init__(self, ip="127.0.0.1", port=0, health=200):
+    def __init__(self, ip="127.0.0.1", port=0, health=200, tls=None):
         self.hits = 0
+        self.hosts = set()  # Host fields seen
+        self.snis = set()
         self.health = health
         me = self
 
@@ -36,6 +39,7 @@ class Origin:
                     self.end_headers()
                     return
                 me.hits += 1
+                me.hosts.add(self.headers.get("Host"))
                 b = f"{ip}:{me.port}".encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(b)))
@@ -50,6 +54,11 @@ class Origin:
             allow_reuse_address = True
 
         self.srv = S((ip, port), H)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            ctx.sni_callback = lambda so, name, c: me.snis.add(name)
+            self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
         self.ip, self.port = ip, self.srv.server_address[1]
         self.url = f"http://{ip}:{self.port}"
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -406,6 +415,32 @@ def test_discovery_dns_srv_records_move_traffic(server):
     assert load.failed == 0, load.errors[:5]
     for o in (a, b, c):
         o.close()
+    dns.close()
+
+
+def test_discovery_dns_https_uses_the_name(server, tmp_path):
+    """scheme: https: the servers are verified for the DNS name (SNI and certificate), and Host
+    is the name with the port, not the address, when the client's is not preserved."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=app.test", "-addext",
+                    "subjectAltName=DNS:app.test"], check=True, capture_output=True, timeout=30)
+    port = free_port()
+    a = Origin("127.0.0.1", port, tls=(str(cert), str(key)))
+    dns = Dns()
+    dns.records[("app.test", 1)] = [(30, Dns.a("127.0.0.1"))]
+    text = (CFG_DNS % ("app.test", "A", f"port: {port}, scheme: https,", dns.port)).replace(
+        "  - name: app\n", f"  - name: app\n    ca: {cert}\n").replace(
+        "proxy: {{upstream: app}}", "proxy: {{upstream: app, preserve-host: false}}")
+    f = server(text)
+    c = http.client.HTTPConnection("127.0.0.1", f.port, timeout=10)
+    c.request("GET", "/", headers={"Host": "client.example"})
+    r = c.getresponse()
+    assert r.status == 200 and r.read() == f"127.0.0.1:{port}".encode()
+    assert a.snis == {"app.test"}
+    assert a.hosts == {f"app.test:{port}"}
+    a.close()
     dns.close()
 
 
