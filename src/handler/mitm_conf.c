@@ -517,8 +517,8 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .type = FY_CT_DURATION,
      .offset = I(resolve_timeout_ms),
      .dflt = "5s",
-     .doc = "An origin's host name not resolved by then (by the resolver threads, off the "
-            "workers) gives the client a 502 naming the name."},
+     .doc = "An origin's host name not resolved by then (by c-ares on the worker's loop) "
+            "gives the client a 502 naming the name."},
     {.key = "resolve-cache",
      .type = FY_CT_INT,
      .offset = I(resolve_cache),
@@ -531,15 +531,16 @@ const fy_conf_directive_t fy_intercept_conf_table[] = {
      .type = FY_CT_DURATION,
      .offset = I(resolve_ttl_ms),
      .dflt = "60s",
-     .doc = "How long a resolved name is kept. Failures are never cached."},
+     .doc = "Longest a resolved name is kept (its DNS record's TTL, when shorter, wins). "
+            "Failures are never cached."},
     {.key = "resolver-threads",
      .type = FY_CT_INT,
      .offset = I(resolver_threads),
      .dflt = "2",
      .min = 1,
      .max = 64,
-     .doc = "Threads running getaddrinfo for origins' names (started on first use); lookups "
-            "beyond them queue."},
+     .doc = "Ignored (kept so that older configs load): names are resolved by c-ares on "
+            "each worker's loop, without threads."},
     {.key = "tunnel-idle-timeout",
      .type = FY_CT_DURATION,
      .offset = I(tunnel_idle_ms),

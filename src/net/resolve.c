@@ -1,32 +1,21 @@
-/* Resolver threads, per-worker eventfd hand-back, and a direct-mapped answer cache. */
+/* Host names resolved on the asking worker's loop (net/dns.c, c-ares), a direct-mapped answer
+ * cache shared by the workers, and a per-query timeout. */
 #include "net/resolve.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "net/dns.h"
 
 #define HOST_MAX 256
-
-typedef struct fy__resolve_job {
-    struct fy__resolve_job *next;
-    char host[HOST_MAX];
-    int w;
-    fy_resolve_req_t *waiter; /* NULL once cancelled or timed out; worker thread only */
-    int rc;                   /* getaddrinfo's */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-} job_t;
 
 typedef struct centry {
     char host[HOST_MAX];
@@ -36,21 +25,15 @@ typedef struct centry {
 } centry_t;
 
 typedef struct rworker {
-    int efd; /* -1: not set up (or closed) */
-    fy_io_t io;
-    fy_loop_t *loop;
-    job_t *done, **done_tail; /* under lock */
-    bool closed;
-    fy_resolver_t *r;
+    fy_dns_t *dns; /* NULL: not set up yet (or closed) */
+    bool failed;   /* the channel could not be made: said once */
 } rworker_t;
 
+/* DNS servers instead of resolv.conf's (resolve_test.c sets it). */
+static const char *dns_servers;
+
 struct fy_resolver {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int refs; /* the owner + each running thread */
-    bool stop;
-    int nthreads, started;
-    job_t *queue, **queue_tail;
+    pthread_mutex_t lock; /* the cache: any worker */
     centry_t *cache;
     size_t cache_max;
     uint64_t ttl_ms, timeout_ms;
@@ -75,71 +58,48 @@ static uint64_t host_hash(const char *h)
 fy_resolver_t *fy_resolver_new(int nworkers, int nthreads, size_t cache_max, uint64_t ttl_ms,
                                uint64_t timeout_ms)
 {
+    (void)nthreads; /* no threads any more: kept for the config key's sake */
     fy_resolver_t *r = fy_xcalloc(1, sizeof *r);
     pthread_mutex_init(&r->lock, NULL);
-    pthread_cond_init(&r->cond, NULL);
-    r->refs = 1;
-    r->nthreads = nthreads > 0 ? nthreads : 1;
-    r->queue_tail = &r->queue;
     r->cache_max = cache_max;
     r->cache = cache_max ? fy_xcalloc(cache_max, sizeof *r->cache) : NULL;
     r->ttl_ms = ttl_ms;
     r->timeout_ms = timeout_ms;
     r->nworkers = nworkers;
     r->w = fy_xcalloc((size_t)nworkers, sizeof *r->w);
-    for (int i = 0; i < nworkers; i++) {
-        r->w[i].efd = -1;
-        r->w[i].done_tail = &r->w[i].done;
-        r->w[i].r = r;
-    }
     return r;
-}
-
-static void free_jobs(job_t *j)
-{
-    while (j) {
-        job_t *n = j->next;
-        free(j);
-        j = n;
-    }
-}
-
-/* Under no lock: the last reference is gone. */
-static void destroy(fy_resolver_t *r)
-{
-    free_jobs(r->queue);
-    for (int i = 0; i < r->nworkers; i++) free_jobs(r->w[i].done);
-    free(r->w);
-    free(r->cache);
-    pthread_cond_destroy(&r->cond);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
-}
-
-static bool unref_locked(fy_resolver_t *r)
-{
-    return --r->refs == 0;
 }
 
 void fy_resolver_free(fy_resolver_t *r)
 {
     if (!r) return;
-    pthread_mutex_lock(&r->lock);
-    r->stop = true;
-    pthread_cond_broadcast(&r->cond);
-    bool last = unref_locked(r);
-    pthread_mutex_unlock(&r->lock);
-    if (last) destroy(r);
+    for (int i = 0; i < r->nworkers; i++) fy_dns_free(r->w[i].dns); /* normally closed already */
+    free(r->w);
+    free(r->cache);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
 }
 
-static void cache_put_locked(fy_resolver_t *r, const job_t *j, uint64_t now)
+void fy_resolver_worker_close(fy_resolver_t *r, int w)
 {
-    if (!r->cache_max || j->rc != 0) return; /* failures are asked again next time */
-    centry_t *c = &r->cache[host_hash(j->host) % r->cache_max];
-    snprintf(c->host, sizeof c->host, "%s", j->host);
-    c->addr = j->addr;
-    c->addrlen = j->addrlen;
-    c->until_ms = now + r->ttl_ms;
+    fy_dns_free(r->w[w].dns); /* pending queries are dropped without callbacks */
+    r->w[w].dns = NULL;
+}
+
+/* The record's TTL, bounded by resolve-ttl (a TTL of 0, as hosts-file answers have: the
+   bound itself). */
+static void cache_put(fy_resolver_t *r, const char *host, const fy_dns_addr_t *a)
+{
+    if (!r->cache_max) return;
+    uint64_t keep = a->ttl ? (uint64_t)a->ttl * 1000 : r->ttl_ms;
+    if (keep > r->ttl_ms) keep = r->ttl_ms;
+    pthread_mutex_lock(&r->lock);
+    centry_t *c = &r->cache[host_hash(host) % r->cache_max];
+    snprintf(c->host, sizeof c->host, "%s", host);
+    c->addr = a->addr;
+    c->addrlen = a->len;
+    c->until_ms = mono_ms() + keep;
+    pthread_mutex_unlock(&r->lock);
 }
 
 static bool cache_get(fy_resolver_t *r, const char *host, struct sockaddr_storage *addr,
@@ -171,54 +131,6 @@ size_t fy_resolver_cached(fy_resolver_t *r)
     return n;
 }
 
-static void *thread_main(void *arg)
-{
-    fy_resolver_t *r = arg;
-    pthread_mutex_lock(&r->lock);
-    for (;;) {
-        while (!r->queue && !r->stop) pthread_cond_wait(&r->cond, &r->lock);
-        if (r->stop) break;
-        job_t *j = r->queue;
-        r->queue = j->next;
-        if (!r->queue) r->queue_tail = &r->queue;
-        j->next = NULL;
-        pthread_mutex_unlock(&r->lock);
-
-        struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-        j->rc = getaddrinfo(j->host, NULL, &hints, &res);
-        if (j->rc == 0) {
-            if (res && res->ai_addrlen <= sizeof j->addr) {
-                memcpy(&j->addr, res->ai_addr, res->ai_addrlen);
-                j->addrlen = res->ai_addrlen;
-            } else {
-                j->rc = EAI_NONAME;
-            }
-            freeaddrinfo(res);
-        }
-
-        pthread_mutex_lock(&r->lock);
-        if (r->stop) {
-            free(j);
-            break;
-        }
-        cache_put_locked(r, j, mono_ms());
-        rworker_t *w = &r->w[j->w];
-        if (w->efd < 0 || w->closed) {
-            free(j);
-            continue;
-        }
-        *w->done_tail = j;
-        w->done_tail = &j->next;
-        uint64_t one = 1;
-        ssize_t n = write(w->efd, &one, sizeof one);
-        (void)n; /* EAGAIN: the counter is already non-zero, the worker will look */
-    }
-    bool last = unref_locked(r);
-    pthread_mutex_unlock(&r->lock);
-    if (last) destroy(r);
-    return NULL;
-}
-
 static void set_port(struct sockaddr_storage *a, int port)
 {
     if (a->ss_family == AF_INET)
@@ -227,52 +139,31 @@ static void set_port(struct sockaddr_storage *a, int port)
         ((struct sockaddr_in6 *)a)->sin6_port = htons((uint16_t)port);
 }
 
-static void deliver(fy_resolve_req_t *q, const job_t *j)
+static void dns_answered(void *ud, int status, const fy_dns_addr_t *v, size_t n, const char *err)
 {
+    fy_resolve_req_t *q = ud;
     fy_timer_stop(q->loop, &q->timer);
     q->job = NULL;
-    if (j->rc == 0) {
-        q->addr = j->addr;
-        q->addrlen = j->addrlen;
+    if (status == 0 && n > 0) {
+        cache_put(q->r, q->host, &v[0]);
+        q->addr = v[0].addr;
+        q->addrlen = v[0].len;
         set_port(&q->addr, q->port);
         q->cb(q, (struct sockaddr *)&q->addr, q->addrlen, NULL);
         return;
     }
-    snprintf(q->err, sizeof q->err, "cannot resolve %s: %s", j->host,
-             j->rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(j->rc));
+    /* err is "NAME: reason" */
+    snprintf(q->err, sizeof q->err, "cannot resolve %s", err ? err : q->host);
     q->cb(q, NULL, 0, q->err);
-}
-
-static void on_done(fy_io_t *io, uint32_t events)
-{
-    (void)events;
-    rworker_t *w = io->data;
-    fy_resolver_t *r = w->r;
-    uint64_t v;
-    ssize_t n = read(w->efd, &v, sizeof v);
-    (void)n;
-    pthread_mutex_lock(&r->lock);
-    job_t *list = w->done;
-    w->done = NULL;
-    w->done_tail = &w->done;
-    pthread_mutex_unlock(&r->lock);
-    while (list) {
-        job_t *j = list;
-        list = j->next;
-        /* a callback may cancel queries further down the list: waiter is read at its turn */
-        if (j->waiter) deliver(j->waiter, j);
-        free(j);
-    }
 }
 
 static void on_timeout(fy_timer_t *t)
 {
     fy_resolve_req_t *q = t->data;
-    if (q->job) q->job->waiter = NULL; /* the thread's answer is dropped (still cached) */
-    const char *host = q->job ? q->job->host : "the origin";
-    snprintf(q->err, sizeof q->err, "cannot resolve %s: timed out after %llu ms", host,
-             (unsigned long long)q->r->timeout_ms);
+    fy_dns_cancel(q->job); /* a late answer is dropped */
     q->job = NULL;
+    snprintf(q->err, sizeof q->err, "cannot resolve %s: timed out after %llu ms", q->host,
+             (unsigned long long)q->r->timeout_ms);
     q->cb(q, NULL, 0, q->err);
 }
 
@@ -290,11 +181,13 @@ int fy_resolve(fy_resolver_t *r, int w, fy_loop_t *loop, const char *host, int p
                  (int)(hl < 200 ? hl : 200), host);
         return -1;
     }
-    /* literals: no thread, no cache */
+    /* literals: no query, no cache */
     memset(&q->addr, 0, sizeof q->addr);
     struct sockaddr_in *a4 = (struct sockaddr_in *)&q->addr;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&q->addr;
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+    /* inet_aton: every IPv4 spelling getaddrinfo takes (127.1, 2130706433, 0x7f000001...),
+       which c-ares would send to the DNS as names */
+    if (inet_aton(host, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
         q->addrlen = sizeof *a4;
         set_port(&q->addr, port);
@@ -312,59 +205,29 @@ int fy_resolve(fy_resolver_t *r, int w, fy_loop_t *loop, const char *host, int p
         set_port(&q->addr, port);
         return 1;
     }
-    char lower[HOST_MAX];
     for (size_t i = 0; i <= hl; i++)
-        lower[i] = (char)(host[i] >= 'A' && host[i] <= 'Z' ? host[i] + 32 : host[i]);
-    if (cache_get(r, lower, &q->addr, &q->addrlen)) {
+        q->host[i] = (char)(host[i] >= 'A' && host[i] <= 'Z' ? host[i] + 32 : host[i]);
+    if (cache_get(r, q->host, &q->addr, &q->addrlen)) {
         set_port(&q->addr, port);
         return 1;
     }
     rworker_t *rw = &r->w[w];
-    if (rw->efd < 0) {
-        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (fd < 0) {
-            snprintf(q->err, sizeof q->err, "cannot resolve %s: eventfd: %s", lower,
-                     strerror(errno));
+    if (!rw->dns) {
+        char err[300];
+        fy_dns_opts_t o = {.servers = dns_servers};
+        rw->dns = fy_dns_new(loop, &o, err, sizeof err);
+        if (!rw->dns) {
+            if (!rw->failed) fy_warn("resolver: %s", err);
+            rw->failed = true;
+            snprintf(q->err, sizeof q->err, "cannot resolve %.100s: %.250s", q->host, err);
             return -1;
         }
-        rw->io.fd = fd;
-        rw->io.cb = on_done;
-        rw->io.data = rw;
-        rw->loop = loop;
-        if (fy_io_set(loop, &rw->io, EPOLLIN) < 0) {
-            close(fd);
-            snprintf(q->err, sizeof q->err, "cannot resolve %s: cannot watch the eventfd", lower);
-            return -1;
-        }
-        pthread_mutex_lock(&r->lock);
-        rw->efd = fd;
-        pthread_mutex_unlock(&r->lock);
     }
-    job_t *j = fy_xcalloc(1, sizeof *j);
-    memcpy(j->host, lower, hl + 1);
-    j->w = w;
-    j->waiter = q;
-    q->job = j;
-    pthread_mutex_lock(&r->lock);
-    *r->queue_tail = j;
-    r->queue_tail = &j->next;
-    bool start = r->started < r->nthreads;
-    if (start) {
-        pthread_t th;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, 256 * 1024);
-        if (pthread_create(&th, &at, thread_main, r) == 0) {
-            r->started++;
-            r->refs++;
-        } else if (!r->started) {
-            fy_warn("resolver: cannot start a thread: %s", strerror(errno));
-        }
-        pthread_attr_destroy(&at);
+    q->job = fy_dns_addrinfo(rw->dns, q->host, AF_UNSPEC, dns_answered, q);
+    if (!q->job) {
+        snprintf(q->err, sizeof q->err, "cannot resolve %s: out of memory", q->host);
+        return -1;
     }
-    pthread_cond_signal(&r->cond);
-    pthread_mutex_unlock(&r->lock);
     fy_timer_init(&q->timer, on_timeout, q);
     fy_timer_start(loop, &q->timer, r->timeout_ms);
     return 0;
@@ -373,23 +236,7 @@ int fy_resolve(fy_resolver_t *r, int w, fy_loop_t *loop, const char *host, int p
 void fy_resolve_cancel(fy_resolve_req_t *q)
 {
     if (!q->job) return;
-    q->job->waiter = NULL;
+    fy_dns_cancel(q->job);
     q->job = NULL;
     fy_timer_stop(q->loop, &q->timer);
-}
-
-void fy_resolver_worker_close(fy_resolver_t *r, int w)
-{
-    rworker_t *rw = &r->w[w];
-    if (rw->efd < 0) return;
-    fy_io_set(rw->loop, &rw->io, 0);
-    pthread_mutex_lock(&r->lock);
-    close(rw->efd);
-    rw->efd = -1;
-    rw->closed = true;
-    job_t *d = rw->done;
-    rw->done = NULL;
-    rw->done_tail = &rw->done;
-    pthread_mutex_unlock(&r->lock);
-    free_jobs(d);
 }

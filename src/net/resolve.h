@@ -1,8 +1,7 @@
-/* Host name resolution off the worker threads: a few resolver threads running getaddrinfo from
- * a queue, each answer handed back to the asking worker's loop through an eventfd, a bounded
- * cache of answers (each kept for `ttl`), and a per-query timeout. One resolver is shared by
- * all workers; a worker's side is set up on its first query (on its thread) and torn down by
- * fy_resolver_worker_close. Literal addresses and cache hits are answered at once. */
+/* Host name resolution on the asking worker's own loop: a c-ares channel per worker (net/dns.c,
+ * made on its first query, on its thread; it reads resolv.conf and /etc/hosts), a bounded
+ * cache of answers shared by the workers (each kept for its record's TTL, at most `ttl`), and
+ * a per-query timeout. Literal addresses and cache hits are answered at once. */
 #ifndef FY_NET_RESOLVE_H
 #define FY_NET_RESOLVE_H
 
@@ -13,7 +12,7 @@
 #include "core/loop.h"
 
 typedef struct fy_resolver fy_resolver_t;
-struct fy__resolve_job;
+typedef struct fy_dns_query fy_dns_query_t;
 
 typedef struct fy_resolve_req fy_resolve_req_t;
 /* The answer: addr/len (port set) or, with addr NULL, err naming the host and the failure
@@ -32,18 +31,18 @@ struct fy_resolve_req {
     /* internal */
     fy_resolver_t *r;
     fy_loop_t *loop;
-    struct fy__resolve_job *job;
+    fy_dns_query_t *job;
     fy_timer_t timer;
     int port;
+    char host[256]; /* lowercased name being resolved */
 };
 
-/* `nthreads` resolver threads (started on the first query that needs one), at most
- * `cache_max` cached names kept `ttl_ms`, queries given up after `timeout_ms`, for
- * `nworkers` workers. */
+/* At most `cache_max` cached names, each kept for its record's TTL bounded by `ttl_ms`, queries
+ * given up after `timeout_ms`, for `nworkers` workers. `nthreads` is ignored (the resolver
+ * threads are gone; the `resolver-threads` key still parses). */
 fy_resolver_t *fy_resolver_new(int nworkers, int nthreads, size_t cache_max, uint64_t ttl_ms,
                                uint64_t timeout_ms);
-/* After every worker closed its side. Threads still inside getaddrinfo finish on their own
- * (the shared state goes with the last of them): shutdown never waits for a slow DNS server. */
+/* After every worker closed its side: shutdown never waits for a slow DNS server. */
 void fy_resolver_free(fy_resolver_t *r);
 /* On worker w's thread, before its loop goes: pending queries of w are dropped silently. */
 void fy_resolver_worker_close(fy_resolver_t *r, int w);

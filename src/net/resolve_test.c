@@ -1,11 +1,14 @@
-/* Tests for resolve.c with a real loop and resolver threads: literals answer at once, a name
- * from /etc/hosts (localhost) comes back through the eventfd with the port set and is then
- * cached, a cache of 0 or a TTL of 0 asks the threads again, failures name the host and are
+/* Tests for resolve.c with a real loop and its c-ares channel: literals answer at once, a name
+ * from /etc/hosts (localhost) comes back from the loop with the port set and is then
+ * cached, a cache of 0 or a TTL of 0 asks again, a record's TTL below resolve-ttl bounds the
+ * cache entry (a DNS server on loopback in the same loop), failures name the host and are
  * not cached, a cancelled query never calls back, and the cache holds at most cache_max names.
  * Every loop run has a timer that stops it: nothing can hang ctest. No check asserts a time. */
 #include "resolve.c"
 
 #include "core/test.h"
+
+#include <unistd.h>
 
 typedef struct seen {
     int calls;
@@ -133,4 +136,67 @@ static void test_names_cache_ttl(void)
     fy_loop_destroy(&loop);
 }
 
-FY_TEST_MAIN(test_literals(); test_names_cache_ttl())
+/* A DNS server answering every A query with 10.1.2.3, TTL 2 s. */
+static void on_dns_query(fy_io_t *io, uint32_t ev)
+{
+    (void)ev;
+    unsigned char q[512];
+    struct sockaddr_storage from;
+    socklen_t fl = sizeof from;
+    ssize_t n = recvfrom(io->fd, q, sizeof q - 32, 0, (struct sockaddr *)&from, &fl);
+    if (n < 17) return;
+    size_t qe = 12;
+    while (qe < (size_t)n && q[qe]) qe += q[qe] + 1u;
+    qe += 5;
+    if (qe > (size_t)n) return;
+    q[2] = 0x81;
+    q[3] = 0x80;
+    q[7] = q[qe - 3] == 1; /* one answer for A, none for AAAA */
+    q[9] = q[11] = 0;
+    static const unsigned char a[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 2, 0, 4, 10, 1, 2, 3};
+    size_t len = qe;
+    if (q[7]) {
+        memcpy(q + qe, a, sizeof a);
+        len += sizeof a;
+    }
+    sendto(io->fd, q, len, 0, (struct sockaddr *)&from, fl);
+}
+
+static void test_record_ttl_bounds_cache(void)
+{
+    fy_loop_t loop;
+    CHECK(fy_loop_init(&loop) == 0);
+    fy_io_t io = {.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), .cb = on_dns_query};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(io.fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    socklen_t sl = sizeof sa;
+    getsockname(io.fd, (struct sockaddr *)&sa, &sl);
+    fy_io_set(&loop, &io, EPOLLIN);
+    static char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%d", ntohs(sa.sin_port));
+    dns_servers = servers;
+    seen_t s = {.loop = &loop};
+    fy_resolve_req_t q = {.cb = on_answer, .data = &s};
+    for (int k = 0; k < 2; k++) {
+        /* resolve-ttl 60 s: the record's 2 s win; resolve-ttl 1 s: the bound wins */
+        uint64_t ttl = k ? 1000 : 60000, want = k ? 1000 : 2000;
+        fy_resolver_t *r = fy_resolver_new(1, 1, 4, ttl, 5000);
+        s.calls = 0;
+        uint64_t before = mono_ms();
+        CHECK_EQ_INT(fy_resolve(r, 0, &loop, "ttl.test", 443, &q), 0);
+        run(&loop);
+        uint64_t after = mono_ms();
+        CHECK(s.ok && s.port == 443);
+        CHECK(((struct sockaddr_in *)&q.addr)->sin_addr.s_addr == htonl(0x0a010203));
+        const centry_t *c = &r->cache[host_hash("ttl.test") % r->cache_max];
+        CHECK(c->until_ms >= before + want && c->until_ms <= after + want);
+        fy_resolver_worker_close(r, 0);
+        fy_resolver_free(r);
+    }
+    dns_servers = NULL;
+    fy_io_set(&loop, &io, 0);
+    close(io.fd);
+    fy_loop_destroy(&loop);
+}
+
+FY_TEST_MAIN(test_literals(); test_names_cache_ttl(); test_record_ttl_bounds_cache())

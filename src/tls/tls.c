@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "tls/tickets.h"
 
 typedef struct sni_entry {
     char *name; /* lowercase; "*.example.com" for wildcards */
@@ -31,6 +32,7 @@ struct fy_tls_ctx {
     unsigned char alpn_wire[64];
     size_t alpn_len;
     uint64_t handshake_timeout_ms;
+    fy_tls_tickets_t *tickets; /* owned; NULL: OpenSSL's random keys */
 };
 
 typedef struct tls_transport {
@@ -292,6 +294,10 @@ static SSL_CTX *make_ctx(fy_tls_ctx_t *c, const fy_tls_conf_t *conf, const char 
         SSL_CTX_set_alpn_select_cb(ctx, alpn_select, c);
     SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
     SSL_CTX_set_tlsext_servername_arg(ctx, c);
+    if (c->tickets && fy_tls_tickets_attach(ctx, c->tickets) < 0) {
+        fy_tls_log_errors(FY_LOG_EMERG, "tls ticket keys");
+        goto fail;
+    }
     return ctx;
 fail:
     SSL_CTX_free(ctx);
@@ -309,6 +315,15 @@ fy_tls_ctx_t *fy_tls_ctx_new(const fy_tls_conf_t *conf, const char *data_dir,
         c->alpn_wire[c->alpn_len++] = (unsigned char)l;
         memcpy(c->alpn_wire + c->alpn_len, alpn[i], l);
         c->alpn_len += l;
+    }
+    if (conf->ticket_keys && conf->session_tickets) {
+        char msg[600];
+        c->tickets = fy_tls_tickets_load(conf->ticket_keys, msg, sizeof msg);
+        if (!c->tickets) {
+            fy_log(FY_LOG_EMERG, "tls: %s", msg);
+            fy_tls_ctx_free(c);
+            return NULL;
+        }
     }
     /* collect (cert, key) pairs: cert/key first, then certificates[], then self-signed */
     size_t n = conf->certificates.n + 2;
@@ -358,6 +373,7 @@ void fy_tls_ctx_free(fy_tls_ctx_t *c)
     for (size_t i = 0; i < c->nsni; i++) free(c->sni[i].name);
     free(c->sni);
     free(c->ctxs);
+    fy_tls_tickets_free(c->tickets);
     free(c);
 }
 

@@ -1,6 +1,7 @@
 /* Directive table of a listener's `tls:`. */
 #include "tls/tls_conf.h"
 #include "tls/tls_files.h"
+#include "tls/tickets.h"
 #include "conf/conf_valid.h"
 
 #include <stddef.h>
@@ -118,5 +119,15 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
      .doc = "TLS 1.2 cipher list in OpenSSL syntax. Unset, forward-secret AEAD suites only: "
             "`" FY_TLS_DEFAULT_CIPHERS "` (no CBC, no RSA key exchange). TLS 1.3 suites are "
             "all AEAD and not changed by this."},
+    {.key = "ticket-keys",
+     .type = FY_CT_STRING,
+     .offset = T(ticket_keys),
+     .validate = fy_tls_valid_ticket_keys,
+     .doc = "File of session ticket keys shared by the instances that should resume each "
+            "other's sessions: 80-byte records (16 name, 32 HMAC, 32 AES-256 key: `openssl "
+            "rand 80`) or 48-byte ones (16 each, AES-128), nginx's `ssl_session_ticket_key` "
+            "layout, up to 16. The first encrypts, all decrypt (tickets under a later one are "
+            "renewed). Read again on every reload; unset, each start makes random keys. TLS "
+            "over TCP (and layer-4 termination); not HTTP/3, whose QUIC TLS is GnuTLS's."},
     {.key = NULL, .check = check_tls},
 };

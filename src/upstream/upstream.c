@@ -17,7 +17,10 @@
 #include "h1/h1_resp.h"
 #include "net/sock.h"
 #include "tls/tls.h"
+#include "upstream/discovery.h"
 #include "upstream/upstream_int.h"
+
+#include <pthread.h>
 
 enum { OC_CONNECTING = 1, OC_HANDSHAKE, OC_IDLE, OC_BUSY };
 
@@ -31,8 +34,10 @@ typedef struct srv_state {
     int64_t cur_weight; /* smooth weighted round robin */
     unsigned fails;
     uint64_t ejected_until;
-    void *h2; /* HTTP/2 sessions (upstream_h2.c) */
-    void *h3; /* HTTP/3 connections (upstream_h3.c) */
+    void *h2;             /* HTTP/2 sessions (upstream_h2.c) */
+    void *h3;             /* HTTP/3 connections (upstream_h3.c) */
+    unsigned nconns;      /* HTTP/1.1 origin connections alive (pooled or held) */
+    unsigned incarnation; /* discovery: the slot's server this state is about */
 } srv_state_t;
 
 typedef struct up_worker {
@@ -52,10 +57,57 @@ typedef struct hc_probe {
                             connection (origin_probe.c) */
 } hc_probe_t;
 
+/* ---- discovery: a server set that changes at run time ----
+ * The servers live in a fixed table of `cap` slots (plus one placeholder that never takes
+ * traffic, picked when no server is known: its empty address fails the connect, a 502). A
+ * slot's server is its identity (URL and weight): it keeps its index, health state and pools
+ * for as long as it is listed, and gets them back if it returns while draining. The discovery
+ * loop (worker 0) is the only writer: it fills a free slot and then publishes the set of live
+ * slots, one atomic mask (release), and a version. Workers read the mask when they pick
+ * (acquire), so a slot's conf is complete before anyone can choose it; a removed slot leaves
+ * the mask at once (no new requests), while requests in flight keep using its conf. Every
+ * worker that used the upstream runs a sweep every FY_DISC_SWEEP_MS: it closes its idle
+ * connections to removed slots (busy ones close when released) and publishes which removed
+ * slots it holds nothing of any more, with the version it saw. A removed slot is reused for
+ * another server only once every such worker has swept since the removal and holds nothing
+ * of it: the RCU grace period, with the sweep as the quiescent point. Until then a new server
+ * takes another free slot (max-servers bounds them). */
+#define FY_DISC_SWEEP_MS 500
+enum { SLOT_FREE = 0, SLOT_LIVE, SLOT_DRAINING };
+
+typedef struct dyn_worker {
+    fy_upstream_t *u;
+    int w;
+    fy_loop_t *loop; /* set on its first acquire: the sweep runs there */
+    fy_timer_t sweep;
+    atomic_bool used;       /* has picked a server of this upstream */
+    _Atomic uint64_t clear; /* removed slots it holds nothing of */
+    _Atomic unsigned seen;  /* the version `clear` was computed at */
+} dyn_worker_t;
+
+typedef struct dyn {
+    _Atomic uint64_t live; /* slots that take new requests */
+    _Atomic unsigned version;
+    size_t cap;
+    fy_upstream_server_conf_t *slots; /* cap + 1; strings owned (malloc) */
+    _Atomic unsigned *incarnation;    /* per slot: bumped when it gets another server */
+    /* the discovery loop only */
+    int state[64];
+    unsigned removed_at[64];
+    dyn_worker_t *w;
+    fy__discovery_t *disc;
+    /* the set last published, for the next generation (fy_upstream_carry_health) */
+    pthread_mutex_t lock;
+    fy_disc_entry_t *last;
+    size_t nlast;
+} dyn_t;
+
 struct fy_upstream {
     const fy_upstream_conf_t *conf;
-    atomic_bool *down;  /* per server, set by the health checker, read by every worker */
-    atomic_uint *downs; /* per server: how many times the health checker marked it down */
+    fy_upstream_conf_t own_conf; /* discovery: conf with servers = the slot table */
+    dyn_t *dyn;                  /* NULL: the configured servers, fixed */
+    atomic_bool *down;           /* per server, set by the health checker, read by every worker */
+    atomic_uint *downs;          /* per server: how many times the health checker marked it down */
     /* per server: passive ejection, until this loop time (ms), set by the worker that saw
        max-fails in a row and obeyed by every worker (each would otherwise keep sending
        until it had seen as many failures itself) */
@@ -88,6 +140,38 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     u->servers = conf->servers.v;
     u->nservers = conf->servers.n;
     bool any_tls = false, any_h2 = false;
+    if (conf->discovery) {
+        dyn_t *d = u->dyn = fy_xcalloc(1, sizeof *d);
+        d->cap = (size_t)conf->discovery->max_servers;
+        d->slots = fy_xcalloc(d->cap + 1, sizeof *d->slots);
+        d->incarnation = fy_xcalloc(d->cap + 1, sizeof *d->incarnation);
+        for (size_t i = 0; i < d->cap; i++) { /* free slots: empty strings, never NULL */
+            d->slots[i].url = fy_xstrdup("");
+            d->slots[i].host = fy_xstrdup("");
+            d->slots[i].authority = fy_xstrdup("");
+        }
+        fy_upstream_server_conf_t *none = &d->slots[d->cap];
+        none->url = fy_xstrdup("none:"); /* AF_UNSPEC, addrlen 0: "no servers discovered" */
+        none->host = fy_xstrdup("");
+        none->authority = fy_xstrdup("");
+        none->weight = 1;
+        pthread_mutex_init(&d->lock, NULL);
+        d->w = fy_xcalloc((size_t)nworkers, sizeof *d->w);
+        for (int w = 0; w < nworkers; w++) {
+            d->w[w].u = u;
+            d->w[w].w = w;
+        }
+        u->own_conf = *conf;
+        u->own_conf.servers.v = d->slots;
+        u->own_conf.servers.n = d->cap + 1;
+        u->conf = &u->own_conf;
+        u->servers = d->slots;
+        u->nservers = d->cap + 1;
+        /* the schemes are known only as servers come: both TLS contexts when they may */
+        int sch = conf->discovery->file ? -1 : conf->discovery->scheme;
+        any_tls = sch == -1 || sch == 1;
+        any_h2 = sch == -1 || sch == 3;
+    }
     for (size_t i = 0; i < u->nservers; i++) {
         u->total_weight += u->servers[i].weight;
         any_tls |= u->servers[i].tls && !u->servers[i].h2 && !u->servers[i].h3;
@@ -121,7 +205,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
     u->ejected_until = fy_xcalloc(u->nservers, sizeof *u->ejected_until);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
-    for (size_t i = 0; i < u->nservers; i++) {
+    for (size_t i = 0; i < u->nservers && !u->dyn; i++) {
         uint64_t h = 1469598103934665603ull;
         for (const char *p = u->servers[i].url; *p; p++)
             h = (h ^ (unsigned char)*p) * 1099511628211ull;
@@ -132,6 +216,12 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     for (int w = 0; w < nworkers; w++) {
         u->workers[w].srv = fy_xcalloc(u->nservers, sizeof(srv_state_t));
         u->workers[w].rnd = 0x9e3779b97f4a7c15ull * (uint64_t)(w + 1);
+    }
+    if (u->dyn) {
+        fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
+        size_t n = fy__discovery_initial(conf, e, u->dyn->cap);
+        fy__upstream_set_servers(u, e, n);
+        free(e);
     }
     return u;
 }
@@ -156,6 +246,20 @@ void fy_upstream_free(fy_upstream_t *u)
     free((void *)u->ejected_until);
     free(u->ids);
     free(u->probes);
+    if (u->dyn) {
+        dyn_t *d = u->dyn;
+        for (size_t i = 0; i <= d->cap; i++) {
+            free(d->slots[i].url);
+            free(d->slots[i].host);
+            free(d->slots[i].authority);
+        }
+        free(d->slots);
+        free((void *)d->incarnation);
+        free(d->w);
+        free(d->last);
+        pthread_mutex_destroy(&d->lock);
+        free(d);
+    }
     if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
     if (!u->tls_h2_shared) fy_tls_client_ctx_free(u->tls_h2);
     free(u);
@@ -163,6 +267,7 @@ void fy_upstream_free(fy_upstream_t *u)
 
 void fy_upstream_worker_close(fy_upstream_t *u, int w)
 {
+    if (u->dyn && u->dyn->w[w].loop) fy_timer_stop(u->dyn->w[w].loop, &u->dyn->w[w].sweep);
     fy__upstream_mux_worker_close(u, w);
     for (size_t i = 0; i < u->nservers; i++)
         while (u->workers[w].srv[i].idle) {
@@ -218,13 +323,25 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
     up_worker_t *uw = &u->workers[w];
     size_t n = u->nservers;
     if (n == 1) return 0;
+    uint64_t live = ~0ull;
+    if (u->dyn) {
+        dyn_worker_t *dw = &u->dyn->w[w];
+        /* seq_cst store, then load: see reclaimable() */
+        if (!atomic_load_explicit(&dw->used, memory_order_relaxed)) atomic_store(&dw->used, true);
+        live = atomic_load(&u->dyn->live);
+        if (!live) return (int)u->dyn->cap;     /* none known: the placeholder, a 502 */
+        n = 64 - (size_t)__builtin_clzll(live); /* slots fill from the bottom: few to scan */
+        if (n == 1) return 0;
+    }
     /* candidates: not excluded and not ejected; relax in that order when none is left */
     bool ok[64];
     size_t nok = 0;
     for (int pass = 0; pass < 3 && nok == 0; pass++)
         for (size_t i = 0; i < n && i < 64; i++) {
             bool excluded = (exclude >> i) & 1, out = !fy_upstream_usable(u, w, (int)i, now_ms);
-            ok[i] = pass == 0 ? !excluded && !out : pass == 1 ? !excluded : true;
+            ok[i] = ((live >> i) & 1) && (pass == 0   ? !excluded && !out
+                                          : pass == 1 ? !excluded
+                                                      : true);
             nok += ok[i];
         }
     int best = -1;
@@ -331,13 +448,16 @@ const char *fy_upstream_server_id(const fy_upstream_t *u, int server)
 
 int fy_upstream_find_id(const fy_upstream_t *u, const char *id, size_t len)
 {
+    uint64_t live = u->dyn ? atomic_load_explicit(&u->dyn->live, memory_order_acquire) : ~0ull;
     for (size_t i = 0; i < u->nservers; i++)
-        if (len == 16 && memcmp(u->ids[i], id, 16) == 0) return (int)i;
+        if (((live >> (i & 63)) & 1) && len == 16 && memcmp(u->ids[i], id, 16) == 0) return (int)i;
     return -1;
 }
 
 bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_ms)
 {
+    if (u->dyn && !((atomic_load_explicit(&u->dyn->live, memory_order_acquire) >> server) & 1))
+        return false; /* removed (draining), or never filled */
     return u->workers[w].srv[server].ejected_until <= now_ms &&
            atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
            !atomic_load_explicit(&u->down[server], memory_order_relaxed);
@@ -379,6 +499,7 @@ static void oc_close(fy_origin_conn_t *oc)
 {
     if (oc->closed) return;
     oc->closed = true;
+    oc->up->workers[oc->worker].srv[oc->server].nconns--;
     if (oc->state == OC_IDLE) pool_unlink(oc);
     fy_timer_stop(oc->loop, &oc->timer);
     fy_io_set(oc->loop, &oc->io, 0);
@@ -487,6 +608,13 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
                                     fy_origin_cb cb, void *ud, const char **err)
 {
     const fy_upstream_server_conf_t *sv = &u->servers[server];
+    if (u->dyn) {
+        fy__upstream_dyn_touch(u, w, loop);
+        if (!sv->addrlen) {
+            *err = "no servers discovered";
+            return NULL;
+        }
+    }
     int fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         *err = "cannot create a socket to the origin";
@@ -500,6 +628,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
         return NULL;
     }
     fy_origin_conn_t *oc = fy_xcalloc(1, sizeof *oc);
+    u->workers[w].srv[server].nconns++;
     oc->up = u;
     oc->server = server;
     oc->worker = w;
@@ -513,6 +642,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
                                             u->conf->sni ? u->conf->sni : sv->host);
         if (!oc->t) {
             close(fd);
+            u->workers[w].srv[server].nconns--;
             free(oc);
             *err = "out of memory";
             return NULL;
@@ -545,7 +675,7 @@ void fy_origin_release(fy_origin_conn_t *oc, bool reusable)
         reusable = false;
     }
     if (reusable && oc->state == OC_BUSY && s->nidle < (size_t)oc->up->conf->keepalive &&
-        !oc->t->ops->pending(oc->t)) {
+        !oc->t->ops->pending(oc->t) && !fy__upstream_gone(oc->up, oc->server)) {
         oc->state = OC_IDLE;
         oc->cb = NULL;
         oc->ud = NULL;
@@ -695,12 +825,14 @@ static void hc_start_probe(hc_probe_t *p)
 static void hc_on_tick(fy_timer_t *t)
 {
     fy_upstream_t *u = t->data;
-    for (size_t i = 0; i < u->nservers; i++) hc_start_probe(&u->probes[i]);
+    for (size_t i = 0; i < u->nservers; i++)
+        if (!fy__upstream_gone(u, (int)i)) hc_start_probe(&u->probes[i]);
     fy_timer_start(u->hc_loop, &u->hc_tick, u->conf->health->interval_ms);
 }
 
 void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w)
 {
+    if (u->dyn && !u->dyn->disc) u->dyn->disc = fy__discovery_start(u, u->conf, loop);
     if (!u->conf->health) return;
     u->hc_loop = loop;
     u->hc_worker = w;
@@ -714,8 +846,21 @@ void fy_upstream_health_start(fy_upstream_t *u, fy_loop_t *loop, int w)
     fy_timer_start(loop, &u->hc_tick, 0);
 }
 
+static void hc_stop_probe(fy_upstream_t *u, hc_probe_t *p)
+{
+    fy_timer_stop(u->hc_loop, &p->timeout);
+    if (p->oc) fy_origin_release(p->oc, false);
+    p->oc = NULL;
+    if (p->mp) fy__mux_probe_stop(p->mp, u->hc_loop);
+    p->fails = p->oks = 0;
+}
+
 void fy_upstream_health_stop(fy_upstream_t *u)
 {
+    if (u->dyn) {
+        fy__discovery_stop(u->dyn->disc);
+        u->dyn->disc = NULL;
+    }
     if (!u->probes) return;
     fy_timer_stop(u->hc_loop, &u->hc_tick);
     for (size_t i = 0; i < u->nservers; i++) {
@@ -741,12 +886,205 @@ void fy__probe_fields(fy_arena_t *a, fy_headers_t *hs, const fy_upstream_server_
 
 void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from)
 {
+    if (to->dyn && from->dyn && !atomic_load(&to->dyn->live)) {
+        /* this generation's first look found nothing (a bad file, DNS down): the set the
+           running one had stays until discovery finds better */
+        dyn_t *fd = from->dyn;
+        pthread_mutex_lock(&fd->lock);
+        size_t n = fd->nlast < to->dyn->cap ? fd->nlast : to->dyn->cap;
+        fy_disc_entry_t *e = fy_xcalloc(n + 1, sizeof *e);
+        memcpy(e, fd->last, n * sizeof *e);
+        pthread_mutex_unlock(&fd->lock);
+        fy__upstream_set_servers(to, e, n);
+        free(e);
+    }
     for (size_t i = 0; i < to->nservers; i++)
         for (size_t j = 0; j < from->nservers; j++) {
-            if (strcmp(to->servers[i].url, from->servers[j].url) != 0) continue;
+            if (!to->servers[i].url || !from->servers[j].url ||
+                strcmp(to->servers[i].url, from->servers[j].url) != 0)
+                continue;
             atomic_store(&to->down[i], atomic_load(&from->down[j]));
             atomic_store(&to->downs[i], atomic_load(&from->downs[j]));
             atomic_store(&to->ejected_until[i], atomic_load(&from->ejected_until[j]));
             break;
         }
+}
+
+/* ---- discovery: the slot table (see the top of the file) ---- */
+
+bool fy_upstream_server_listed(const fy_upstream_t *u, int server)
+{
+    return !fy__upstream_gone(u, server);
+}
+
+bool fy__upstream_gone(const fy_upstream_t *u, int server)
+{
+    return u->dyn && !((atomic_load_explicit(&u->dyn->live, memory_order_acquire) >> server) & 1);
+}
+
+static void dyn_sweep(fy_timer_t *t)
+{
+    dyn_worker_t *dw = t->data;
+    fy_upstream_t *u = dw->u;
+    dyn_t *d = u->dyn;
+    unsigned v = atomic_load_explicit(&d->version, memory_order_acquire);
+    uint64_t live = atomic_load_explicit(&d->live, memory_order_acquire), clear = 0;
+    for (size_t i = 0; i < d->cap; i++) {
+        srv_state_t *s = &u->workers[dw->w].srv[i];
+        if ((live >> i) & 1) {
+            unsigned inc = atomic_load_explicit(&d->incarnation[i], memory_order_relaxed);
+            if (s->incarnation != inc) { /* another server in this slot now: start afresh */
+                s->incarnation = inc;
+                s->fails = 0;
+                s->ejected_until = 0;
+                s->ewma_us = 0;
+                s->samples = 0;
+                s->cur_weight = 0;
+            }
+            continue;
+        }
+        while (s->idle) fy_origin_release(s->idle, false); /* idle: closed now */
+        fy__upstream_mux_drain(u, dw->w, (int)i);
+        if (s->nconns == 0 && !s->h2 && !s->h3) clear |= 1ull << i;
+    }
+    atomic_store_explicit(&dw->clear, clear, memory_order_relaxed);
+    atomic_store_explicit(&dw->seen, v, memory_order_release);
+    fy_timer_start(dw->loop, &dw->sweep, FY_DISC_SWEEP_MS);
+}
+
+void fy__upstream_dyn_touch(fy_upstream_t *u, int w, fy_loop_t *loop)
+{
+    dyn_worker_t *dw = &u->dyn->w[w];
+    if (dw->loop) return;
+    dw->loop = loop;
+    fy_timer_init(&dw->sweep, dyn_sweep, dw);
+    fy_timer_start(loop, &dw->sweep, FY_DISC_SWEEP_MS);
+}
+
+/* May slot i (removed at removed_at[i]) get another server? Every worker that ever picked
+ * from this upstream has swept since, and holds nothing of it. A worker that has not picked
+ * yet stores `used` before it loads the mask (both seq_cst), and we load `used` after we
+ * stored the mask without i: if we see it false, its first pick sees the mask without i. */
+static bool reclaimable(fy_upstream_t *u, size_t i)
+{
+    dyn_t *d = u->dyn;
+    for (int w = 0; w < u->nworkers; w++) {
+        dyn_worker_t *dw = &d->w[w];
+        if (!atomic_load(&dw->used)) continue;
+        unsigned seen = atomic_load_explicit(&dw->seen, memory_order_acquire);
+        if ((int)(seen - d->removed_at[i]) < 0) return false;
+        if (!((atomic_load_explicit(&dw->clear, memory_order_relaxed) >> i) & 1)) return false;
+    }
+    return true;
+}
+
+static void fill_slot(fy_upstream_t *u, size_t i, const fy_disc_entry_t *e)
+{
+    dyn_t *d = u->dyn;
+    fy_upstream_server_conf_t *sv = &d->slots[i];
+    free(sv->url);
+    free(sv->host);
+    free(sv->authority);
+    memset(sv, 0, sizeof *sv);
+    char host[256], auth[256], err[700];
+    if (fy_upstream_url_parse(e->url, sv, true, host, auth, err, sizeof err) < 0) {
+        fy_warn("upstream %s: discovery: %s", u->conf->name, err); /* checked by the parser */
+        sv->url = fy_xstrdup("");
+        sv->host = fy_xstrdup("");
+        sv->authority = fy_xstrdup("");
+        return;
+    }
+    sv->url = fy_xstrdup(e->url);
+    sv->weight = e->weight;
+    if (e->name[0]) { /* DNS: TLS and Host are for the name, not the address */
+        const char *colon = strrchr(auth, ':');
+        snprintf(host, sizeof host, "%s", e->name);
+        char a[300];
+        snprintf(a, sizeof a, "%s%s", e->name, auth[0] != '[' && colon ? colon : "");
+        if (auth[0] == '[') {
+            const char *rb = strchr(auth, ']');
+            snprintf(a, sizeof a, "%s%s", e->name, rb ? rb + 1 : "");
+        }
+        sv->authority = fy_xstrdup(a);
+    } else {
+        sv->authority = fy_xstrdup(auth);
+    }
+    sv->host = fy_xstrdup(host);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = sv->url; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    snprintf(u->ids[i], sizeof u->ids[i], "%016llx", (unsigned long long)h);
+    atomic_store(&u->down[i], false);
+    atomic_store(&u->downs[i], 0);
+    atomic_store(&u->ejected_until[i], 0);
+    atomic_fetch_add(&d->incarnation[i], 1);
+    if (u->probes) u->probes[i].fails = u->probes[i].oks = 0;
+}
+
+void fy__upstream_set_servers(fy_upstream_t *u, const fy_disc_entry_t *e, size_t n)
+{
+    dyn_t *d = u->dyn;
+    unsigned v = atomic_load_explicit(&d->version, memory_order_relaxed) + 1;
+    uint64_t live = atomic_load_explicit(&d->live, memory_order_relaxed);
+    int match[64];
+    bool keep[64] = {0};
+    size_t nadd = 0, ndrain = 0;
+    for (size_t k = 0; k < n && k < 64; k++) {
+        match[k] = -1;
+        for (size_t i = 0; i < d->cap; i++)
+            if (d->state[i] != SLOT_FREE && strcmp(d->slots[i].url, e[k].url) == 0 &&
+                d->slots[i].weight == e[k].weight && !keep[i]) {
+                match[k] = (int)i;
+                keep[i] = true;
+                break;
+            }
+    }
+    for (size_t i = 0; i < d->cap; i++) {
+        if (d->state[i] == SLOT_LIVE && !keep[i]) {
+            d->state[i] = SLOT_DRAINING;
+            d->removed_at[i] = v;
+            live &= ~(1ull << i);
+            if (u->probes) hc_stop_probe(u, &u->probes[i]);
+            fy_notice("upstream %s: server %s left (draining)", u->conf->name, d->slots[i].url);
+            ndrain++;
+        } else if (d->state[i] == SLOT_DRAINING && keep[i]) {
+            d->state[i] = SLOT_LIVE;
+            live |= 1ull << i;
+            fy_notice("upstream %s: server %s is back", u->conf->name, d->slots[i].url);
+        }
+    }
+    for (size_t k = 0; k < n && k < 64; k++) {
+        if (match[k] >= 0) continue;
+        size_t i = d->cap;
+        for (size_t j = 0; j < d->cap && i == d->cap; j++)
+            if (d->state[j] == SLOT_FREE) i = j;
+        for (size_t j = 0; j < d->cap && i == d->cap; j++)
+            if (d->state[j] == SLOT_DRAINING && reclaimable(u, j)) i = j;
+        if (i == d->cap) {
+            fy_warn("upstream %s: discovery: no room for %s (max-servers %zu, draining ones "
+                    "included); skipped",
+                    u->conf->name, e[k].url, d->cap);
+            continue;
+        }
+        fill_slot(u, i, &e[k]);
+        if (!d->slots[i].url[0]) continue;
+        d->state[i] = SLOT_LIVE;
+        live |= 1ull << i;
+        fy_notice("upstream %s: server %s joined", u->conf->name, e[k].url);
+        nadd++;
+    }
+    atomic_store(&d->live, live); /* seq_cst: see reclaimable() */
+    atomic_store_explicit(&d->version, v, memory_order_release);
+    pthread_mutex_lock(&d->lock);
+    d->last = fy_xrealloc(d->last, (n + 1) * sizeof *d->last);
+    memcpy(d->last, e, n * sizeof *e);
+    d->nlast = n;
+    pthread_mutex_unlock(&d->lock);
+    (void)nadd;
+    (void)ndrain;
+}
+
+size_t fy__upstream_live_servers(const fy_upstream_t *u)
+{
+    if (!u->dyn) return u->nservers;
+    return (size_t)__builtin_popcountll(atomic_load(&u->dyn->live));
 }

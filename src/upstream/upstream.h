@@ -57,7 +57,13 @@ void fy_upstream_free(fy_upstream_t *u);
 /* Close worker w's pooled connections (on the worker's thread, before its loop goes). */
 void fy_upstream_worker_close(fy_upstream_t *u, int w);
 const fy_upstream_conf_t *fy_upstream_conf(const fy_upstream_t *u);
+/* Servers by index: conf->servers.v[0 .. nservers-1]. With `discovery:` these are slots
+ * (upstream.c): only those fy_upstream_server_listed says are servers now; the others have
+ * empty url/host strings (free) or are servers that left (draining, or drained). */
 size_t fy_upstream_nservers(const fy_upstream_t *u);
+/* The server takes new requests: always for configured servers; for discovered ones, while
+ * the last set found lists it. Any thread. */
+bool fy_upstream_server_listed(const fy_upstream_t *u, int server);
 
 /* Choose a server for worker `w`, avoiding the servers whose bit is set in `exclude` when
  * another one is available, and ejected servers unless all are. Returns its index. */

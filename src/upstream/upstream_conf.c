@@ -12,22 +12,18 @@
 #define U(f) offsetof(fy_upstream_conf_t, f)
 #define S(f) offsetof(fy_upstream_server_conf_t, f)
 
-/* http://HOST[:PORT][/] or https://...; the host is resolved once, now (boot time). */
-static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+int fy_upstream_url_parse(const char *url, fy_upstream_server_conf_t *sv, bool numeric,
+                          char host[256], char auth[256], char *err, size_t errlen)
 {
-    fy_upstream_server_conf_t *sv = obj;
-    const char *url = *(char **)field;
     const char *rest;
-    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* no CR/LF in messages */
+    sv->tls = sv->h2 = sv->h3 = false;
     if (strncmp(url, "http://", 7) == 0) {
-        sv->tls = false;
         rest = url + 7;
     } else if (strncmp(url, "https://", 8) == 0) {
         sv->tls = true;
         rest = url + 8;
     } else if (strncmp(url, "h2c://", 6) == 0) {
-        sv->tls = false; /* HTTP/2 with prior knowledge */
-        sv->h2 = true;
+        sv->h2 = true; /* HTTP/2 with prior knowledge */
         rest = url + 6;
     } else if (strncmp(url, "h2://", 5) == 0) {
         sv->tls = true; /* HTTP/2 over TLS, ALPN h2 */
@@ -38,19 +34,19 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
         sv->h3 = true;
         rest = url + 5;
     } else {
-        fy_conf_error(ctx, node, NULL, "expected a URL like http://127.0.0.1:8080, got '%s'", url);
+        snprintf(err, errlen, "expected a URL like http://127.0.0.1:8080, got '%.300s'", url);
         return -1;
     }
     size_t alen = strcspn(rest, "/?#");
     if (rest[alen] == '/' && rest[alen + 1] != '\0') {
-        fy_conf_error(ctx, node, NULL, "'%s': a server URL has no path (use add-prefix)", url);
+        snprintf(err, errlen, "'%.300s': a server URL has no path (use add-prefix)", url);
         return -1;
     }
     if (alen == 0 || alen > 255) {
-        fy_conf_error(ctx, node, NULL, "'%s': missing host", url);
+        snprintf(err, errlen, "'%.300s': missing host", url);
         return -1;
     }
-    char auth[256], host[256], port[8];
+    char port[8];
     memcpy(auth, rest, alen);
     auth[alen] = '\0';
     const char *h = auth, *p = NULL;
@@ -69,7 +65,7 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
         hl = colon ? (size_t)(colon - auth) : alen;
         if (colon) p = colon + 1;
     }
-    if (hl == 0 || hl >= sizeof host) goto bad;
+    if (hl == 0 || hl >= 256) goto bad;
     memcpy(host, h, hl);
     host[hl] = '\0';
     if (p) {
@@ -80,22 +76,41 @@ static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *fi
     } else {
         snprintf(port, sizeof port, "%s", sv->tls ? "443" : "80");
     }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = numeric ? AI_NUMERICHOST : 0};
+    struct addrinfo *res = NULL;
     int r = getaddrinfo(host, port, &hints, &res);
     if (r != 0 || !res) {
-        fy_conf_error(ctx, node, NULL, "'%s': cannot resolve '%s': %s", url, host, gai_strerror(r));
+        if (numeric)
+            snprintf(err, errlen, "'%.300s': '%s' is not an IP address", url, host);
+        else
+            snprintf(err, errlen, "'%.300s': cannot resolve '%s': %s", url, host, gai_strerror(r));
+        if (res) freeaddrinfo(res);
         return -1;
     }
     memcpy(&sv->addr, res->ai_addr, res->ai_addrlen);
     sv->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
+    return 0;
+bad:
+    snprintf(err, errlen, "'%.300s': expected SCHEME://HOST:PORT", url);
+    return -1;
+}
+
+/* http://HOST[:PORT][/] or https://...; the host is resolved once, now (boot time). */
+static int validate_url(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    fy_upstream_server_conf_t *sv = obj;
+    const char *url = *(char **)field;
+    if (fy_conf_valid_field_value(ctx, node, field, obj) < 0) return -1; /* no CR/LF in messages */
+    char host[256], auth[256], err[700];
+    if (fy_upstream_url_parse(url, sv, false, host, auth, err, sizeof err) < 0) {
+        fy_conf_error(ctx, node, NULL, "%s", err);
+        return -1;
+    }
     fy_conf_arena_t *a = fy_conf_ctx_arena(ctx);
     sv->host = fy_conf_strdup(a, host);
     sv->authority = fy_conf_strdup(a, auth);
     return 0;
-bad:
-    fy_conf_error(ctx, node, NULL, "'%s': expected SCHEME://HOST:PORT", url);
-    return -1;
 }
 
 static const fy_conf_directive_t server_table[] = {
@@ -207,6 +222,148 @@ static const fy_conf_directive_t sticky_table[] = {
     {.key = NULL, .check = check_sticky},
 };
 
+#define D(f) offsetof(fy_discovery_conf_t, f)
+
+static const char *const disc_types[] = {"A", "AAAA", "SRV", NULL};
+static const char *const disc_schemes[] = {"http", "https", "h2c", "h2", "h3", NULL};
+
+static int check_discovery(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
+{
+    const fy_discovery_conf_t *d = obj;
+    if (!d->file == !d->dns) {
+        fy_conf_error(ctx, map, NULL, "needs exactly one of file, dns");
+        return -1;
+    }
+    if (d->dns && d->type != FY_DISC_SRV && d->port == 0) {
+        fy_conf_error(ctx, map, "port", "is required for type A and AAAA");
+        return -1;
+    }
+    if (d->min_ttl_ms > d->max_ttl_ms) {
+        fy_conf_error(ctx, fy_conf_map_at(map, "min-ttl"), "min-ttl", "is above max-ttl");
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_resolver(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
+{
+    (void)obj;
+    const char *v = *(char **)field;
+    if (!v) return 0;
+    /* IP[:PORT],... (ares_set_servers_ports_csv's syntax; IPv6 as [ADDR]:PORT) */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        char host[128] = "";
+        const char *port = NULL;
+        if (*t == '[') {
+            char *rb = strchr(t, ']');
+            if (!rb || (rb[1] && rb[1] != ':')) goto bad;
+            snprintf(host, sizeof host, "%.*s", (int)(rb - t - 1), t + 1);
+            if (rb[1] == ':') port = rb + 2;
+        } else {
+            char *c = strchr(t, ':');
+            snprintf(host, sizeof host, "%.*s", (int)(c ? c - t : (long)strlen(t)), t);
+            if (c) port = c + 1;
+        }
+        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *res = NULL;
+        if (getaddrinfo(host, NULL, &hints, &res) != 0) goto bad;
+        freeaddrinfo(res);
+        if (port && (strspn(port, "0123456789") != strlen(port) || !*port ||
+                     strtol(port, NULL, 10) > 65535 || strtol(port, NULL, 10) == 0))
+            goto bad;
+    }
+    return 0;
+bad:
+    fy_conf_error(ctx, node, NULL, "expected IP[:PORT] separated by commas, got '%.200s'", v);
+    return -1;
+}
+
+static const fy_conf_directive_t discovery_table[] = {
+    {.key = "file",
+     .type = FY_CT_STRING,
+     .offset = D(file),
+     .validate = fy_conf_valid_field_value,
+     .doc = "File of servers, watched with inotify: a YAML list (`- http://10.0.0.1:8080` or "
+            "`- {url: ..., weight: 2}`) or one URL per line, optionally followed by "
+            "`weight=N`; `#` starts a comment. Hosts are IP addresses. A file that does not "
+            "parse keeps the last good set (logged with file:line)."},
+    {.key = "dns",
+     .type = FY_CT_STRING,
+     .offset = D(dns),
+     .validate = fy_conf_valid_hostname,
+     .doc = "Name to resolve (c-ares, on the first worker's loop), again when the answer's "
+            "TTL (bounded by `min-ttl`, `max-ttl`) runs out."},
+    {.key = "type",
+     .type = FY_CT_ENUM,
+     .offset = D(type),
+     .dflt = "A",
+     .enums = disc_types,
+     .doc = "`A` or `AAAA`: one server per address, on `port`. `SRV`: the records of the "
+            "lowest priority, each target resolved (A and AAAA), on the record's port with its "
+            "weight (0 counts as 1)."},
+    {.key = "port",
+     .type = FY_CT_INT,
+     .offset = D(port),
+     .dflt = "0",
+     .min = 0,
+     .max = 65535,
+     .doc = "Port of the servers found by A/AAAA (required there; SRV records carry theirs)."},
+    {.key = "scheme",
+     .type = FY_CT_ENUM,
+     .offset = D(scheme),
+     .dflt = "http",
+     .enums = disc_schemes,
+     .doc = "How the servers found by `dns` are spoken to, as a server URL's scheme; TLS "
+            "ones are sent and verified for the DNS name (A/AAAA) or the SRV target."},
+    {.key = "weight",
+     .type = FY_CT_INT,
+     .offset = D(weight),
+     .dflt = "1",
+     .min = 1,
+     .max = 1000,
+     .doc = "Weight of each server found by A/AAAA."},
+    {.key = "min-ttl",
+     .type = FY_CT_DURATION,
+     .offset = D(min_ttl_ms),
+     .dflt = "1s",
+     .min = 100,
+     .max = 86400000,
+     .doc = "Shortest time between two lookups, whatever the TTL says (also the retry delay "
+            "after a failed lookup)."},
+    {.key = "max-ttl",
+     .type = FY_CT_DURATION,
+     .offset = D(max_ttl_ms),
+     .dflt = "5m",
+     .min = 100,
+     .max = 86400000,
+     .doc = "Longest time an answer is used before it is asked again."},
+    {.key = "resolve-timeout",
+     .type = FY_CT_DURATION,
+     .offset = D(timeout_ms),
+     .dflt = "5s",
+     .min = 100,
+     .max = 600000,
+     .doc = "A lookup without an answer by then fails (the last good set stays); also bounds "
+            "the lookup made while the configuration is loaded."},
+    {.key = "resolver",
+     .type = FY_CT_STRING,
+     .offset = D(resolver),
+     .validate = validate_resolver,
+     .doc = "DNS servers to ask, `IP[:PORT],...`; unset: those of /etc/resolv.conf."},
+    {.key = "max-servers",
+     .type = FY_CT_INT,
+     .offset = D(max_servers),
+     .dflt = "32",
+     .min = 1,
+     .max = 62,
+     .doc = "Servers kept at once (draining ones included); more found are skipped with a "
+            "warning."},
+    {.key = NULL, .check = check_discovery},
+};
+
 static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
     fy_upstream_conf_t *u = obj;
@@ -215,8 +372,12 @@ static int check_upstream(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *o
         return -1;
     }
     if (fy_tls_conf_check_pair(ctx, map, u->cert, u->key, NULL) < 0) return -1;
-    if (u->servers.n == 0 && u->name) {
-        fy_conf_error(ctx, map, "servers", "needs at least one server");
+    if (u->servers.n && u->discovery) {
+        fy_conf_error(ctx, map, "discovery", "servers and discovery: choose one");
+        return -1;
+    }
+    if (u->servers.n == 0 && !u->discovery && u->name) {
+        fy_conf_error(ctx, map, "servers", "needs at least one server (or discovery)");
         return -1;
     }
     return 0;
@@ -231,11 +392,20 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
     {.key = "servers",
      .type = FY_CT_TABLE_LIST,
      .offset = U(servers),
-     .required = true,
      .sub = server_table,
      .sub_size = sizeof(fy_upstream_server_conf_t),
      .shorthand_key = "url",
-     .doc = "Origin servers; each a URL or `{url, weight}`."},
+     .doc = "Origin servers; each a URL or `{url, weight}`. Required unless `discovery` finds "
+            "them."},
+    {.key = "discovery",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(discovery),
+     .sub = discovery_table,
+     .sub_size = sizeof(fy_discovery_conf_t),
+     .doc = "Servers found at run time instead of `servers`: `{file: PATH}` (watched) or "
+            "`{dns: NAME, type: A|AAAA|SRV, ...}` (re-resolved per TTL). Servers that go away "
+            "are drained (requests in flight finish, idle connections close), new ones take "
+            "traffic; a bad file or a failed lookup keeps the last good set."},
     {.key = "balance",
      .type = FY_CT_ENUM,
      .offset = U(balance),

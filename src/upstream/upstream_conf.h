@@ -48,6 +48,23 @@ typedef struct fy_upstream_server_conf {
     char *authority; /* host[:port] as in the URL, for Host when not preserved */
 } fy_upstream_server_conf_t;
 
+enum fy_disc_type { FY_DISC_A, FY_DISC_AAAA, FY_DISC_SRV };
+
+/* `discovery:` servers found at run time (upstream/discovery.c) */
+typedef struct fy_discovery_conf {
+    char *file;          /* watched file of server URLs */
+    char *dns;           /* or a DNS name */
+    int type;            /* enum fy_disc_type, default A */
+    int64_t port;        /* A/AAAA: the servers' port (required there) */
+    int scheme;          /* 0 http, 1 https, 2 h2c, 3 h2, 4 h3 */
+    int64_t weight;      /* A/AAAA: each server's weight, default 1 */
+    uint64_t min_ttl_ms; /* default 1s */
+    uint64_t max_ttl_ms; /* default 5m */
+    uint64_t timeout_ms; /* `resolve-timeout`, default 5s */
+    char *resolver;      /* DNS servers "IP[:PORT],..."; NULL: resolv.conf */
+    int64_t max_servers; /* default 32 */
+} fy_discovery_conf_t;
+
 typedef struct fy_upstream_conf {
     char *name;                     /* required, unique */
     fy_conf_list_t servers;         /* of fy_upstream_server_conf_t, at least one */
@@ -70,8 +87,16 @@ typedef struct fy_upstream_conf {
     char *key;                      /* its private key */
     fy_sticky_conf_t *sticky;       /* `sticky`; NULL: no session affinity */
     fy_health_conf_t *health;       /* `health-check`; NULL: no active checks */
+    fy_discovery_conf_t *discovery; /* `discovery`; NULL: the servers above, fixed */
 } fy_upstream_conf_t;
 
 extern const fy_conf_directive_t fy_upstream_conf_table[];
+
+/* Parse a server URL (scheme, host, port; no path) into sv's addr, tls, h2, h3, and the host
+ * and authority (host[:port] as written) into the caller's buffers. `numeric`: the host must
+ * be an IP address (no lookup; discovery files), else it is resolved with getaddrinfo.
+ * Returns 0, or -1 with a reason naming the URL in err. Any thread. */
+int fy_upstream_url_parse(const char *url, fy_upstream_server_conf_t *sv, bool numeric,
+                          char host[256], char auth[256], char *err, size_t errlen);
 
 #endif

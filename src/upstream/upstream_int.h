@@ -42,6 +42,26 @@ typedef struct fy__mux_probe {
     void *ud;
 } fy__mux_probe_t;
 
+/* ---- discovery (upstream.c; see there) ---- */
+typedef struct fy_disc_entry fy_disc_entry_t;
+/* Publish a new server set (the discovery loop's thread, or before any worker uses u):
+ * servers gone are drained, new ones fill free slots, listed ones keep theirs. */
+void fy__upstream_set_servers(fy_upstream_t *u, const fy_disc_entry_t *e, size_t n);
+/* The server (slot) takes no new requests: removed by discovery, or never filled. False for
+ * upstreams without discovery. Any worker. */
+bool fy__upstream_gone(const fy_upstream_t *u, int server);
+/* Worker w uses the (discovery) upstream on `loop`: its sweep starts there. */
+void fy__upstream_dyn_touch(fy_upstream_t *u, int w, fy_loop_t *loop);
+static inline void fy__upstream_mux_touch(fy_upstream_t *u, int w, fy_loop_t *loop)
+{
+    if (fy_upstream_conf(u)->discovery) fy__upstream_dyn_touch(u, w, loop);
+}
+/* Servers taking requests now (tests, logs). */
+size_t fy__upstream_live_servers(const fy_upstream_t *u);
+/* Worker w's HTTP/2 and HTTP/3 connections to `server`: idle ones closed now, busy ones take
+ * no new streams and close after their last (upstream_mux.c). */
+void fy__upstream_mux_drain(fy_upstream_t *u, int w, int server);
+
 void fy__mux_probe_start(fy__mux_probe_t *p, fy_upstream_t *u, int w, int server, fy_loop_t *loop,
                          const char *path, void (*done)(void *ud, int status, const char *why),
                          void *ud);

@@ -215,6 +215,7 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
             wait_on = m;
     }
     if (!wait_on) {
+        fy__upstream_mux_touch(u, w, loop); /* discovery: this worker sweeps from now on */
         fy_origin_mux_t *m = p->connect(u, w, server, loop, err);
         if (!m) return NULL;
         m->next = *head;
@@ -279,7 +280,12 @@ void fy_origin_mux_release(fy_origin_mux_t *m)
         return;
     }
     if (m->state != M_READY) return;
-    if (m->nwaiters) return; /* requests wait for its stream credit */
+    if (m->nwaiters) return;                  /* requests wait for its stream credit */
+    if (fy__upstream_gone(m->u, m->server)) { /* discovery dropped the server: drained */
+        m->proto->goaway(m);
+        fy__mux_close(m, NULL, true);
+        return;
+    }
     /* idle: keep up to `keepalive` idle connections per server */
     size_t idle = 0;
     for (fy_origin_mux_t *o = *slot(m->u, m->w, m->server); o; o = o->next)
@@ -335,6 +341,25 @@ void fy__upstream_mux_worker_close(fy_upstream_t *u, int w)
             fy__mux_fail_waiters(m, "worker exit");
             unlink_mux(m);
             if (m->users == 0) m->proto->destroy(m); /* still held cannot happen */
+        }
+    }
+}
+
+void fy__upstream_mux_drain(fy_upstream_t *u, int w, int server)
+{
+    for (int k = 0; k < 2; k++) {
+        fy_origin_mux_t **head = (fy_origin_mux_t **)(k ? fy__upstream_h3_slot(u, w, server)
+                                                        : fy__upstream_h2_slot(u, w, server));
+        for (fy_origin_mux_t *m = *head, *next; m; m = next) {
+            next = m->next;
+            if (m->state == M_CLOSED) continue;
+            if (m->users == 0 && m->nwaiters == 0 && m->state != M_CONNECTING &&
+                m->state != M_HANDSHAKE) {
+                m->proto->goaway(m);
+                fy__mux_close(m, NULL, true);
+            } else if (m->state == M_READY || m->state == M_SUSPECT) {
+                m->state = M_DRAINING; /* its streams finish; the last release closes it */
+            }
         }
     }
 }
