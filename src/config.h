@@ -16,6 +16,7 @@
 #include "http/http_conf.h"
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
+#include "ops/admin_conf.h"
 #include "ops/log_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
@@ -54,6 +55,7 @@ typedef struct fy_config {
     fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
     fy_log_conf_t log;             /* `log` */
     fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
+    fy_admin_conf_t *admin;        /* `admin`: the admin listener (ops/admin.c), NULL = off */
     char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                       ~/.local/share/ferry (self-signed certs live there) */
     fy_conf_arena_t *arena;        /* owned: everything above lives in it */

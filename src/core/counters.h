@@ -133,9 +133,12 @@ void fy_counters_snapshot_free(fy_counters_snapshot_t *snap);
 int64_t fy_counters_snapshot_get(const fy_counters_snapshot_t *snap, const char *name,
                                  const char *labels);
 
-/* Write a snapshot as Prometheus text lines (`name{labels} value`; histograms as _bucket with
- * le in seconds, _sum in seconds, _count). Returns 0 or -errno. */
+/* Write a snapshot as text lines in registration order (`name{labels} value`; histograms as
+ * _bucket with le in seconds, _sum in seconds, _count): the debug dump. Returns 0 or -errno. */
 int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out);
+/* The same in the Prometheus text exposition format (GET /metrics): per family, in first-seen
+ * order, a HELP and a TYPE line and then all its samples together. Returns 0 or -errno. */
+int fy_counters_write_prometheus(const fy_counters_snapshot_t *snap, FILE *out);
 
 /* Process-wide counters that the lower layers (tls, h1/h2/h3, upstream, server) bump where
  * the event happens; registered by fy_counters_register_builtin (main thread, at startup).
@@ -150,6 +153,11 @@ extern fy_counter_id_t fy_cid_tls_handshakes[3];           /* ferry_tls_handshak
 extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_retries_total */
 extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
 extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
+enum { FY_CINT_DECRYPTED = 0, FY_CINT_PASSTHROUGH = 1, FY_CINT_N = 2 };
+extern fy_counter_id_t fy_cid_l4_sessions_total;  /* ferry_l4_sessions_total */
+extern fy_counter_id_t fy_cid_l4_sessions_active; /* ferry_l4_sessions_active (gauge) */
+extern fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N]; /* ferry_intercept_flows_total{mode} */
+extern fy_counter_id_t fy_cid_certs_forged; /* ferry_intercept_certs_forged_total */
 void fy_counters_register_builtin(void);
 
 /* a server connection of protocol p (FY_CPROTO_*) opened / closed */

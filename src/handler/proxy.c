@@ -1123,6 +1123,7 @@ static void attempt(proxy_req_t *pr)
     pr->server =
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
     pr->tried |= 1ull << (pr->server & 63);
+    pr->ex->upstream = up, pr->ex->upstream_server = pr->server; /* ops/http_metrics.c */
     pr->sent_any = false;
     pr->got_bytes = false;
     pr->o_head = pr->o_end = false;

@@ -60,6 +60,7 @@ struct fy_upstream {
        max-fails in a row and obeyed by every worker (each would otherwise keep sending
        until it had seen as many failures itself) */
     _Atomic uint64_t *ejected_until;
+    atomic_bool *drained; /* per server: the admin API drained it */
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -120,6 +121,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
     u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
     u->ejected_until = fy_xcalloc(u->nservers, sizeof *u->ejected_until);
+    u->drained = fy_xcalloc(u->nservers, sizeof *u->drained);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
     for (size_t i = 0; i < u->nservers; i++) {
         uint64_t h = 1469598103934665603ull;
@@ -154,6 +156,7 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->down);
     free(u->downs);
     free((void *)u->ejected_until);
+    free(u->drained);
     free(u->ids);
     free(u->probes);
     if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
@@ -340,7 +343,20 @@ bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_
 {
     return u->workers[w].srv[server].ejected_until <= now_ms &&
            atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
-           !atomic_load_explicit(&u->down[server], memory_order_relaxed);
+           !atomic_load_explicit(&u->down[server], memory_order_relaxed) &&
+           !atomic_load_explicit(&u->drained[server], memory_order_relaxed);
+}
+
+void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_server_state_t *st)
+{
+    st->down = atomic_load_explicit(&u->down[server], memory_order_relaxed);
+    st->drained = atomic_load_explicit(&u->drained[server], memory_order_relaxed);
+    st->ejected_until_ms = atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed);
+}
+
+void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained)
+{
+    atomic_store(&u->drained[server], drained);
 }
 
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
@@ -747,6 +763,7 @@ void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from)
             atomic_store(&to->down[i], atomic_load(&from->down[j]));
             atomic_store(&to->downs[i], atomic_load(&from->downs[j]));
             atomic_store(&to->ejected_until[i], atomic_load(&from->ejected_until[j]));
+            atomic_store(&to->drained[i], atomic_load(&from->drained[j]));
             break;
         }
 }
