@@ -166,6 +166,12 @@ static inline void fy_counters_conn_open(int p)
     fy_gauge_add(fy_cid_conns_active[p], 1);
     fy_counter_inc(fy_cid_conns_total[p]);
 }
+/* a layer-4 session (TCP connection or UDP flow) started; its close: -1 on the gauge */
+static inline void fy_counters_l4_open(void)
+{
+    fy_counter_inc(fy_cid_l4_sessions_total);
+    fy_gauge_add(fy_cid_l4_sessions_active, 1);
+}
 static inline void fy_counters_conn_close(int p)
 {
     fy_gauge_add(fy_cid_conns_active[p], -1);
