@@ -740,6 +740,10 @@ static int admin_request(const fy_admin_conf_t *ac, const char *method, const ch
                          char **out, char *why, size_t wlen)
 {
     *out = NULL;
+    if (ac->tls) { /* this small client speaks plain HTTP only */
+        snprintf(why, wlen, "admin listener %s uses TLS (not spoken by the CLI)", ac->address);
+        return -1;
+    }
     int fd = socket(ac->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct timeval tv = {30, 0}; /* a reload waits for every worker: up to 10 s */
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
@@ -1015,8 +1019,8 @@ static int cmd_config(bool check, bool need_file, int argc, char **argv)
     if (check && cfg->admin && fy_admin_conf_is_exposed(cfg->admin))
         fprintf(stderr,
                 "ferry: check: warning: admin.address %s is not a loopback address and admin "
-                "has no token: anyone who reaches it can read the metrics and change the "
-                "configuration\n",
+                "has no token (nor client-ca): anyone who reaches it can read the metrics and "
+                "change the configuration\n",
                 cfg->admin->address);
     if (check) {
         if (file)

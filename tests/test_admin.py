@@ -406,3 +406,45 @@ def test_admin_example_metrics_yaml(tmp_path):
         _, err = fp.communicate(timeout=30)
         o.shutdown()
     assert fp.returncode == 0, err
+
+
+def test_admin_client_certificate(server, tmp_path):
+    """admin.tls with client-ca: the TLS handshake needs a client certificate that CA signed;
+    without one (or with one from another CA) there is no answer at all."""
+    d = tmp_path / "pki"
+    d.mkdir()
+
+    def run(*a):
+        subprocess.run(["openssl", *a], check=True, capture_output=True, timeout=60)
+
+    for ca in ("ca", "other"):
+        run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(d / f"{ca}.key"), "-out", str(d / f"{ca}.pem"), "-days", "2",
+            "-subj", f"/CN={ca}")
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(d / f"{ca}-client.key"), "-out", str(d / f"{ca}-client.csr"),
+            "-subj", "/CN=operator")
+        run("x509", "-req", "-in", str(d / f"{ca}-client.csr"), "-CA", str(d / f"{ca}.pem"),
+            "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-out",
+            str(d / f"{ca}-client.pem"), "-days", "2")
+    srv = server(BASE.replace("admin:\n", f"data-dir: {{data}}\nadmin:\n  tls: self-signed\n"
+                                          f"  client-ca: {d / 'ca.pem'}\n"))
+    a = srv.ports[1]
+
+    def curl(*extra):
+        return subprocess.run(["curl", "-sS", "-k", "--max-time", "10", "-o", "/dev/null", "-w",
+                               "%{http_code}", *extra, f"https://127.0.0.1:{a}/metrics"],
+                              capture_output=True, text=True, timeout=30)
+    ok = curl("--cert", str(d / "ca-client.pem"), "--key", str(d / "ca-client.key"))
+    assert ok.returncode == 0 and ok.stdout == "200", ok.stderr
+    no = curl()
+    assert no.returncode != 0 and no.stdout == "000", (no.stdout, no.stderr)
+    wrong = curl("--cert", str(d / "other-client.pem"), "--key", str(d / "other-client.key"))
+    assert wrong.returncode != 0 and wrong.stdout == "000", (wrong.stdout, wrong.stderr)
+    # ferry check: client-ca counts as auth for a remote address; without tls it is an error
+    lst = "listeners:\n  - address: 127.0.0.1:1\nroutes:\n  - respond: {status: 204}\n"
+    rc, err, _ = check(tmp_path, lst + f"admin:\n  address: 0.0.0.0:1\n  allow-remote: true\n"
+                                       f"  tls: self-signed\n  client-ca: {d / 'ca.pem'}\n")
+    assert rc == 0 and "warning" not in err, err
+    rc, err, _ = check(tmp_path, lst + f"admin:\n  client-ca: {d / 'ca.pem'}\n")
+    assert rc == 1 and "admin.client-ca: needs tls" in err, err

@@ -22,6 +22,7 @@
 #include "net/listener_conf.h"
 #include "net/sock.h"
 #include "ops/http_metrics.h"
+#include "tls/tls.h"
 
 typedef struct admin_handler {
     fy_handler_t h;
@@ -41,6 +42,7 @@ struct fy_admin {
     fy_route_t route;
     fy_router_t router;
     fy_http_ctx_t ctx;
+    fy_tls_ctx_t *tls; /* owned: admin.tls, or NULL */
     atomic_bool stop;
     char *source;     /* owned: the file the process runs, NULL = embedded */
     char *cur, *prev; /* owned: running config text, and the one before (rollback) */
@@ -668,7 +670,6 @@ fy_admin_t *fy_admin_start(const fy_admin_conf_t *conf, const fy_http_limits_t *
                            const char *data_dir, const fy_admin_host_t *host, const char *source,
                            const char *text, size_t len)
 {
-    (void)data_dir;
     fy_admin_t *a = fy_xcalloc(1, sizeof *a);
     a->conf = conf;
     a->host = *host;
@@ -700,6 +701,18 @@ fy_admin_t *fy_admin_start(const fy_admin_conf_t *conf, const fy_http_limits_t *
         if (fd >= 0) close(fd);
         goto fail;
     }
+    if (conf->tls) {
+        static const char *const alpn[] = {"http/1.1", NULL};
+        a->tls = fy_tls_ctx_new(conf->tls, data_dir, alpn);
+        if (!a->tls ||
+            (conf->client_ca && fy_tls_ctx_require_client_cert(a->tls, conf->client_ca) < 0)) {
+            fy_log(FY_LOG_EMERG, "admin: TLS setup failed");
+            close(fd);
+            goto fail;
+        }
+        a->ctx.is_tls = true;
+        a->ctx.tls = a->tls;
+    }
     if (fy_loop_init(&a->loop) < 0) {
         close(fd);
         goto fail;
@@ -725,10 +738,12 @@ fy_admin_t *fy_admin_start(const fy_admin_conf_t *conf, const fy_http_limits_t *
         goto fail;
     }
     a->started = true;
-    fy_notice("admin API on http://%s/ (metrics at /metrics)%s", conf->address,
-              conf->token ? "; bearer token required" : "");
+    fy_notice("admin API on %s://%s/ (metrics at /metrics)%s%s", a->tls ? "https" : "http",
+              conf->address, conf->token ? "; bearer token required" : "",
+              conf->client_ca ? "; client certificate required" : "");
     return a;
 fail:
+    fy_tls_ctx_free(a->tls);
     free(a->source);
     free(a->cur);
     pthread_mutex_destroy(&a->mu);
@@ -748,6 +763,7 @@ void fy_admin_stop(fy_admin_t *a)
     free(a->source);
     free(a->cur);
     free(a->prev);
+    fy_tls_ctx_free(a->tls);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }

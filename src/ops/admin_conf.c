@@ -79,7 +79,7 @@ bool fy_admin_conf_is_loopback(const fy_admin_conf_t *c)
 
 bool fy_admin_conf_is_exposed(const fy_admin_conf_t *c)
 {
-    return !fy_admin_conf_is_loopback(c) && !c->token;
+    return !fy_admin_conf_is_loopback(c) && !c->token && !c->client_ca;
 }
 
 static int check_admin(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
@@ -89,7 +89,7 @@ static int check_admin(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
     if (a->addrlen && !fy_admin_conf_is_loopback(a) && !a->allow_remote) {
         fy_conf_error(ctx, fy_conf_map_at(map, "address"), "address",
                       "%s is not a loopback address; the admin API can change the "
-                      "configuration: set allow-remote: true (with a token) to "
+                      "configuration: set allow-remote: true (with a token or client-ca) to "
                       "serve it to other hosts",
                       a->address);
         rc = -1;
@@ -97,6 +97,11 @@ static int check_admin(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
     if (a->token && a->token_file && fy_conf_map_at(map, "token") != map) {
         fy_conf_error(ctx, fy_conf_map_at(map, "token-file"), "token-file",
                       "give token or token-file, not both");
+        rc = -1;
+    }
+    if (a->client_ca && !a->tls) {
+        fy_conf_error(ctx, fy_conf_map_at(map, "client-ca"), "client-ca",
+                      "needs tls (client certificates are checked in the TLS handshake)");
         rc = -1;
     }
     return rc;
@@ -113,8 +118,8 @@ const fy_conf_directive_t fy_admin_conf_table[] = {
      .type = FY_CT_BOOL,
      .offset = A(allow_remote),
      .dflt = "false",
-     .doc = "Allow a non-loopback `address` (then give a `token`: `ferry check` warns without "
-            "one)."},
+     .doc = "Allow a non-loopback `address` (then give `token` or `client-ca`: `ferry check` "
+            "warns without either)."},
     {.key = "token",
      .type = FY_CT_STRING,
      .offset = A(token),
@@ -125,6 +130,19 @@ const fy_conf_directive_t fy_admin_conf_table[] = {
      .offset = A(token_file),
      .validate = validate_token_file,
      .doc = "Read the bearer token from the first line of this file (at load and reload)."},
+    {.key = "tls",
+     .type = FY_CT_TABLE_PTR,
+     .offset = A(tls),
+     .sub = fy_tls_conf_table,
+     .sub_size = sizeof(fy_tls_conf_t),
+     .shorthand_key = "self-signed",
+     .doc = "Serve the admin listener over TLS (the keys of a listener's `tls`)."},
+    {.key = "client-ca",
+     .type = FY_CT_STRING,
+     .offset = A(client_ca),
+     .validate = fy_conf_valid_readable_file,
+     .doc = "PEM file of CAs: TLS clients must present a certificate one of them signed "
+            "(needs `tls`)."},
     {.key = "max-body",
      .type = FY_CT_SIZE,
      .offset = A(max_body),
