@@ -111,6 +111,7 @@ FAMILIES = [
     "ferry_intercept_flows_total", "ferry_intercept_certs_forged_total",
     "ferry_process_resident_memory_bytes", "ferry_config_generation",
     "ferry_upstream_server_up", "ferry_upstream_server_ejected", "ferry_upstream_server_drained",
+    "ferry_upstream_pool_idle",
 ]
 
 
@@ -176,6 +177,7 @@ admin:
     assert s[("ferry_upstream_responses_total", "{" + up + ',code="2xx"}')] == 1
     assert s[("ferry_upstream_ttfb_seconds_count", "{" + up + "}")] == 1
     assert s[("ferry_upstream_server_up", "{" + up + "}")] == 1
+    assert s[("ferry_upstream_pool_idle", "{" + up + "}")] == 1  # the h1 origin conn, kept
     assert s[("ferry_intercept_flows_total", '{mode="decrypted"}')] == 1
     assert s[("ferry_intercept_certs_forged_total", "{}")] == 1
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1

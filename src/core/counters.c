@@ -144,6 +144,20 @@ fy_counter_id_t fy_counter_register_block(const char *const *names, const char *
     return first;
 }
 
+fy_counter_id_t *fy_counters_register_servers(const char *name, int kind, const char *upstream,
+                                              const void *items, size_t n, size_t stride,
+                                              size_t url_off)
+{
+    fy_counter_id_t *ids = fy_xcalloc(n ? n : 1, sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        const char *url = *(char *const *)((const char *)items + i * stride + url_off);
+        char lab[512];
+        snprintf(lab, sizeof lab, "upstream=\"%s\",server=\"%s\"", upstream, url);
+        ids[i] = fy_counter_register(name, lab, kind);
+    }
+    return ids;
+}
+
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels)
 {
     if (!labels) labels = "";
@@ -248,6 +262,7 @@ static const char *const helps[][2] = {
     {"ferry_upstream_responses_total", "Proxied exchanges by upstream server and status class."},
     {"ferry_upstream_ttfb_seconds", "Time to the response head of proxied exchanges, per server."},
     {"ferry_upstream_duration_seconds", "Total time of proxied exchanges, per upstream server."},
+    {"ferry_upstream_pool_idle", "Idle keep-alive HTTP/1.1 connections pooled per server."},
     {"ferry_l4_sessions_total", "Layer-4 sessions (TCP connections, UDP flows) started."},
     {"ferry_l4_sessions_active", "Layer-4 sessions open."},
     {"ferry_intercept_flows_total", "Intercepted CONNECT/SOCKS/transparent flows, by mode."},

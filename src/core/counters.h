@@ -58,6 +58,12 @@ fy_counter_id_t fy_counter_register(const char *name, const char *labels, int ki
  * earlier registration. Thread-safe. */
 fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
                                           const int *kinds, size_t n);
+/* Register `name` once per upstream server, labels upstream="UPSTREAM",server="URL" where URL
+ * is the char * at `url_off` in each of `n` items of `stride` bytes from `items`. Returns an
+ * owned array of n ids (free() it; ids of a full table are 0). Thread-safe. */
+fy_counter_id_t *fy_counters_register_servers(const char *name, int kind, const char *upstream,
+                                              const void *items, size_t n, size_t stride,
+                                              size_t url_off);
 /* The id of name+labels if registered, else 0. */
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels);
 

@@ -1,6 +1,7 @@
 #include "upstream/upstream.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -61,6 +62,7 @@ struct fy_upstream {
        until it had seen as many failures itself) */
     _Atomic uint64_t *ejected_until;
     atomic_bool *drained; /* per server: the admin API drained it */
+    fy_counter_id_t *pool_ids; /* per server: ferry_upstream_pool_idle (configured upstreams) */
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -78,7 +80,12 @@ struct fy_upstream {
 
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
-    return fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    if (u)
+        u->pool_ids = fy_counters_register_servers(
+            "ferry_upstream_pool_idle", FY_GAUGE, conf->name, u->servers, u->nservers,
+            sizeof *u->servers, offsetof(fy_upstream_server_conf_t, url));
+    return u;
 }
 
 fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
@@ -157,6 +164,7 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->downs);
     free((void *)u->ejected_until);
     free(u->drained);
+    free(u->pool_ids);
     free(u->ids);
     free(u->probes);
     if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
@@ -389,6 +397,7 @@ static void pool_unlink(fy_origin_conn_t *oc)
     if (oc->pool_next) oc->pool_next->pool_prev = oc->pool_prev;
     oc->pool_next = oc->pool_prev = NULL;
     s->nidle--;
+    if (oc->up->pool_ids) fy_gauge_add(oc->up->pool_ids[oc->server], -1);
 }
 
 static void oc_close(fy_origin_conn_t *oc)
@@ -570,6 +579,7 @@ void fy_origin_release(fy_origin_conn_t *oc, bool reusable)
         if (s->idle) s->idle->pool_prev = oc;
         s->idle = oc;
         s->nidle++;
+        if (oc->up->pool_ids) fy_gauge_add(oc->up->pool_ids[oc->server], 1);
         /* watch for the origin closing it while idle */
         fy_io_set(oc->loop, &oc->io, EPOLLIN);
         fy_timer_start(oc->loop, &oc->timer, oc->up->conf->keepalive_timeout_ms);
