@@ -109,8 +109,11 @@ static FILE *reply_open(reply_t *r)
 static void reply_send(fy_exchange_t *ex, reply_t *r, int status, const char *ctype)
 {
     fclose(r->f);
-    fy_exchange_respond(ex, status, ctype, r->buf, r->len);
+    /* the body must live until the exchange is done (the sink references large ones) */
+    char *body = fy_arena_alloc(ex->arena, r->len ? r->len : 1);
+    memcpy(body, r->buf, r->len);
     free(r->buf);
+    fy_exchange_respond(ex, status, ctype, body, r->len);
 }
 
 static void json_error(fy_exchange_t *ex, int status, const char *msg)
