@@ -686,6 +686,7 @@ static void reload(fy_server_t *s)
 
 static int run(fy_config_t *cfg)
 {
+    if (cfg->admin) fy_admin_prepare(); /* detailed metrics, before anything is built */
     fy_server_t *s = fy_server_new(cfg);
     if (!s) return EXIT_CONFIG;
     /* signals go to this thread only: workers never see them */
@@ -696,7 +697,6 @@ static int run(fy_config_t *cfg)
     sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (cfg->admin) fy_admin_prepare(); /* the metrics observer, before the workers start */
     int r = fy_server_start(s);
     if (r < 0) {
         fy_log(FY_LOG_EMERG, "cannot start workers: %s", strerror(-r));

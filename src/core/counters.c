@@ -25,6 +25,8 @@ typedef struct desc {
 
 /* Slot 0 is the scratch slot of id 0; registered ids start at 1. The unbound array is bss:
  * untouched pages cost no memory. */
+bool fy_counters_detail;
+
 static _Alignas(64) _Atomic uint64_t unbound[FY_COUNTERS_MAX_SLOTS];
 _Thread_local _Atomic uint64_t *fy__counters_mine = unbound;
 

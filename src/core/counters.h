@@ -19,6 +19,7 @@
 #define FY_CORE_COUNTERS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +59,10 @@ fy_counter_id_t fy_counter_register(const char *name, const char *labels, int ki
  * earlier registration. Thread-safe. */
 fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
                                           const int *kinds, size_t n);
+/* Something reads the detailed families (the admin listener's /metrics): the layers register
+ * and bump their per-server series only then (a NULL check otherwise). Set at startup, before
+ * any upstream is built (fy_http_metrics_want). */
+extern bool fy_counters_detail;
 /* Register `name` once per upstream server, labels upstream="UPSTREAM",server="URL" where URL
  * is the char * at `url_off` in each of `n` items of `stride` bytes from `items`. Returns an
  * owned array of n ids (free() it; ids of a full table are 0). Thread-safe. */

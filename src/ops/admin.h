@@ -45,13 +45,12 @@ typedef struct fy_admin fy_admin_t;
  * the timeouts); `host` is copied. `source` is the config file the process runs (NULL: the
  * embedded text `text`), `text`/`len` the running config's text (copied; kept for
  * rollback). `data_dir` for a self-signed certificate. Returns NULL after logging why. Main
- * thread, after the server started. Also attaches the metrics observer: call
- * fy_http_metrics_want() before the workers start (fy_admin_prepare). */
+ * thread, after the server started (call fy_admin_prepare before building it). */
 fy_admin_t *fy_admin_start(const fy_admin_conf_t *conf, const fy_http_limits_t *limits,
                            const char *data_dir, const fy_admin_host_t *host, const char *source,
                            const char *text, size_t len);
-/* The process will run an admin listener: turn the per-exchange metrics on (before the
- * workers start). */
+/* The process will run an admin listener: turn the detailed metrics on (the per-exchange
+ * observer, per-server series). Main thread, before the server is built. */
 void fy_admin_prepare(void);
 /* Stop the thread, close every admin connection, free. Main thread; NULL is fine. */
 void fy_admin_stop(fy_admin_t *a);

@@ -180,17 +180,15 @@ void fy_http_metrics_free(fy_http_metrics_t *m)
     free(m);
 }
 
-static bool metrics_read; /* the admin listener serves /metrics */
-
 void fy_http_metrics_want(void)
 {
-    metrics_read = true;
+    fy_counters_detail = true; /* the admin listener serves /metrics */
 }
 
 bool fy_http_metrics_wanted(void)
 {
     const char *path = getenv("FERRY_DUMP_COUNTERS");
-    return metrics_read || (path && *path);
+    return fy_counters_detail || (path && *path);
 }
 
 void fy_http_metrics_dump_env(void)

@@ -81,7 +81,7 @@ struct fy_upstream {
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
     fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
-    if (u)
+    if (u && fy_counters_detail)
         u->pool_ids = fy_counters_register_servers(
             "ferry_upstream_pool_idle", FY_GAUGE, conf->name, u->servers, u->nservers,
             sizeof *u->servers, offsetof(fy_upstream_server_conf_t, url));
