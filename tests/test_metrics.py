@@ -181,6 +181,11 @@ admin:
     assert s[("ferry_intercept_flows_total", '{mode="decrypted"}')] == 1
     assert s[("ferry_intercept_certs_forged_total", "{}")] == 1
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1
+    # the admin listener's own connections (these scrapes) are not counted
+    before = s[("ferry_connections_total", '{proto="h1"}')]
+    for _ in range(3):
+        metrics(a)
+    assert samples(metrics(a))[("ferry_connections_total", '{proto="h1"}')] == before
     assert s[("ferry_tls_handshakes_total", '{result="full"}')] >= 2
     assert s[("ferry_config_generation", "")] == 1
     assert s[("ferry_process_resident_memory_bytes", "")] > 1 << 20

@@ -29,6 +29,13 @@ bool fy_counters_detail;
 
 static _Alignas(64) _Atomic uint64_t unbound[FY_COUNTERS_MAX_SLOTS];
 _Thread_local _Atomic uint64_t *fy__counters_mine = unbound;
+/* written by threads whose own traffic is not to be counted (the admin listener); never read */
+static _Alignas(64) _Atomic uint64_t discarded[FY_COUNTERS_MAX_SLOTS];
+
+void fy_counters_bind_discard(void)
+{
+    fy__counters_mine = discarded;
+}
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t **workers; /* owned: nworkers arrays of MAX_SLOTS, each mmap'd */

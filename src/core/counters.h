@@ -45,6 +45,9 @@ int fy_counters_init(int nworkers);
 /* The calling thread writes worker `worker`'s array from now on (worker < the init count; out
  * of range: the unbound array). */
 void fy_counters_bind(int worker);
+/* The calling thread's writes go to an array nobody sums: its own connections do not count
+ * (the admin listener, so that scrapes do not show up as traffic). */
+void fy_counters_bind_discard(void);
 
 /* Register a counter, gauge or histogram named `name` (Prometheus-style: [a-z_][a-z0-9_]*)
  * with `labels` (already rendered: `listener="a",route="0"`, or "" / NULL). Both strings are

@@ -652,6 +652,7 @@ static void *admin_main(void *arg)
 {
     fy_admin_t *a = arg;
     fy_log_set_worker(-1);
+    fy_counters_bind_discard(); /* scrapes and API calls are not traffic */
     fy_loop_run(&a->loop);
     fy_io_set(&a->loop, &a->lio, 0);
     close(a->lio.fd);
