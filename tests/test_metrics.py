@@ -223,3 +223,45 @@ def test_metrics_promtool_rejects_broken_output():
     assert rc != 0 and "no help text" in out, out
     rc, out = promtool("# HELP x a\n# TYPE x counter\nx 1\n")
     assert rc != 0 and "_total" in out, out
+
+
+def test_metrics_upstream_retries_and_ejections_per_server(server):
+    """A server that refuses connections: the request is retried on the other one (counted on
+    the failing server), the failure ejects it (max-fails 1), and the next requests go to the
+    live one only; the per-server series and the health gauges say so."""
+    dead = free_port()  # nothing listens there
+    srv = server(f"""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{{port}}
+    name: front
+  - address: 127.0.0.1:{{port3}}
+    name: origin
+upstreams:
+  - name: pair
+    servers: [http://127.0.0.1:{dead}, http://127.0.0.1:{{port3}}]
+    max-fails: 1
+    fail-timeout: 60s
+routes:
+  - match: {{{{path: /p/}}}}
+    proxy: {{{{upstream: pair, strip-prefix: /p}}}}
+  - respond: {{{{status: 200, body: "live\\n"}}}}
+admin:
+  address: 127.0.0.1:{{port2}}
+""".replace("{{{{", "{{").replace("}}}}", "}}"))
+    p, a, o = srv.ports[0], srv.ports[1], srv.ports[2]
+    for _ in range(4):
+        st, _, body = http_request(p, "/p/")
+        assert (st, body) == (200, b"live\n")
+    s = samples(metrics(a))
+    d = f'{{upstream="pair",server="http://127.0.0.1:{dead}"}}'
+    lv = f'{{upstream="pair",server="http://127.0.0.1:{o}"}}'
+    assert s[("ferry_upstream_server_retries_total", d)] == 1
+    assert s[("ferry_upstream_server_retries_total", lv)] == 0
+    assert s[("ferry_upstream_server_ejections_total", d)] == 1
+    assert s[("ferry_upstream_server_ejected", d)] == 1
+    assert s[("ferry_upstream_server_up", d)] == 0 and s[("ferry_upstream_server_up", lv)] == 1
+    assert s[("ferry_upstream_retries_total", "{}")] == 1
+    assert s[("ferry_upstream_responses_total", lv[:-1] + ',code="2xx"}')] == 4
+    rc, out = promtool(metrics(a))
+    assert rc == 0, out

@@ -272,6 +272,8 @@ static const char *const helps[][2] = {
     {"ferry_upstream_ttfb_seconds", "Time to the response head of proxied exchanges, per server."},
     {"ferry_upstream_duration_seconds", "Total time of proxied exchanges, per upstream server."},
     {"ferry_upstream_pool_idle", "Idle keep-alive HTTP/1.1 connections pooled per server."},
+    {"ferry_upstream_server_retries_total", "Requests sent again after this server failed them."},
+    {"ferry_upstream_server_ejections_total", "Passive ejections of this server."},
     {"ferry_l4_sessions_total", "Layer-4 sessions (TCP connections, UDP flows) started."},
     {"ferry_l4_sessions_active", "Layer-4 sessions open."},
     {"ferry_intercept_flows_total", "Intercepted CONNECT/SOCKS/transparent flows, by mode."},

@@ -349,7 +349,7 @@ static void origin_failed(proxy_req_t *pr, int status, const char *why, bool cou
         return;
     }
     if (retry) {
-        fy_counter_inc(fy_cid_upstream_retries);
+        fy_upstream_count_retry(pr->ph->up, pr->server);
         attempt(pr);
         return;
     }

@@ -62,7 +62,8 @@ struct fy_upstream {
        until it had seen as many failures itself) */
     _Atomic uint64_t *ejected_until;
     atomic_bool *drained; /* per server: the admin API drained it */
-    fy_counter_id_t *pool_ids; /* per server: ferry_upstream_pool_idle (configured upstreams) */
+    /* per server, configured upstreams with detailed metrics only (fy_counters_detail) */
+    fy_counter_id_t *pool_ids, *retry_ids, *eject_ids;
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -81,10 +82,17 @@ struct fy_upstream {
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
     fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
-    if (u && fy_counters_detail)
-        u->pool_ids = fy_counters_register_servers(
-            "ferry_upstream_pool_idle", FY_GAUGE, conf->name, u->servers, u->nservers,
-            sizeof *u->servers, offsetof(fy_upstream_server_conf_t, url));
+    if (u && fy_counters_detail) {
+        size_t st = sizeof *u->servers, off = offsetof(fy_upstream_server_conf_t, url);
+        u->pool_ids = fy_counters_register_servers("ferry_upstream_pool_idle", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
+        u->retry_ids = fy_counters_register_servers("ferry_upstream_server_retries_total",
+                                                    FY_COUNTER, conf->name, u->servers,
+                                                    u->nservers, st, off);
+        u->eject_ids = fy_counters_register_servers("ferry_upstream_server_ejections_total",
+                                                    FY_COUNTER, conf->name, u->servers,
+                                                    u->nservers, st, off);
+    }
     return u;
 }
 
@@ -165,6 +173,8 @@ void fy_upstream_free(fy_upstream_t *u)
     free((void *)u->ejected_until);
     free(u->drained);
     free(u->pool_ids);
+    free(u->retry_ids);
+    free(u->eject_ids);
     free(u->ids);
     free(u->probes);
     if (!u->tls_shared) fy_tls_client_ctx_free(u->tls);
@@ -323,6 +333,7 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
     if (++s->fails >= (unsigned)u->conf->max_fails) {
         if (atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms) {
             fy_counter_inc(fy_cid_upstream_ejections);
+            if (u->eject_ids) fy_counter_inc(u->eject_ids[server]);
             char a[64];
             fy_warn(
                 "upstream %s: server %s ejected for %llu ms after %u failures", u->conf->name,
@@ -373,6 +384,12 @@ void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
     /* the newest sample weighs 20%: about the last ten responses count */
     s->ewma_us = s->samples ? s->ewma_us * 0.8 + (double)us * 0.2 : (double)us;
     s->samples++;
+}
+
+void fy_upstream_count_retry(fy_upstream_t *u, int server)
+{
+    fy_counter_inc(fy_cid_upstream_retries);
+    if (u->retry_ids) fy_counter_inc(u->retry_ids[server]);
 }
 
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta)

@@ -83,6 +83,9 @@ void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained);
 
 /* Time to first byte of a response from `server` (least-time). */
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us);
+/* A request is sent again after `server` failed it (ferry_upstream_retries_total, and per
+ * server with detailed metrics). */
+void fy_upstream_count_retry(fy_upstream_t *u, int server);
 /* Requests in flight on a server from worker w (least-requests bookkeeping). */
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta);
 
