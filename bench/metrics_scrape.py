@@ -9,6 +9,10 @@ second during the run. Runs alternate (plain, metrics) RUNS times; the table has
 and the ratio. Every run must have zero errors.
 
     bench/metrics_scrape.py [--runs 3] [--seconds 8] [--build build]
+    bench/metrics_scrape.py --instructions   # callgrind: marginal instructions per request
+
+--instructions runs each arm's proxy under callgrind twice (200 and 2200 requests, no scrapes)
+and prints (I(2200) - I(200)) / 2000: what one request costs, whatever the machine's load.
 """
 import argparse
 import json
@@ -51,6 +55,48 @@ def start(ferry, tmp, name, text, cpu):
     return subprocess.Popen(["taskset", "-c", cpu, ferry, "run", "-c", str(f), "--pid-file",
                              str(Path(tmp) / f"{name}.pid")], stdout=subprocess.DEVNULL,
                             stderr=open(Path(tmp) / f"{name}.log", "w"))
+
+
+def arm_text(port, aport, origin_port, metrics):
+    text = f"""workers: 1
+listeners:
+  - address: 127.0.0.1:{port}
+upstreams:
+  - name: o
+    servers: [http://127.0.0.1:{origin_port}]
+routes:
+  - proxy: o
+log: {{level: warn}}
+"""
+    if metrics:
+        text += f"admin:\n  address: 127.0.0.1:{aport}\n"
+    return text
+
+
+def instructions(args, tmp, origin_port, metrics, n):
+    port, aport = free_port(), free_port()
+    f = Path(tmp) / "cg.yaml"
+    f.write_text(arm_text(port, aport, origin_port, metrics))
+    out = Path(tmp) / f"cg.{metrics}.{n}"
+    p = subprocess.Popen(["taskset", "-c", "0", "valgrind", "--tool=callgrind",
+                          f"--callgrind-out-file={out}", args.ferry, "run", "-c", str(f),
+                          "--pid-file", str(Path(tmp) / "cg.pid")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, p)
+        r = subprocess.run(["taskset", "-c", "1", args.load, f"http://127.0.0.1:{port}/", "-c",
+                            "1", "-n", str(n), "--json"], capture_output=True, text=True,
+                           timeout=600)
+        rep = json.loads(r.stdout)
+        if rep["errors"] or rep["requests"] != n:
+            raise SystemExit(f"bad callgrind run: {rep}")
+    finally:
+        p.terminate()
+        p.wait(120)
+    for line in out.read_text().splitlines():
+        if line.startswith("totals:") or line.startswith("summary:"):
+            return int(line.split()[1])
+    raise SystemExit("no callgrind totals")
 
 
 def one(args, tmp, origin_port, metrics):
@@ -103,6 +149,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--instructions", action="store_true")
     args = ap.parse_args()
     args.ferry = str(Path(args.build) / "ferry")
     args.load = str(Path(args.build) / "ferry-load")
@@ -117,6 +164,18 @@ log: {{level: warn}}
 """, "1")
         try:
             wait_port(oport, origin)
+            if args.instructions:
+                cost = {}
+                for m in (False, True):
+                    a1 = instructions(args, tmp, oport, m, 200)
+                    a2 = instructions(args, tmp, oport, m, 2200)
+                    cost[m] = (a2 - a1) / 2000
+                print("| row | instructions per request (callgrind, marginal) | vs plain |")
+                print("|---|---|---|")
+                print(f"| proxy h1 → h1 origin | {cost[False]:,.0f} | 1.00× |")
+                print(f"| same, metrics on | {cost[True]:,.0f} | "
+                      f"{cost[True] / cost[False]:.3f}× |")
+                return
             plain, met, size = [], [], []
             for _ in range(args.runs):
                 plain.append(one(args, tmp, oport, False)[0])
