@@ -263,7 +263,8 @@ static const char *const helps[][2] = {
     {"ferry_upstream_retries_total", "Proxied requests sent again to another attempt."},
     {"ferry_upstream_ejections_total", "Upstream servers ejected after consecutive failures."},
     {"ferry_limit_rejections_total", "Requests or connections refused by a named limit."},
-    {"ferry_http_responses_total", "Finished exchanges by listener, route, status class, protocol."},
+    {"ferry_http_responses_total",
+     "Finished exchanges by listener, route, status class, protocol."},
     {"ferry_http_request_bytes_total", "Request body bytes received."},
     {"ferry_http_response_bytes_total", "Response body bytes sent."},
     {"ferry_http_ttfb_seconds", "Time from the request head to the response head, per route."},
@@ -370,6 +371,5 @@ void fy_counters_register_builtin(void)
     for (int i = 0; i < FY_CINT_N; i++)
         fy_cid_intercept_flows[i] =
             fy_counter_register("ferry_intercept_flows_total", modes[i], FY_COUNTER);
-    fy_cid_certs_forged =
-        fy_counter_register("ferry_intercept_certs_forged_total", "", FY_COUNTER);
+    fy_cid_certs_forged = fy_counter_register("ferry_intercept_certs_forged_total", "", FY_COUNTER);
 }

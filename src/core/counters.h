@@ -168,10 +168,10 @@ extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_ret
 extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
 extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
 enum { FY_CINT_DECRYPTED = 0, FY_CINT_PASSTHROUGH = 1, FY_CINT_N = 2 };
-extern fy_counter_id_t fy_cid_l4_sessions_total;  /* ferry_l4_sessions_total */
-extern fy_counter_id_t fy_cid_l4_sessions_active; /* ferry_l4_sessions_active (gauge) */
+extern fy_counter_id_t fy_cid_l4_sessions_total;          /* ferry_l4_sessions_total */
+extern fy_counter_id_t fy_cid_l4_sessions_active;         /* ferry_l4_sessions_active (gauge) */
 extern fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N]; /* ferry_intercept_flows_total{mode} */
-extern fy_counter_id_t fy_cid_certs_forged; /* ferry_intercept_certs_forged_total */
+extern fy_counter_id_t fy_cid_certs_forged;               /* ferry_intercept_certs_forged_total */
 void fy_counters_register_builtin(void);
 
 /* a server connection of protocol p (FY_CPROTO_*) opened / closed */
