@@ -16,6 +16,7 @@
 #include "http/http_conf.h"
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
+#include "ops/admin_conf.h"
 #include "ops/log_conf.h"
 #include "policy/trace_conf.h"
 #include "quic/quic_conf.h"
@@ -56,6 +57,7 @@ typedef struct fy_config {
     fy_log_conf_t log;             /* `log` */
     fy_trace_conf_t tracing;       /* `tracing` (policy/trace_conf.c) */
     fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
+    fy_admin_conf_t *admin;        /* `admin`: the admin listener (ops/admin.c), NULL = off */
     char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                       ~/.local/share/ferry (self-signed certs live there) */
     fy_conf_arena_t *arena;        /* owned: everything above lives in it */

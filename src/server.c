@@ -341,6 +341,18 @@ void fy_server_print_urls(const fy_server_t *s, FILE *out)
     fy_l4_print(s->l4, out);
 }
 
+const fy_config_t *fy_server_config(const fy_server_t *s, unsigned *generation)
+{
+    if (generation) *generation = s->gen->id;
+    return s->gen->cfg;
+}
+
+size_t fy_server_upstreams(const fy_server_t *s, fy_upstream_t *const **v)
+{
+    *v = s->gen->upstreams;
+    return s->gen->cfg->upstreams.n;
+}
+
 fy_handler_t *fy_server_mitm(fy_server_t *s)
 {
     return s->gen ? s->gen->mitm : NULL;

@@ -13,7 +13,8 @@ fy_server_t *fy_server_new(const fy_config_t *cfg);
 /* Reload: build a new generation from `cfg` (owned: freed on failure, or with its
  * generation once no connection uses it), bind the listeners it adds, and hand it to every
  * worker through its loop; connections already open finish on the generation they started
- * on, unchanged listeners keep their sockets. Main thread only, after fy_server_start.
+ * on, unchanged listeners keep their sockets. One thread at a time (main.c serializes SIGHUP
+ * and the admin API), after fy_server_start.
  * Returns 0 once every worker took it (logged "reload: generation N active on all
  * workers"), or -1 after logging why (the running generation goes on serving). */
 int fy_server_reload(fy_server_t *s, fy_config_t *cfg);
@@ -26,6 +27,11 @@ void fy_server_free(fy_server_t *s);
 /* The intercepting proxy's handler (listeners of kind intercept/socks5), or NULL. */
 struct fy_handler;
 struct fy_handler *fy_server_mitm(fy_server_t *s);
+/* The current generation's config, id and upstreams (ops/admin.c through main.c). Read them
+ * on the thread that reloads, or under the lock that serializes reloads (main.c). */
+struct fy_upstream;
+const fy_config_t *fy_server_config(const fy_server_t *s, unsigned *generation);
+size_t fy_server_upstreams(const fy_server_t *s, struct fy_upstream *const **v);
 /* Print one line per listener URL ("http://127.0.0.1:8080/") to `out`. */
 void fy_server_print_urls(const fy_server_t *s, FILE *out);
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ["README.md", "docs/CONFIG.md", "docs/MITM.md"]
+DOCS = ["README.md", "docs/CONFIG.md", "docs/MITM.md", "docs/OPERATIONS.md"]
 BUILTIN_HEADING = "## Example: the built-in configuration"
 FRAGMENT = "# fragment"
 

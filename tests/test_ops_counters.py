@@ -62,7 +62,7 @@ log:
 def parse(text):
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^([a-z_]+)\{(.*)\} (-?[0-9.]+)$", line)
+        m = re.match(r"^([a-z0-9_]+)\{(.*)\} (-?[0-9.]+)$", line)
         assert m, f"bad dump line: {line!r}"
         out[(m.group(1), m.group(2))] = float(m.group(3)) if "." in m.group(3) else int(m.group(3))
     return out

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,8 +25,17 @@ typedef struct desc {
 
 /* Slot 0 is the scratch slot of id 0; registered ids start at 1. The unbound array is bss:
  * untouched pages cost no memory. */
+bool fy_counters_detail;
+
 static _Alignas(64) _Atomic uint64_t unbound[FY_COUNTERS_MAX_SLOTS];
 _Thread_local _Atomic uint64_t *fy__counters_mine = unbound;
+/* written by threads whose own traffic is not to be counted (the admin listener); never read */
+static _Alignas(64) _Atomic uint64_t discarded[FY_COUNTERS_MAX_SLOTS];
+
+void fy_counters_bind_discard(void)
+{
+    fy__counters_mine = discarded;
+}
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t **workers; /* owned: nworkers arrays of MAX_SLOTS, each mmap'd */
@@ -143,6 +153,20 @@ fy_counter_id_t fy_counter_register_block(const char *const *names, const char *
     return first;
 }
 
+fy_counter_id_t *fy_counters_register_servers(const char *name, int kind, const char *upstream,
+                                              const void *items, size_t n, size_t stride,
+                                              size_t url_off)
+{
+    fy_counter_id_t *ids = fy_xcalloc(n ? n : 1, sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        const char *url = *(char *const *)((const char *)items + i * stride + url_off);
+        char lab[512];
+        snprintf(lab, sizeof lab, "upstream=\"%s\",server=\"%s\"", upstream, url);
+        ids[i] = fy_counter_register(name, lab, kind);
+    }
+    return ids;
+}
+
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels)
 {
     if (!labels) labels = "";
@@ -230,27 +254,87 @@ static void write_seconds(FILE *out, uint64_t us)
             (unsigned long long)(us % 1000000));
 }
 
+/* HELP text of the families Ferry registers (unknown names get a generic one). */
+static const char *const helps[][2] = {
+    {"ferry_connections_active", "Open client connections, by protocol."},
+    {"ferry_connections_total", "Client connections accepted, by protocol."},
+    {"ferry_streams_active", "Requests in progress on open connections, by protocol."},
+    {"ferry_tls_handshakes_total", "TLS handshakes, both sides, by result."},
+    {"ferry_upstream_retries_total", "Proxied requests sent again to another attempt."},
+    {"ferry_upstream_ejections_total", "Upstream servers ejected after consecutive failures."},
+    {"ferry_limit_rejections_total", "Requests or connections refused by a named limit."},
+    {"ferry_http_responses_total",
+     "Finished exchanges by listener, route, status class, protocol."},
+    {"ferry_http_request_bytes_total", "Request body bytes received."},
+    {"ferry_http_response_bytes_total", "Response body bytes sent."},
+    {"ferry_http_ttfb_seconds", "Time from the request head to the response head, per route."},
+    {"ferry_http_duration_seconds", "Time from the request head to the end, per route."},
+    {"ferry_upstream_responses_total", "Proxied exchanges by upstream server and status class."},
+    {"ferry_upstream_ttfb_seconds", "Time to the response head of proxied exchanges, per server."},
+    {"ferry_upstream_duration_seconds", "Total time of proxied exchanges, per upstream server."},
+    {"ferry_upstream_pool_idle", "Idle keep-alive HTTP/1.1 connections pooled per server."},
+    {"ferry_upstream_server_retries_total", "Requests sent again after this server failed them."},
+    {"ferry_upstream_server_ejections_total", "Passive ejections of this server."},
+    {"ferry_l4_sessions_total", "Layer-4 sessions (TCP connections, UDP flows) started."},
+    {"ferry_l4_sessions_active", "Layer-4 sessions open."},
+    {"ferry_intercept_flows_total", "Intercepted CONNECT/SOCKS/transparent flows, by mode."},
+    {"ferry_intercept_certs_forged_total", "Certificates minted for interception."},
+};
+
+static const char *help_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
+        if (strcmp(helps[i][0], name) == 0) return helps[i][1];
+    return NULL;
+}
+
+static const char *const type_names[] = {"counter", "gauge", "histogram"};
+
+static void write_sample(const fy_counter_sample_t *s, FILE *out)
+{
+    const char *sep = s->labels[0] ? "," : "";
+    if (s->kind != FY_HISTOGRAM) {
+        fprintf(out, "%s{%s} %lld\n", s->name, s->labels, (long long)s->value);
+        return;
+    }
+    for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) {
+        fprintf(out, "%s_bucket{%s%sle=\"", s->name, s->labels, sep);
+        if (b < FY_HIST_NBOUNDS)
+            write_seconds(out, fy_hist_bounds_us[b]);
+        else
+            fputs("+Inf", out);
+        fprintf(out, "\"} %llu\n", (unsigned long long)s->buckets[b]);
+    }
+    fprintf(out, "%s_sum{%s} ", s->name, s->labels);
+    write_seconds(out, s->sum_us);
+    fprintf(out, "\n%s_count{%s} %lld\n", s->name, s->labels, (long long)s->value);
+}
+
 int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out)
 {
+    for (size_t i = 0; i < snap->n; i++) write_sample(&snap->v[i], out);
+    return ferror(out) ? -EIO : 0;
+}
+
+int fy_counters_write_prometheus(const fy_counters_snapshot_t *snap, FILE *out)
+{
+    /* the exposition format wants every family in one group under its HELP and TYPE: the
+       registry interleaves them (blocks), so write family by family in first-seen order */
+    bool *done = calloc(snap->n ? snap->n : 1, sizeof *done);
+    if (!done) return -ENOMEM;
     for (size_t i = 0; i < snap->n; i++) {
+        if (done[i]) continue;
         const fy_counter_sample_t *s = &snap->v[i];
-        const char *sep = s->labels[0] ? "," : "";
-        if (s->kind != FY_HISTOGRAM) {
-            fprintf(out, "%s{%s} %lld\n", s->name, s->labels, (long long)s->value);
-            continue;
-        }
-        for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) {
-            fprintf(out, "%s_bucket{%s%sle=\"", s->name, s->labels, sep);
-            if (b < FY_HIST_NBOUNDS)
-                write_seconds(out, fy_hist_bounds_us[b]);
-            else
-                fputs("+Inf", out);
-            fprintf(out, "\"} %llu\n", (unsigned long long)s->buckets[b]);
-        }
-        fprintf(out, "%s_sum{%s} ", s->name, s->labels);
-        write_seconds(out, s->sum_us);
-        fprintf(out, "\n%s_count{%s} %lld\n", s->name, s->labels, (long long)s->value);
+        const char *h = help_of(s->name);
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", s->name, h ? h : "Ferry metric.", s->name,
+                type_names[s->kind]);
+        for (size_t j = i; j < snap->n; j++)
+            if (!done[j] && snap->v[j].kind == s->kind && strcmp(snap->v[j].name, s->name) == 0) {
+                write_sample(&snap->v[j], out);
+                done[j] = true;
+            }
     }
+    free(done);
     return ferror(out) ? -EIO : 0;
 }
 
@@ -258,6 +342,8 @@ fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N], fy_cid_conns_total[FY_CPROTO_N
 fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N];
 fy_counter_id_t fy_cid_tls_handshakes[3];
 fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections, fy_cid_limit_connections;
+fy_counter_id_t fy_cid_l4_sessions_total, fy_cid_l4_sessions_active;
+fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
 
 void fy_counters_register_builtin(void)
 {
@@ -279,4 +365,11 @@ void fy_counters_register_builtin(void)
         fy_counter_register("ferry_upstream_ejections_total", "", FY_COUNTER);
     fy_cid_limit_connections =
         fy_counter_register("ferry_limit_rejections_total", "limit=\"connections\"", FY_COUNTER);
+    fy_cid_l4_sessions_total = fy_counter_register("ferry_l4_sessions_total", "", FY_COUNTER);
+    fy_cid_l4_sessions_active = fy_counter_register("ferry_l4_sessions_active", "", FY_GAUGE);
+    static const char *const modes[FY_CINT_N] = {"mode=\"decrypted\"", "mode=\"passthrough\""};
+    for (int i = 0; i < FY_CINT_N; i++)
+        fy_cid_intercept_flows[i] =
+            fy_counter_register("ferry_intercept_flows_total", modes[i], FY_COUNTER);
+    fy_cid_certs_forged = fy_counter_register("ferry_intercept_certs_forged_total", "", FY_COUNTER);
 }

@@ -19,6 +19,7 @@
 #define FY_CORE_COUNTERS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,9 @@ int fy_counters_init(int nworkers);
 /* The calling thread writes worker `worker`'s array from now on (worker < the init count; out
  * of range: the unbound array). */
 void fy_counters_bind(int worker);
+/* The calling thread's writes go to an array nobody sums: its own connections do not count
+ * (the admin listener, so that scrapes do not show up as traffic). */
+void fy_counters_bind_discard(void);
 
 /* Register a counter, gauge or histogram named `name` (Prometheus-style: [a-z_][a-z0-9_]*)
  * with `labels` (already rendered: `listener="a",route="0"`, or "" / NULL). Both strings are
@@ -58,6 +62,16 @@ fy_counter_id_t fy_counter_register(const char *name, const char *labels, int ki
  * earlier registration. Thread-safe. */
 fy_counter_id_t fy_counter_register_block(const char *const *names, const char *const *labels,
                                           const int *kinds, size_t n);
+/* Something reads the detailed families (the admin listener's /metrics): the layers register
+ * and bump their per-server series only then (a NULL check otherwise). Set at startup, before
+ * any upstream is built (fy_http_metrics_want). */
+extern bool fy_counters_detail;
+/* Register `name` once per upstream server, labels upstream="UPSTREAM",server="URL" where URL
+ * is the char * at `url_off` in each of `n` items of `stride` bytes from `items`. Returns an
+ * owned array of n ids (free() it; ids of a full table are 0). Thread-safe. */
+fy_counter_id_t *fy_counters_register_servers(const char *name, int kind, const char *upstream,
+                                              const void *items, size_t n, size_t stride,
+                                              size_t url_off);
 /* The id of name+labels if registered, else 0. */
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels);
 
@@ -133,9 +147,12 @@ void fy_counters_snapshot_free(fy_counters_snapshot_t *snap);
 int64_t fy_counters_snapshot_get(const fy_counters_snapshot_t *snap, const char *name,
                                  const char *labels);
 
-/* Write a snapshot as Prometheus text lines (`name{labels} value`; histograms as _bucket with
- * le in seconds, _sum in seconds, _count). Returns 0 or -errno. */
+/* Write a snapshot as text lines in registration order (`name{labels} value`; histograms as
+ * _bucket with le in seconds, _sum in seconds, _count): the debug dump. Returns 0 or -errno. */
 int fy_counters_write_text(const fy_counters_snapshot_t *snap, FILE *out);
+/* The same in the Prometheus text exposition format (GET /metrics): per family, in first-seen
+ * order, a HELP and a TYPE line and then all its samples together. Returns 0 or -errno. */
+int fy_counters_write_prometheus(const fy_counters_snapshot_t *snap, FILE *out);
 
 /* Process-wide counters that the lower layers (tls, h1/h2/h3, upstream, server) bump where
  * the event happens; registered by fy_counters_register_builtin (main thread, at startup).
@@ -150,6 +167,11 @@ extern fy_counter_id_t fy_cid_tls_handshakes[3];           /* ferry_tls_handshak
 extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_retries_total */
 extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
 extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
+enum { FY_CINT_DECRYPTED = 0, FY_CINT_PASSTHROUGH = 1, FY_CINT_N = 2 };
+extern fy_counter_id_t fy_cid_l4_sessions_total;          /* ferry_l4_sessions_total */
+extern fy_counter_id_t fy_cid_l4_sessions_active;         /* ferry_l4_sessions_active (gauge) */
+extern fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N]; /* ferry_intercept_flows_total{mode} */
+extern fy_counter_id_t fy_cid_certs_forged;               /* ferry_intercept_certs_forged_total */
 void fy_counters_register_builtin(void);
 
 /* a server connection of protocol p (FY_CPROTO_*) opened / closed */
@@ -157,6 +179,12 @@ static inline void fy_counters_conn_open(int p)
 {
     fy_gauge_add(fy_cid_conns_active[p], 1);
     fy_counter_inc(fy_cid_conns_total[p]);
+}
+/* a layer-4 session (TCP connection or UDP flow) started; its close: -1 on the gauge */
+static inline void fy_counters_l4_open(void)
+{
+    fy_counter_inc(fy_cid_l4_sessions_total);
+    fy_gauge_add(fy_cid_l4_sessions_active, 1);
 }
 static inline void fy_counters_conn_close(int p)
 {

@@ -6,6 +6,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
 
 static void test_registry(void)
 {
@@ -145,4 +147,49 @@ static void test_threads(void)
     fy_counters_snapshot_free(&s);
 }
 
-FY_TEST_MAIN(test_registry(), test_buckets(), test_threads())
+/* The exposition writer groups each family under one HELP and TYPE (the registry interleaves
+ * blocks); per-server registration; a discarding thread's writes are never summed. */
+static void test_prometheus(void)
+{
+    fy_counter_id_t x0 = fy_counter_register("p_x_total", "k=\"0\"", FY_COUNTER);
+    fy_counter_id_t y = fy_counter_register("p_y", "", FY_GAUGE);
+    fy_counter_id_t x1 = fy_counter_register("p_x_total", "k=\"1\"", FY_COUNTER);
+    fy_counter_add(x0, 2);
+    fy_counter_add(x1, 3);
+    fy_gauge_add(y, -1);
+    struct {
+        const char *pad;
+        char *url;
+    } sv[2] = {{"a", "http://h:1"}, {"b", "http://h:2"}};
+    fy_counter_id_t *ids = fy_counters_register_servers(
+        "p_srv_total", FY_COUNTER, "u", sv, 2, sizeof sv[0], offsetof(__typeof__(sv[0]), url));
+    CHECK(ids[0] && ids[1] && ids[0] != ids[1]);
+    CHECK_EQ_INT(fy_counter_lookup("p_srv_total", "upstream=\"u\",server=\"http://h:2\""), ids[1]);
+    fy_counter_inc(ids[1]);
+    free(ids);
+    fy_counters_snapshot_t s;
+    CHECK_EQ_INT(fy_counters_snapshot(&s), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK_EQ_INT(fy_counters_write_prometheus(&s, f), 0);
+    fclose(f);
+    const char *want = "# HELP p_x_total Ferry metric.\n# TYPE p_x_total counter\n"
+                       "p_x_total{k=\"0\"} 2\np_x_total{k=\"1\"} 3\n"
+                       "# HELP p_y Ferry metric.\n# TYPE p_y gauge\np_y{} -1\n";
+    CHECK(strstr(buf, want) != NULL);
+    CHECK(strstr(buf,
+                 "# TYPE p_srv_total counter\np_srv_total{upstream=\"u\",server=\"http://h:1\"} "
+                 "0\np_srv_total{upstream=\"u\",server=\"http://h:2\"} 1\n") != NULL);
+    free(buf);
+    fy_counters_snapshot_free(&s);
+    /* writes after bind_discard are not summed */
+    fy_counters_bind_discard();
+    fy_counter_add(x0, 100);
+    fy_counters_bind(-1); /* back to the unbound array */
+    CHECK_EQ_INT(fy_counters_snapshot(&s), 0);
+    CHECK_EQ_INT(fy_counters_snapshot_get(&s, "p_x_total", "k=\"0\""), 2);
+    fy_counters_snapshot_free(&s);
+}
+
+FY_TEST_MAIN(test_registry(), test_buckets(), test_threads(), test_prometheus())

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/log.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
@@ -230,6 +231,7 @@ static void relay_start_connected(fy__mitm_tunnel_t *t)
 
 static void start_relay(fy__mitm_tunnel_t *t)
 {
+    fy_counter_inc(fy_cid_intercept_flows[FY_CINT_PASSTHROUGH]);
     if (t->oio.fd >= 0) { /* connected before the 200 */
         relay_start_connected(t);
         return;
@@ -329,6 +331,7 @@ void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
         fy__mitm_tunnel_close(t);
         return;
     }
+    fy_counter_inc(fy_cid_intercept_flows[FY_CINT_DECRYPTED]);
     t->state = FY__MITM_S_HELLO;
     fy__mitm_drive_client(t);
 }

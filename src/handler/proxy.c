@@ -116,7 +116,7 @@ void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail
         return;
     }
     if (retry) {
-        fy_counter_inc(fy_cid_upstream_retries);
+        fy_upstream_count_retry(pr->ph->up, pr->server);
         attempt(pr);
         return;
     }
@@ -361,6 +361,7 @@ static void attempt(proxy_req_t *pr)
     pr->server =
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
     pr->tried |= 1ull << (pr->server & 63);
+    pr->ex->upstream = up, pr->ex->upstream_server = pr->server; /* ops/http_metrics.c */
     pr->sent_any = false;
     pr->got_bytes = false;
     pr->o_head = pr->o_end = false;

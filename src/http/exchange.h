@@ -193,6 +193,8 @@ struct fy_exchange {
     uint64_t body_received;       /* request body bytes */
     const char *error;            /* static reason when the exchange failed (for the log) */
     const char *trace_id;         /* 32 hex (arena): set by policy/trace.c, or NULL */
+    struct fy_upstream *upstream; /* borrowed: the upstream a proxy sent it to, or NULL */
+    int upstream_server;          /* the server of `upstream` that got the last attempt */
     /* filters (http/filter.h) */
     struct fy_sink_layer *layers; /* response layers pushed by filters, highest stage first */
     unsigned filter_pos;          /* the next filter to run: listener's chain, then route's */

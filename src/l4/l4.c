@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -349,6 +350,7 @@ static void sess_close(tcp_sess_t *s, const char *why)
     fy_list_remove(&s->node);
     s->wl->nsessions--;
     w->nsessions--;
+    fy_gauge_add(fy_cid_l4_sessions_active, -1);
     s->defer.cb = sess_free;
     s->defer.data = s;
     fy_defer(w->loop, &s->defer);
@@ -852,6 +854,7 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
     fy_list_insert_tail(&wl->w->tcp, &s->node);
     wl->nsessions++;
     wl->w->nsessions++;
+    fy_counters_l4_open();
     fy_loop_t *loop = wl->w->loop;
     if (c->n_accept_proxy && fy_l4_cidr_match(c->accept_proxy_cidrs, c->n_accept_proxy, sa)) {
         s->state = S_PROXY_HDR;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/log.h"
 #include "l4/l4_int.h"
 #include "l4/l4_quic.h"
@@ -127,6 +128,7 @@ static void sess_close(fy__l4_udp_sess_t *s, const char *why)
     fy_list_remove(&s->node);
     wl->nsessions--;
     w->nsessions--;
+    fy_gauge_add(fy_cid_l4_sessions_active, -1);
     s->defer.cb = sess_free;
     s->defer.data = s;
     fy_defer(w->loop, &s->defer);
@@ -272,6 +274,7 @@ static fy__l4_udp_sess_t *sess_new(fy__l4_wl_t *wl, const struct sockaddr_storag
     fy_list_insert_tail(&wl->w->udp, &s->node);
     wl->nsessions++;
     wl->w->nsessions++;
+    fy_counters_l4_open();
     return s;
 }
 

@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/counters.h"
 #include "core/log.h"
+#include "upstream/upstream.h"
 
 enum { NCLASS = 5, NPROTO = 3 };
 static const char *const proto_names[NPROTO] = {"h1", "h2", "h3"};
@@ -22,11 +23,23 @@ static const char *const limit_names[] = {"request-timeout", "body-size", "uri-s
 enum { B_RESP = 0, B_IN = NCLASS, B_OUT = NCLASS + 1, B_N = NCLASS + 2 };
 enum { H_TTFB = 0, H_DUR = FY_HIST_NSLOTS };
 
+/* Per upstream server, one block: responses by class, then the TTFB and total histograms. */
+enum { U_RESP = 0, U_TTFB = NCLASS, U_DUR = NCLASS + FY_HIST_NSLOTS, U_N = NCLASS + 2 };
+
+/* The upstream of one proxy route, registered the first time the route proxies on this
+ * worker (a route has one upstream; the handler does not tell it before). */
+typedef struct route_up {
+    const fy_upstream_t *u; /* borrowed; NULL until seen */
+    fy_counter_id_t *blk;   /* owned: per server */
+    size_t n;
+} route_up_t;
+
 struct fy_http_metrics {
     const fy_route_t *routes; /* borrowed: the router's array */
     size_t nroutes;
     fy_counter_id_t *blk;  /* owned: [(nroutes + 1) * NPROTO]; route nroutes = none matched */
     fy_counter_id_t *hist; /* owned: [nroutes + 1] */
+    route_up_t *ups;       /* owned: [nroutes] */
 };
 
 static fy_counter_id_t limit_ids[4];
@@ -51,6 +64,7 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
     m->nroutes = rt->n;
     m->blk = fy_xcalloc((rt->n + 1) * NPROTO, sizeof *m->blk);
     m->hist = fy_xcalloc(rt->n + 1, sizeof *m->hist);
+    m->ups = fy_xcalloc(rt->n + 1, sizeof *m->ups);
     char lab[B_N][256], route[24];
     const char *names[B_N], *labels[B_N];
     int kinds[B_N];
@@ -83,6 +97,48 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
     return m;
 }
 
+static void route_up_register(route_up_t *ru, const fy_upstream_t *u)
+{
+    const fy_upstream_conf_t *uc = fy_upstream_conf(u);
+    const fy_upstream_server_conf_t *sv = uc->servers.v;
+    ru->u = u;
+    ru->n = uc->servers.n;
+    ru->blk = fy_xcalloc(ru->n ? ru->n : 1, sizeof *ru->blk);
+    char lab[U_N][384];
+    const char *names[U_N], *labels[U_N];
+    int kinds[U_N];
+    for (size_t i = 0; i < ru->n; i++) {
+        for (int c = 0; c < NCLASS; c++) {
+            snprintf(lab[U_RESP + c], sizeof lab[0], "upstream=\"%s\",server=\"%s\",code=\"%dxx\"",
+                     uc->name, sv[i].url, c + 1);
+            names[U_RESP + c] = "ferry_upstream_responses_total";
+            kinds[U_RESP + c] = FY_COUNTER;
+        }
+        snprintf(lab[NCLASS], sizeof lab[0], "upstream=\"%s\",server=\"%s\"", uc->name, sv[i].url);
+        memcpy(lab[NCLASS + 1], lab[NCLASS], sizeof lab[0]);
+        names[NCLASS] = "ferry_upstream_ttfb_seconds";
+        names[NCLASS + 1] = "ferry_upstream_duration_seconds";
+        kinds[NCLASS] = kinds[NCLASS + 1] = FY_HISTOGRAM;
+        for (int k = 0; k < U_N; k++) labels[k] = lab[k];
+        ru->blk[i] = fy_counter_register_block(names, labels, kinds, U_N);
+    }
+}
+
+/* A proxied exchange: by the upstream server that got its last attempt. */
+static void count_upstream(const fy_http_metrics_t *m, const fy_exchange_t *ex, size_t r,
+                           unsigned cls, uint64_t ttfb_us, uint64_t dur_us)
+{
+    route_up_t *ru = &m->ups[r];
+    if (!ru->u) route_up_register(ru, ex->upstream);
+    if (ru->u != ex->upstream || (size_t)ex->upstream_server >= ru->n) return;
+    fy_counter_id_t b = ru->blk[ex->upstream_server];
+    if (!b) return;
+    _Atomic uint64_t *c = fy__counters_mine;
+    fy_counter_add_at(c, b + U_RESP + cls, 1);
+    fy_hist_observe_at(c, b + U_TTFB, ttfb_us);
+    fy_hist_observe_at(c, b + U_DUR, dur_us);
+}
+
 void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
 {
     const fy_http_metrics_t *m = arg;
@@ -104,6 +160,8 @@ void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
         uint64_t head = ex->head_ms ? ex->head_ms : now;
         fy_hist_observe_at(c, h + H_TTFB, (head - start) * 1000);
         fy_hist_observe_at(c, h + H_DUR, (now - start) * 1000);
+        if (ex->upstream && r < m->nroutes)
+            count_upstream(m, ex, r, cls, (head - start) * 1000, (now - start) * 1000);
     }
     if (cls == 3) {
         int s = ex->res.status;
@@ -115,15 +173,22 @@ void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
 void fy_http_metrics_free(fy_http_metrics_t *m)
 {
     if (!m) return;
+    for (size_t r = 0; r <= m->nroutes; r++) free(m->ups[r].blk);
+    free(m->ups);
     free(m->blk);
     free(m->hist);
     free(m);
 }
 
+void fy_http_metrics_want(void)
+{
+    fy_counters_detail = true; /* the admin listener serves /metrics */
+}
+
 bool fy_http_metrics_wanted(void)
 {
     const char *path = getenv("FERRY_DUMP_COUNTERS");
-    return path && *path;
+    return fy_counters_detail || (path && *path);
 }
 
 void fy_http_metrics_dump_env(void)

@@ -7,6 +7,9 @@
  *   ferry_http_responses_total{listener,route,code,proto}  code = 1xx..5xx, route = index or "-"
  *   ferry_http_ttfb_seconds{route}, ferry_http_duration_seconds{route}   histograms
  *   ferry_http_request_bytes_total{listener,proto}, ferry_http_response_bytes_total{...}
+ *   ferry_upstream_responses_total{upstream,server,code}, ferry_upstream_ttfb_seconds and
+ *   ferry_upstream_duration_seconds{upstream,server}: proxied exchanges by the server that got
+ *   the last attempt (ex->upstream, set by handler/proxy.c), on routes of this router
  *   ferry_limit_rejections_total{limit}   body-size (413), header-size (431),
  *                                         request-timeout (408), uri-size (414), connections
  * Latencies use the worker loop's cached clock (millisecond resolution): the exchange's start
@@ -37,6 +40,9 @@ void fy_http_metrics_free(fy_http_metrics_t *m);
  * (FERRY_DUMP_COUNTERS); the operations issue's metrics endpoint will be the other reader.
  * The layers' own counters (connections, streams, handshakes, retries) are always kept. */
 bool fy_http_metrics_wanted(void);
+/* Something reads the per-exchange counters (the admin listener's GET /metrics): attach the
+ * observer from now on. Main thread, before the workers start. */
+void fy_http_metrics_want(void);
 /* If the environment names a file in FERRY_DUMP_COUNTERS, write a snapshot there (Prometheus
  * text; a hidden debug aid used by tests/test_ops_counters.py). Any thread; after the workers
  * stopped for exact final values. */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/transport.h"
@@ -158,6 +159,7 @@ static X509 *issue(fy_mint_t *m, const char *host)
         if (!ok) goto fail;
     }
     if (!X509_sign(x, fy_ca_key(m->ca), EVP_sha256())) goto fail;
+    fy_counter_inc(fy_cid_certs_forged);
     return x;
 fail:
     fy_tls_log_errors(FY_LOG_ERROR, "forging a certificate");

@@ -377,6 +377,21 @@ void fy_tls_ctx_free(fy_tls_ctx_t *c)
     free(c);
 }
 
+int fy_tls_ctx_require_client_cert(fy_tls_ctx_t *c, const char *ca_file)
+{
+    for (size_t i = 0; i < c->nctx; i++) {
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca_file);
+        if (!names || SSL_CTX_load_verify_locations(c->ctxs[i], ca_file, NULL) != 1) {
+            sk_X509_NAME_pop_free(names, X509_NAME_free);
+            fy_tls_log_errors(FY_LOG_EMERG, ca_file);
+            return -1;
+        }
+        SSL_CTX_set_client_CA_list(c->ctxs[i], names);
+        SSL_CTX_set_verify(c->ctxs[i], SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
+    return 0;
+}
+
 uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx)
 {
     return ctx->handshake_timeout_ms;

@@ -19,6 +19,9 @@ typedef struct fy_tls_ctx fy_tls_ctx_t;
 fy_tls_ctx_t *fy_tls_ctx_new(const fy_tls_conf_t *conf, const char *data_dir,
                              const char *const *alpn);
 void fy_tls_ctx_free(fy_tls_ctx_t *ctx);
+/* Clients must present a certificate that a CA in `ca_file` (PEM) signed, or the handshake
+ * fails (the admin listener's client-ca). Before any transport. 0, or -1 after logging. */
+int fy_tls_ctx_require_client_cert(fy_tls_ctx_t *ctx, const char *ca_file);
 /* Handshake timeout from the config (ms). */
 uint64_t fy_tls_ctx_handshake_timeout(const fy_tls_ctx_t *ctx);
 

@@ -1,6 +1,7 @@
 #include "upstream/upstream.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -112,6 +113,9 @@ struct fy_upstream {
        max-fails in a row and obeyed by every worker (each would otherwise keep sending
        until it had seen as many failures itself) */
     _Atomic uint64_t *ejected_until;
+    atomic_bool *drained; /* per server: the admin API drained it */
+    /* per server, configured upstreams with detailed metrics only (fy_counters_detail) */
+    fy_counter_id_t *pool_ids, *retry_ids, *eject_ids;
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -129,7 +133,19 @@ struct fy_upstream {
 
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
-    return fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    if (u && fy_counters_detail) {
+        size_t st = sizeof *u->servers, off = offsetof(fy_upstream_server_conf_t, url);
+        u->pool_ids = fy_counters_register_servers("ferry_upstream_pool_idle", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
+        u->retry_ids = fy_counters_register_servers("ferry_upstream_server_retries_total",
+                                                    FY_COUNTER, conf->name, u->servers,
+                                                    u->nservers, st, off);
+        u->eject_ids = fy_counters_register_servers("ferry_upstream_server_ejections_total",
+                                                    FY_COUNTER, conf->name, u->servers,
+                                                    u->nservers, st, off);
+    }
+    return u;
 }
 
 fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
@@ -204,6 +220,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
     u->down = fy_xcalloc(u->nservers, sizeof *u->down);
     u->downs = fy_xcalloc(u->nservers, sizeof *u->downs);
     u->ejected_until = fy_xcalloc(u->nservers, sizeof *u->ejected_until);
+    u->drained = fy_xcalloc(u->nservers, sizeof *u->drained);
     u->ids = fy_xcalloc(u->nservers, sizeof *u->ids);
     for (size_t i = 0; i < u->nservers && !u->dyn; i++) {
         uint64_t h = 1469598103934665603ull;
@@ -244,6 +261,10 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->down);
     free(u->downs);
     free((void *)u->ejected_until);
+    free(u->drained);
+    free(u->pool_ids);
+    free(u->retry_ids);
+    free(u->eject_ids);
     free(u->ids);
     free(u->probes);
     if (u->dyn) {
@@ -429,6 +450,7 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
     if (++s->fails >= (unsigned)u->conf->max_fails) {
         if (atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms) {
             fy_counter_inc(fy_cid_upstream_ejections);
+            if (u->eject_ids) fy_counter_inc(u->eject_ids[server]);
             char a[64];
             fy_warn(
                 "upstream %s: server %s ejected for %llu ms after %u failures", u->conf->name,
@@ -460,7 +482,20 @@ bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_
         return false; /* removed (draining), or never filled */
     return u->workers[w].srv[server].ejected_until <= now_ms &&
            atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
-           !atomic_load_explicit(&u->down[server], memory_order_relaxed);
+           !atomic_load_explicit(&u->down[server], memory_order_relaxed) &&
+           !atomic_load_explicit(&u->drained[server], memory_order_relaxed);
+}
+
+void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_server_state_t *st)
+{
+    st->down = atomic_load_explicit(&u->down[server], memory_order_relaxed);
+    st->drained = atomic_load_explicit(&u->drained[server], memory_order_relaxed);
+    st->ejected_until_ms = atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed);
+}
+
+void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained)
+{
+    atomic_store(&u->drained[server], drained);
 }
 
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
@@ -469,6 +504,12 @@ void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
     /* the newest sample weighs 20%: about the last ten responses count */
     s->ewma_us = s->samples ? s->ewma_us * 0.8 + (double)us * 0.2 : (double)us;
     s->samples++;
+}
+
+void fy_upstream_count_retry(fy_upstream_t *u, int server)
+{
+    fy_counter_inc(fy_cid_upstream_retries);
+    if (u->retry_ids) fy_counter_inc(u->retry_ids[server]);
 }
 
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta)
@@ -493,6 +534,7 @@ static void pool_unlink(fy_origin_conn_t *oc)
     if (oc->pool_next) oc->pool_next->pool_prev = oc->pool_prev;
     oc->pool_next = oc->pool_prev = NULL;
     s->nidle--;
+    if (oc->up->pool_ids) fy_gauge_add(oc->up->pool_ids[oc->server], -1);
 }
 
 static void oc_close(fy_origin_conn_t *oc)
@@ -684,6 +726,7 @@ void fy_origin_release(fy_origin_conn_t *oc, bool reusable)
         if (s->idle) s->idle->pool_prev = oc;
         s->idle = oc;
         s->nidle++;
+        if (oc->up->pool_ids) fy_gauge_add(oc->up->pool_ids[oc->server], 1);
         /* watch for the origin closing it while idle */
         fy_io_set(oc->loop, &oc->io, EPOLLIN);
         fy_timer_start(oc->loop, &oc->timer, oc->up->conf->keepalive_timeout_ms);
@@ -906,6 +949,7 @@ void fy_upstream_carry_health(fy_upstream_t *to, const fy_upstream_t *from)
             atomic_store(&to->down[i], atomic_load(&from->down[j]));
             atomic_store(&to->downs[i], atomic_load(&from->downs[j]));
             atomic_store(&to->ejected_until[i], atomic_load(&from->ejected_until[j]));
+            atomic_store(&to->drained[i], atomic_load(&from->drained[j]));
             break;
         }
 }

@@ -77,8 +77,21 @@ const char *fy_upstream_server_id(const fy_upstream_t *u, int server);
 int fy_upstream_find_id(const fy_upstream_t *u, const char *id, size_t len);
 bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_ms);
 
+/* The admin API: a server's shared state (any thread; relaxed reads), and draining it (no new
+ * requests while another server is usable; requests in flight finish). */
+typedef struct fy_upstream_server_state {
+    bool down;                 /* the active health check says so */
+    bool drained;              /* fy_upstream_set_drained */
+    uint64_t ejected_until_ms; /* passive health, loop clock (CLOCK_MONOTONIC_COARSE ms) */
+} fy_upstream_server_state_t;
+void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_server_state_t *st);
+void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained);
+
 /* Time to first byte of a response from `server` (least-time). */
 void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us);
+/* A request is sent again after `server` failed it (ferry_upstream_retries_total, and per
+ * server with detailed metrics). */
+void fy_upstream_count_retry(fy_upstream_t *u, int server);
 /* Requests in flight on a server from worker w (least-requests bookkeeping). */
 void fy_upstream_inflight(fy_upstream_t *u, int w, int server, int delta);
 

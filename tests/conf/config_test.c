@@ -168,7 +168,8 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, l4, limits, http2, quic, log, tracing, intercept, data-dir\n");
+               "routes, upstreams, l4, limits, http2, quic, log, tracing, intercept, admin, "
+               "data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
                          "flow node at line 2); an opened quote or bracket is not closed\n");
