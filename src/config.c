@@ -266,6 +266,12 @@ static const fy_conf_directive_t route_table[] = {
      .sub_size = sizeof(fy_proxy_conf_t),
      .shorthand_key = "upstream",
      .doc = "Reverse-proxy to an upstream; shorthand `proxy: NAME`."},
+    {.key = "jwt",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, jwt),
+     .sub = fy_jwt_conf_table,
+     .sub_size = sizeof(fy_jwt_conf_t),
+     .doc = "Require a valid JWT bearer token (policy/jwt.c)."},
     {.key = NULL, .check = check_route},
 };
 

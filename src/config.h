@@ -17,6 +17,7 @@
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "policy/jwt_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -40,6 +41,7 @@ typedef struct fy_route_conf {
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
+    fy_jwt_conf_t *jwt;             /* `jwt` (policy/jwt_conf.h) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

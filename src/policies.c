@@ -1,5 +1,8 @@
 #include "policies.h"
 
+#include "core/log.h"
+#include "policy/jwt.h"
+
 int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t *out)
 {
     const fy_route_conf_t *rc = &((const fy_route_conf_t *)cfg->routes.v)[i];
@@ -9,6 +12,16 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     /* ---- access and limits: cidr, rate limits (policy/cidr*.c, policy/ratelimit*.c) ---- */
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
+    const void *auth[3] = {rc->jwt, NULL, NULL};
+    for (int k = 0; k < 3; k++) {
+        if (!auth[k]) continue;
+        char err[256] = "out of memory";
+        fy_filter_t *pf = fy_jwt_filter_new(rc->jwt, err, sizeof err);
+        if (pf && fy_filter_chain_add(out, pf) == 0) continue;
+        if (pf) pf->ops->destroy(pf);
+        fy_log(FY_LOG_EMERG, "route %zu: %s", i, err);
+        return -1;
+    }
 
     /* ---- cache (policy/cache*.c) ---- */
 
