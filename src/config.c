@@ -272,6 +272,12 @@ static const fy_conf_directive_t route_table[] = {
      .sub = fy_jwt_conf_table,
      .sub_size = sizeof(fy_jwt_conf_t),
      .doc = "Require a valid JWT bearer token (policy/jwt.c)."},
+    {.key = "transform",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, transform),
+     .sub = fy_transform_conf_table,
+     .sub_size = sizeof(fy_transform_conf_t),
+     .doc = "Redirect, rewrite the path, edit request and response headers (policy/transform.c)."},
     {.key = NULL, .check = check_route},
 };
 

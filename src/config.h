@@ -18,6 +18,7 @@
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
 #include "policy/jwt_conf.h"
+#include "policy/transform_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -42,6 +43,7 @@ typedef struct fy_route_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
     fy_jwt_conf_t *jwt;             /* `jwt` (policy/jwt_conf.h) */
+    fy_transform_conf_t *transform; /* `transform` (policy/transform_conf.h) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
