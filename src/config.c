@@ -278,6 +278,14 @@ static const fy_conf_directive_t route_table[] = {
      .sub = fy_transform_conf_table,
      .sub_size = sizeof(fy_transform_conf_t),
      .doc = "Redirect, rewrite the path, edit request and response headers (policy/transform.c)."},
+    {.key = "compress",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, compress),
+     .sub = fy_compress_conf_table,
+     .sub_size = sizeof(fy_compress_conf_t),
+     .shorthand_key = "enabled",
+     .doc = "Compress responses on the fly with gzip, br or zstd (policy/compress.c); "
+            "`compress: enabled` takes the defaults."},
     {.key = NULL, .check = check_route},
 };
 

@@ -17,6 +17,7 @@
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "policy/compress_conf.h"
 #include "policy/jwt_conf.h"
 #include "policy/transform_conf.h"
 #include "quic/quic_conf.h"
@@ -44,6 +45,7 @@ typedef struct fy_route_conf {
     } * echo; /* `echo: {}`: request body streamed back */
     fy_jwt_conf_t *jwt;             /* `jwt` (policy/jwt_conf.h) */
     fy_transform_conf_t *transform; /* `transform` (policy/transform_conf.h) */
+    fy_compress_conf_t *compress;   /* `compress` (policy/compress_conf.h) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
