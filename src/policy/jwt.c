@@ -23,8 +23,9 @@ typedef struct centry {
     char *tok; /* owned copy (malloc), NULL = empty slot */
     size_t toklen;
     int64_t exp, nbf; /* seconds; INT64_MAX / INT64_MIN when absent */
-    char *vals;       /* owned: one NUL-terminated value per claims-to-headers entry, "" absent */
+    char *vals;       /* owned: the claims-to-headers values, packed */
     size_t vals_len;
+    uint16_t vlen[32]; /* length of each value in vals (0: absent) */
 } centry_t;
 
 typedef struct wcache {
@@ -38,7 +39,9 @@ typedef struct jwt_filter {
     const fy_jwt_conf_t *conf;
     unsigned allowed; /* bit per enum jwt_alg; 0 = any the key fits */
     uint64_t seed;
-    size_t realm_len;
+    size_t realm_len, hdr_len;
+    size_t nch;        /* claims-to-headers entries used (32 at most) */
+    size_t ch_len[32]; /* their header names' lengths */
     /* key sources */
     fy__jwt_key_t *fixed; /* secret and PEM keys (owned) */
     size_t nfixed;
@@ -238,19 +241,23 @@ static void poke_url(jwt_filter_t *j)
 
 /* ---- the verified-token cache ---- */
 
+/* The bucket of a token. The tail of a token is its signature's last bytes: as good as random
+ * for genuine tokens, so 16 of them (mixed with a per-filter secret seed and the length) are
+ * hash enough; forged tokens made to share a tail only collide with each other, and the full
+ * memcmp decides every hit. */
 static uint64_t tok_hash(uint64_t seed, const char *p, size_t n)
 {
-    uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ull);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
+    uint64_t a = 0, b = 0;
+    if (n >= 16) {
+        memcpy(&a, p + n - 16, 8);
+        memcpy(&b, p + n - 8, 8);
+    } else {
+        memcpy(&a, p, n < 8 ? n : 8);
+        if (n > 8) memcpy(&b, p + 8, n - 8);
     }
-    uint64_t w = 0;
-    memcpy(&w, p + i, n - i);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    uint64_t h = (a ^ seed) * 0xff51afd7ed558ccdull;
+    h ^= (b + n) ^ (h >> 31);
+    h *= 0xc4ceb9fe1a85ec53ull;
     return h ^ (h >> 29);
 }
 
@@ -308,21 +315,21 @@ typedef struct verdict {
 
 #define FAIL(v, s, c, w) ((v)->status = (s), (v)->code = (c), (v)->why = (w), -1)
 
-/* The token from the header, the cookie or the query (in that order), or an empty slice. */
-static fy_str_t find_token(const fy_jwt_conf_t *c, const fy_exchange_t *ex)
+static fy_str_t bearer(fy_str_t v)
 {
-    const char *hn = c->header;
-    const fy_header_t *h = fy_headers_find(&ex->req.headers, hn, strlen(hn));
-    if (h) {
-        fy_str_t v = h->value;
-        if (v.len > 7 && fy_str_ieq(fy_str(v.p, 7), "bearer ", 7)) {
-            size_t i = 7;
-            while (i < v.len && v.p[i] == ' ') i++;
-            size_t e = v.len;
-            while (e > i && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t')) e--;
-            return fy_str(v.p + i, e - i);
-        }
+    if (v.len > 7 && fy_str_ieq(fy_str(v.p, 7), "bearer ", 7)) {
+        size_t i = 7;
+        while (i < v.len && v.p[i] == ' ') i++;
+        size_t e = v.len;
+        while (e > i && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t')) e--;
+        return fy_str(v.p + i, e - i);
     }
+    return FY_STR_NULL;
+}
+
+/* The cookie or the query parameter (after the header). */
+static fy_str_t find_token_rest(const fy_jwt_conf_t *c, const fy_exchange_t *ex)
+{
     if (c->cookie) {
         size_t cl = strlen(c->cookie);
         for (size_t k = 0; k < ex->req.headers.n; k++) {
@@ -552,23 +559,39 @@ static int check_token(jwt_filter_t *j, fy_arena_t *a, const char *tok, size_t n
     return 0;
 }
 
-/* Copy claim values into request headers (the client's own headers of those names go). */
-static void set_headers(jwt_filter_t *j, fy_exchange_t *ex, const char *const *vals)
+/* Add the claim values as request headers (the client's own headers of those names were
+ * dropped by take_token). */
+static void add_claim_headers(jwt_filter_t *j, fy_exchange_t *ex, const char *const *vals,
+                              const uint16_t *lens)
 {
     const fy_conf_strmap_t *m = &j->conf->claims_to_headers;
+    for (size_t i = 0; i < j->nch; i++)
+        if (lens[i])
+            fy_headers_add(ex->arena, &ex->req.headers, m->values[i], j->ch_len[i], vals[i],
+                           lens[i]);
+}
+
+/* One pass over the request headers: the bearer token of `header`, and the headers that
+ * claims-to-headers will set dropped (harmless when the token is then refused: the exchange
+ * ends with a 401). Cookie and query are looked at only when the header has no token. */
+static fy_str_t take_token(jwt_filter_t *j, fy_exchange_t *ex)
+{
+    const fy_jwt_conf_t *c = j->conf;
+    const fy_conf_strmap_t *m = &c->claims_to_headers;
     fy_headers_t *hs = &ex->req.headers;
+    fy_str_t tok = FY_STR_NULL;
     size_t k = 0;
     for (size_t i = 0; i < hs->n; i++) {
+        fy_str_t nm = hs->v[i].name;
+        if (!tok.len && nm.len == j->hdr_len && fy_str_ieq(nm, c->header, j->hdr_len))
+            tok = bearer(hs->v[i].value);
         bool drop = false;
-        for (size_t x = 0; x < m->n && !drop; x++)
-            drop = fy_str_ieq(hs->v[i].name, m->values[x], strlen(m->values[x]));
+        for (size_t x = 0; x < j->nch && !drop; x++)
+            drop = nm.len == j->ch_len[x] && fy_str_ieq(nm, m->values[x], j->ch_len[x]);
         if (!drop) hs->v[k++] = hs->v[i];
     }
     hs->n = k;
-    for (size_t i = 0; i < m->n && i < 32; i++)
-        if (vals[i] && vals[i][0])
-            fy_headers_add(ex->arena, hs, m->values[i], strlen(m->values[i]), vals[i],
-                           strlen(vals[i]));
+    return tok.len ? tok : find_token_rest(c, ex);
 }
 
 static fy_filter_verdict_t refuse(jwt_filter_t *j, fy_exchange_t *ex, const verdict_t *vd)
@@ -592,7 +615,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
 {
     jwt_filter_t *j = (jwt_filter_t *)f;
     const fy_jwt_conf_t *c = j->conf;
-    fy_str_t tok = find_token(c, ex);
+    fy_str_t tok = take_token(j, ex);
     verdict_t vd = {401, NULL, NULL};
     if (tok.len == 0) return refuse(j, ex, &vd);
     if (tok.len > c->max_token_size) {
@@ -610,14 +633,13 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             bool fresh = e->keygen == atomic_load_explicit(&j->gen, memory_order_relaxed);
             if (fresh && now < e->exp + leeway && now + leeway >= e->nbf) {
                 e->used = ++wc->tick;
-                if (c->claims_to_headers.n) {
+                if (j->nch) {
+                    /* the entry may be evicted while the request still holds its headers */
                     const char *vals[32];
-                    const char *p = fy_arena_strndup(ex->arena, e->vals, e->vals_len);
-                    for (size_t i = 0; i < c->claims_to_headers.n && i < 32; i++) {
-                        vals[i] = p;
-                        p += strlen(p) + 1;
-                    }
-                    set_headers(j, ex, vals);
+                    char *p = fy_arena_alloc(ex->arena, e->vals_len + 1);
+                    memcpy(p, e->vals, e->vals_len);
+                    for (size_t i = 0, o = 0; i < j->nch; o += e->vlen[i], i++) vals[i] = p + o;
+                    add_claim_headers(j, ex, vals, e->vlen);
                 }
                 return FY_FILTER_NEXT;
             }
@@ -625,15 +647,19 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         }
     }
     checked_t ck;
-    uint64_t gen =
-        atomic_load(&j->gen); /* before the check: a set swapped meanwhile makes it stale */
+    /* read before the check: a set swapped meanwhile makes the entry stale, not wrong */
+    uint64_t gen = atomic_load(&j->gen);
     if (check_token(j, ex->arena, tok.p, tok.len, now, &ck, &vd) < 0) return refuse(j, ex, &vd);
-    size_t nv = c->claims_to_headers.n < 32 ? c->claims_to_headers.n : 32;
-    if (nv) set_headers(j, ex, ck.vals);
+    uint16_t lens[32];
+    size_t vl = 0;
+    for (size_t i = 0; i < j->nch; i++) {
+        size_t l = ck.vals[i] ? strlen(ck.vals[i]) : 0;
+        lens[i] = (uint16_t)(l > 4096 ? 0 : l); /* absurdly long values are not copied */
+        vl += lens[i];
+    }
+    if (j->nch) add_claim_headers(j, ex, ck.vals, lens);
     if (wc) {
         centry_t *e = cache_slot(wc, h);
-        size_t vl = 0;
-        for (size_t i = 0; i < nv; i++) vl += (ck.vals[i] ? strlen(ck.vals[i]) : 0) + 1;
         e->tok = malloc(tok.len);
         e->vals = malloc(vl ? vl : 1);
         if (!e->tok || !e->vals) {
@@ -642,11 +668,10 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         }
         memcpy(e->tok, tok.p, tok.len);
         size_t o = 0;
-        for (size_t i = 0; i < nv; i++) {
-            size_t l = ck.vals[i] ? strlen(ck.vals[i]) : 0;
-            if (l) memcpy(e->vals + o, ck.vals[i], l);
-            e->vals[o + l] = '\0';
-            o += l + 1;
+        for (size_t i = 0; i < j->nch; i++) {
+            if (lens[i]) memcpy(e->vals + o, ck.vals[i], lens[i]);
+            e->vlen[i] = lens[i];
+            o += lens[i];
         }
         e->vals_len = vl;
         e->toklen = tok.len;
@@ -702,6 +727,14 @@ fy_filter_t *fy_jwt_filter_new(const fy_jwt_conf_t *conf, char *err, size_t errl
     j->f.ops = &jwt_ops;
     j->conf = conf;
     j->realm_len = strlen(conf->realm);
+    j->hdr_len = strlen(conf->header);
+    j->nch = conf->claims_to_headers.n < 32 ? conf->claims_to_headers.n : 32;
+    for (size_t i = 0; i < j->nch; i++) {
+        /* header names go on the wire lowercase (h2 and h3 require it) */
+        for (char *p = conf->claims_to_headers.values[i]; *p; p++)
+            if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+        j->ch_len[i] = strlen(conf->claims_to_headers.values[i]);
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     if (RAND_bytes((unsigned char *)&j->seed, sizeof j->seed) != 1) j->seed = (uint64_t)mono_ms();

@@ -172,18 +172,18 @@ static void test_find_token(void)
                          {FY_STR_LIT("Cookie"), FY_STR_LIT("x=1; tok=c.d.e; y=2")}};
     ex.req.headers.v = hv;
     ex.req.headers.n = 2;
-    fy_str_t t = find_token(&conf, &ex);
+    fy_str_t t = take_token(filt, &ex);
     CHECK_STRN(t.p, t.len, "abc.def.ghi");
     ex.req.headers.v = hv + 1;
     ex.req.headers.n = 1;
     conf.cookie = "tok";
-    t = find_token(&conf, &ex);
+    t = take_token(filt, &ex);
     CHECK_STRN(t.p, t.len, "c.d.e");
     conf.cookie = "to";
-    CHECK(find_token(&conf, &ex).len == 0);
+    CHECK(take_token(filt, &ex).len == 0);
     conf.query = "t";
     ex.req.query = FY_STR_LIT("tt=1&t=q.r.s&u=2");
-    t = find_token(&conf, &ex);
+    t = take_token(filt, &ex);
     CHECK_STRN(t.p, t.len, "q.r.s");
     conf.cookie = conf.query = NULL;
 }
