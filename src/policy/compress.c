@@ -164,15 +164,6 @@ static ssize_t encode(clayer_t *c, const struct iovec *bufs, size_t n, bool last
     return (ssize_t)o;
 }
 
-static bool has_token(const fy_headers_t *hs, const char *name, size_t nl, const char *tok,
-                      size_t tl)
-{
-    for (size_t i = 0; i < hs->n; i++)
-        if (fy_str_ieq(hs->v[i].name, name, nl) && fy_str_list_has(hs->v[i].value, tok, tl))
-            return true;
-    return false;
-}
-
 static void remove_named(fy_headers_t *hs, const char *name, size_t n)
 {
     size_t k = 0;
@@ -181,26 +172,44 @@ static void remove_named(fy_headers_t *hs, const char *name, size_t n)
     hs->n = k;
 }
 
-/* At the first send: compress this response or let it pass. `first_len` is what this first
-   send carries when it is also the last (FINAL), else -1. */
+/* At the first send: compress this response or let it pass. `final_len` is what this first
+   send carries when it is also the last (FINAL), else -1. One pass over the response headers. */
 static void decide(clayer_t *c, fy_exchange_t *ex, int64_t final_len)
 {
     c->state = ST_PASS;
     fy_response_t *r = &ex->res;
     const fy_compress_conf_t *conf = c->cf->conf;
     if (r->status < 200 || r->status == 204 || r->status == 304 || r->status == 206) return;
-    if (ex->req.protocol.len || ex->req.method_id == FY_M_CONNECT) return; /* tunnels */
-    const fy_header_t *ct = FY_HDR_FIND(&r->headers, "content-type");
-    if (!ct || !fy_compress_type_matches(ct->value, &conf->types)) return;
-    if (!has_token(&r->headers, "vary", 4, "accept-encoding", 15) &&
-        !has_token(&r->headers, "vary", 4, "*", 1))
-        FY_HDR_ADD(ex->arena, &r->headers, "vary", "Accept-Encoding", 15);
-    if (ex->req.method_id == FY_M_HEAD) return;
-    if (FY_HDR_FIND(&r->headers, "content-encoding") || FY_HDR_FIND(&r->headers, "content-range"))
-        return;
-    if (has_token(&r->headers, "cache-control", 13, "no-transform", 12)) return;
     int64_t len = r->content_length >= 0 ? r->content_length : final_len;
+    /* never compressed, whatever the client accepts: no Vary either */
     if (len >= 0 && (uint64_t)len < conf->min_size) return;
+    const fy_header_t *ct = NULL;
+    bool vary = false, skip = false;
+    for (size_t i = 0; i < r->headers.n; i++) {
+        const fy_header_t *h = &r->headers.v[i];
+        switch (h->name.len) {
+        case 4:
+            if (fy_str_ieq(h->name, "vary", 4))
+                vary = vary || fy_str_list_has(h->value, "accept-encoding", 15) ||
+                       fy_str_list_has(h->value, "*", 1);
+            break;
+        case 12:
+            if (fy_str_ieq(h->name, "content-type", 12)) ct = h;
+            break;
+        case 13:
+            if (fy_str_ieq(h->name, "content-range", 13) ||
+                (fy_str_ieq(h->name, "cache-control", 13) &&
+                 fy_str_list_has(h->value, "no-transform", 12)))
+                skip = true;
+            break;
+        case 16:
+            if (fy_str_ieq(h->name, "content-encoding", 16)) skip = true;
+            break;
+        }
+    }
+    if (skip || !ct || !fy_compress_type_matches(ct->value, &conf->types)) return;
+    if (!vary) FY_HDR_ADD(ex->arena, &r->headers, "vary", "Accept-Encoding", 15);
+    if (ex->req.method_id == FY_M_HEAD) return;
     const fy_header_t *ae = FY_HDR_FIND(&ex->req.headers, "accept-encoding");
     if (!ae) return;
     c->coding = fy_compress_negotiate(ae->value, c->cf->offer, c->cf->noffer);

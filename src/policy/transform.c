@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netinet/in.h>
+
 #include "http/path.h"
 #include "net/sock.h"
 
@@ -39,6 +41,7 @@ typedef struct seg {
 typedef struct tpl {
     seg_t s[MAX_SEGS];
     size_t n;
+    bool check; /* has a part from the client (header, capture, query...): check before use */
 } tpl_t;
 
 static const struct {
@@ -55,6 +58,7 @@ static const char *compile(const char *t, tpl_t *out)
     tpl_t tmp;
     if (!out) out = &tmp;
     out->n = 0;
+    out->check = false;
     const char *p = t;
     while (*p) {
         if (out->n == MAX_SEGS) return "too many parts (32 at most)";
@@ -87,6 +91,9 @@ static const char *compile(const char *t, tpl_t *out)
             *s = (seg_t){S_LIT, p, (size_t)(e - p)};
             p = e;
         }
+        out->check =
+            out->check || (s->kind != S_LIT && s->kind != S_METHOD && s->kind != S_SCHEME &&
+                           s->kind != S_CLIENT && s->kind != S_REQID);
         out->n++;
     }
     return NULL;
@@ -181,7 +188,21 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
     case S_CLIENT:
         if (!v->have_client) {
             v->client[0] = '\0';
-            if (ex->remote) fy_sock_host_str(ex->remote, v->client, sizeof v->client);
+            if (ex->remote && ex->remote->sa_family == AF_INET) {
+                /* the common case without inet_ntop's generality */
+                const unsigned char *q =
+                    (const unsigned char *)&((const struct sockaddr_in *)ex->remote)->sin_addr;
+                char *w = v->client;
+                for (int i = 0; i < 4; i++) {
+                    unsigned x = q[i];
+                    if (x >= 100) *w++ = (char)('0' + x / 100);
+                    if (x >= 10) *w++ = (char)('0' + x / 10 % 10);
+                    *w++ = (char)('0' + x % 10);
+                    *w++ = i < 3 ? '.' : '\0';
+                }
+            } else if (ex->remote) {
+                fy_sock_host_str(ex->remote, v->client, sizeof v->client);
+            }
             v->have_client = true;
         }
         return fy_str(v->client, strlen(v->client));
@@ -239,7 +260,7 @@ static void apply_edits(vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
     for (size_t i = 0; i < e->n; i++) {
         const hdr_edit_t *h = &e->v[i];
         fy_str_t val = expand(v, &h->v);
-        if (!wire_ok(val)) continue; /* e.g. a header of the client's with a bare CR */
+        if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
         if (!h->append) remove_named(hs, h->name, h->nlen);
         fy_headers_add(a, hs, h->name, h->nlen, val.p, val.len);
     }
@@ -317,7 +338,11 @@ static fy_str_t new_reqid(fy_arena_t *a)
         x ^= x << 23;
         s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
         uint64_t r = s1 + y;
-        for (int i = 0; i < 16; i++) b[k * 16 + i] = hex[(r >> (4 * i)) & 15];
+        /* two hex digits per step */
+        for (int i = 0; i < 8; i++, r >>= 8) {
+            b[k * 16 + 2 * i] = hex[(r >> 4) & 15];
+            b[k * 16 + 2 * i + 1] = hex[r & 15];
+        }
     }
     b[32] = '\0';
     return fy_str(b, 32);

@@ -53,6 +53,11 @@ static void test_expand(void)
     fy_str_t r = expand(&v, &t);
     CHECK_STRN(r.p, r.len,
                "https://example.com/x/y?k=v example.com:8080 10.1.2.3 GET https rid dave[]");
+    inet_pton(AF_INET, "192.168.0.255", &sin.sin_addr);
+    v.have_client = false;
+    compile("{client}", &t);
+    r = expand(&v, &t);
+    CHECK_STRN(r.p, r.len, "192.168.0.255");
     ex.req.authority = FY_STR_LIT("[::1]:443");
     compile("{host}", &t);
     r = expand(&v, &t);
