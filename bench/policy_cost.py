@@ -46,8 +46,11 @@ def tokens(tmp):
     subprocess.run(["openssl", "pkey", "-in", f"{tmp}/ec.key", "-pubout", "-out",
                     f"{tmp}/ec.pem"], check=True)
     c = {"sub": "bench", "exp": int(time.time()) + 3600}
+    key = open(f"{tmp}/ec.key").read()
+    # a fresh token per request: each differs (jti), so each is a signature check
+    fresh = [jwt.encode({**c, "jti": str(i)}, key, algorithm="ES256") for i in range(1300)]
     return {"hs256": jwt.encode(c, SECRET, algorithm="HS256"),
-            "es256": jwt.encode(c, open(f"{tmp}/ec.key").read(), algorithm="ES256")}
+            "es256": jwt.encode(c, key, algorithm="ES256"), "es256-fresh": fresh}
 
 
 def rows(tmp):
@@ -62,6 +65,7 @@ def rows(tmp):
     compress = "    compress: enabled\n"
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
+            "jwt-es256-fresh": (jwt_es, "es256-fresh"),
             "transforms": (transform, None), "transform-1hdr": (one_header, None),
             "compress-skip": (compress, None),
             # the same header set by the proxy handler itself: what the header costs the codec
@@ -93,11 +97,12 @@ routes:
                          stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        hdr = f"Authorization: Bearer {token}\r\n" if token else ""
-        req = (f"GET /hello HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n{hdr}\r\n").encode()
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
-        for _ in range(k):
-            s.sendall(req)
+        for n in range(k):
+            t = token[n] if isinstance(token, list) else token
+            hdr = f"Authorization: Bearer {t}\r\n" if t else ""
+            s.sendall(f"GET /hello HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n{hdr}\r\n"
+                      .encode())
             buf = b""
             while True:
                 buf += s.recv(65536)

@@ -463,3 +463,49 @@ def test_jwt_example_runs_as_written(server, origin):
     tok = jwt.encode(claims(), "ferry-example-secret", algorithm="HS256")
     st, _, body = curl(srv.url("/anything"), tok)
     assert st == 200 and json.loads(body)["x-user"] == "alice"
+
+
+def test_jwt_reload_swaps_keys_and_stops_the_jwks_thread(server, origin, keys, tls_certs):
+    """SIGHUP with a new secret: the new generation's filter verifies with it, the old one (and
+    its JWKS thread) is destroyed cleanly when its last exchange is gone (ferry exits 0, no
+    sanitizer report)."""
+    import signal as _signal
+    from conftest import wait_for
+    doc = json.dumps({"keys": [jwk_of(keys, "ed.pem", "e1")]}).encode()
+
+    class J(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("content-length", str(len(doc)))
+            self.end_headers()
+            self.wfile.write(doc)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), J)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls_certs / "cert.pem", tls_certs / "key.pem")
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}/k"
+        srv = server(config(origin, f"""      secret: first-secret-0123456789abcdef
+      jwks-url: {url}
+      jwks-ca: {tls_certs}/cert.pem
+"""))
+        t1 = jwt.encode(claims(), "first-secret-0123456789abcdef", algorithm="HS256")
+        t2 = jwt.encode(claims(), "second-secret-0123456789abcdef", algorithm="HS256")
+        ted = jwt.encode(claims(), pem(keys, "ed.key"), algorithm="EdDSA", headers={"kid": "e1"})
+        assert curl(srv.url("/x"), t1)[0] == 200 and curl(srv.url("/x"), ted)[0] == 200
+        cfg = srv.tmp / "ferry.yaml"
+        cfg.write_text(cfg.read_text().replace("first-secret", "second-secret"))
+        srv.proc.send_signal(_signal.SIGHUP)
+        wait_for(lambda: "generation 2 active on all workers" in srv.log(), 30, "the reload",
+                 srv.proc)
+        assert curl(srv.url("/x"), t2)[0] == 200
+        assert curl(srv.url("/x"), t1)[0] == 401
+        assert curl(srv.url("/x"), ted)[0] == 200  # fetched again by the new generation
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
