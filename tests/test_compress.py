@@ -322,3 +322,47 @@ def test_compress_example_runs_as_written(server, origin):
     srv = server(text_)
     st, h, body = curl(srv.url("/text"), "--compressed")
     assert st == 200 and body == BIG and h["content-encoding"] == ["br"]
+
+
+def test_compress_h3(server, origin):
+    """HTTP/3 on the compressing side: curl (h1) -> ferry A -> h3:// -> ferry B (compress) ->
+    origin. A's HTTP/3 client codec forwards Accept-Encoding and relays B's encoded body
+    untouched; curl decodes it. (gtlsclient, the h3 client of tests/test_h3.py, cannot send an
+    Accept-Encoding header, hence the second ferry as the HTTP/3 client.)"""
+    back = server(f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+upstreams:
+  - name: o
+    servers: [http://127.0.0.1:{origin}]
+routes:
+  - proxy: o
+    compress: enabled
+""")
+    front = server(f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+upstreams:
+  - name: b
+    servers: [h3://127.0.0.1:{back.port}]
+    ca: {back.data / "selfsigned.crt"}
+routes:
+  - proxy: b
+""")
+    for enc in ("gzip", "br", "zstd"):
+        st, h, body = curl(front.url("/text"), "-H", f"Accept-Encoding: {enc}")
+        assert st == 200 and h["content-encoding"] == [enc], h
+        if enc == "gzip":
+            assert gzip.decompress(body) == BIG
+        if enc == "zstd":
+            assert unzstd(body) == BIG
+        st, h, body = curl(front.url("/text"), "--compressed", "-H", f"Accept-Encoding: {enc}")
+        assert body == BIG
+    st, h, body = curl(front.url("/range"), "-H", "Accept-Encoding: gzip")
+    assert st == 206 and "content-encoding" not in h and body == BIG[:1000]
