@@ -66,6 +66,11 @@ def rows(tmp):
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
             "jwt-es256-fresh": (jwt_es, "es256-fresh"),
+            "jwt-hs256-nohdr": (f"    jwt: {{secret: {SECRET}, algorithms: [HS256]}}\n", "hs256"),
+            "jwt-es256-nohdr": (f"    jwt: {{keys: [{tmp}/ec.pem], algorithms: [ES256]}}\n",
+                                "es256"),
+            # the same requests without the filter: what the token's bytes cost by themselves
+            "plain+hs256-token": ("", "hs256"), "plain+es256-token": ("", "es256"),
             "transforms": (transform, None), "transform-1hdr": (one_header, None),
             "compress-skip": (compress, None),
             # the same header set by the proxy handler itself: what the header costs the codec

@@ -623,7 +623,9 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         vd.why = "token too large";
         return refuse(j, ex, &vd);
     }
-    int64_t now = (int64_t)time(NULL), leeway = (int64_t)(c->leeway_ms / 1000);
+    /* the loop's wall clock, cached per turn (a second's resolution is what exp/nbf have) */
+    int64_t now = ex->ctx->loop->now_sec ? (int64_t)ex->ctx->loop->now_sec : (int64_t)time(NULL);
+    int64_t leeway = (int64_t)(c->leeway_ms / 1000);
     wcache_t *wc = cache_of(j, ex->ctx->worker_id);
     uint64_t h = 0;
     if (wc) {
