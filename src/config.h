@@ -19,6 +19,9 @@
 #include "ops/admin_conf.h"
 #include "ops/log_conf.h"
 #include "policy/trace_conf.h"
+#include "policy/compress_conf.h"
+#include "policy/jwt_conf.h"
+#include "policy/transform_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -42,6 +45,9 @@ typedef struct fy_route_conf {
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
+    fy_jwt_conf_t *jwt;             /* `jwt` (policy/jwt_conf.h) */
+    fy_transform_conf_t *transform; /* `transform` (policy/transform_conf.h) */
+    fy_compress_conf_t *compress;   /* `compress` (policy/compress_conf.h) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

@@ -1,6 +1,10 @@
 #include "policies.h"
 
 #include "policy/trace.h"
+#include "core/log.h"
+#include "policy/compress.h"
+#include "policy/jwt.h"
+#include "policy/transform.h"
 
 int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t *out)
 {
@@ -14,6 +18,19 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     /* ---- access and limits: cidr, rate limits (policy/cidr*.c, policy/ratelimit*.c) ---- */
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
+    const void *auth[3] = {rc->jwt, rc->transform,
+                           rc->compress && rc->compress->enabled ? rc->compress : NULL};
+    for (int k = 0; k < 3; k++) {
+        if (!auth[k]) continue;
+        char err[256] = "out of memory";
+        fy_filter_t *pf = k == 0   ? fy_jwt_filter_new(rc->jwt, err, sizeof err)
+                          : k == 1 ? fy_transform_filter_new(rc->transform, err, sizeof err)
+                                   : fy_compress_filter_new(rc->compress, err, sizeof err);
+        if (pf && fy_filter_chain_add(out, pf) == 0) continue;
+        if (pf) pf->ops->destroy(pf);
+        fy_log(FY_LOG_EMERG, "route %zu: %s", i, err);
+        return -1;
+    }
 
     /* ---- cache (policy/cache*.c) ---- */
 

@@ -1,0 +1,547 @@
+/* The transform filter (policy/transform.h). Templates are compiled once into segments
+ * (literal, capture, variable) and expanded per request into the exchange's arena. */
+#include "policy/transform.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <netinet/in.h>
+
+#include "http/path.h"
+#include "net/sock.h"
+
+#define MAX_WORKERS 256
+#define MAX_SEGS 32
+#define OVEC 10 /* $0..$9 */
+
+enum seg_kind {
+    S_LIT = 0,
+    S_CAP,
+    S_HOST,
+    S_AUTHORITY,
+    S_PATH,
+    S_QUERY,
+    S_URI,
+    S_METHOD,
+    S_SCHEME,
+    S_CLIENT,
+    S_REQID,
+    S_HEADER,
+};
+
+typedef struct seg {
+    int kind;
+    const char *p; /* S_LIT text, S_HEADER lowercase name (borrowed from config) */
+    size_t len;    /* bytes; S_CAP: the capture number */
+} seg_t;
+
+typedef struct tpl {
+    seg_t s[MAX_SEGS];
+    size_t n;
+    bool check; /* has a part from the client (header, capture, query...): check before use */
+} tpl_t;
+
+static const struct {
+    const char *name;
+    int kind;
+} vars[] = {
+    {"host", S_HOST},     {"authority", S_AUTHORITY}, {"path", S_PATH},
+    {"query", S_QUERY},   {"request_uri", S_URI},     {"method", S_METHOD},
+    {"scheme", S_SCHEME}, {"client", S_CLIENT},       {"request_id", S_REQID},
+};
+
+static const char *compile(const char *t, tpl_t *out)
+{
+    tpl_t tmp;
+    if (!out) out = &tmp;
+    out->n = 0;
+    out->check = false;
+    const char *p = t;
+    while (*p) {
+        if (out->n == MAX_SEGS) return "too many parts (32 at most)";
+        seg_t *s = &out->s[out->n];
+        if (*p == '$' && p[1] >= '0' && p[1] <= '9') {
+            *s = (seg_t){S_CAP, NULL, (size_t)(p[1] - '0')};
+            p += 2;
+        } else if (*p == '{') {
+            const char *e = strchr(p, '}');
+            if (!e) return "'{' without '}'";
+            size_t n = (size_t)(e - p - 1);
+            s->kind = -1;
+            for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+                if (strlen(vars[i].name) == n && !memcmp(vars[i].name, p + 1, n))
+                    *s = (seg_t){vars[i].kind, NULL, 0};
+            if (s->kind < 0) {
+                if (n > 7 && !memcmp(p + 1, "header.", 7)) {
+                    *s = (seg_t){S_HEADER, p + 8, n - 7};
+                    for (size_t i = 0; i < s->len; i++)
+                        if (s->p[i] >= 'A' && s->p[i] <= 'Z') return "header names are lowercase";
+                } else {
+                    return "unknown variable (host, authority, path, query, request_uri, "
+                           "method, scheme, client, request_id, header.NAME)";
+                }
+            }
+            p = e + 1;
+        } else {
+            const char *e = p + 1;
+            while (*e && *e != '{' && !(*e == '$' && e[1] >= '0' && e[1] <= '9')) e++;
+            *s = (seg_t){S_LIT, p, (size_t)(e - p)};
+            p = e;
+        }
+        out->check =
+            out->check || (s->kind != S_LIT && s->kind != S_METHOD && s->kind != S_SCHEME &&
+                           s->kind != S_CLIENT && s->kind != S_REQID);
+        out->n++;
+    }
+    return NULL;
+}
+
+const char *fy_transform_template_why(const char *t)
+{
+    return compile(t, NULL);
+}
+
+typedef struct rule {
+    pcre2_code *re;
+    tpl_t to;
+    int status;
+} rule_t;
+
+typedef struct hdr_edit {
+    const char *name; /* borrowed (config) */
+    size_t nlen;
+    tpl_t v;
+    bool append;
+} hdr_edit_t;
+
+typedef struct hdr_edits {
+    hdr_edit_t *v; /* owned */
+    size_t n;
+    const fy_conf_strlist_t *remove; /* borrowed */
+} hdr_edits_t;
+
+typedef struct transform_filter {
+    fy_filter_t f;
+    const fy_transform_conf_t *conf;
+    rule_t *redirect, *rewrite; /* owned */
+    size_t nredirect, nrewrite;
+    hdr_edits_t req, res;
+    size_t reqid_len;
+    pcre2_match_data *md[MAX_WORKERS]; /* slot w: made and used by worker w only */
+} transform_filter_t;
+
+/* ---- expansion ---- */
+
+typedef struct vctx {
+    fy_exchange_t *ex;
+    const char *subject;
+    const PCRE2_SIZE *ov;
+    int nmatch;
+    fy_str_t reqid;
+    char client[64];
+    bool have_client;
+} vctx_t;
+
+static fy_str_t var(vctx_t *v, const seg_t *s)
+{
+    fy_exchange_t *ex = v->ex;
+    switch (s->kind) {
+    case S_LIT:
+        return fy_str(s->p, s->len);
+    case S_CAP:
+        if ((int)s->len < v->nmatch && v->ov[2 * s->len] != PCRE2_UNSET)
+            return fy_str(v->subject + v->ov[2 * s->len],
+                          v->ov[2 * s->len + 1] - v->ov[2 * s->len]);
+        return FY_STR_NULL;
+    case S_HOST: {
+        fy_str_t a = ex->req.authority;
+        if (a.len && a.p[0] == '[') {
+            const char *e = memchr(a.p, ']', a.len);
+            return e ? fy_str(a.p, (size_t)(e - a.p + 1)) : a;
+        }
+        const char *c = memchr(a.p, ':', a.len);
+        return c ? fy_str(a.p, (size_t)(c - a.p)) : a;
+    }
+    case S_AUTHORITY:
+        return ex->req.authority;
+    case S_PATH:
+        return ex->req.path;
+    case S_QUERY:
+        return ex->req.query;
+    case S_URI:
+        if (!ex->req.query.len) return ex->req.path;
+        {
+            size_t n = ex->req.path.len + 1 + ex->req.query.len;
+            char *b = fy_arena_alloc(ex->arena, n);
+            memcpy(b, ex->req.path.p, ex->req.path.len);
+            b[ex->req.path.len] = '?';
+            memcpy(b + ex->req.path.len + 1, ex->req.query.p, ex->req.query.len);
+            return fy_str(b, n);
+        }
+    case S_METHOD:
+        return ex->req.method;
+    case S_SCHEME:
+        return ex->req.scheme;
+    case S_CLIENT:
+        if (!v->have_client) {
+            v->client[0] = '\0';
+            if (ex->remote && ex->remote->sa_family == AF_INET) {
+                /* the common case without inet_ntop's generality */
+                const unsigned char *q =
+                    (const unsigned char *)&((const struct sockaddr_in *)ex->remote)->sin_addr;
+                char *w = v->client;
+                for (int i = 0; i < 4; i++) {
+                    unsigned x = q[i];
+                    if (x >= 100) *w++ = (char)('0' + x / 100);
+                    if (x >= 10) *w++ = (char)('0' + x / 10 % 10);
+                    *w++ = (char)('0' + x % 10);
+                    *w++ = i < 3 ? '.' : '\0';
+                }
+            } else if (ex->remote) {
+                fy_sock_host_str(ex->remote, v->client, sizeof v->client);
+            }
+            v->have_client = true;
+        }
+        return fy_str(v->client, strlen(v->client));
+    case S_REQID:
+        return v->reqid;
+    case S_HEADER: {
+        const fy_header_t *h = fy_headers_find(&ex->req.headers, s->p, s->len);
+        return h ? h->value : FY_STR_NULL;
+    }
+    }
+    return FY_STR_NULL;
+}
+
+/* The expanded template in the arena (NUL-terminated, not counted). */
+static fy_str_t expand(vctx_t *v, const tpl_t *t)
+{
+    fy_str_t parts[MAX_SEGS];
+    size_t n = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        parts[i] = var(v, &t->s[i]);
+        n += parts[i].len;
+    }
+    if (t->n == 1 && t->s[0].kind == S_LIT) return parts[0];
+    char *b = fy_arena_alloc(v->ex->arena, n + 1), *w = b;
+    for (size_t i = 0; i < t->n; i++) {
+        if (parts[i].len) memcpy(w, parts[i].p, parts[i].len);
+        w += parts[i].len;
+    }
+    *w = '\0';
+    return fy_str(b, n);
+}
+
+/* A value that may go on the wire as a header value or a Location: no control bytes. */
+static bool wire_ok(fy_str_t s)
+{
+    for (size_t i = 0; i < s.len; i++)
+        if ((unsigned char)s.p[i] < 0x20 && s.p[i] != '\t') return false;
+    return !(s.len && (s.p[0] == ' ' || s.p[s.len - 1] == ' '));
+}
+
+static void remove_named(fy_headers_t *hs, const char *name, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < hs->n; i++)
+        if (!fy_str_ieq(hs->v[i].name, name, n)) hs->v[k++] = hs->v[i];
+    hs->n = k;
+}
+
+static void apply_edits(vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+{
+    fy_arena_t *a = v->ex->arena;
+    if (e->remove)
+        for (size_t i = 0; i < e->remove->n; i++)
+            remove_named(hs, e->remove->v[i], strlen(e->remove->v[i]));
+    for (size_t i = 0; i < e->n; i++) {
+        const hdr_edit_t *h = &e->v[i];
+        fy_str_t val = expand(v, &h->v);
+        if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
+        if (!h->append) remove_named(hs, h->name, h->nlen);
+        fy_headers_add(a, hs, h->name, h->nlen, val.p, val.len);
+    }
+}
+
+/* ---- response layer ---- */
+
+typedef struct res_layer {
+    fy_sink_layer_t l;
+    transform_filter_t *t;
+    fy_str_t reqid;
+    bool done;
+} res_layer_t;
+
+static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+{
+    if (rl->done) return;
+    rl->done = true;
+    vctx_t v = {.ex = ex, .reqid = rl->reqid};
+    apply_edits(&v, &rl->t->res, &ex->res.headers);
+    const fy_transform_conf_t *c = rl->t->conf;
+    if (c->request_id && c->request_id_response && rl->reqid.len) {
+        remove_named(&ex->res.headers, c->request_id, rl->t->reqid_len);
+        fy_headers_add(ex->arena, &ex->res.headers, c->request_id, rl->t->reqid_len, rl->reqid.p,
+                       rl->reqid.len);
+    }
+}
+
+static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                   int state)
+{
+    edit_response((res_layer_t *)l, ex);
+    fy_layer_next_send(l, ex, bufs, n, state);
+}
+
+static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
+                        int state)
+{
+    edit_response((res_layer_t *)l, ex);
+    fy_layer_next_send_file(l, ex, fd, off, len, state);
+}
+
+static const fy_layer_ops_t res_layer_ops = {
+    .name = "transform",
+    .send = l_send,
+    .send_file = l_send_file,
+};
+
+/* ---- request ---- */
+
+static bool reqid_ok(fy_str_t s)
+{
+    if (s.len == 0 || s.len > 128) return false;
+    for (size_t i = 0; i < s.len; i++)
+        if ((unsigned char)s.p[i] <= 0x20 || (unsigned char)s.p[i] >= 0x7f) return false;
+    return true;
+}
+
+static fy_str_t new_reqid(fy_arena_t *a)
+{
+    static __thread uint64_t s0, s1;
+    if (!s0 && !s1) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&s0, sizeof s0, 1, f) != 1 || fread(&s1, sizeof s1, 1, f) != 1)
+            s0 = (uint64_t)(uintptr_t)&s0 ^ 0x9e3779b97f4a7c15ull, s1 = 0x2545f4914f6cdd1dull;
+        if (f) fclose(f);
+        s1 |= 1;
+    }
+    char *b = fy_arena_alloc(a, 33);
+    static const char hex[] = "0123456789abcdef";
+    for (int k = 0; k < 2; k++) {
+        /* xorshift128+ */
+        uint64_t x = s0, y = s1;
+        s0 = y;
+        x ^= x << 23;
+        s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
+        uint64_t r = s1 + y;
+        /* two hex digits per step */
+        for (int i = 0; i < 8; i++, r >>= 8) {
+            b[k * 16 + 2 * i] = hex[(r >> 4) & 15];
+            b[k * 16 + 2 * i + 1] = hex[r & 15];
+        }
+    }
+    b[32] = '\0';
+    return fy_str(b, 32);
+}
+
+static pcre2_match_data *md_of(transform_filter_t *t, int w)
+{
+    if (w < 0 || w >= MAX_WORKERS) return NULL;
+    if (!t->md[w]) t->md[w] = pcre2_match_data_create(OVEC, NULL);
+    return t->md[w];
+}
+
+/* Does rule r match the path? Fills v's captures. */
+static bool rule_match(const rule_t *r, pcre2_match_data *md, vctx_t *v)
+{
+    fy_str_t p = v->ex->req.path;
+    int rc = pcre2_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL);
+    if (rc < 0) return false;
+    v->subject = p.p;
+    v->ov = pcre2_get_ovector_pointer(md);
+    v->nmatch = rc == 0 ? OVEC : rc;
+    return true;
+}
+
+static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
+{
+    transform_filter_t *t = (transform_filter_t *)f;
+    const fy_transform_conf_t *c = t->conf;
+    vctx_t v = {.ex = ex};
+    if (c->request_id) {
+        const fy_header_t *h = fy_headers_find(&ex->req.headers, c->request_id, t->reqid_len);
+        if (h && reqid_ok(h->value)) {
+            v.reqid = h->value;
+        } else {
+            v.reqid = new_reqid(ex->arena);
+            remove_named(&ex->req.headers, c->request_id, t->reqid_len);
+            fy_headers_add(ex->arena, &ex->req.headers, c->request_id, t->reqid_len, v.reqid.p,
+                           v.reqid.len);
+        }
+    }
+    if (t->res.n || (t->res.remove && t->res.remove->n) ||
+        (c->request_id && c->request_id_response)) {
+        res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
+        rl->t = t;
+        rl->reqid = v.reqid;
+        rl->done = false;
+        fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
+    }
+    pcre2_match_data *md = (t->nredirect || t->nrewrite) ? md_of(t, ex->ctx->worker_id) : NULL;
+    if (md) {
+        for (size_t i = 0; i < t->nredirect; i++) {
+            if (!rule_match(&t->redirect[i], md, &v)) continue;
+            fy_str_t loc = expand(&v, &t->redirect[i].to);
+            v.nmatch = 0;
+            if (!wire_ok(loc) || !loc.len) {
+                fy_exchange_fail(ex, 500, "redirect produced an invalid Location");
+                return FY_FILTER_DONE;
+            }
+            FY_HDR_ADD(ex->arena, &ex->res.headers, "location", loc.p, loc.len);
+            int st = t->redirect[i].status;
+            char *body = fy_arena_alloc(ex->arena, 128);
+            int n = snprintf(body, 128, "<html><body><h1>%d %s</h1></body></html>\n", st,
+                             fy_http_reason(st));
+            fy_exchange_respond(ex, st, "text/html; charset=utf-8", body, (size_t)n);
+            return FY_FILTER_DONE;
+        }
+        for (size_t i = 0; i < t->nrewrite; i++) {
+            if (!rule_match(&t->rewrite[i], md, &v)) continue;
+            fy_str_t np = expand(&v, &t->rewrite[i].to);
+            v.nmatch = 0;
+            const char *q = memchr(np.p, '?', np.len);
+            fy_str_t path = q ? fy_str(np.p, (size_t)(q - np.p)) : np;
+            fy_str_t query = q ? fy_str(q + 1, (size_t)(np.p + np.len - q - 1)) : ex->req.query;
+            bool ok = path.len && path.p[0] == '/';
+            for (size_t k = 0; ok && k < np.len; k++)
+                ok = (unsigned char)np.p[k] > 0x20 && (unsigned char)np.p[k] < 0x7f &&
+                     np.p[k] != '#';
+            if (ok && !fy_path_is_normal(path.p, path.len, true)) {
+                char *out = fy_arena_alloc(ex->arena, path.len);
+                fy_path_opts_t o = {.encoded_slash = FY_PATH_SLASH_KEEP, .merge_slashes = true};
+                int n = fy_path_normalize(path.p, path.len, out, path.len, &o);
+                ok = n > 0;
+                if (ok) path = fy_str(out, (size_t)n);
+            }
+            if (!ok) {
+                fy_exchange_fail(ex, 500, "rewrite produced an invalid path");
+                return FY_FILTER_DONE;
+            }
+            size_t tl = path.len + (query.len ? 1 + query.len : 0);
+            char *tg = fy_arena_alloc(ex->arena, tl);
+            memcpy(tg, path.p, path.len);
+            if (query.len) {
+                tg[path.len] = '?';
+                memcpy(tg + path.len + 1, query.p, query.len);
+            }
+            ex->req.target = fy_str(tg, tl);
+            ex->req.path = fy_str(tg, path.len);
+            ex->req.query = query.len ? fy_str(tg + path.len + 1, query.len) : FY_STR_NULL;
+            break;
+        }
+    }
+    apply_edits(&v, &t->req, &ex->req.headers);
+    return FY_FILTER_NEXT;
+}
+
+/* ---- build ---- */
+
+static void destroy(fy_filter_t *f)
+{
+    transform_filter_t *t = (transform_filter_t *)f;
+    for (size_t i = 0; i < t->nredirect; i++) pcre2_code_free(t->redirect[i].re);
+    for (size_t i = 0; i < t->nrewrite; i++) pcre2_code_free(t->rewrite[i].re);
+    free(t->redirect);
+    free(t->rewrite);
+    free(t->req.v);
+    free(t->res.v);
+    for (size_t w = 0; w < MAX_WORKERS; w++) pcre2_match_data_free(t->md[w]);
+    free(t);
+}
+
+static const fy_filter_ops_t transform_ops = {
+    .name = "transform",
+    .stage = FY_STAGE_REWRITE,
+    .on_request = on_request,
+    .destroy = destroy,
+};
+
+static int build_rules(const fy_conf_list_t *l, rule_t **out, size_t *nout, char *err,
+                       size_t errlen)
+{
+    const fy_transform_rule_t *rc = l->v;
+    *out = calloc(l->n ? l->n : 1, sizeof **out);
+    if (!*out) return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        int ec;
+        PCRE2_SIZE eo;
+        rule_t *r = &(*out)[i];
+        r->re = pcre2_compile((PCRE2_SPTR)rc[i].match, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+        if (!r->re) {
+            snprintf(err, errlen, "transform: bad regex '%s'", rc[i].match);
+            return -1;
+        }
+        pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE);
+        const char *why = compile(rc[i].to, &r->to);
+        if (why) {
+            snprintf(err, errlen, "transform: template '%s': %s", rc[i].to, why);
+            return -1;
+        }
+        r->status = (int)rc[i].status;
+        (*nout)++;
+    }
+    return 0;
+}
+
+static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *err, size_t errlen)
+{
+    size_t n = h->set.n + h->append.n;
+    e->v = calloc(n ? n : 1, sizeof *e->v);
+    if (!e->v) return -1;
+    e->remove = h->remove.n ? &h->remove : NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        const fy_conf_strmap_t *m = pass ? &h->append : &h->set;
+        for (size_t i = 0; i < m->n; i++) {
+            hdr_edit_t *x = &e->v[e->n];
+            /* names go on the wire lowercase (h2/h3 require it) */
+            char *nm = m->keys[i];
+            for (char *p = nm; *p; p++)
+                if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+            x->name = nm;
+            x->nlen = strlen(nm);
+            x->append = pass == 1;
+            const char *why = compile(m->values[i], &x->v);
+            if (why) {
+                snprintf(err, errlen, "transform: header %s: %s", nm, why);
+                return -1;
+            }
+            e->n++;
+        }
+    }
+    return 0;
+}
+
+fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err, size_t errlen)
+{
+    transform_filter_t *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->f.ops = &transform_ops;
+    t->conf = conf;
+    if (conf->request_id) {
+        for (char *p = conf->request_id; *p; p++)
+            if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+        t->reqid_len = strlen(conf->request_id);
+    }
+    if (build_rules(&conf->redirect, &t->redirect, &t->nredirect, err, errlen) < 0 ||
+        build_rules(&conf->rewrite, &t->rewrite, &t->nrewrite, err, errlen) < 0 ||
+        build_edits(&conf->request_headers, &t->req, err, errlen) < 0 ||
+        build_edits(&conf->response_headers, &t->res, err, errlen) < 0) {
+        destroy(&t->f);
+        return NULL;
+    }
+    return &t->f;
+}

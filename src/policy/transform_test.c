@@ -1,0 +1,95 @@
+/* Unit tests of the transform filter's templates (compile and expand against a hand-made
+ * exchange), the request-id rules and the wire checks. */
+#include "policy/transform.c"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "core/arena.h"
+#include "core/test.h"
+
+static void test_compile(void)
+{
+    CHECK(fy_transform_template_why("/plain") == NULL);
+    CHECK(fy_transform_template_why("https://{host}{request_uri}") == NULL);
+    CHECK(fy_transform_template_why("$1-$9-{header.x-user}") == NULL);
+    CHECK(fy_transform_template_why("{nope}") != NULL);
+    CHECK(fy_transform_template_why("{host") != NULL);
+    CHECK(fy_transform_template_why("{header.X-User}") != NULL);
+    char many[200];
+    size_t o = 0;
+    for (int i = 0; i < 40; i++) o += (size_t)snprintf(many + o, sizeof many - o, "a$1");
+    CHECK(fy_transform_template_why(many) != NULL);
+    tpl_t t;
+    CHECK(compile("a$1{path}$x", &t) == NULL);
+    CHECK_EQ_INT(t.n, 4);
+    CHECK(t.s[0].kind == S_LIT && t.s[1].kind == S_CAP && t.s[1].len == 1 &&
+          t.s[2].kind == S_PATH && t.s[3].kind == S_LIT);
+}
+
+static void test_expand(void)
+{
+    fy_arena_t a;
+    fy_arena_init(&a, NULL, 0, 0);
+    fy_exchange_t ex;
+    memset(&ex, 0, sizeof ex);
+    ex.arena = &a;
+    ex.req.authority = FY_STR_LIT("example.com:8080");
+    ex.req.path = FY_STR_LIT("/x/y");
+    ex.req.query = FY_STR_LIT("k=v");
+    ex.req.method = FY_STR_LIT("GET");
+    ex.req.scheme = FY_STR_LIT("https");
+    fy_header_t hv[1] = {{FY_STR_LIT("X-User"), FY_STR_LIT("dave")}};
+    ex.req.headers.v = hv;
+    ex.req.headers.n = 1;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "10.1.2.3", &sin.sin_addr);
+    ex.remote = (struct sockaddr *)&sin;
+    vctx_t v = {.ex = &ex, .reqid = FY_STR_LIT("rid")};
+    tpl_t t;
+    compile("https://{host}{request_uri} {authority} {client} {method} {scheme} {request_id} "
+            "{header.x-user}[{header.none}]",
+            &t);
+    fy_str_t r = expand(&v, &t);
+    CHECK_STRN(r.p, r.len,
+               "https://example.com/x/y?k=v example.com:8080 10.1.2.3 GET https rid dave[]");
+    inet_pton(AF_INET, "192.168.0.255", &sin.sin_addr);
+    v.have_client = false;
+    compile("{client}", &t);
+    r = expand(&v, &t);
+    CHECK_STRN(r.p, r.len, "192.168.0.255");
+    ex.req.authority = FY_STR_LIT("[::1]:443");
+    compile("{host}", &t);
+    r = expand(&v, &t);
+    CHECK_STRN(r.p, r.len, "[::1]");
+    /* captures */
+    PCRE2_SIZE ov[6] = {0, 4, 1, 2, PCRE2_UNSET, PCRE2_UNSET};
+    v.subject = "/x/y";
+    v.ov = ov;
+    v.nmatch = 3;
+    compile("<$0|$1|$2|$3>", &t);
+    r = expand(&v, &t);
+    CHECK_STRN(r.p, r.len, "</x/y|x||>");
+    fy_arena_free(&a);
+}
+
+static void test_reqid(void)
+{
+    CHECK(reqid_ok(FY_STR_LIT("abc-123")));
+    CHECK(!reqid_ok(FY_STR_LIT("")));
+    CHECK(!reqid_ok(FY_STR_LIT("a b")));
+    CHECK(!reqid_ok(FY_STR_LIT("a\x7f")));
+    char big[200];
+    memset(big, 'x', sizeof big);
+    CHECK(!reqid_ok(fy_str(big, 129)) && reqid_ok(fy_str(big, 128)));
+    fy_arena_t a;
+    fy_arena_init(&a, NULL, 0, 0);
+    fy_str_t x = new_reqid(&a), y = new_reqid(&a);
+    CHECK(x.len == 32 && y.len == 32 && memcmp(x.p, y.p, 32) != 0);
+    for (size_t i = 0; i < 32; i++) CHECK(strchr("0123456789abcdef", x.p[i]) != NULL);
+    fy_arena_free(&a);
+    CHECK(wire_ok(FY_STR_LIT("a\tb")) && !wire_ok(FY_STR_LIT("a\r\nb")) &&
+          !wire_ok(FY_STR_LIT(" a")));
+}
+
+FY_TEST_MAIN(test_compile(); test_expand(); test_reqid())
