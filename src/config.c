@@ -3,6 +3,7 @@
 
 #include "conf/conf_valid.h"
 #include "http/router.h"
+#include "policies.h"
 
 #include <ctype.h>
 #include <netinet/in.h>
@@ -266,6 +267,17 @@ static const fy_conf_directive_t route_table[] = {
      .sub_size = sizeof(fy_proxy_conf_t),
      .shorthand_key = "upstream",
      .doc = "Reverse-proxy to an upstream; shorthand `proxy: NAME`."},
+    {.key = "cidr", .type = FY_CT_TABLE_PTR, .offset = offsetof(fy_route_conf_t, cidr),
+     .sub = fy_cidr_conf_table, .sub_size = sizeof(fy_cidr_conf_t), .shorthand_key = "use",
+     .doc = "Allow or deny clients by address (policy/cidr_conf.c); `cidr: NAME` uses a "
+            "`cidr-lists` entry."},
+    {.key = "rate-limit", .type = FY_CT_TABLE_PTR, .offset = offsetof(fy_route_conf_t, rate_limit),
+     .sub = fy_ratelimit_conf_table, .sub_size = sizeof(fy_ratelimit_conf_t),
+     .doc = "Limit the request rate per key, in this process or through Redis (429)."},
+    {.key = "client-limits", .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, client_limits), .sub = fy_client_limits_conf_table,
+     .sub_size = sizeof(fy_client_limits_conf_t), .shorthand_key = "use",
+     .doc = "Concurrent requests per client address; `client-limits: NAME` uses a named entry."},
     {.key = NULL, .check = check_route},
 };
 
@@ -432,6 +444,7 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
         }
     }
     if (rc == 0 && check_binds(ctx, map, cfg) < 0) rc = -1;
+    if (fy_policies_check(ctx, map, cfg) < 0) rc = -1;
     return rc;
 }
 
@@ -471,6 +484,12 @@ const fy_conf_directive_t fy_config_table[] = {
      .sub_size = sizeof(fy_l4_conf_t),
      .doc = "Layer-4 relays: TCP, UDP, TLS passthrough by SNI, TLS termination, QUIC "
             "passthrough by SNI."},
+    {.key = "cidr-lists", .type = FY_CT_TABLE_LIST, .offset = C(cidr_lists),
+     .sub = fy_cidr_list_conf_table, .sub_size = sizeof(fy_cidr_conf_t),
+     .doc = "Named CIDR allow/deny lists for listeners and routes (`cidr: NAME`)."},
+    {.key = "client-limits", .type = FY_CT_TABLE_LIST, .offset = C(client_limits),
+     .sub = fy_client_limits_list_conf_table, .sub_size = sizeof(fy_client_limits_conf_t),
+     .doc = "Named per-client connection-rate and concurrency limits (`client-limits: NAME`)."},
     {.key = "limits",
      .type = FY_CT_TABLE,
      .offset = C(limits),

@@ -707,6 +707,11 @@ static void on_accept(fy_io_t *io, uint32_t ev)
             return;
         }
         fy_http_ctx_t *ctx = &wl->cur->ctx;
+        if (ctx->filters && !fy_policies_admit_connection(ctx->filters, (struct sockaddr *)&ss,
+                                                          wl->w->loop.now_ms)) {
+            close(fd); /* client-limits.connection-rate (counted there) */
+            continue;
+        }
         if (wl->l4_front >= 0)
             fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, (struct sockaddr *)&ss, sl,
                         l4_fallback, wl);
