@@ -38,23 +38,6 @@ bool fy_ip_is_v4(const fy_ip_t *ip)
     return ip->hi == 0 && (ip->lo >> 32) == 0xffff;
 }
 
-bool fy_ip_from_sockaddr(const struct sockaddr *sa, fy_ip_t *out)
-{
-    if (!sa) return false;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *s4 = (const void *)sa;
-        from_v4(ntohl(s4->sin_addr.s_addr), out);
-        return true;
-    }
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const void *)sa;
-        out->hi = be64(s6->sin6_addr.s6_addr);
-        out->lo = be64(s6->sin6_addr.s6_addr + 8);
-        return true;
-    }
-    return false;
-}
-
 int fy_ip_parse(const char *s, size_t n, fy_ip_t *out)
 {
     char buf[INET6_ADDRSTRLEN + 1];

@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "http/filter.h"
@@ -25,8 +27,27 @@ typedef struct fy_ip {
     uint64_t hi, lo;
 } fy_ip_t;
 
-/* Fill `out` from an AF_INET / AF_INET6 socket address. false for other families or NULL. */
-bool fy_ip_from_sockaddr(const struct sockaddr *sa, fy_ip_t *out);
+/* Fill `out` from an AF_INET / AF_INET6 socket address. false for other families or NULL.
+ * Inline: it runs once per request of every CIDR and rate-limit filter. */
+static inline bool fy_ip_from_sockaddr(const struct sockaddr *sa, fy_ip_t *out)
+{
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+        out->hi = 0;
+        out->lo = 0xffff00000000ull | __builtin_bswap32(s4->sin_addr.s_addr);
+        return true;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        uint64_t a, b;
+        memcpy(&a, s6->sin6_addr.s6_addr, 8);
+        memcpy(&b, s6->sin6_addr.s6_addr + 8, 8);
+        out->hi = __builtin_bswap64(a);
+        out->lo = __builtin_bswap64(b);
+        return true;
+    }
+    return false;
+}
 /* Parse "192.0.2.1" or "2001:db8::1" (n bytes, not NUL-terminated; no brackets, no port, no
  * zone). 0, or -1 when it is not an address. */
 int fy_ip_parse(const char *s, size_t n, fy_ip_t *out);

@@ -78,7 +78,8 @@ void fy_rl_table_free(fy_rl_table_t *t)
     free(t);
 }
 
-static fy_rl_result_t gcra(rl_slot_t *s, uint64_t now, uint64_t T, uint64_t burst, bool evicted)
+static inline fy_rl_result_t gcra(rl_slot_t *s, uint64_t now, uint64_t T, uint64_t burst,
+                                  bool evicted)
 {
     fy_rl_result_t r = {.evicted = evicted};
     uint64_t tau = T * burst;
@@ -93,7 +94,6 @@ static fy_rl_result_t gcra(rl_slot_t *s, uint64_t now, uint64_t T, uint64_t burs
         if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             r.allowed = true;
-            r.remaining = (tau - (next - now)) / T;
             return r;
         }
     }
@@ -102,11 +102,48 @@ static fy_rl_result_t gcra(rl_slot_t *s, uint64_t now, uint64_t T, uint64_t burs
 /* The slot of `key` in its probe window: found, a free one claimed, or the one whose key
    would be allowed again soonest taken over. A key whose TAT is in the past is in the same
    state as a fresh key, so taking its slot loses nothing (not counted as an eviction). */
+uint64_t fy_rl_table_seed(const fy_rl_table_t *t)
+{
+    return t->seed;
+}
+
+/* Keyed by the secret seed, nonlinear in it (a client cannot solve for a colliding address
+   without it), and folded so that the slot index (low bits) depends on every address bit. */
+static inline uint64_t ip_key(uint64_t seed, const fy_ip_t *ip)
+{
+    uint64_t h = ((ip->hi ^ seed) * 0x9e3779b97f4a7c15ull ^ ip->lo) * 0xff51afd7ed558ccdull;
+    return h ^ (h >> 31);
+}
+
+uint64_t fy_rl_ip_key(uint64_t seed, const fy_ip_t *ip)
+{
+    return ip_key(seed, ip);
+}
+
+static fy_rl_result_t take_slow(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint64_t t_ns,
+                                uint64_t burst);
+
+/* the common case, inlined into the filter: the key sits in its home slot */
+static inline fy_rl_result_t take(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint64_t t_ns,
+                                  uint64_t burst)
+{
+    rl_slot_t *home = &t->v[key & t->mask];
+    if (__builtin_expect(atomic_load_explicit(&home->key, memory_order_acquire) == key && key, 1))
+        return gcra(home, now_ns, t_ns, burst, false);
+    return take_slow(t, key, now_ns, t_ns, burst);
+}
+
 fy_rl_result_t fy_rl_take(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint64_t t_ns,
                           uint64_t burst)
 {
+    return take(t, key, now_ns, t_ns, burst);
+}
+
+static fy_rl_result_t take_slow(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint64_t t_ns,
+                                uint64_t burst)
+{
     if (key == 0) key = 1;
-    size_t base = (size_t)fmix64(key ^ t->seed);
+    size_t base = (size_t)key;
     for (int attempt = 0; attempt < 4; attempt++) {
         rl_slot_t *victim = NULL;
         uint64_t vkey = 0, vtat = UINT64_MAX;
@@ -133,7 +170,7 @@ fy_rl_result_t fy_rl_take(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint6
         }
     }
     /* four lost races in a row on one window: let the request through */
-    return (fy_rl_result_t){.allowed = true, .remaining = 0};
+    return (fy_rl_result_t){.allowed = true};
 }
 
 /* Concurrency slots: the table's `key` words only, packing a 40-bit key and a 24-bit count;
@@ -144,7 +181,7 @@ fy_rl_result_t fy_rl_take(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint6
 _Atomic uint64_t *fy_rl_conc_acquire(fy_rl_table_t *t, uint64_t key, uint64_t max, bool *untracked)
 {
     uint64_t ck = CKEY(key >> 24);
-    size_t base = (size_t)fmix64(key ^ t->seed);
+    size_t base = (size_t)key;
     *untracked = false;
     if (max > 0xffffffu) max = 0xffffffu;
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -231,7 +268,7 @@ static uint64_t key_of(uint64_t seed, const key_part_t *parts, size_t n, const f
         const key_part_t *p = &parts[i];
         if (p->kind == KEY_CLIENT) {
             fy_ip_t ip = client_ip(ex, trusted);
-            h = fy_rl_hash(h, &ip, sizeof ip);
+            h = ip_key(h, &ip);
         } else if (p->kind == KEY_HEADER) {
             const fy_header_t *hd = fy_headers_find(&ex->req.headers, p->header, p->hlen);
             h = fy_rl_hash(h + 0x51, hd ? hd->value.p : "", hd ? hd->value.len : 0);
@@ -266,7 +303,9 @@ typedef struct rl_filter {
     fy_cidr_trie_t *trusted; /* owned, or NULL */
     key_part_t *parts;       /* owned */
     size_t nparts;
-    uint64_t seed; /* hash of the policy name: keys differ between policies */
+    bool client_only; /* key: [client-address] and no trusted proxies */
+    uint64_t seed;    /* of the keys: the table's random seed (local), or the hash of the policy
+                         name (Redis: the same on every instance) */
     uint64_t t_ns, burst;
     uint64_t window_s; /* burst * T in seconds (RateLimit-Policy w) */
     int status;
@@ -277,10 +316,15 @@ typedef struct rl_filter {
 static fy_filter_verdict_t rl_on_request(fy_filter_t *f, fy_exchange_t *ex)
 {
     rl_filter_t *r = (rl_filter_t *)f;
-    uint64_t key = key_of(r->seed, r->parts, r->nparts, ex, r->trusted);
+    uint64_t key;
+    fy_ip_t ip;
+    if (r->client_only && fy_ip_from_sockaddr(ex->remote, &ip)) /* the default key */
+        key = ip_key(r->seed, &ip);
+    else
+        key = key_of(r->seed, r->parts, r->nparts, ex, r->trusted);
     if (r->redis) return fy__rl_redis_take(r->redis, ex, key);
     uint64_t now = ex->ctx->loop->now_ms * 1000000ull;
-    fy_rl_result_t res = fy_rl_take(r->table, key, now, r->t_ns, r->burst);
+    fy_rl_result_t res = take(r->table, key, now, r->t_ns, r->burst);
     if (__builtin_expect(res.evicted, 0)) fy_counter_inc(r->evictions);
     if (__builtin_expect(res.allowed, 1)) return FY_FILTER_NEXT;
     fy_counter_inc(r->rejected);
@@ -313,6 +357,8 @@ fy_filter_t *fy_ratelimit_filter_new(const fy_ratelimit_conf_t *conf, const char
     r->base.ops = &rl_ops;
     r->name = fy_xstrdup(conf->name ? conf->name : name);
     r->seed = fy_rl_hash(0, r->name, strlen(r->name));
+    /* local keys are seeded per process, so that clients cannot aim their keys at the probe
+       window of another key; Redis keys must be the same on every instance */
     r->burst = conf->burst > 0 ? (uint64_t)conf->burst : conf->count;
     r->t_ns = conf->period_ms * 1000000ull / conf->count;
     if (r->t_ns == 0) r->t_ns = 1;
@@ -320,6 +366,7 @@ fy_filter_t *fy_ratelimit_filter_new(const fy_ratelimit_conf_t *conf, const char
     r->status = (int)conf->status;
     r->parts = fy_xcalloc(conf->key.n ? conf->key.n : 1, sizeof *r->parts);
     r->nparts = parse_parts(&conf->key, r->parts);
+    r->client_only = r->nparts == 1 && r->parts[0].kind == KEY_CLIENT && !conf->trusted_proxies.n;
     if (conf->trusted_proxies.n) {
         r->trusted = fy__cidr_trie_of(&conf->trusted_proxies, where);
         if (!r->trusted) goto fail;
@@ -330,6 +377,7 @@ fy_filter_t *fy_ratelimit_filter_new(const fy_ratelimit_conf_t *conf, const char
         if (!r->redis) goto fail;
     } else {
         r->table = fy_rl_table_new((size_t)conf->max_keys);
+        r->seed ^= fy_rl_table_seed(r->table);
     }
     char labels[192];
     snprintf(labels, sizeof labels, "policy=\"%s\"", r->name);
@@ -365,8 +413,8 @@ static fy_filter_verdict_t cl_on_request(fy_filter_t *f, fy_exchange_t *ex)
     if (!c->conc) return FY_FILTER_NEXT;
     fy_ip_t ip = client_ip(ex, NULL);
     bool untracked;
-    _Atomic uint64_t *slot =
-        fy_rl_conc_acquire(c->conc, fy_rl_hash(0, &ip, sizeof ip), c->max_conc, &untracked);
+    _Atomic uint64_t *slot = fy_rl_conc_acquire(
+        c->conc, fy_rl_ip_key(fy_rl_table_seed(c->conc), &ip), c->max_conc, &untracked);
     if (__builtin_expect(slot != NULL, 1)) {
         fy_arena_on_reset(ex->arena, conc_release, (void *)slot);
         return FY_FILTER_NEXT;
@@ -431,8 +479,8 @@ bool fy_client_limits_admit(const fy_filter_chain_t *chain, const struct sockadd
         if (!c->conn) continue;
         fy_ip_t ip;
         if (!fy_ip_from_sockaddr(sa, &ip)) continue;
-        fy_rl_result_t r = fy_rl_take(c->conn, fy_rl_hash(0, &ip, sizeof ip), now_ms * 1000000ull,
-                                      c->conn_t_ns, c->conn_burst);
+        fy_rl_result_t r = fy_rl_take(c->conn, fy_rl_ip_key(fy_rl_table_seed(c->conn), &ip),
+                                      now_ms * 1000000ull, c->conn_t_ns, c->conn_burst);
         if (!r.allowed) {
             fy_counter_inc(c->over_rate);
             return false;

@@ -32,13 +32,16 @@ void fy_rl_table_free(fy_rl_table_t *t);
 
 typedef struct fy_rl_result {
     bool allowed;
-    bool evicted;       /* a live key had to give up its slot */
-    uint64_t wait_ns;   /* rejected: until one request is allowed again */
-    uint64_t remaining; /* allowed: requests still allowed at once after this one */
+    bool evicted;     /* a live key had to give up its slot */
+    uint64_t wait_ns; /* rejected: until one request is allowed again */
 } fy_rl_result_t;
 
-/* One request of `key` (any 64-bit hash) at `now_ns` under GCRA(t_ns, burst). Thread-safe,
- * lock-free. */
+/* The table's random seed: keys given to it must be hashed with it (the slot index is the
+ * key's low bits), so that a client cannot choose keys that crowd one probe window. */
+uint64_t fy_rl_table_seed(const fy_rl_table_t *t);
+
+/* One request of `key` (a 64-bit hash keyed with the table's seed) at `now_ns` under GCRA(t_ns,
+ * burst). Thread-safe, lock-free. */
 fy_rl_result_t fy_rl_take(fy_rl_table_t *t, uint64_t key, uint64_t now_ns, uint64_t t_ns,
                           uint64_t burst);
 
@@ -53,6 +56,9 @@ void fy_rl_conc_release(_Atomic uint64_t *slot);
 /* 64-bit hash of n bytes, seeded (FNV-1a and a murmur3 finaliser): the same on every instance
  * for the same seed (Redis keys use seed 0). */
 uint64_t fy_rl_hash(uint64_t seed, const void *p, size_t n);
+/* The same for one address (two murmur3 finalisers; faster than fy_rl_hash on 16 bytes). */
+struct fy_ip;
+uint64_t fy_rl_ip_key(uint64_t seed, const struct fy_ip *ip);
 
 /* ---- the filters ---- */
 

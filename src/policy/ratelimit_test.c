@@ -17,7 +17,6 @@ static void test_gcra(void)
     for (int i = 0; i < 10; i++) {
         fy_rl_result_t r = fy_rl_take(t, 42, now, T, 10);
         CHECK(r.allowed);
-        CHECK_EQ_INT(r.remaining, 9 - i);
     }
     fy_rl_result_t r = fy_rl_take(t, 42, now, T, 10);
     CHECK(!r.allowed);
