@@ -370,3 +370,84 @@ def test_ratelimit_redis_example_runs(server, redis):
     srv = example(server, "ratelimit-redis.yaml", {"127.0.0.1:6379": f"127.0.0.1:{redis.port}"})
     st = [s for s, _ in keepalive(srv.port, 10, "/")]
     assert st == [200] * 10
+
+
+class SilentRedis:
+    """Accepts connections and reads, never answers: every round trip times out."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.stop = False
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+                self.conns.append(c)
+            except OSError:
+                continue
+
+    def close(self):
+        self.stop = True
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_ratelimit_redis_reply_timeout(server):
+    silent = SilentRedis()
+    try:
+        srv = server(cfg(f"""  - match: {{{{path: /r}}}}
+    rate-limit:
+      rate: 1/h
+      burst: 5
+      redis: {{{{address: "127.0.0.1:{silent.port}", lease: 1, timeout: 50ms, on-error: deny,
+               error-status: 504}}}}
+    respond: {{{{status: 200, body: "r\\n"}}}}
+""", workers=1))
+        assert [s for s, _ in keepalive(srv.port, 3, "/r")] == [504] * 3
+        srv.stop()
+        downs = [l for l in srv.log().splitlines() if "is down" in l]
+        assert len(downs) == 1 and "no reply in time" in downs[0], srv.log()
+    finally:
+        silent.close()
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server missing")
+def test_ratelimit_redis_back_after_restart(server, tmp_path):
+    r = Redis(tmp_path)
+    port = r.port
+    srv = server(cfg(f"""  - match: {{{{path: /r}}}}
+    rate-limit:
+      name: back
+      rate: 1/h
+      burst: 2
+      redis: {{{{address: "127.0.0.1:{port}", lease: 1, reconnect: 10ms, on-error: deny}}}}
+    respond: {{{{status: 200, body: "r\\n"}}}}
+""", workers=1))
+    assert [s for s, _ in keepalive(srv.port, 3, "/r")] == [200, 200, 429]
+    r.kill()
+    assert http_request(srv.port, "/r")[0] == 503
+    # a new, empty Redis on the same port: once reconnected, the limit starts afresh
+    r2 = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--dir", str(tmp_path)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc=r2)
+        first = wait_for(lambda: (lambda s: s if s != 503 else None)(
+            http_request(srv.port, "/r")[0]), 20, "the limiter to reconnect")
+        assert first == 200
+        assert [s for s, _ in keepalive(srv.port, 2, "/r")] == [200, 429]
+    finally:
+        r2.kill()
+        r2.wait()
+    srv.stop()
+    log = srv.log()
+    assert len([l for l in log.splitlines() if "is down" in l]) == 1, log
+    assert len([l for l in log.splitlines() if "is back" in l]) == 1, log

@@ -285,6 +285,10 @@ static void serve_down(rq_t *q)
 static void on_timeout(fy_timer_t *t)
 {
     rq_t *q = t->data;
+    /* the reply may still come (its tokens are then dropped): requests for this key from now
+       on ask again instead of queueing behind it */
+    if (q->slot && q->slot->pending == q) q->slot->pending = NULL;
+    q->slot = NULL;
     set_down(q->r, true, "no reply in time");
     serve_down(q);
 }
@@ -414,11 +418,14 @@ fy_filter_verdict_t fy__rl_redis_take(fy_rl_redis_t *r, fy_exchange_t *ex, uint6
         L->tokens = 0;
         slot = L;
     }
+    bool down = atomic_load_explicit(&r->down, memory_order_relaxed);
+    if (down && !slot) return down_verdict(r, ex); /* a probe for this slot is in flight */
     rq_t *q = issue(r, w, loop, key, r->lease, slot);
     if (!q) {
         set_down(r, true, "not connected");
         return down_verdict(r, ex);
     }
+    if (down) return down_verdict(r, ex); /* the round trip only probes (and leases) */
     add_waiter(q, ex);
     return FY_FILTER_WAIT;
 }
