@@ -205,6 +205,14 @@ struct fy_rl_redis {
     int on_error, error_status, status;
     uint64_t t_us, tau_us, t_ns, burst, window_s;
     char *prefix, *name, *where; /* owned */
+    /* the command, formatted once: head = "*7 EVAL script 1", then the key (keyp + 16 hex
+       digits), tail = T and tau, then n */
+    char head[sizeof SCRIPT + 64];
+    size_t head_len;
+    char keyp[256];
+    size_t keyp_len;
+    char tail[64];
+    size_t tail_len;
     atomic_bool down;
     fy_counter_id_t down_total, rejected, round_trips;
     rlw_t *w[MAX_WORKERS]; /* owned; each made by its own worker */
@@ -295,6 +303,38 @@ static void on_timeout(fy_timer_t *t)
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv);
 
+static size_t put_u64(char *out, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* "$LEN\r\n" */
+static size_t put_bulk_head(char *out, size_t len)
+{
+    out[0] = '$';
+    size_t n = 1 + put_u64(out + 1, len);
+    out[n++] = '\r';
+    out[n++] = '\n';
+    return n;
+}
+
+static size_t put_bulk(char *out, const char *s, size_t len)
+{
+    size_t n = put_bulk_head(out, len);
+    memcpy(out + n, s, len);
+    n += len;
+    out[n++] = '\r';
+    out[n++] = '\n';
+    return n;
+}
+
 /* Send one round trip asking n tokens of `key`; NULL when it cannot be sent. */
 static rq_t *issue(fy_rl_redis_t *r, rlw_t *w, fy_loop_t *loop, uint64_t key, uint64_t n,
                    lease_t *slot)
@@ -310,16 +350,32 @@ static rq_t *issue(fy_rl_redis_t *r, rlw_t *w, fy_loop_t *loop, uint64_t key, ui
     q->slot = slot;
     fy_list_init(&q->waiters);
     fy_timer_init(&q->timer, on_timeout, q);
-    char k[256];
-    snprintf(k, sizeof k, "%s%s:%016llx", r->prefix, r->name, (unsigned long long)key);
-    char a1[24], a2[24], a3[24];
-    snprintf(a1, sizeof a1, "%llu", (unsigned long long)r->t_us);
-    snprintf(a2, sizeof a2, "%llu", (unsigned long long)r->tau_us);
-    snprintf(a3, sizeof a3, "%llu", (unsigned long long)n);
-    const char *argv[] = {"EVAL", SCRIPT, "1", k, a1, a2, a3};
-    size_t lens[] = {4, sizeof SCRIPT - 1, 1, strlen(k), strlen(a1), strlen(a2), strlen(a3)};
+    /* RESP by hand: the script and the constant arguments were formatted once (hiredis's
+       printf-style formatting cost more than the rest of the round trip) */
+    char cmd[sizeof r->head + sizeof r->keyp + sizeof r->tail + 64];
+    size_t len = 0;
+    memcpy(cmd, r->head, r->head_len);
+    len = r->head_len;
+    char key_text[16];
+    for (int i = 15; i >= 0; i--, key >>= 4) key_text[i] = "0123456789abcdef"[key & 15];
+    len += put_bulk_head(cmd + len, r->keyp_len + 16);
+    memcpy(cmd + len, r->keyp, r->keyp_len);
+    len += r->keyp_len;
+    memcpy(cmd + len, key_text, 16);
+    len += 16;
+    memcpy(cmd + len, "\r\n", 2);
+    len += 2;
+    memcpy(cmd + len, r->tail, r->tail_len);
+    len += r->tail_len;
+    char num[24];
+    size_t nl = put_u64(num, n);
+    len += put_bulk_head(cmd + len, nl);
+    memcpy(cmd + len, num, nl);
+    len += nl;
+    memcpy(cmd + len, "\r\n", 2);
+    len += 2;
     atomic_fetch_add(&r->refs, 1);
-    if (redisAsyncCommandArgv(ac, on_reply, q, 7, argv, lens) != REDIS_OK) {
+    if (redisAsyncFormattedCommand(ac, on_reply, q, cmd, len) != REDIS_OK) {
         atomic_fetch_sub(&r->refs, 1); /* the filter still holds one */
         free(q);
         return NULL;
@@ -385,7 +441,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
             }
         } else if (k > 0 && q->slot && q->slot->key == q->key && !q->slot->pending) {
             q->slot->tokens += k; /* the rest of the lease, spent locally */
-            q->slot->expires_ms = q->loop->now_ms + (k * r->t_ns) / 1000000 + 1;
+            /* spendable for as long as the tokens stand for, and at least a second: a lease
+               of a fast limit must not expire between two requests */
+            uint64_t ms = (k * r->t_ns) / 1000000;
+            q->slot->expires_ms = q->loop->now_ms + (ms > 1000 ? ms : 1000);
         }
     }
     free(q);
@@ -452,6 +511,26 @@ fy_rl_redis_t *fy__rl_redis_new(const fy_ratelimit_redis_conf_t *rc, const char 
     r->window_s = window_s;
     r->prefix = fy_xstrdup(rc->prefix ? rc->prefix : "");
     r->name = fy_xstrdup(name);
+    memcpy(r->head, "*7\r\n", 4);
+    r->head_len = 4;
+    r->head_len += put_bulk(r->head + r->head_len, "EVAL", 4);
+    r->head_len += put_bulk(r->head + r->head_len, SCRIPT, sizeof SCRIPT - 1);
+    r->head_len += put_bulk(r->head + r->head_len, "1", 1);
+    int kp = snprintf(r->keyp, sizeof r->keyp, "%s%s:", r->prefix, r->name);
+    if (kp < 0 || (size_t)kp >= sizeof r->keyp) {
+        fy_error("%s: rate-limit %s: redis prefix and name are too long (%zu bytes at most)", where,
+                 name, sizeof r->keyp - 1);
+        free(r->prefix);
+        free(r->name);
+        free(r);
+        return NULL;
+    }
+    r->keyp_len = (size_t)kp;
+    char num[24];
+    size_t nl = put_u64(num, r->t_us);
+    r->tail_len = put_bulk(r->tail, num, nl);
+    nl = put_u64(num, r->tau_us);
+    r->tail_len += put_bulk(r->tail + r->tail_len, num, nl);
     r->where = fy_xstrdup(where);
     char labels[192];
     snprintf(labels, sizeof labels, "policy=\"%s\"", name);
