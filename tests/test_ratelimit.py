@@ -451,3 +451,26 @@ def test_ratelimit_redis_back_after_restart(server, tmp_path):
     log = srv.log()
     assert len([l for l in log.splitlines() if "is down" in l]) == 1, log
     assert len([l for l in log.splitlines() if "is back" in l]) == 1, log
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server missing")
+def test_ratelimit_redis_survives_reload(server, redis):
+    """A reload makes new filters (the old generation's go when its last exchange does); the
+    Redis state, and the per-worker connections, carry over: the spent limit stays spent."""
+    import signal
+    text = redis_cfg(redis.port, 3, 1, name="reloaded", workers=2)
+    srv = server(text)
+    assert [s for s, _ in keepalive(srv.port, 4, "/r")] == [200, 200, 200, 429]
+
+    def reload(gen, new_text):
+        (srv.tmp / "ferry.yaml").write_text(new_text.format(port=srv.port, data=srv.data))
+        srv.proc.send_signal(signal.SIGHUP)
+        line = f"reload: generation {gen} active on all workers"
+        wait_for(lambda: line in srv.log(), 30, line, srv.proc)
+
+    reload(2, text)
+    assert [http_request(srv.port, "/r")[0] for _ in range(2)] == [429, 429]
+    reload(3, cfg("", workers=2))
+    assert http_request(srv.port, "/r")[0] == 200
+    reload(4, text)
+    assert http_request(srv.port, "/r")[0] == 429
