@@ -42,8 +42,9 @@ typedef struct fy_route_conf {
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
-    fy_cidr_conf_t *cidr;                  /* `cidr` (policy/cidr_conf.h), or NULL */
-    fy_ratelimit_conf_t *rate_limit;       /* `rate-limit` (policy/ratelimit_conf.h), or NULL */
+
+    fy_cidr_conf_t *cidr;                   /* `cidr` (policy/cidr_conf.h), or NULL */
+    fy_ratelimit_conf_t *rate_limit;        /* `rate-limit` (policy/ratelimit_conf.h), or NULL */
     fy_client_limits_conf_t *client_limits; /* `client-limits`, or NULL */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
@@ -56,6 +57,7 @@ typedef struct fy_config {
     fy_conf_list_t l4;             /* of fy_l4_conf_t: layer-4 relays */
     fy_conf_list_t cidr_lists;     /* of fy_cidr_conf_t: named CIDR lists */
     fy_conf_list_t client_limits;  /* of fy_client_limits_conf_t: named per-client limits */
+    fy_conf_list_t rate_limits;    /* of fy_ratelimit_conf_t: named rate limits (listeners) */
     fy_http_limits_t limits;       /* `limits` */
     fy_h2_conf_t http2;            /* `http2` */
     fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */

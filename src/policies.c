@@ -26,6 +26,14 @@ static const fy_client_limits_conf_t *climits_named(const fy_config_t *cfg, cons
     return NULL;
 }
 
+static const fy_ratelimit_conf_t *rl_named(const fy_config_t *cfg, const char *name)
+{
+    const fy_ratelimit_conf_t *v = cfg->rate_limits.v;
+    for (size_t i = 0; i < cfg->rate_limits.n; i++)
+        if (v[i].name && !strcmp(v[i].name, name)) return &v[i];
+    return NULL;
+}
+
 static const fy_conf_node_t *node_at(const fy_conf_node_t *map, const char *list, size_t i,
                                      const char *k1, const char *k2)
 {
@@ -57,6 +65,9 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
         if (ls[i].client_limits && !climits_named(cfg, ls[i].client_limits))
             rc = unknown(ctx, node_at(map, "listeners", i, "client-limits", NULL), "listeners", i,
                          "client-limits", ls[i].client_limits, "client-limits");
+        if (ls[i].rate_limit && !rl_named(cfg, ls[i].rate_limit))
+            rc = unknown(ctx, node_at(map, "listeners", i, "rate-limit", NULL), "listeners", i,
+                         "rate-limit", ls[i].rate_limit, "rate-limits");
     }
     const fy_route_conf_t *rs = cfg->routes.v;
     for (size_t i = 0; i < cfg->routes.n; i++) {
@@ -74,6 +85,13 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
                           "connection-rate is checked at accept: set it on a listener");
             rc = -1;
         }
+    }
+    const fy_ratelimit_conf_t *rl = cfg->rate_limits.v;
+    for (size_t i = 0; i < cfg->rate_limits.n; i++) {
+        if (rl[i].name) continue;
+        fy_conf_error(ctx, node_at(map, "rate-limits", i, "rate", NULL), "rate-limits",
+                      "entry %zu needs a `name` (listeners refer to it)", i);
+        rc = -1;
     }
     const char *what[2] = {"cidr-lists", "client-limits"};
     for (int l = 0; l < 2; l++) {
@@ -149,6 +167,10 @@ int fy_policies_build_listener(const fy_config_t *cfg, size_t i, fy_filter_chain
     if (lc->client_limits &&
         add(out, fy_client_limits_filter_new(climits_named(cfg, lc->client_limits), where)) < 0)
         return -1;
+    if (lc->rate_limit) {
+        const fy_ratelimit_conf_t *c = rl_named(cfg, lc->rate_limit);
+        if (add(out, fy_ratelimit_filter_new(c, c->name, where)) < 0) return -1;
+    }
 
     return 0;
 }

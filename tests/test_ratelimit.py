@@ -474,3 +474,51 @@ def test_ratelimit_redis_survives_reload(server, redis):
     assert http_request(srv.port, "/r")[0] == 200
     reload(4, text)
     assert http_request(srv.port, "/r")[0] == 429
+
+
+def test_ratelimit_listener_and_intercepted_flow(server):
+    """A listener's rate limit runs before routing, so it also holds on an intercepting
+    listener: forward-proxy requests (absolute-form) are counted and refused with 429."""
+    srv = server("""
+workers: 2
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    kind: intercept
+    rate-limit: proxy-clients
+  - address: 127.0.0.1:{port2}
+    rate-limit: proxy-clients
+  - address: 127.0.0.1:{port3}
+rate-limits:
+  - name: proxy-clients
+    rate: 1/h
+    burst: 2
+intercept:
+  ca-dir: {data}/ca
+routes:
+  - respond: {{status: 200, body: "origin\\n"}}
+""")
+    from conftest import statuses
+    origin = f"http://127.0.0.1:{srv.ports[2]}/"
+    req = (f"GET {origin} HTTP/1.1\r\nHost: 127.0.0.1:{srv.ports[2]}\r\n"
+           "Connection: close\r\n\r\n").encode()
+    got = [statuses(raw(srv.ports[0], req)) for _ in range(3)]
+    assert got == [[200], [200], [429]]
+    # the second listener naming the same entry keeps its own local counts
+    assert [http_request(srv.ports[1], "/")[0] for _ in range(3)] == [200, 200, 429]
+    assert http_request(srv.ports[2], "/")[0] == 200  # a listener without it
+
+
+def test_ratelimit_named_needs_name(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("""listeners:
+  - address: 127.0.0.1:1
+    rate-limit: nope
+rate-limits:
+  - rate: 1/s
+routes:
+  - respond: {status: 200}
+""")
+    e = subprocess.run([FERRY, "check", "-c", str(bad)], capture_output=True, text=True).stderr
+    assert "bad.yaml:3:17: listeners[0].rate-limit: no rate-limits entry named 'nope'" in e, e
+    assert "bad.yaml:5:11: rate-limits: entry 0 needs a `name`" in e, e

@@ -341,5 +341,10 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .offset = L(client_limits),
      .doc = "Name of a top-level `client-limits` entry: connection rate (at accept, TCP) and "
             "concurrent requests per client address on this listener."},
+    {.key = "rate-limit",
+     .type = FY_CT_STRING,
+     .offset = L(rate_limit),
+     .doc = "Name of a top-level `rate-limits` entry applied to every request of this listener "
+            "(intercepted flows included; a CONNECT is a request) before routing."},
     {.key = NULL, .check = check_listener},
 };
