@@ -124,13 +124,20 @@ def test_cidr_trusted_proxies_xff_and_forwarded(server):
     assert r[0] == 403
 
 
-def test_cidr_spoofed_xff_from_untrusted_peer(server):
+def test_cidr_spoofed_xff_from_untrusted_peer(server, tmp_path, monkeypatch):
+    dump = tmp_path / "counters.txt"
+    monkeypatch.setenv("FERRY_DUMP_COUNTERS", str(dump))
     srv = server(cfg(routes=TRUST))
     # 127.0.0.1 is not a trusted proxy of /untrusted: its X-Forwarded-For is ignored
     for h in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
               {"X-Forwarded-For": "10.0.0.1, 203.0.113.9"}):
         st, _, body = http_request(srv.port, "/untrusted", headers=h)
         assert st == 403 and b"spoofed" not in body
+    srv.stop()
+    import re
+    n = [int(m.group(1)) for m in re.finditer(
+        r'^ferry_policy_cidr_denied_total\{policy="routes\[1\]"\} (\d+)$', dump.read_text(), re.M)]
+    assert n == [3]
 
 
 @pytest.mark.skipif(CURL is None, reason="curl missing")

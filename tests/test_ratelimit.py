@@ -205,7 +205,18 @@ routes:
         origin.close()
 
 
-def test_client_connection_rate(server):
+def counters(path):
+    out = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^([a-z_]+)\{(.*)\} (-?[0-9]+)$", line)
+        if m:
+            out[(m.group(1), m.group(2))] = int(m.group(3))
+    return out
+
+
+def test_client_connection_rate(server, tmp_path, monkeypatch):
+    dump = tmp_path / "counters.txt"
+    monkeypatch.setenv("FERRY_DUMP_COUNTERS", str(dump))
     srv = server(cfg("", listener_extra="    client-limits: per-ip",
                      top="client-limits:\n  - name: per-ip\n    connection-rate: 1/h\n"
                          "    connection-burst: 3\n"))
@@ -220,6 +231,9 @@ def test_client_connection_rate(server):
                           "    connection-burst: 1\n"))
     assert [s for s, _ in keepalive(srv2.port, 5, "/")] == [200] * 5
     assert raw(srv2.port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") in (b"", b"<RESET>")
+    srv.stop()
+    c = counters(dump)
+    assert c[("ferry_policy_client_connection_rate_closed_total", 'policy="listeners[0]"')] == 1
 
 
 def test_ratelimit_config_errors(tmp_path):
@@ -317,7 +331,9 @@ def test_ratelimit_redis_two_instances_share_one_limit(server, redis):
 
 @pytest.mark.skipif(REDIS is None, reason="redis-server missing")
 @pytest.mark.parametrize("on_error,want", [("allow", 200), ("deny", 503)])
-def test_ratelimit_redis_killed_mid_test(server, redis, on_error, want):
+def test_ratelimit_redis_killed_mid_test(server, redis, on_error, want, tmp_path, monkeypatch):
+    dump = tmp_path / "counters.txt"
+    monkeypatch.setenv("FERRY_DUMP_COUNTERS", str(dump))
     srv = server(redis_cfg(redis.port, 3, 1, on_error=on_error, name=f"kill-{on_error}"))
     assert [s for s, _ in keepalive(srv.port, 4, "/r")] == [200, 200, 200, 429]
     redis.kill()
@@ -329,6 +345,11 @@ def test_ratelimit_redis_killed_mid_test(server, redis, on_error, want):
     downs = [l for l in srv.log().splitlines() if "is down" in l]
     assert len(downs) == 1, srv.log()  # one log line per transition
     assert ("failing open" if on_error == "allow" else "failing closed") in downs[0]
+    c = counters(dump)
+    lab = f'policy="kill-{on_error}"'
+    assert c[("ferry_policy_ratelimit_redis_down_total", lab)] == 1  # one transition
+    assert c[("ferry_policy_ratelimit_rejected_total", lab)] == 1
+    assert c[("ferry_policy_ratelimit_redis_round_trips_total", lab)] >= 4
 
 
 @pytest.mark.skipif(REDIS is None, reason="redis-server missing")
