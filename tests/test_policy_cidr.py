@@ -172,6 +172,14 @@ def test_cidr_h3(server, tmp_path):
     rc, out, _ = gtls(srv.port, ["/allow", "/deny"], tmp_path)
     assert rc == 0, out
     assert sorted(statuses(out)) == [200, 403]
+    # the listener's list holds over QUIC too (the h3 endpoint shares the listener's context)
+    srv2 = server(cfg(protocols="[h1, h2, h3]\n    tls: self-signed\n    cidr: no-loopback",
+                      top="cidr-lists:\n  - name: no-loopback\n    deny: [127.0.0.0/8]\n"),
+                  start=False)
+    srv2.start(udp_ports=[srv2.port])
+    rc, out, _ = gtls(srv2.port, ["/allow", "/"], tmp_path)
+    assert rc == 0, out
+    assert statuses(out) == [403, 403]
 
 
 def test_cidr_intercept_listener(server):
