@@ -543,3 +543,35 @@ routes:
     e = subprocess.run([FERRY, "check", "-c", str(bad)], capture_output=True, text=True).stderr
     assert "bad.yaml:3:17: listeners[0].rate-limit: no rate-limits entry named 'nope'" in e, e
     assert "bad.yaml:5:11: rate-limits: entry 0 needs a `name`" in e, e
+
+
+def test_ratelimit_headers_always(server):
+    origin = server("""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{port}
+routes:
+  - respond: {{status: 200, body: "from origin\\n"}}
+""")
+    srv = server(cfg(f"""  - match: {{{{path: /p}}}}
+    rate-limit: {{{{name: shown, rate: 1/h, burst: 3, headers: always}}}}
+    proxy: app
+  - match: {{{{path: /r}}}}
+    rate-limit: {{{{name: fixed, rate: 1/h, burst: 2, headers: always}}}}
+    respond: {{{{status: 201, body: "x\\n"}}}}
+""", top=f"upstreams:\n  - name: app\n    servers: [http://127.0.0.1:{origin.port}]\n"))
+    got = keepalive(srv.port, 4, "/p")
+    assert [s for s, _ in got] == [200, 200, 200, 429]
+    assert [h["ratelimit-policy"] for _, h in got] == ['"shown";q=3;w=10800'] * 4
+    rs = [re.fullmatch(r'"shown";r=(\d+);t=(\d+)', h["ratelimit"]) for _, h in got]
+    assert all(rs)
+    assert [int(m.group(1)) for m in rs] == [2, 1, 0, 0]
+    # t: until the burst is full again (1, 2, 3 hours less the moments between requests)
+    assert [int(m.group(2)) for m in rs[:3]] == [3600, 7200, 10800]
+    assert 1 <= int(rs[3].group(2)) <= 3600  # the 429: until the next request
+    got = keepalive(srv.port, 3, "/r")
+    assert [s for s, _ in got] == [201, 201, 429]
+    assert [h["ratelimit"].split(";")[1] for _, h in got] == ["r=1", "r=0", "r=0"]
+    # on-reject (the default): nothing on allowed responses
+    srv2 = server(cfg(LIMITED))
+    assert "ratelimit" not in http_request(srv2.port, "/limited")[1]

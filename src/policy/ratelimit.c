@@ -94,6 +94,7 @@ static inline fy_rl_result_t gcra(rl_slot_t *s, uint64_t now, uint64_t T, uint64
         if (atomic_compare_exchange_weak_explicit(&s->tat, &tat, next, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             r.allowed = true;
+            r.wait_ns = next - now;
             return r;
         }
     }
@@ -242,6 +243,59 @@ void fy__ratelimit_reject(fy_exchange_t *ex, int status, const char *policy, uin
     fy_exchange_respond(ex, status, "text/plain; charset=utf-8", body, sizeof body - 1);
 }
 
+/* `headers: always`: the two fields on allowed responses too, added by a sink layer when the
+   response head goes out (the handler builds its own header list before that) */
+typedef struct rl_layer {
+    fy_sink_layer_t base;
+    const char *policy, *state; /* arena */
+    size_t plen, slen;
+    bool added;
+} rl_layer_t;
+
+static void rl_layer_add(rl_layer_t *l, fy_exchange_t *ex)
+{
+    if (l->added || ex->head_sent) return;
+    l->added = true;
+    fy_headers_add(ex->arena, &ex->res.headers, "ratelimit-policy", 16, l->policy, l->plen);
+    fy_headers_add(ex->arena, &ex->res.headers, "ratelimit", 9, l->state, l->slen);
+}
+
+static void rl_layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                          int state)
+{
+    rl_layer_add((rl_layer_t *)l, ex);
+    fy_layer_next_send(l, ex, bufs, n, state);
+}
+
+static void rl_layer_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
+                               int state)
+{
+    rl_layer_add((rl_layer_t *)l, ex);
+    fy_layer_next_send_file(l, ex, fd, off, len, state);
+}
+
+static const fy_layer_ops_t rl_layer_ops = {
+    .name = "rate-limit",
+    .send = rl_layer_send,
+    .send_file = rl_layer_send_file,
+};
+
+static void push_headers(fy_exchange_t *ex, const char *policy, uint64_t quota, uint64_t window_s,
+                         uint64_t remaining, uint64_t reset_s)
+{
+    rl_layer_t *l = fy_arena_calloc(ex->arena, sizeof *l);
+    char buf[192];
+    int n = snprintf(buf, sizeof buf, "\"%s\";q=%llu;w=%llu", policy, (unsigned long long)quota,
+                     (unsigned long long)window_s);
+    l->plen = n > 0 && (size_t)n < sizeof buf ? (size_t)n : 0;
+    l->policy = fy_arena_strndup(ex->arena, buf, l->plen);
+    n = snprintf(buf, sizeof buf, "\"%s\";r=%llu;t=%llu", policy, (unsigned long long)remaining,
+                 (unsigned long long)reset_s);
+    l->slen = n > 0 && (size_t)n < sizeof buf ? (size_t)n : 0;
+    l->state = fy_arena_strndup(ex->arena, buf, l->slen);
+    fy_exchange_push_layer(ex, &l->base, &rl_layer_ops, FY_STAGE_LIMIT);
+}
+
 /* ---- key parts ---- */
 
 enum { KEY_CLIENT = 1, KEY_HEADER, KEY_ROUTE };
@@ -303,9 +357,10 @@ typedef struct rl_filter {
     fy_cidr_trie_t *trusted; /* owned, or NULL */
     key_part_t *parts;       /* owned */
     size_t nparts;
-    bool client_only; /* key: [client-address] and no trusted proxies */
-    uint64_t seed;    /* of the keys: the table's random seed (local), or the hash of the policy
-                         name (Redis: the same on every instance) */
+    bool client_only;    /* key: [client-address] and no trusted proxies */
+    bool headers_always; /* `headers: always` (local limits) */
+    uint64_t seed;       /* of the keys: the table's random seed (local), or the hash of the policy
+                            name (Redis: the same on every instance) */
     uint64_t t_ns, burst;
     uint64_t window_s; /* burst * T in seconds (RateLimit-Policy w) */
     int status;
@@ -326,7 +381,15 @@ static fy_filter_verdict_t rl_on_request(fy_filter_t *f, fy_exchange_t *ex)
     uint64_t now = ex->ctx->loop->now_ms * 1000000ull;
     fy_rl_result_t res = take(r->table, key, now, r->t_ns, r->burst);
     if (__builtin_expect(res.evicted, 0)) fy_counter_inc(r->evictions);
-    if (__builtin_expect(res.allowed, 1)) return FY_FILTER_NEXT;
+    if (__builtin_expect(res.allowed, 1)) {
+        if (__builtin_expect(r->headers_always, 0)) {
+            uint64_t tau = r->t_ns * r->burst;
+            push_headers(ex, r->name, r->burst, r->window_s,
+                         res.wait_ns <= tau ? (tau - res.wait_ns) / r->t_ns : 0,
+                         (res.wait_ns + 999999999ull) / 1000000000ull);
+        }
+        return FY_FILTER_NEXT;
+    }
     fy_counter_inc(r->rejected);
     fy__ratelimit_reject(ex, r->status, r->name, r->burst, r->window_s, res.wait_ns);
     return FY_FILTER_DONE;
@@ -364,6 +427,7 @@ fy_filter_t *fy_ratelimit_filter_new(const fy_ratelimit_conf_t *conf, const char
     if (r->t_ns == 0) r->t_ns = 1;
     r->window_s = (r->t_ns * r->burst + 999999999ull) / 1000000000ull;
     r->status = (int)conf->status;
+    r->headers_always = conf->headers == FY_RL_HEADERS_ALWAYS && !conf->redis;
     r->parts = fy_xcalloc(conf->key.n ? conf->key.n : 1, sizeof *r->parts);
     r->nparts = parse_parts(&conf->key, r->parts);
     r->client_only = r->nparts == 1 && r->parts[0].kind == KEY_CLIENT && !conf->trusted_proxies.n;

@@ -33,7 +33,8 @@ void fy_rl_table_free(fy_rl_table_t *t);
 typedef struct fy_rl_result {
     bool allowed;
     bool evicted;     /* a live key had to give up its slot */
-    uint64_t wait_ns; /* rejected: until one request is allowed again */
+    uint64_t wait_ns; /* rejected: until one request is allowed again; allowed: until the key
+                         is back to a full burst */
 } fy_rl_result_t;
 
 /* The table's random seed: keys given to it must be hashed with it (the slot index is the

@@ -110,6 +110,7 @@ static int valid_redis_addr(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void
 }
 
 static const char *const on_error_names[] = {"allow", "deny", NULL};
+static const char *const headers_names[] = {"on-reject", "always", NULL};
 
 #define R(f) offsetof(fy_ratelimit_redis_conf_t, f)
 
@@ -229,6 +230,14 @@ const fy_conf_directive_t fy_ratelimit_conf_table[] = {
      .doc = "Slots of the limit's table, shared by the workers (16 bytes each); when full, the "
             "key that would be allowed again soonest is evicted "
             "(ferry_policy_ratelimit_evictions_total)."},
+    {.key = "headers",
+     .type = FY_CT_ENUM,
+     .offset = RL(headers),
+     .dflt = "on-reject",
+     .enums = headers_names,
+     .doc = "`on-reject`: `RateLimit` and `RateLimit-Policy` on 429s only; `always`: on every "
+            "response of the route too, with the remaining burst (`r`) and the seconds until it "
+            "is full again (`t`); local limits only (with `redis`, 429s only)."},
     {.key = "redis",
      .type = FY_CT_TABLE_PTR,
      .offset = RL(redis),

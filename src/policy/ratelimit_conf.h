@@ -11,6 +11,7 @@
 #include "conf/conf.h"
 
 enum fy_ratelimit_on_error { FY_RL_FAIL_OPEN = 0, FY_RL_FAIL_CLOSED = 1 };
+enum fy_ratelimit_headers { FY_RL_HEADERS_ON_REJECT = 0, FY_RL_HEADERS_ALWAYS = 1 };
 
 typedef struct fy_ratelimit_redis_conf {
     char *address;         /* `address`: HOST:PORT of the Redis server (numeric or localhost) */
@@ -33,6 +34,7 @@ typedef struct fy_ratelimit_conf {
     fy_conf_strlist_t trusted_proxies; /* `trusted-proxies`: for the client address */
     int64_t status;                    /* `status`: 429 */
     int64_t max_keys;                  /* `max-keys`: slots of the shared table */
+    int headers;                       /* `headers`: enum fy_ratelimit_headers */
     fy_ratelimit_redis_conf_t *redis;  /* `redis`: cluster limit, or NULL (local) */
 } fy_ratelimit_conf_t;
 
