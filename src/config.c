@@ -3,6 +3,7 @@
 
 #include "conf/conf_valid.h"
 #include "http/router.h"
+#include "policies.h"
 
 #include <ctype.h>
 #include <netinet/in.h>
@@ -286,6 +287,27 @@ static const fy_conf_directive_t route_table[] = {
      .shorthand_key = "enabled",
      .doc = "Compress responses on the fly with gzip, br or zstd (policy/compress.c); "
             "`compress: enabled` takes the defaults."},
+    {.key = "cidr",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, cidr),
+     .sub = fy_cidr_conf_table,
+     .sub_size = sizeof(fy_cidr_conf_t),
+     .shorthand_key = "use",
+     .doc = "Allow or deny clients by address (policy/cidr_conf.c); `cidr: NAME` uses a "
+            "`cidr-lists` entry."},
+    {.key = "rate-limit",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, rate_limit),
+     .sub = fy_ratelimit_conf_table,
+     .sub_size = sizeof(fy_ratelimit_conf_t),
+     .doc = "Limit the request rate per key, in this process or through Redis (429)."},
+    {.key = "client-limits",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, client_limits),
+     .sub = fy_client_limits_conf_table,
+     .sub_size = sizeof(fy_client_limits_conf_t),
+     .shorthand_key = "use",
+     .doc = "Concurrent requests per client address; `client-limits: NAME` uses a named entry."},
     {.key = NULL, .check = check_route},
 };
 
@@ -452,6 +474,7 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
         }
     }
     if (rc == 0 && check_binds(ctx, map, cfg) < 0) rc = -1;
+    if (fy_policies_check(ctx, map, cfg) < 0) rc = -1;
     return rc;
 }
 
@@ -491,6 +514,24 @@ const fy_conf_directive_t fy_config_table[] = {
      .sub_size = sizeof(fy_l4_conf_t),
      .doc = "Layer-4 relays: TCP, UDP, TLS passthrough by SNI, TLS termination, QUIC "
             "passthrough by SNI."},
+    {.key = "cidr-lists",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(cidr_lists),
+     .sub = fy_cidr_list_conf_table,
+     .sub_size = sizeof(fy_cidr_conf_t),
+     .doc = "Named CIDR allow/deny lists for listeners and routes (`cidr: NAME`)."},
+    {.key = "client-limits",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(client_limits),
+     .sub = fy_client_limits_list_conf_table,
+     .sub_size = sizeof(fy_client_limits_conf_t),
+     .doc = "Named per-client connection-rate and concurrency limits (`client-limits: NAME`)."},
+    {.key = "rate-limits",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(rate_limits),
+     .sub = fy_ratelimit_conf_table,
+     .sub_size = sizeof(fy_ratelimit_conf_t),
+     .doc = "Named rate limits for listeners (`listeners[].rate-limit: NAME`); `name` required."},
     {.key = "limits",
      .type = FY_CT_TABLE,
      .offset = C(limits),

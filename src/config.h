@@ -22,6 +22,8 @@
 #include "policy/compress_conf.h"
 #include "policy/jwt_conf.h"
 #include "policy/transform_conf.h"
+#include "policy/cidr_conf.h"
+#include "policy/ratelimit_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -44,10 +46,14 @@ typedef struct fy_route_conf {
     const fy_upstream_conf_t *proxy_upstream; /* resolved from proxy->upstream */
     struct fy_echo_conf {
         int unused;
-    } * echo; /* `echo: {}`: request body streamed back */
+    } * echo;                       /* `echo: {}`: request body streamed back */
     fy_jwt_conf_t *jwt;             /* `jwt` (policy/jwt_conf.h) */
     fy_transform_conf_t *transform; /* `transform` (policy/transform_conf.h) */
     fy_compress_conf_t *compress;   /* `compress` (policy/compress_conf.h) */
+
+    fy_cidr_conf_t *cidr;                   /* `cidr` (policy/cidr_conf.h), or NULL */
+    fy_ratelimit_conf_t *rate_limit;        /* `rate-limit` (policy/ratelimit_conf.h), or NULL */
+    fy_client_limits_conf_t *client_limits; /* `client-limits`, or NULL */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
@@ -57,6 +63,9 @@ typedef struct fy_config {
     fy_conf_list_t routes;         /* of fy_route_conf_t; first match wins */
     fy_conf_list_t upstreams;      /* of fy_upstream_conf_t */
     fy_conf_list_t l4;             /* of fy_l4_conf_t: layer-4 relays */
+    fy_conf_list_t cidr_lists;     /* of fy_cidr_conf_t: named CIDR lists */
+    fy_conf_list_t client_limits;  /* of fy_client_limits_conf_t: named per-client limits */
+    fy_conf_list_t rate_limits;    /* of fy_ratelimit_conf_t: named rate limits (listeners) */
     fy_http_limits_t limits;       /* `limits` */
     fy_h2_conf_t http2;            /* `http2` */
     fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */

@@ -3,6 +3,7 @@
  * the descriptor pause, and the conn-closed hook that resumes it. Sockets are bound on the
  * main thread; everything else runs on the listener's worker. */
 #include "server_int.h"
+#include "policies.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -163,6 +164,10 @@ static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
     worker_listener_t *wl = ud;
     fy_http_ctx_t *ctx = &wl->cur->ctx;
     fy_handler_t *mitm = wl->cur->gen->mitm;
+    if (ctx->filters && !fy_policies_admit_connection(ctx->filters, sa, wl->w->loop.now_ms)) {
+        close(fd); /* client-limits.connection-rate (counted there) */
+        return;
+    }
     if (wl->l4_front >= 0)
         fy_l4_adopt(wl->w->srv->l4, wl->w->id, wl->l4_front, fd, sa, sl, l4_fallback, wl);
     else if (wl->slot->kind == FY_LISTENER_SOCKS5)

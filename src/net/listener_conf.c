@@ -331,5 +331,20 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
             "the kernel splits new connections between them), as when a new Ferry takes over "
             "from a draining one. By default a port held by another process (or by another "
             "listener of this file) is an error at start."},
+    {.key = "cidr",
+     .type = FY_CT_STRING,
+     .offset = L(cidr),
+     .doc = "Name of a top-level `cidr-lists` entry checked for every request of this listener "
+            "before routing."},
+    {.key = "client-limits",
+     .type = FY_CT_STRING,
+     .offset = L(client_limits),
+     .doc = "Name of a top-level `client-limits` entry: connection rate (at accept, TCP) and "
+            "concurrent requests per client address on this listener."},
+    {.key = "rate-limit",
+     .type = FY_CT_STRING,
+     .offset = L(rate_limit),
+     .doc = "Name of a top-level `rate-limits` entry applied to every request of this listener "
+            "(intercepted flows included; a CONNECT is a request) before routing."},
     {.key = NULL, .check = check_listener},
 };

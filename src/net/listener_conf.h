@@ -43,6 +43,11 @@ typedef struct fy_listener_conf {
     int kind;           /* enum fy_listener_kind, default http */
     fy_conf_list_t sni; /* of fy_listener_sni_conf_t; needs tls */
     bool share;         /* `share: true`: bind even if another process holds the port */
+
+    /* policies, by the names of top-level entries (net/ is below policy/), or NULL */
+    char *cidr;          /* `cidr`: a cidr-lists entry */
+    char *client_limits; /* `client-limits`: a client-limits entry */
+    char *rate_limit;    /* `rate-limit`: a rate-limits entry */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

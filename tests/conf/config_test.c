@@ -168,15 +168,16 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, l4, limits, http2, quic, log, tracing, intercept, admin, "
-               "data-dir\n");
+               "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, limits, http2, "
+               "quic, log, tracing, intercept, admin, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
                          "flow node at line 2); an opened quote or bracket is not closed\n");
     /* an unknown key that is valid one level down or up says so */
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
-               "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, compress)\n");
+               "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
+               "compress, cidr, rate-limit, client-limits)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "
@@ -184,7 +185,8 @@ static void test_top_level(void)
     CHECK_FAIL(
         "listeners:\n  - address: :80\n    cert: x\n",
         "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
-        "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share)\n");
+        "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share, "
+        "cidr, client-limits, rate-limit)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -292,7 +294,7 @@ static void test_listeners(void)
 
     CHECK_FAIL("listeners:\n  - listen: :80\n",
                "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name, kind, sni, share\n"
+               "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n"
                "c.yaml:2:5: listeners[0].address: is required\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
@@ -663,7 +665,7 @@ static void test_file_and_doc(void)
     char want[512];
     snprintf(want, sizeof want,
              "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name, kind, sni, share\n",
+             "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n",
              path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
