@@ -16,6 +16,7 @@
 #include "http/http_conf.h"
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
+#include "ops/inspector_conf.h"
 #include "ops/log_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
@@ -40,6 +41,7 @@ typedef struct fy_route_conf {
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
+    fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
@@ -54,6 +56,7 @@ typedef struct fy_config {
     fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
     fy_log_conf_t log;             /* `log` */
     fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
+    fy_inspector_conf_t *inspector; /* `inspector`: capture store and web UI, or NULL */
     char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
                                       ~/.local/share/ferry (self-signed certs live there) */
     fy_conf_arena_t *arena;        /* owned: everything above lives in it */

@@ -32,6 +32,7 @@
 #include "net/sock.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
+#include "ops/inspector.h"
 #include "ops/http_metrics.h"
 #include "quic/quic.h"
 #include "tls/tls.h"
@@ -580,6 +581,8 @@ static void add_observers(struct fy_worker *w, gen_ctx_t *gc, const fy_listener_
     if (w->alog) fy_http_ctx_observe(&gc->ctx, fy_access_log_exchange, w->alog);
     if (lc->kind != FY_LISTENER_HTTP && gc->gen->har)
         fy_http_ctx_observe(&gc->ctx, fy_har_exchange, gc->gen->har);
+    if (gc->gen->cfg->inspector) /* flows the inspector's capture filter marked */
+        fy_http_ctx_observe(&gc->ctx, fy_inspector_exchange, fy_inspector_get());
 }
 
 static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen_t *g, size_t i)
@@ -1091,6 +1094,7 @@ void fy_server_free(fy_server_t *s)
     pthread_mutex_destroy(&s->flush_mu);
     pthread_cond_destroy(&s->flush_cv);
     free(s);
+    fy_inspector_shutdown();
 }
 
 void fy_server_print_urls(const fy_server_t *s, FILE *out)

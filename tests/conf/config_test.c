@@ -168,14 +168,14 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, l4, limits, http2, quic, log, intercept, data-dir\n");
+               "routes, upstreams, l4, limits, http2, quic, log, intercept, inspector, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
                          "flow node at line 2); an opened quote or bracket is not closed\n");
     /* an unknown key that is valid one level down or up says so */
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
-               "match? (expected one of: match, static, respond, echo, proxy)\n");
+               "match? (expected one of: match, static, respond, echo, proxy, capture)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "
