@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, ROOT, bound, free_port, wait_for
+from conftest import FERRY, ROOT, bound, wait_for
+from test_mitm import certs, nginx  # noqa: F401  (fixtures)
 
 CFG = """\
 workers: 2
@@ -438,3 +439,22 @@ def test_inspector_example_runs_as_written(server, tmp_path):
         return [f["path"] for f in out["flows"]] == ["/via-example"]
     wait_for(seen, 20, "the example's flow in the inspector")
     assert (srv.tmp / ".local" / "share" / "ferry" / "inspector").is_dir()
+
+
+def test_inspector_https_interception_h1_and_h2(server, certs, nginx):  # noqa: F811
+    """Flows inside intercepted TLS tunnels (HTTP/1.1 and HTTP/2 to the client) are stored
+    with their protocol; the CONNECT itself is not a flow."""
+    srv = server(CFG.replace("  ca-dir: {data}/ca\n", f"  ca-dir: {{data}}/ca\n  upstream-ca: {certs['ca']}\n"))
+    ca = srv.data / "ca" / "ferry-ca.pem"
+    url = f"https://localhost:{nginx.tls_port}/index.html"
+    for flag in ("--http1.1", "--http2"):
+        p = subprocess.run(["curl", "-sS", "--max-time", "20", flag, "-x", f"http://127.0.0.1:{srv.port}",
+                            "--cacert", str(ca), url], capture_output=True, timeout=30)
+        assert p.returncode == 0 and p.stdout == b"hello from nginx\n", p.stderr
+    wait_handled(srv, 2)
+    got = flows(srv)
+    assert [(f["method"], f["path"], f["status"], f["protocol"]) for f in got] == [
+        ("GET", "/index.html", 200, "HTTP/2"), ("GET", "/index.html", 200, "HTTP/1.1")]
+    d = detail(srv, got[0]["id"])
+    assert d["scheme"] == "https" and d["host"] == f"localhost:{nginx.tls_port}"
+    assert d["response"]["text"] == "hello from nginx\n"
