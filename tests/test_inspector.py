@@ -458,3 +458,23 @@ def test_inspector_https_interception_h1_and_h2(server, certs, nginx):  # noqa: 
     d = detail(srv, got[0]["id"])
     assert d["scheme"] == "https" and d["host"] == f"localhost:{nginx.tls_port}"
     assert d["response"]["text"] == "hello from nginx\n"
+
+
+def test_inspector_doc_samples_pass_check(tmp_path):
+    """Every YAML sample in docs/INSPECTOR.md is a valid config (a route sample gets the
+    listener and upstream it needs)."""
+    text = (ROOT / "docs" / "INSPECTOR.md").read_text()
+    blocks = text.split("```yaml\n")[1:]
+    assert len(blocks) >= 2
+    for i, b in enumerate(blocks):
+        y = b.split("```", 1)[0]
+        y = "\n".join(line[2:] if line.startswith("  ") and not y.startswith("listeners") else line
+                      for line in y.splitlines()) + "\n"
+        if not y.startswith("listeners"):
+            y = ("listeners:\n  - address: 127.0.0.1:1\nupstreams:\n  - name: backend\n"
+                 "    servers: [http://127.0.0.1:2]\ninspector: {}\n" + y)
+        cfg = tmp_path / f"s{i}.yaml"
+        cfg.write_text(y)
+        r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
+                           timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
+        assert r.returncode == 0, (y, r.stderr)
