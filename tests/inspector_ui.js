@@ -2,11 +2,12 @@
 // in one page, browses PAGE_URL through the intercepting proxy in another (its own context,
 // loopback not bypassed), and checks in the UI that the flows appear, that a filter narrows the
 // list, that the detail view shows a header and the JSON body, and that replay adds a flow.
-// Prints one JSON line. Usage: node inspector_ui.js UI_URL PAGE_URL PROXY SCREENSHOT_DIR
+// Prints one JSON line. Usage: node inspector_ui.js UI_URL PAGE_URL PROXY SCREENSHOT_DIR HDR_URL
+// HDR_URL answers with the X-Test request header it got (nginx): a breakpoint edits it.
 const { chromium } = require('playwright-core');
 
 (async () => {
-  const [uiUrl, pageUrl, proxy, shots] = process.argv.slice(2);
+  const [uiUrl, pageUrl, proxy, shots, hdrUrl] = process.argv.slice(2);
   const browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
     headless: true,
@@ -93,6 +94,28 @@ const { chromium } = require('playwright-core');
       return img && img.complete && img.naturalWidth === 1;
     }, null, { timeout: 20000 });
     out.image = true;
+
+    // breakpoint: hold the request, edit its header in the UI, release; the origin sees it
+    await ui.fill('#filter', '');
+    await ui.fill('#bp', '~u /hdr');
+    await ui.click('#bp-set');
+    await ui.waitForFunction(() => document.getElementById('bp').classList.contains('on'), null, { timeout: 20000 });
+    const held = await webCtx.newPage();
+    await held.setExtraHTTPHeaders({ 'X-Test': 'orig' });
+    // the origin answers application/octet-stream: the browser downloads it
+    const dl = held.waitForEvent('download', { timeout: 30000 });
+    held.goto(hdrUrl, { timeout: 30000 }).catch(() => {});
+    await ui.waitForSelector('.held-item textarea', { timeout: 20000 });
+    out.heldWhat = await ui.textContent('.held-item .what');
+    await ui.evaluate(() => {
+      const ta = document.querySelector('.held-item textarea');
+      ta.value = ta.value.replace(/^x-test: orig$/im, 'X-Test: edited');
+    });
+    await ui.screenshot({ path: shots + '/inspector-breakpoint.png' });
+    await ui.click('.held-item button.release');
+    const file = await (await dl).path();
+    out.heldBody = require('fs').readFileSync(file, 'utf8');
+    await ui.waitForFunction(() => document.getElementById('held').hidden, null, { timeout: 20000 });
     out.ok = true;
   } catch (e) {
     out.error = String(e);

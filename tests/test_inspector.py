@@ -478,3 +478,63 @@ def test_inspector_doc_samples_pass_check(tmp_path):
         r = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
                            timeout=30, env=dict(os.environ, HOME=str(tmp_path)))
         assert r.returncode == 0, (y, r.stderr)
+
+
+def test_inspector_breakpoints_hold_edit_drop_timeout(server, nginx):  # noqa: F811
+    """A breakpoint holds matching requests: released with an edited header the origin sees
+    the edit; dropped the client gets 502; unanswered it goes on unchanged after
+    breakpoint-timeout. Requests that do not match pass."""
+    import threading
+    srv = server(CFG + "  breakpoint-timeout: 1s\n")
+    st, _, out = api(srv, "/api/breakpoint", "POST", body=b"filter=~c+(")
+    assert st == 400 and "at" in json.loads(out)
+    out = jget(srv, "/api/breakpoint", method="POST",
+               body=urllib.parse.urlencode({"filter": "~u /hdr & ~hq x-test"}).encode())
+    assert out["filter"] == "~u /hdr & ~hq x-test" and out["held"] == []
+    results = {}
+
+    def client(key, headers):
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=bound(30))
+        c.request("GET", f"http://127.0.0.1:{nginx.port}/hdr", headers=headers)
+        r = c.getresponse()
+        results[key] = (r.status, r.read())
+        c.close()
+
+    # not matching (no x-test header): passes at once
+    client("free", {})
+    assert results["free"][0] == 200
+
+    def held_one():
+        h = jget(srv, "/api/breakpoint")["held"]
+        return h[0] if len(h) == 1 else None
+
+    t = threading.Thread(target=client, args=("edit", {"X-Test": "orig"}))
+    t.start()
+    h = wait_for(held_one, 20, "a held request")
+    assert h["path"] == "/hdr" and hdr(h["headers"], "x-test") == "orig"
+    assert "edit" not in results
+    headers = "\n".join(f"{n}: {v}" for n, v in h["headers"] if n.lower() != "x-test")
+    out = jget(srv, f"/api/held/{h['id']}/release", method="POST",
+               body=urllib.parse.urlencode({"headers": headers + "\nX-Test: edited"}).encode())
+    assert out == {"released": h["id"]}
+    t.join(bound(30))
+    assert results["edit"][0] == 200 and b"x=edited" in results["edit"][1]
+    assert api(srv, f"/api/held/{h['id']}/drop", "POST", body=b"")[0] == 404  # already gone
+
+    t = threading.Thread(target=client, args=("drop", {"X-Test": "1"}))
+    t.start()
+    h = wait_for(held_one, 20, "a held request")
+    assert jget(srv, f"/api/held/{h['id']}/drop", method="POST", body=b"") == {"dropped": h["id"]}
+    t.join(bound(30))
+    assert results["drop"][0] == 502
+
+    t = threading.Thread(target=client, args=("timeout", {"X-Test": "late"}))
+    t.start()
+    wait_for(held_one, 20, "a held request")
+    t.join(bound(30))  # breakpoint-timeout: 1s, then it goes on as it was
+    assert results["timeout"][0] == 200 and b"x=late" in results["timeout"][1]
+    assert jget(srv, "/api/breakpoint")["held"] == []
+    # cleared: nothing is held any more
+    jget(srv, "/api/breakpoint", method="POST", body=b"filter=")
+    client("after", {"X-Test": "2"})
+    assert results["after"][0] == 200

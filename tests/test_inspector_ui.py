@@ -2,7 +2,8 @@
 playwright-core, installed as tests/test_mitm_chromium.py does): browse a page through the
 intercepting proxy while the UI is open in a second page and see the flows appear; filter
 (and a filter error); open a detail view and read a header and the JSON body; replay; an
-image body shown as an image. The list is virtualised: with 3,000 stored flows the page
+image body shown as an image; a breakpoint holds a request, its header is edited in the UI and
+the origin gets the edit. The list is virtualised: with 3,000 stored flows the page
 holds a few dozen row elements. With FERRY_UPDATE_SCREENSHOTS=1 the screenshots go to docs/img/inspector-*.png
 (docs/INSPECTOR.md shows them)."""
 import json
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import ROOT
 from test_inspector import CFG, api, wait_handled
+from test_mitm import certs, nginx  # noqa: F401  (fixtures)
 from test_mitm_chromium import APP, PAGE, PNG, playwright
 
 
@@ -28,7 +30,7 @@ def har(n):
     return json.dumps({"log": {"version": "1.2", "entries": entries}}).encode()
 
 
-def test_inspector_ui_in_chromium(server, tmp_path):
+def test_inspector_ui_in_chromium(server, nginx, tmp_path):  # noqa: F811
     if not Path("/usr/bin/chromium").exists():
         pytest.fail("Debian chromium is not installed (Makefile TEST_PKGS lists it)")
     modules = playwright()
@@ -47,11 +49,12 @@ def test_inspector_ui_in_chromium(server, tmp_path):
     r = subprocess.run(["node", str(ROOT / "tests" / "inspector_ui.js"),
                         f"http://127.0.0.1:{srv.ports[1]}/",
                         f"http://127.0.0.1:{srv.ports[2]}/page.html",
-                        f"http://127.0.0.1:{srv.port}", str(shots)],
+                        f"http://127.0.0.1:{srv.port}", str(shots),
+                        f"http://127.0.0.1:{nginx.port}/hdr"],
                        capture_output=True, text=True, env=env, timeout=180)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["ok"], out
+    assert out["ok"], out.get("error")
     assert out["initialFlows"] == 3000
     assert out["initialRows"] < 120  # virtualised: rows for the viewport, not per flow
     assert out["pageStatus"] == 200
@@ -66,5 +69,7 @@ def test_inspector_ui_in_chromium(server, tmp_path):
     assert out["replay"] == "replayed: 200"
     assert [f["path"] for f in out["afterReplay"]] == ["/data.json", "/data.json"]
     assert out["image"]
-    for name in ("inspector-list.png", "inspector-detail.png"):
+    assert out["heldWhat"] == f"GET http://127.0.0.1:{nginx.port}/hdr"
+    assert "x=edited" in out["heldBody"], out["heldBody"]
+    for name in ("inspector-list.png", "inspector-detail.png", "inspector-breakpoint.png"):
         assert (shots / name).stat().st_size > 10000

@@ -280,6 +280,54 @@
     else if (top + ROW > list.scrollTop + list.clientHeight) list.scrollTop = top + ROW - list.clientHeight;
   });
 
+  // ---- breakpoints ----
+
+  let bpTimer = null;
+  const heldShown = new Map(); // id -> element (kept while the request is held: edits survive)
+  async function post(path, params) {
+    const r = await fetch(api(path), { method: 'POST', body: new URLSearchParams(params),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    return { ok: r.ok, j: await r.json() };
+  }
+  function heldItem(h) {
+    const d = mk('div', 'held-item');
+    d.dataset.id = h.id;
+    d.appendChild(text(mk('div', 'what'), h.method + ' ' + h.scheme + '://' + h.host + h.path));
+    const ta = mk('textarea');
+    ta.rows = Math.min(10, h.headers.length + 1);
+    ta.value = h.headers.map(([n, v]) => n + ': ' + v).join('\n');
+    d.appendChild(ta);
+    const rel = text(mk('button', 'release'), 'Release');
+    rel.addEventListener('click', () => post('/api/held/' + h.id + '/release', { headers: ta.value }).then(pollHeld));
+    const drop = text(mk('button', 'drop'), 'Drop');
+    drop.addEventListener('click', () => post('/api/held/' + h.id + '/drop', {}).then(pollHeld));
+    d.appendChild(rel); d.appendChild(drop);
+    return d;
+  }
+  async function pollHeld() {
+    const r = await fetch(api('/api/breakpoint'));
+    const j = await r.json();
+    const ids = new Set(j.held.map((h) => h.id));
+    for (const [id, el] of heldShown) if (!ids.has(id)) { el.remove(); heldShown.delete(id); }
+    for (const h of j.held) if (!heldShown.has(h.id)) {
+      const el = heldItem(h);
+      heldShown.set(h.id, el);
+      $('held-list').appendChild(el);
+    }
+    $('held').hidden = heldShown.size === 0;
+    $('bp-shown').textContent = j.filter ? '(' + j.filter + ')' : '';
+    clearTimeout(bpTimer);
+    if (j.filter || heldShown.size) bpTimer = setTimeout(pollHeld, 500);
+  }
+  $('bp-set').addEventListener('click', async () => {
+    const v = $('bp').value.trim();
+    const { ok, j } = await post('/api/breakpoint', { filter: v });
+    $('bp').classList.toggle('bad', !ok);
+    $('bp').classList.toggle('on', ok && !!v);
+    $('bp').title = ok ? (v ? 'holding requests matching ' + v : 'no breakpoint') : j.error;
+    pollHeld();
+  });
+
   window.__inspector = { flows: () => flows.length, ready: false };
   reload().then(() => { window.__inspector.ready = true; });
 })();

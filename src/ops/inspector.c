@@ -41,6 +41,8 @@ fy_inspector_t *fy_inspector_start(const fy_inspector_conf_t *c, const char *dat
     ins->listen = fy_xstrdup(c->address);
     ins->max_clients = (int)c->max_clients;
     ins->replay_timeout_ms = c->replay_timeout_ms;
+    ins->bp_timeout_ms = c->breakpoint_timeout_ms;
+    pthread_mutex_init(&ins->bp_lock, NULL);
     if (proxy && proxylen <= sizeof ins->proxy) {
         memcpy(&ins->proxy, proxy, proxylen);
         ins->proxylen = proxylen;
@@ -106,6 +108,7 @@ void fy_inspector_shutdown(void)
     close(ins->wake[0]);
     close(ins->wake[1]);
     fy_cs_close(ins->store);
+    fy__insp_break_free(ins);
     free(ins->token);
     free(ins->listen);
     if (atomic_load(&ins->clients) == 0) free(ins); /* else a thread still holds it */
@@ -228,7 +231,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
     c->sampled = sampled;
     c->max = f->bodies ? f->ins->body_cap : 0;
     fy_exchange_push_layer(ex, &c->l, f->bodies ? &layer_ops : &layer_ops_nobody, FY_STAGE_CAPTURE);
-    return FY_FILTER_NEXT;
+    return fy__insp_break(f->ins, ex) ? FY_FILTER_WAIT : FY_FILTER_NEXT;
 }
 
 static void destroy(fy_filter_t *base)

@@ -523,6 +523,42 @@ static int import_har(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
     return json_reply(o, 200, &b);
 }
 
+/* GET: the breakpoint and the held requests; POST (form `filter`): set it, blank clears. */
+static int breakpoint(fy_inspector_t *ins, const fy__insp_req_t *r, bool post, fy__sb_t *o)
+{
+    if (post) {
+        char *f = fy_xmalloc(r->body_len + 1);
+        long fl = fy_insp_query_get(r->body, r->body_len, "filter", f, r->body_len + 1);
+        const char *err = NULL;
+        size_t at = 0;
+        int rc = fy__insp_break_set(ins, f, fl > 0 ? (size_t)fl : 0, &err, &at);
+        free(f);
+        if (rc < 0) return error_reply(o, 400, err, (long)at);
+    }
+    fy__sb_t b = {0};
+    fy__insp_break_list(ins, &b);
+    return json_reply(o, 200, &b);
+}
+
+/* POST /api/held/ID/release (form `headers`: replacement request headers) or .../drop */
+static int held(fy_inspector_t *ins, const fy__insp_req_t *r, const char *rest, fy__sb_t *o)
+{
+    char *end;
+    unsigned long long id = strtoull(rest, &end, 10);
+    bool drop = strcmp(end, "/drop") == 0;
+    if (end == rest || (!drop && strcmp(end, "/release") != 0))
+        return error_reply(o, 404, "no such resource", -1);
+    char *h = fy_xmalloc(r->body_len + 1);
+    long hl = fy_insp_query_get(r->body, r->body_len, "headers", h, r->body_len + 1);
+    int rc = fy__insp_break_decide(ins, id, drop, hl >= 0 ? h : NULL);
+    free(h);
+    if (rc < 0)
+        return error_reply(o, 404, "no such held request (released, dropped, timed out?)", -1);
+    fy__sb_t b = {0};
+    fy__sb_printf(&b, "{\"%s\": %llu}\n", drop ? "dropped" : "released", id);
+    return json_reply(o, 200, &b);
+}
+
 int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
 {
     bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
@@ -546,6 +582,8 @@ int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
         return st; /* 0: the caller streams */
     }
     if (get && strcmp(p, "/api/stats") == 0) return stats(ins, o);
+    if (strcmp(p, "/api/breakpoint") == 0 && (get || post)) return breakpoint(ins, r, post, o);
+    if (post && strncmp(p, "/api/held/", 10) == 0) return held(ins, r, p + 10, o);
     if (get && strcmp(p, "/api/export.har") == 0) return export_har(ins, r, o);
     if (post && strcmp(p, "/api/import") == 0) return import_har(ins, r, o);
     if (strncmp(p, "/api/flows/", 11) == 0) {

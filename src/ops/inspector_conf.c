@@ -165,6 +165,13 @@ const fy_conf_directive_t fy_inspector_conf_table[] = {
      .min = 100,
      .max = 3600 * 1000,
      .doc = "A replayed request's connect, send and whole response."},
+    {.key = "breakpoint-timeout",
+     .type = FY_CT_DURATION,
+     .offset = I(breakpoint_timeout_ms),
+     .dflt = "5m",
+     .min = 100,
+     .max = 24 * 3600 * 1000,
+     .doc = "A request held at a breakpoint goes on unchanged after this long."},
     {.key = NULL},
 };
 

@@ -21,12 +21,13 @@ typedef struct fy_inspector_conf {
     char *address;                    /* `address`: UI and API, default 127.0.0.1:9902 */
     struct sockaddr_storage addr;     /* listen, parsed */
     socklen_t addrlen;
-    char *token;                /* `token`: required as Bearer / ?token= when set */
-    int64_t queue;              /* `queue`: flows waiting for the store writer */
-    uint64_t queue_bytes;       /* `queue-bytes`: bytes waiting for the writer */
-    bool intercepted;           /* `intercepted`: store every intercepted flow, default true */
-    int64_t max_clients;        /* `max-clients`: UI/API connections at once */
-    uint64_t replay_timeout_ms; /* `replay-timeout`: a replayed request's whole exchange */
+    char *token;                    /* `token`: required as Bearer / ?token= when set */
+    int64_t queue;                  /* `queue`: flows waiting for the store writer */
+    uint64_t queue_bytes;           /* `queue-bytes`: bytes waiting for the writer */
+    bool intercepted;               /* `intercepted`: store every intercepted flow, default true */
+    int64_t max_clients;            /* `max-clients`: UI/API connections at once */
+    uint64_t replay_timeout_ms;     /* `replay-timeout`: a replayed request's whole exchange */
+    uint64_t breakpoint_timeout_ms; /* `breakpoint-timeout`: a held request then goes on */
 } fy_inspector_conf_t;
 
 /* A route's `capture:` (reverse-proxy flight recorder): a flow is stored when it was sampled,

@@ -26,7 +26,30 @@ struct fy_inspector {
     socklen_t proxylen;
     atomic_bool stopping;
     atomic_uint_fast64_t sampled_out; /* route flows not kept by `capture:` */
+    /* breakpoints (inspector_break.c), under bp_lock */
+    pthread_mutex_t bp_lock;
+    atomic_bool bp_on; /* a breakpoint filter is set (read without the lock) */
+    struct fy_insp_expr *bp_expr;
+    char *bp_text;
+    struct fy__insp_held *held;
+    uint64_t bp_next;
+    uint64_t bp_timeout_ms;
 };
+
+struct fy__sb;
+/* inspector_break.c */
+typedef struct fy__insp_held fy__insp_held_t;
+/* On a worker: hold ex when the breakpoint filter matches its request (true: the caller
+   returns FY_FILTER_WAIT; the exchange goes on, or fails with 502 when dropped, later). */
+bool fy__insp_break(fy_inspector_t *ins, fy_exchange_t *ex);
+/* Set (or, with a blank filter, clear) the breakpoint. 0, or -1 with *err and *at. */
+int fy__insp_break_set(fy_inspector_t *ins, const char *filter, size_t n, const char **err,
+                       size_t *at);
+/* {"filter", "timeout", "held": [...]} */
+void fy__insp_break_list(fy_inspector_t *ins, struct fy__sb *b);
+/* Release (with replacement request headers, or NULL) or drop held request `id`. 0 or -1. */
+int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, bool drop, const char *headers);
+void fy__insp_break_free(fy_inspector_t *ins);
 
 /* inspector_http.c: serve the listener until stopping (the thread's body). */
 void *fy__insp_http_main(void *arg);
