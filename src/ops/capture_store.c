@@ -527,10 +527,27 @@ static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
     memcpy(b->p + 4, &len, 4);
 }
 
+/* mkdir -p (0700); 0 or -errno */
+static int mkdirs(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0700) < 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0700) < 0 && errno != EEXIST) return -errno;
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
 static int open_segment(fy_cs_t *cs)
 {
     if (!cs->dir_ok) {
-        if (mkdir(cs->conf.dir, 0700) < 0 && errno != EEXIST) return -errno;
+        int e = mkdirs(cs->conf.dir);
+        if (e < 0) return e;
         cs->dir_ok = true;
     }
     uint64_t seq = cs->nsegs ? cs->segs[cs->nsegs - 1].seq + 1 : 1;
@@ -857,13 +874,13 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf)
     cs->qtail = &cs->qhead;
     cs->fd = -1;
     cs->next_id = 1;
-    struct stat sb;
-    if (mkdir(cs->conf.dir, 0700) == 0 || (stat(cs->conf.dir, &sb) == 0 && S_ISDIR(sb.st_mode)))
+    int e = mkdirs(cs->conf.dir);
+    if (e == 0)
         cs->dir_ok = true;
     else
         fy_error("inspector: store %s: %s (flows are dropped and counted until it can be "
                  "written)",
-                 cs->conf.dir, strerror(errno ? errno : ENOTDIR));
+                 cs->conf.dir, strerror(-e));
     rebuild(cs);
     enforce_bounds(cs);
     if (pthread_create(&cs->writer, NULL, writer_main, cs) != 0) {

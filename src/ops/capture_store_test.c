@@ -204,6 +204,28 @@ static void test_drops(const char *dir)
     fy_cs_close(cs);
 }
 
+static void test_nested_dir(const char *dir)
+{
+    /* a store folder whose parents do not exist yet is made (mkdir -p) */
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/n1/n2", dir);
+    fy_cs_conf_t c = conf(sub);
+    fy_cs_t *cs = fy_cs_open(&c);
+    fy_cs_flow_t f = flow("/n", "a", 1);
+    CHECK_EQ_INT(fy_cs_submit(cs, &f), 0);
+    fy_cs_flush(cs);
+    fy_cs_stats_t st;
+    fy_cs_stats(cs, &st);
+    CHECK_EQ_INT(st.stored, 1);
+    fy_cs_close(cs);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/seg-0000000000000001.fys", sub);
+    CHECK(unlink(p) == 0);
+    CHECK(rmdir(sub) == 0);
+    snprintf(p, sizeof p, "%s/n1", dir);
+    CHECK(rmdir(p) == 0);
+}
+
 static void test_json_redaction_edges(void)
 {
     static const char *const names[] = {"a", NULL};
@@ -240,6 +262,7 @@ FY_TEST_MAIN({
     test_roundtrip_and_redaction(dir);
     test_ring_bound(dir);
     test_drops(dir);
+    test_nested_dir(dir);
     test_json_redaction_edges();
     rm_rf(dir);
 })
