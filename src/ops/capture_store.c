@@ -53,6 +53,8 @@ struct fy_cs {
     uint64_t qbytes;
     uint64_t submitted, handled; /* flush waits for handled to reach submitted */
     bool stop;
+    bool writer_idle; /* waiting on qcond with an empty queue: a submit signals it */
+    int flushing;     /* fy_cs_flush callers waiting: no linger */
     pthread_t writer;
 
     /* index and segments (ilock) */
@@ -487,6 +489,7 @@ static void rebuild(fy_cs_t *cs)
 static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
 {
     static const fy_str_t red = FY_STR_LIT("[redacted]");
+    size_t start = b->len;
     bput(b, REC_MAGIC, 4);
     bu32(b, 0); /* length, filled below */
     bu64(b, f->id);
@@ -523,8 +526,8 @@ static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
         bstr(b, r ? fy_str(r, rl) : body);
         free(r);
     }
-    uint32_t len = (uint32_t)b->len;
-    memcpy(b->p + 4, &len, 4);
+    uint32_t len = (uint32_t)(b->len - start);
+    memcpy(b->p + start + 4, &len, 4);
 }
 
 /* mkdir -p (0700); 0 or -errno */
@@ -569,83 +572,124 @@ static int open_segment(fy_cs_t *cs)
     return 0;
 }
 
-static void write_flow(fy_cs_t *cs, fy_cs_flow_t *f)
+static void log_drop(fy_cs_t *cs, int err)
+{
+    static int64_t last_log;
+    int64_t now = now_us();
+    if (now - last_log > 10 * 1000000) { /* once per 10 s at most */
+        last_log = now;
+        fy_error("inspector: store %s: %s (flows are dropped and counted)", cs->conf.dir,
+                 strerror(-err));
+    }
+}
+
+/* Encode items[0..n) and append them with as few writes as segments allow (one per segment
+ * touched), then index them. A failed write drops its records and counts them. */
+static void write_batch(fy_cs_t *cs, qitem_t **items, size_t n)
 {
     buf_t b = {0};
-    encode(cs, f, &b);
-    pthread_mutex_lock(&cs->ilock);
-    if (cs->fd >= 0 && cs->segs[cs->nsegs - 1].size + b.len > cs->conf.segment_size &&
-        cs->segs[cs->nsegs - 1].size) {
-        close(cs->fd);
-        cs->fd = -1;
+    size_t *offs = fy_xmalloc((n + 1) * sizeof *offs);
+    for (size_t i = 0; i < n; i++) {
+        offs[i] = b.len;
+        encode(cs, &items[i]->f, &b);
     }
-    int err = 0;
-    static int64_t last_log;
-    if (cs->fd < 0) err = open_segment(cs);
-    if (!err) {
+    offs[n] = b.len;
+    pthread_mutex_lock(&cs->ilock);
+    size_t i = 0;
+    while (i < n) {
+        size_t first = offs[i + 1] - offs[i];
+        if (cs->fd >= 0 && cs->segs[cs->nsegs - 1].size &&
+            cs->segs[cs->nsegs - 1].size + first > cs->conf.segment_size) {
+            close(cs->fd);
+            cs->fd = -1;
+        }
+        int err = cs->fd < 0 ? open_segment(cs) : 0;
+        if (err) {
+            cs->st.dropped_write += n - i;
+            log_drop(cs, err);
+            break;
+        }
         seg_t *s = &cs->segs[cs->nsegs - 1];
-        ssize_t w = write(cs->fd, b.p, b.len);
-        if (w == (ssize_t)b.len) {
-            index_add(cs, f, s->seq, s->size, (uint32_t)b.len);
-            s->size += b.len;
-            cs->bytes += b.len;
-            if (f->start_us > s->newest_us) s->newest_us = f->start_us;
-            cs->st.stored++;
-            enforce_bounds(cs);
-            pthread_cond_broadcast(&cs->icond);
+        size_t j = i + 1;
+        while (j < n && s->size + (offs[j + 1] - offs[i]) <= cs->conf.segment_size) j++;
+        size_t len = offs[j] - offs[i];
+        ssize_t w = write(cs->fd, b.p + offs[i], len);
+        if (w == (ssize_t)len) {
+            for (size_t k = i; k < j; k++) {
+                const fy_cs_flow_t *f = &items[k]->f;
+                index_add(cs, f, s->seq, s->size + (offs[k] - offs[i]),
+                          (uint32_t)(offs[k + 1] - offs[k]));
+                if (f->start_us > s->newest_us) s->newest_us = f->start_us;
+            }
+            s->size += len;
+            cs->bytes += len;
+            cs->st.stored += j - i;
         } else {
             err = w < 0 ? -errno : -ENOSPC;
             if (w > 0 && ftruncate(cs->fd, (off_t)s->size) < 0) { /* the torn record stays */
-                close(cs->fd);
-                cs->fd = -1;
             }
+            close(cs->fd); /* the next batch tries a new segment */
+            cs->fd = -1;
+            cs->st.dropped_write += j - i;
+            log_drop(cs, err);
         }
+        i = j;
     }
-    if (err) {
-        cs->st.dropped_write++;
-        int64_t now = now_us();
-        if (now - last_log > 10 * 1000000) { /* once per 10 s at most */
-            last_log = now;
-            fy_error("inspector: store %s: %s (flows are dropped and counted)", cs->conf.dir,
-                     strerror(-err));
-        }
-    }
+    enforce_bounds(cs);
+    pthread_cond_broadcast(&cs->icond);
     pthread_mutex_unlock(&cs->ilock);
+    free(offs);
     free(b.p);
 }
+
+#define BATCH_MAX 1024
+#define LINGER_NS 2000000 /* after a wake-up, let a few more flows arrive (2 ms) */
 
 static void *writer_main(void *arg)
 {
     fy_cs_t *cs = arg;
+    qitem_t **items = fy_xmalloc(BATCH_MAX * sizeof *items);
     pthread_mutex_lock(&cs->qlock);
     for (;;) {
         while (!cs->qhead && !cs->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
+            cs->writer_idle = true;
             pthread_cond_timedwait(&cs->qcond, &cs->qlock, &ts);
+            cs->writer_idle = false;
             if (!cs->qhead) { /* idle: the age bound still applies */
                 pthread_mutex_unlock(&cs->qlock);
                 pthread_mutex_lock(&cs->ilock);
                 enforce_bounds(cs);
                 pthread_mutex_unlock(&cs->ilock);
                 pthread_mutex_lock(&cs->qlock);
+            } else if (!cs->stop && !cs->flushing && cs->qn < BATCH_MAX / 4) {
+                pthread_mutex_unlock(&cs->qlock);
+                struct timespec l = {0, LINGER_NS};
+                nanosleep(&l, NULL);
+                pthread_mutex_lock(&cs->qlock);
             }
         }
-        qitem_t *q = cs->qhead;
-        if (!q) break; /* stopping and empty */
-        cs->qhead = q->next;
+        if (!cs->qhead) break; /* stopping and empty */
+        size_t n = 0;
+        while (cs->qhead && n < BATCH_MAX) {
+            qitem_t *q = cs->qhead;
+            cs->qhead = q->next;
+            cs->qn--;
+            cs->qbytes -= q->bytes;
+            items[n++] = q;
+        }
         if (!cs->qhead) cs->qtail = &cs->qhead;
-        cs->qn--;
-        cs->qbytes -= q->bytes;
         pthread_mutex_unlock(&cs->qlock);
-        write_flow(cs, &q->f);
-        free(q);
+        write_batch(cs, items, n);
+        for (size_t i = 0; i < n; i++) free(items[i]);
         pthread_mutex_lock(&cs->qlock);
-        cs->handled++;
+        cs->handled += n;
         pthread_cond_broadcast(&cs->qdone);
     }
     pthread_mutex_unlock(&cs->qlock);
+    free(items);
     return NULL;
 }
 
@@ -734,7 +778,10 @@ int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
     cs->qn++;
     cs->qbytes += q->bytes;
     cs->submitted++;
-    pthread_cond_signal(&cs->qcond);
+    if (cs->writer_idle) { /* one wake-up per batch, not per flow */
+        cs->writer_idle = false;
+        pthread_cond_signal(&cs->qcond);
+    }
     pthread_mutex_unlock(&cs->qlock);
     return 0;
 }
@@ -743,7 +790,10 @@ void fy_cs_flush(fy_cs_t *cs)
 {
     pthread_mutex_lock(&cs->qlock);
     uint64_t target = cs->submitted;
+    cs->flushing++;
+    pthread_cond_signal(&cs->qcond);
     while (cs->handled < target) pthread_cond_wait(&cs->qdone, &cs->qlock);
+    cs->flushing--;
     pthread_mutex_unlock(&cs->qlock);
 }
 

@@ -132,19 +132,36 @@ typedef struct cap_layer {
     cap_filter_t *f;
     bool sampled; /* stored whatever the conditions say */
     size_t max;
-    char *req, *res; /* arena, max bytes each */
-    size_t req_len, res_len;
+    char *req, *res; /* arena, grown by doubling up to max bytes each */
+    size_t req_len, res_len, req_cap, res_cap;
     uint64_t req_seen, res_seen;
     void (*saved_on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
 } cap_layer_t;
 
-static void keep(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t *len, uint64_t *seen,
-                 const char *p, size_t n)
+/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 4 KiB) in
+   the exchange's arena, so a small body never costs a body-cap allocation. Bytes available. */
+static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len, size_t *cap,
+                      size_t want)
+{
+    size_t room = c->max - len, k = want < room ? want : room;
+    if (len + k > *cap) {
+        size_t nc = *cap ? *cap * 2 : 4096;
+        while (nc < len + k) nc *= 2;
+        if (nc > c->max) nc = c->max;
+        char *nb = fy_arena_alloc(ex->arena, nc);
+        if (len) memcpy(nb, *buf, len);
+        *buf = nb;
+        *cap = nc;
+    }
+    return k;
+}
+
+static void keep(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t *len, size_t *cap,
+                 uint64_t *seen, const char *p, size_t n)
 {
     *seen += n;
     if (!c->max || n == 0 || *len >= c->max) return;
-    if (!*buf) *buf = fy_arena_alloc(ex->arena, c->max);
-    size_t room = c->max - *len, k = n < room ? n : room;
+    size_t k = reserve(c, ex, buf, *len, cap, n);
     memcpy(*buf + *len, p, k);
     *len += k;
 }
@@ -154,7 +171,8 @@ static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec
 {
     cap_layer_t *c = (cap_layer_t *)l;
     for (size_t i = 0; i < n && state != FY_SEND_ERROR; i++)
-        keep(c, ex, &c->res, &c->res_len, &c->res_seen, bufs[i].iov_base, bufs[i].iov_len);
+        keep(c, ex, &c->res, &c->res_len, &c->res_cap, &c->res_seen, bufs[i].iov_base,
+             bufs[i].iov_len);
     fy_layer_next_send(l, ex, bufs, n, state);
 }
 
@@ -163,8 +181,7 @@ static void layer_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t
 {
     cap_layer_t *c = (cap_layer_t *)l;
     if (c->max && c->res_len < c->max && len) {
-        if (!c->res) c->res = fy_arena_alloc(ex->arena, c->max);
-        size_t want = c->max - c->res_len < len ? c->max - c->res_len : len;
+        size_t want = reserve(c, ex, &c->res, c->res_len, &c->res_cap, len);
         ssize_t got = pread(fd, c->res + c->res_len, want, off);
         if (got > 0) c->res_len += (size_t)got;
     }
@@ -177,7 +194,7 @@ static const fy_layer_ops_t layer_ops;
 static void layer_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
     cap_layer_t *c = (cap_layer_t *)fy_exchange_find_layer(ex, &layer_ops);
-    keep(c, ex, &c->req, &c->req_len, &c->req_seen, p, n);
+    keep(c, ex, &c->req, &c->req_len, &c->req_cap, &c->req_seen, p, n);
     ex->on_body = c->saved_on_body;
     c->saved_on_body(ex, p, n, end);
 }
