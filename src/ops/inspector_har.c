@@ -376,6 +376,16 @@ static double jnum(const jv_t *v, double def)
     return v && v->t == J_NUM ? v->num : def;
 }
 
+/* A number of the document as an integer in [0, max] (NaN, negatives and huge values clamp:
+   casting an out-of-range double is undefined). */
+static uint64_t jint(const jv_t *v, uint64_t max)
+{
+    double d = jnum(v, 0);
+    if (!(d > 0)) return 0;
+    if (d >= (double)max) return max;
+    return (uint64_t)d;
+}
+
 static fy_cs_header_t *jheaders(jp_t *j, const jv_t *a, size_t *n)
 {
     *n = 0;
@@ -452,9 +462,9 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
             if (!rq || !rs) continue;
             fy_cs_flow_t f = {0};
             f.start_us = parse_time(jstr(jget(e, "startedDateTime")));
-            f.duration_ms = (uint32_t)jnum(jget(e, "time"), 0);
-            f.ttfb_ms = (uint32_t)jnum(jget(jget(e, "timings"), "wait"), 0);
-            f.status = (int)jnum(jget(rs, "status"), 0);
+            f.duration_ms = (uint32_t)jint(jget(e, "time"), UINT32_MAX);
+            f.ttfb_ms = (uint32_t)jint(jget(jget(e, "timings"), "wait"), UINT32_MAX);
+            f.status = (int)jint(jget(rs, "status"), 999);
             fy_str_t hv = jstr(jget(rq, "httpVersion"));
             f.version = hv.len >= 6 && hv.p[5] == '2'   ? 20
                         : hv.len >= 6 && hv.p[5] == '3' ? 30
@@ -477,8 +487,9 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
             f.res_body = jstr(jget(ct, "text"));
             if (jstr(jget(ct, "encoding")).len == 6) f.res_body = unbase64(&j, f.res_body);
             f.req_size = f.req_body.len;
-            double sz = jnum(jget(ct, "size"), -1);
-            f.res_size = sz >= 0 ? (uint64_t)sz : f.res_body.len;
+            const jv_t *sz = jget(ct, "size");
+            f.res_size =
+                sz && sz->t == J_NUM && sz->num >= 0 ? jint(sz, UINT64_MAX / 2) : f.res_body.len;
             if (fy_cs_submit(ins->store, &f) == 0) count++;
         }
     }
