@@ -539,3 +539,19 @@ def test_inspector_breakpoints_hold_edit_drop_timeout(server, nginx):  # noqa: F
     jget(srv, "/api/breakpoint", method="POST", body=b"filter=")
     client("after", {"X-Test": "2"})
     assert results["after"][0] == 200
+
+
+def test_inspector_survives_reload(insp):
+    """SIGHUP builds a new generation: the running inspector (store, listener, ids) carries on
+    and the new generation's capture filter feeds it; the old one's is freed."""
+    import signal
+    via_proxy(insp, "/data.json")
+    assert wait_handled(insp, 1)["stored"] == 1
+    insp.proc.send_signal(signal.SIGHUP)
+    line = "reload: generation 2 active on all workers"
+    wait_for(lambda: line in insp.log(), 30, line, insp.proc)
+    st, _ = via_proxy(insp, "/echo", "POST", body=b"after reload")
+    assert st == 200
+    s = wait_handled(insp, 2)
+    assert s["stored"] == 2 and s["last"] == 2
+    assert [f["path"] for f in flows(insp)] == ["/echo", "/data.json"]
