@@ -17,6 +17,7 @@
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/admin_conf.h"
+#include "ops/inspector_conf.h"
 #include "ops/log_conf.h"
 #include "policy/trace_conf.h"
 #include "policy/compress_conf.h"
@@ -54,29 +55,31 @@ typedef struct fy_route_conf {
     fy_cidr_conf_t *cidr;                   /* `cidr` (policy/cidr_conf.h), or NULL */
     fy_ratelimit_conf_t *rate_limit;        /* `rate-limit` (policy/ratelimit_conf.h), or NULL */
     fy_client_limits_conf_t *client_limits; /* `client-limits`, or NULL */
+    fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
 typedef struct fy_config {
-    int64_t workers;               /* `workers`: "auto" (= online CPUs) or 1..256 */
-    fy_conf_list_t listeners;      /* of fy_listener_conf_t; at least one unless `l4` has one */
-    fy_conf_list_t routes;         /* of fy_route_conf_t; first match wins */
-    fy_conf_list_t upstreams;      /* of fy_upstream_conf_t */
-    fy_conf_list_t l4;             /* of fy_l4_conf_t: layer-4 relays */
-    fy_conf_list_t cidr_lists;     /* of fy_cidr_conf_t: named CIDR lists */
-    fy_conf_list_t client_limits;  /* of fy_client_limits_conf_t: named per-client limits */
-    fy_conf_list_t rate_limits;    /* of fy_ratelimit_conf_t: named rate limits (listeners) */
-    fy_http_limits_t limits;       /* `limits` */
-    fy_h2_conf_t http2;            /* `http2` */
-    fy_quic_conf_t quic;           /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
-    fy_log_conf_t log;             /* `log` */
-    fy_trace_conf_t tracing;       /* `tracing` (policy/trace_conf.c) */
-    fy_intercept_conf_t intercept; /* `intercept` (listeners of kind intercept) */
-    fy_admin_conf_t *admin;        /* `admin`: the admin listener (ops/admin.c), NULL = off */
-    char *data_dir;                /* `data-dir`: default $XDG_DATA_HOME/ferry or
-                                      ~/.local/share/ferry (self-signed certs live there) */
-    fy_conf_arena_t *arena;        /* owned: everything above lives in it */
-    const char *source;            /* file name or "<embedded>" */
+    int64_t workers;                /* `workers`: "auto" (= online CPUs) or 1..256 */
+    fy_conf_list_t listeners;       /* of fy_listener_conf_t; at least one unless `l4` has one */
+    fy_conf_list_t routes;          /* of fy_route_conf_t; first match wins */
+    fy_conf_list_t upstreams;       /* of fy_upstream_conf_t */
+    fy_conf_list_t l4;              /* of fy_l4_conf_t: layer-4 relays */
+    fy_conf_list_t cidr_lists;      /* of fy_cidr_conf_t: named CIDR lists */
+    fy_conf_list_t client_limits;   /* of fy_client_limits_conf_t: named per-client limits */
+    fy_conf_list_t rate_limits;     /* of fy_ratelimit_conf_t: named rate limits (listeners) */
+    fy_http_limits_t limits;        /* `limits` */
+    fy_h2_conf_t http2;             /* `http2` */
+    fy_quic_conf_t quic;            /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */
+    fy_log_conf_t log;              /* `log` */
+    fy_trace_conf_t tracing;        /* `tracing` (policy/trace_conf.c) */
+    fy_intercept_conf_t intercept;  /* `intercept` (listeners of kind intercept) */
+    fy_admin_conf_t *admin;         /* `admin`: the admin listener (ops/admin.c), NULL = off */
+    fy_inspector_conf_t *inspector; /* `inspector`: capture store and web UI, or NULL */
+    char *data_dir;                 /* `data-dir`: default $XDG_DATA_HOME/ferry or
+                                       ~/.local/share/ferry (self-signed certs live there) */
+    fy_conf_arena_t *arena;         /* owned: everything above lives in it */
+    const char *source;             /* file name or "<embedded>" */
 } fy_config_t;
 
 /* The top-level directive table (config.c); its nested tables come from the modules. */

@@ -19,6 +19,7 @@
 #include "handler/proxy.h"
 #include "handler/static.h"
 #include "net/sock.h"
+#include "ops/inspector.h"
 
 /* Descriptors a worker needs besides its client connections: listeners, epoll, pipes, pooled
  * origin connections, files being sent. */
@@ -312,6 +313,7 @@ void fy_server_free(fy_server_t *s)
     pthread_mutex_destroy(&s->flush_mu);
     pthread_cond_destroy(&s->flush_cv);
     free(s);
+    fy_inspector_shutdown();
 }
 
 void fy_server_print_urls(const fy_server_t *s, FILE *out)

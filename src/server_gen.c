@@ -213,6 +213,8 @@ static void add_observers(struct fy_worker *w, gen_ctx_t *gc, const fy_listener_
     if (w->alog) fy_http_ctx_observe(&gc->ctx, fy_access_log_exchange, w->alog);
     if (lc->kind != FY_LISTENER_HTTP && gc->gen->har)
         fy_http_ctx_observe(&gc->ctx, fy_har_exchange, gc->gen->har);
+    if (gc->gen->cfg->inspector) /* flows the inspector's capture filter marked */
+        fy_http_ctx_observe(&gc->ctx, fy_inspector_exchange, fy_inspector_get());
 }
 
 static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen_t *g, size_t i)

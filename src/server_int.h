@@ -21,6 +21,7 @@
 #include "net/accept.h"
 #include "ops/access_log.h"
 #include "ops/har.h"
+#include "ops/inspector.h"
 #include "ops/http_metrics.h"
 #include "quic/quic.h"
 #include "tls/tls.h"

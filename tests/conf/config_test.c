@@ -169,7 +169,7 @@ static void test_top_level(void)
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
                "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, limits, http2, "
-               "quic, log, tracing, intercept, admin, data-dir\n");
+               "quic, log, tracing, intercept, admin, inspector, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
                          "flow node at line 2); an opened quote or bracket is not closed\n");
@@ -177,7 +177,8 @@ static void test_top_level(void)
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
                "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
-               "compress, cidr, rate-limit, client-limits)\n");
+               "compress, cidr, "
+               "rate-limit, client-limits, capture)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "

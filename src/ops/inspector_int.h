@@ -1,0 +1,107 @@
+/* Inspector internals shared by ops/inspector*.c. */
+#ifndef FY_OPS_INSPECTOR_INT_H
+#define FY_OPS_INSPECTOR_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ops/capture_store.h"
+#include "ops/inspector.h"
+
+struct fy_inspector {
+    fy_cs_t *store;
+    uint64_t body_cap;
+    char *token;  /* owned, or NULL */
+    char *listen; /* owned: the address as configured */
+    int lfd;      /* listening socket */
+    int wake[2];  /* pipe: shutdown wakes the accept loop */
+    pthread_t thread;
+    atomic_int clients; /* connections being served */
+    int max_clients;
+    uint64_t replay_timeout_ms;
+    struct sockaddr_storage proxy; /* the intercepting listener (replays), family 0: none */
+    socklen_t proxylen;
+    atomic_bool stopping;
+    atomic_uint_fast64_t sampled_out; /* route flows not kept by `capture:` */
+    /* breakpoints (inspector_break.c), under bp_lock */
+    pthread_mutex_t bp_lock;
+    atomic_bool bp_on; /* a breakpoint filter is set (read without the lock) */
+    struct fy_insp_expr *bp_expr;
+    char *bp_text;
+    struct fy__insp_held *held;
+    uint64_t bp_next;
+    uint64_t bp_timeout_ms;
+};
+
+struct fy__sb;
+/* inspector_break.c */
+typedef struct fy__insp_held fy__insp_held_t;
+/* On a worker: hold ex when the breakpoint filter matches its request (true: the caller
+   returns FY_FILTER_WAIT; the exchange goes on, or fails with 502 when dropped, later). */
+bool fy__insp_break(fy_inspector_t *ins, fy_exchange_t *ex);
+/* Set (or, with a blank filter, clear) the breakpoint. 0, or -1 with *err and *at. */
+int fy__insp_break_set(fy_inspector_t *ins, const char *filter, size_t n, const char **err,
+                       size_t *at);
+/* {"filter", "timeout", "held": [...]} */
+void fy__insp_break_list(fy_inspector_t *ins, struct fy__sb *b);
+/* Release (with replacement request headers, or NULL) or drop held request `id`. 0 or -1. */
+int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, bool drop, const char *headers);
+void fy__insp_break_free(fy_inspector_t *ins);
+
+/* inspector_http.c: serve the listener until stopping (the thread's body). */
+void *fy__insp_http_main(void *arg);
+
+/* A growing output buffer (malloc; aborts on OOM). */
+typedef struct fy__sb {
+    char *p;
+    size_t len, cap;
+} fy__sb_t;
+void fy__sb_put(fy__sb_t *b, const void *p, size_t n);
+void fy__sb_puts(fy__sb_t *b, const char *s);
+void fy__sb_printf(fy__sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* JSON string with quotes; bytes >= 0x80 that are not valid UTF-8 become U+FFFD. */
+void fy__sb_json(fy__sb_t *b, const char *s, size_t n);
+void fy__sb_base64(fy__sb_t *b, const char *s, size_t n);
+
+/* inspector_api.c: answer one API or UI request. `body` is the request body (POST). Writes
+   the whole response (status line, headers, body) into out; returns the status, or 0 for the
+   event stream (the caller then runs fy__insp_events). */
+typedef struct fy__insp_req {
+    const char *method;
+    const char *path; /* before '?' */
+    const char *query;
+    size_t query_len;
+    const char *body;
+    size_t body_len;
+} fy__insp_req_t;
+int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *out);
+/* Server-sent events on fd: the flows matching ?filter= newer than ?after= (or Last-Event-ID),
+   until the client goes away or the inspector stops. */
+void fy__insp_events(fy_inspector_t *ins, int fd, const fy__insp_req_t *r, uint64_t last_id);
+
+/* inspector_har.c */
+/* One flow as a HAR 1.2 entry (JSON object). */
+void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f);
+/* Import a HAR document: every entry becomes a stored flow (flag FY_CS_IMPORTED). The number
+   imported, or -1 with *err (static) when the document is not a HAR log. */
+long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const char **err);
+
+/* inspector_replay.c: send flow f again (through the intercepting listener when there is one,
+   else straight to its origin), with its edits applied by the caller. The response status, or
+   -1 with *err (static). The replayed flow is captured like any other. */
+int fy__insp_replay(fy_inspector_t *ins, const fy_cs_flow_t *f, const char **err);
+
+/* The UI files embedded at build time (ui/, tools/embed-ui.sh). */
+typedef struct fy__insp_asset {
+    const char *name; /* "index.html" */
+    const char *type;
+    const unsigned char *data;
+    size_t len;
+} fy__insp_asset_t;
+extern const fy__insp_asset_t fy__insp_assets[];
+extern const size_t fy__insp_nassets;
+
+#endif
