@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "h1/h1_parse.h"
+#include "http/protocol.h"
 #include "net/listener_conf.h"
 #include "net/sock.h"
 #include "tls/tls.h"
@@ -132,6 +133,7 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
 static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state);
 static void h1_read_body(fy_exchange_t *ex);
 static void deliver_body(h1_conn_t *c);
+static void refused(h1_conn_t *c);
 
 static void h1_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs);
 static int h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
@@ -584,9 +586,7 @@ static bool write_head(h1_conn_t *c)
     fy_exchange_t *ex = &c->ex;
     fy_response_t *res = &ex->res;
     int status = res->status;
-    const char *alt_svc = status >= 200 ? c->ctx->alt_svc : NULL;
-    size_t alt_len = alt_svc ? strlen(alt_svc) : 0;
-    size_t need = 160 + alt_len;
+    size_t need = 160;
     for (size_t i = 0; i < res->headers.n; i++)
         need += res->headers.v[i].name.len + res->headers.v[i].value.len + 4;
     wbuf_compact(c);
@@ -596,6 +596,7 @@ static bool write_head(h1_conn_t *c)
     }
     if (c->requests + 1 >= (unsigned)c->ctx->limits->keepalive_requests || c->ctx->draining)
         c->keepalive = false;
+    if (__builtin_expect(ex->refused, 0)) refused(c);
     /* 101 to an Upgrade request: the connection becomes a tunnel for this exchange */
     bool tunnel = status == 101 && ex->req.protocol.len && c->req.conn_upgrade;
     c->res_no_body = !tunnel && (ex->req.method_id == FY_M_HEAD || status == 204 || status == 304 ||
@@ -614,11 +615,6 @@ static bool write_head(h1_conn_t *c)
     p = PUT_LIT(p, "\r\nServer: ferry\r\nDate: ");
     p = put(p, fy_http_date(c->loop->now_sec), 29);
     p = PUT_LIT(p, "\r\n");
-    if (alt_len) { /* this listener serves h3 too (RFC 7838) */
-        p = PUT_LIT(p, "Alt-Svc: ");
-        p = put(p, alt_svc, alt_len);
-        p = PUT_LIT(p, "\r\n");
-    }
     if (status == 204 || status == 304 || (status >= 100 && status < 200)) {
         /* no framing headers */
     } else if (res->content_length >= 0) {
@@ -946,12 +942,10 @@ static void flush(h1_conn_t *c)
 
 /* ---- request side ---- */
 
+/* An answer that ends the connection: a request the codec cannot read on (parse errors), or a
+ * refusal of the protocol stage (ex->refused, http/protocol.h). */
 static void reject(h1_conn_t *c, int status, const char *why)
 {
-    char a[64];
-    fy_info("client %s: %d %s: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-            status, fy_http_reason(status), why);
-    c->keepalive = false;
     c->body_mode = B_NONE;
     if (!c->ex_active) {
         /* a minimal exchange so the error goes through the normal writer and access log */
@@ -971,7 +965,19 @@ static void reject(h1_conn_t *c, int status, const char *why)
         c->head_written = c->res_final = c->want_proceed = false;
     }
     c->read_paused = true;
-    fy_exchange_fail(&c->ex, status, why);
+    fy_exchange_refuse(&c->ex, status, why);
+}
+
+/* The head of a refusal is being written: said in the log, and the connection closed after
+ * the response without reading the request's body (the linger drops its bytes). */
+static void refused(h1_conn_t *c)
+{
+    char a[64];
+    fy_info("client %s: %d %s: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+            c->ex.res.status, fy_http_reason(c->ex.res.status), c->ex.error);
+    c->keepalive = false;
+    c->body_mode = B_NONE;
+    c->read_paused = true;
 }
 
 static void begin_exchange(h1_conn_t *c, int headlen)
@@ -1155,34 +1161,19 @@ static void process(h1_conn_t *c)
         begin_exchange(c, r);
         c->requests++;
         fy_exchange_t *ex = &c->ex;
-        if (ex->req.content_length > 0 &&
-            (uint64_t)ex->req.content_length > c->ctx->limits->max_body) {
-            reject(c, 413, "Content-Length over limits.body-size");
-            return;
-        }
-        if (ex->req.method_id == FY_M_CONNECT && c->ctx->forward_proxy && !c->mitm_tunnel) {
-            /* authority-form (RFC 9112 §3.2.3): the handler takes the connection over */
+        if (ex->req.method_id == FY_M_CONNECT) {
+            /* authority-form (RFC 9112 §3.2.3); the protocol stage refuses it (405) unless a
+               forward proxy's handler takes the connection over */
             ex->req.authority = ex->req.target;
             ex->req.path = ex->req.query = FY_STR_NULL;
-            c->read_paused = true;
-            if (c->timer_kind != T_SEND) fy_timer_stop(c->loop, &c->timer);
-            fy_exchange_dispatch(ex);
-            return;
-        }
-        if (ex->req.method_id == FY_M_CONNECT) {
-            reject(c, 405, "CONNECT is not served on this listener");
-            return;
-        }
-        if (ex->req.target.len == 0 || ex->req.target.p[0] != '/') {
-            if (ex->req.method_id == FY_M_OPTIONS && fy_str_eq(ex->req.target, "*", 1)) {
-                FY_HDR_ADD(ex->arena, &ex->res.headers, "allow", "GET, HEAD, POST, OPTIONS", 24);
-                fy_exchange_respond(ex, 204, NULL, NULL, 0);
-                continue;
+        } else if (ex->req.target.len == 0 || ex->req.target.p[0] != '/') {
+            if (!fy_request_is_asterisk(&ex->req)) { /* the protocol stage answers `OPTIONS *` */
+                reject(c, 400, "request-target is not origin-form");
+                return;
             }
-            reject(c, 400, "request-target is not origin-form");
+        } else if (try_upgrade_h2c(c)) {
             return;
         }
-        if (try_upgrade_h2c(c)) return;
         c->read_paused = true; /* the handler pulls the body; pipelined input waits */
         if (c->timer_kind != T_SEND) fy_timer_stop(c->loop, &c->timer);
         fy_exchange_dispatch(ex);
@@ -1307,9 +1298,9 @@ static void deliver_body(h1_conn_t *c)
             c->body_mode = B_NONE;
             if (!c->head_written && !c->discarding) {
                 c->ex.response_started = false;
-                reject(c, 413, "request body over limits.body-size");
+                fy_http_body_too_large(&c->ex);
             } else {
-                fail_conn(c, "request body over limits.body-size");
+                fail_conn(c, FY_HTTP_E_BODY_SIZE);
             }
             return;
         }

@@ -38,6 +38,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "h2/h2_conf.h"
+#include "http/protocol.h"
 #include "net/sock.h"
 #include "tls/tls.h"
 
@@ -449,8 +450,6 @@ static void submit_head(h2_stream_t *s, bool no_body)
     char *date = fy_arena_alloc(&s->arena, 32);
     memcpy(date, fy_http_date(s->c->loop->now_sec), 29);
     nv[k++] = NV_LIT("date", date, 29);
-    const char *alt_svc = s->c->ctx->alt_svc; /* this listener serves h3 too (RFC 7838) */
-    if (alt_svc && status >= 200) nv[k++] = NV_LIT("alt-svc", alt_svc, strlen(alt_svc));
     if (res->content_length >= 0 && status != 204 && status != 304) {
         char tmp[24], *cl = fy_arena_alloc(&s->arena, 24);
         uint64_t v = (uint64_t)res->content_length;
@@ -766,7 +765,6 @@ static void dispatch(h2_stream_t *s, bool end_stream)
 {
     fy_exchange_t *ex = &s->ex;
     fy_request_t *q = &ex->req;
-    h2_conn_t *c = s->c;
     if (end_stream) {
         s->body_end = true;
         q->content_length = 0;
@@ -778,20 +776,15 @@ static void dispatch(h2_stream_t *s, bool end_stream)
         return;
     }
     if (q->method_id == FY_M_CONNECT) {
-        if (q->protocol.len == 0 && c->ctx->forward_proxy) {
-            /* classic CONNECT to a forward proxy (RFC 9113 §8.5: :authority, no :path): the
-               handler answers 2xx and the DATA both ways are the tunnel */
-            q->content_length = -1;
+        /* classic CONNECT (RFC 9113 §8.5: :authority, no :path) or extended (nghttp2 checked
+           :protocol, :path, :scheme): a tunnel exchange; the handler answers 2xx and the DATA
+           both ways are the tunnel. The protocol stage refuses a classic one (405) except on
+           a forward proxy. */
+        q->content_length = -1;
+        if (q->protocol.len == 0) {
             fy_exchange_dispatch(ex);
             return;
         }
-        if (q->protocol.len == 0) {
-            fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
-            return;
-        }
-        /* extended CONNECT (nghttp2 checked :protocol, :path, :scheme): a tunnel exchange;
-           the handler answers 2xx and the DATA both ways are the tunnel */
-        q->content_length = -1;
     }
     const char *qm = memchr(q->target.p, '?', q->target.len);
     if (qm) {
@@ -800,19 +793,11 @@ static void dispatch(h2_stream_t *s, bool end_stream)
     } else {
         q->path = q->target;
     }
-    if (q->path.len == 0 || q->path.p[0] != '/') {
-        if (q->method_id == FY_M_OPTIONS && fy_str_eq(q->target, "*", 1)) {
-            FY_HDR_ADD(ex->arena, &ex->res.headers, "allow", "GET, HEAD, POST, OPTIONS", 24);
-            fy_exchange_respond(ex, 204, NULL, NULL, 0);
-            return;
-        }
+    if ((q->path.len == 0 || q->path.p[0] != '/') && !fy_request_is_asterisk(q)) {
         fy_exchange_fail(ex, 400, "bad :path");
         return;
     }
-    if (q->content_length > 0 && (uint64_t)q->content_length > c->ctx->limits->max_body) {
-        fy_exchange_fail(ex, 413, "content-length over limits.body-size");
-        return;
-    }
+    /* `OPTIONS *`, CONNECT 405 and content-length over limits.body-size: the protocol stage */
     fy_exchange_dispatch(ex);
 }
 
@@ -911,7 +896,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     /* a CONNECT tunnel's DATA are not a request body: no body-size limit */
     if (s->ex.body_received > c->ctx->limits->max_body && s->ex.req.method_id != FY_M_CONNECT) {
         if (!s->ex.response_started)
-            fy_exchange_fail(&s->ex, 413, "request body over limits.body-size");
+            fy_http_body_too_large(&s->ex);
         else
             stream_reset(s, NGHTTP2_CANCEL);
         nghttp2_session_consume(ng, id, len);

@@ -16,6 +16,7 @@
 #include "core/pool.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
+#include "http/protocol.h"
 #include "net/sock.h"
 
 #define CTRL_FRAME_MAX 4096 /* SETTINGS/GOAWAY/... payloads we buffer on the control stream */
@@ -598,7 +599,7 @@ static void dispatch(h3_stream_t *s)
     if (!(ps & PSEUDO_AUTHORITY)) q->authority = s->host;
     if (connect) {
         if (q->protocol.len == 0) {
-            fy_exchange_fail(ex, 405, "CONNECT is not served on this listener");
+            fy_exchange_dispatch(ex); /* the protocol stage refuses it: 405 */
             return;
         }
         /* extended CONNECT (RFC 9220): a tunnel exchange; the handler answers 2xx and the
@@ -616,21 +617,13 @@ static void dispatch(h3_stream_t *s)
     } else {
         q->path = q->target;
     }
-    if (q->path.len == 0 || q->path.p[0] != '/') {
-        if (q->method_id == FY_M_OPTIONS && fy_str_eq(q->target, "*", 1)) {
-            FY_HDR_ADD(ex->arena, &ex->res.headers, "allow", "GET, HEAD, POST, OPTIONS", 24);
-            fy_exchange_respond(ex, 204, NULL, NULL, 0);
-            return;
-        }
+    if ((q->path.len == 0 || q->path.p[0] != '/') && !fy_request_is_asterisk(q)) {
         fy_exchange_fail(ex, 400, "bad :path");
         return;
     }
     if (!connect && s->fin_recv && s->rd.hn == 0 && !s->rd.have_hdr && q->content_length < 0)
         q->content_length = 0;
-    if (q->content_length > 0 && (uint64_t)q->content_length > c->ctx->limits->max_body) {
-        fy_exchange_fail(ex, 413, "content-length over limits.body-size");
-        return;
-    }
+    /* `OPTIONS *`, CONNECT 405 and content-length over limits.body-size: the protocol stage */
     fy_exchange_dispatch(ex);
 }
 
@@ -718,7 +711,7 @@ static void body_data(h3_stream_t *s, const uint8_t *p, size_t n)
     if (s->ex.body_received > c->ctx->limits->max_body) {
         fy_quic_stream_consumed(c->qc, s->qs, n);
         if (!s->ex.response_started)
-            fy_exchange_fail(&s->ex, 413, "request body over limits.body-size");
+            fy_http_body_too_large(&s->ex);
         else
             abort_stream(s, FY_H3_REQUEST_CANCELLED);
         return;
