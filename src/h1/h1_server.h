@@ -1,5 +1,10 @@
 /* HTTP/1.1 server codec: wire <-> exchange on one client connection (keep-alive, pipelining,
- * chunked in and out, trailers, 100-continue, strict parsing, limits and timeouts). */
+ * chunked in and out, trailers, 100-continue, strict parsing, limits and timeouts).
+ *
+ * Threads: a connection is served on the worker whose loop `ctx` belongs to; call these from
+ * that worker's loop thread only. The codec's files: h1_server.c (connection, I/O),
+ * h1_server_req.c (request heads, dispatch), h1_server_body.c (request bodies),
+ * h1_server_resp.c (responses); h1_server_int.h joins them. */
 #ifndef FY_H1_H1_SERVER_H
 #define FY_H1_H1_SERVER_H
 

@@ -1,7 +1,12 @@
 /* HTTP/2 server codec (nghttp2 1.52 for framing and HPACK, driven with mem_recv/mem_send
  * from our loop): streams map to exchanges through the same sink ops as h1, request bodies
  * are flow-controlled by the handler's pace, and abuse (rapid reset, floods, CONTINUATION
- * floods, oversized header lists) is bounded by `http2:` and `limits:`. */
+ * floods, oversized header lists) is bounded by `http2:` and `limits:`.
+ *
+ * Threads: a connection is served on the worker whose loop `ctx` belongs to; call these from
+ * that worker's loop thread only. The codec's files: h2_server.c (connection, I/O, start),
+ * h2_server_sink.c (streams, responses), h2_server_session.c (nghttp2 callbacks),
+ * h2_server_scan.c (frame pre-scanner); h2_server_int.h joins them. */
 #ifndef FY_H2_H2_SERVER_H
 #define FY_H2_H2_SERVER_H
 

@@ -4,7 +4,12 @@
  *
  * Backpressure: response bytes are queued in the QUIC stream until acknowledged; the handler's
  * `proceed` runs only while fewer than `quic.send-buffer` bytes are queued. Request bodies are
- * credited back to the client (QUIC flow control) only as the handler consumes them. */
+ * credited back to the client (QUIC flow control) only as the handler consumes them.
+ *
+ * Threads: an endpoint and its connections belong to the worker whose loop `ctx` belongs to;
+ * call these from that worker's loop thread only. The codec's files: h3_server.c (QUIC
+ * application callbacks, control/QPACK streams), h3_server_req.c (request streams),
+ * h3_server_resp.c (responses); h3_server_int.h joins them. */
 #ifndef FY_H3_H3_SERVER_H
 #define FY_H3_H3_SERVER_H
 

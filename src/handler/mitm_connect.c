@@ -19,7 +19,7 @@
 static void connect_established(fy__mitm_t *m, fy_exchange_t *ex, const char *host, int port,
                                 int ofd)
 {
-    if (!ex->sink->detach) {
+    if (!ex->sink->detach) { /* the codec cannot hand its connection over (h2): a bridge */
         fy__mitm_h2_connect_start(m, ex, host, port, ofd);
         return;
     }
@@ -29,7 +29,7 @@ static void connect_established(fy__mitm_t *m, fy_exchange_t *ex, const char *ho
     fy_http_ctx_t *ctx = ex->ctx;
     struct sockaddr_storage remote;
     memcpy(&remote, ex->remote, sizeof remote);
-    if (ex->sink->detach(ex, &fd, pre, FY__MITM_RELAY_BUF, &prelen) < 0) {
+    if (fy_exchange_detach(ex, &fd, pre, FY__MITM_RELAY_BUF, &prelen) < 0) {
         free(pre);
         close(ofd);
         fy_exchange_fail(ex, 501, "CONNECT cannot be taken over on this connection");

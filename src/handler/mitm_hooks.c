@@ -6,6 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "http/filter.h"
+
 struct ferry_flow {
     fy_exchange_t *ex;
     bool response_side; /* on_response ran: the response head may be read and edited */
@@ -14,8 +16,7 @@ struct ferry_flow {
 };
 
 typedef struct hk {
-    fy_sink_ops_t ops; /* first: ex->sink points here */
-    const fy_sink_ops_t *inner;
+    fy_sink_layer_t l; /* first */
     const ferry_hooks_t *h;
     ferry_flow_t flow;
     bool head_done;
@@ -156,9 +157,12 @@ static void hk_cleanup(void *arg)
     k->joined = NULL;
 }
 
-static void hk_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state)
+static const fy_layer_ops_t hk_ops;
+
+static void hk_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                    int state)
 {
-    hk_t *k = (hk_t *)ex->sink;
+    hk_t *k = (hk_t *)l;
     if (!k->head_done) {
         k->head_done = true;
         k->flow.response_side = true;
@@ -166,7 +170,7 @@ static void hk_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
         if (k->h->on_response_body && ex->res.content_length != 0) ex->res.content_length = -1;
     }
     if (!k->h->on_response_body || state == FY_SEND_ERROR) {
-        k->inner->send(ex, bufs, n, state);
+        fy_layer_next_send(l, ex, bufs, n, state);
         return;
     }
     /* copied: the producer's bytes may be read-only (static error pages), and the hook may
@@ -191,24 +195,12 @@ static void hk_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     }
     k->iov.iov_base = (void *)c.data;
     k->iov.iov_len = c.len;
-    k->inner->send(ex, &k->iov, c.len ? 1 : 0, state);
-}
-
-static void hk_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state)
-{
-    hk_t *k = (hk_t *)ex->sink;
-    k->inner->send_file(ex, fd, off, len, state);
-}
-
-static void hk_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs)
-{
-    hk_t *k = (hk_t *)ex->sink;
-    if (k->inner->send_informational) k->inner->send_informational(ex, status, hs);
+    fy_layer_next_send(l, ex, &k->iov, c.len ? 1 : 0, state);
 }
 
 static void hk_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
-    hk_t *k = (hk_t *)ex->sink;
+    hk_t *k = (hk_t *)fy_exchange_find_layer(ex, &hk_ops);
     /* the codec's slice is only read by the next handler: the hook may edit it in place */
     ferry_chunk_t c = {(char *)p, n, end};
     k->h->on_request_body(&k->flow, &c, k->h->ud);
@@ -216,21 +208,19 @@ static void hk_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
     k->saved_on_body(ex, c.data, c.len, end);
 }
 
-static void hk_read_body(fy_exchange_t *ex)
+static void hk_read_body(fy_sink_layer_t *l, fy_exchange_t *ex)
 {
-    hk_t *k = (hk_t *)ex->sink;
+    hk_t *k = (hk_t *)l;
     if (k->h->on_request_body && ex->on_body != hk_on_body) {
         k->saved_on_body = ex->on_body;
         ex->on_body = hk_on_body;
     }
-    k->inner->read_body(ex);
+    fy_layer_next_read_body(l, ex);
 }
 
-static int hk_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len)
-{
-    hk_t *k = (hk_t *)ex->sink;
-    return k->inner->detach ? k->inner->detach(ex, fd, buf, cap, len) : -1;
-}
+/* a FY_STAGE_REWRITE layer; send_file, send_informational and detach pass through (NULL) */
+static const fy_layer_ops_t hk_ops = {
+    .name = "mitm-hooks", .send = hk_send, .read_body = hk_read_body};
 
 bool fy__mitm_hooks_begin(const ferry_hooks_t *h, fy_exchange_t *ex)
 {
@@ -242,19 +232,12 @@ bool fy__mitm_hooks_begin(const ferry_hooks_t *h, fy_exchange_t *ex)
     }
     if (!h->on_response && !h->on_response_body && !h->on_request_body) return false;
     hk_t *k = fy_arena_calloc(ex->arena, sizeof *k);
-    k->ops = (fy_sink_ops_t){.name = "mitm-hooks",
-                             .send = hk_send,
-                             .send_file = hk_send_file,
-                             .read_body = hk_read_body,
-                             .send_informational = hk_send_informational,
-                             .detach = hk_detach};
-    k->inner = ex->sink;
     k->h = h;
     k->flow.ex = ex;
     k->defer.cb = hk_proceed;
     k->defer.data = k;
     if (h->on_request_body && ex->req.content_length > 0) ex->req.content_length = -1;
-    ex->sink = &k->ops;
+    fy_exchange_push_layer(ex, &k->l, &hk_ops, FY_STAGE_REWRITE);
     fy_arena_on_reset(ex->arena, hk_cleanup, k);
     return false;
 }

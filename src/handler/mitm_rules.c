@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "http/filter.h"
 
 typedef struct rule_rt {
     const fy_mitm_rule_t *c;
@@ -301,8 +302,7 @@ static void edit_headers(fy_arena_t *a, fy_headers_t *hs, const fy_mitm_hdr_edit
 /* ---- body rewriting ---- */
 
 typedef struct filt {
-    fy_sink_ops_t ops; /* first: ex->sink points here while the filter runs */
-    const fy_sink_ops_t *inner;
+    fy_sink_layer_t l; /* first: a FY_STAGE_REWRITE layer (http/filter.h) */
     fy_mitm_rules_t *rs;
     fy_exchange_t *ex;
     int *idx; /* matched rules */
@@ -447,9 +447,12 @@ static void proceed_cb(fy_defer_t *d)
     if (f->ex->producer && f->ex->producer->proceed) f->ex->producer->proceed(f->ex);
 }
 
-static void f_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state)
+static const fy_layer_ops_t f_ops;
+
+static void f_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                   int state)
 {
-    filt_t *f = (filt_t *)ex->sink;
+    filt_t *f = (filt_t *)l;
     if (!f->head_done) {
         f->head_done = true;
         for (size_t i = 0; i < f->nidx; i++) {
@@ -466,7 +469,7 @@ static void f_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int st
                         (uint64_t)ex->res.content_length <= f->rs->conf->body_cap);
     }
     if (!f->buffering || state == FY_SEND_ERROR) {
-        f->inner->send(ex, bufs, n, state);
+        fy_layer_next_send(l, ex, bufs, n, state);
         return;
     }
     size_t total = 0;
@@ -478,7 +481,7 @@ static void f_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int st
         v[0].iov_base = f->buf;
         v[0].iov_len = f->len;
         memcpy(v + 1, bufs, sizeof *v * n);
-        f->inner->send(ex, v, n + 1, state);
+        fy_layer_next_send(l, ex, v, n + 1, state);
         return;
     }
     if (f->len + total > f->cap) {
@@ -502,42 +505,28 @@ static void f_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int st
     f->iov.iov_base = f->out ? f->out : f->buf;
     f->iov.iov_len = f->out ? ol : f->len;
     ex->res.content_length = (int64_t)f->iov.iov_len;
-    f->inner->send(ex, &f->iov, 1, FY_SEND_FINAL);
+    fy_layer_next_send(l, ex, &f->iov, 1, FY_SEND_FINAL);
 }
 
-static void f_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state)
+static void f_read_body(fy_sink_layer_t *l, fy_exchange_t *ex)
 {
-    filt_t *f = (filt_t *)ex->sink;
-    f->inner->send_file(ex, fd, off, len, state);
-}
-
-static void f_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs)
-{
-    filt_t *f = (filt_t *)ex->sink;
-    if (f->inner->send_informational) f->inner->send_informational(ex, status, hs);
-}
-
-static void f_read_body(fy_exchange_t *ex)
-{
-    filt_t *f = (filt_t *)ex->sink;
+    filt_t *f = (filt_t *)l;
     if (f->req_replace && !f->req_collecting && !f->req_given) {
         /* the buffered (rewritten) body in one piece; the rest, if over the cap, streams */
         f->req_given = true;
         ex->on_body(ex, f->rbuf ? f->rbuf : "", f->rlen, !f->req_over);
         return;
     }
-    f->inner->read_body(ex);
+    fy_layer_next_read_body(l, ex);
 }
 
-static int f_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len)
-{
-    filt_t *f = (filt_t *)ex->sink;
-    return f->inner->detach ? f->inner->detach(ex, fd, buf, cap, len) : -1;
-}
+/* send_file, send_informational and detach pass through (NULL) */
+static const fy_layer_ops_t f_ops = {
+    .name = "mitm-rules", .send = f_send, .read_body = f_read_body};
 
 static void req_collect(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
-    filt_t *f = (filt_t *)ex->sink;
+    filt_t *f = (filt_t *)fy_exchange_find_layer(ex, &f_ops);
     f->rbuf = realloc(f->rbuf, f->rlen + n + 1);
     if (!f->rbuf) abort();
     if (n) memcpy(f->rbuf + f->rlen, p, n); /* the end may come with no bytes (and no pointer) */
@@ -644,13 +633,6 @@ void fy__mitm_rules_run(fy_mitm_rules_t *r, fy_exchange_t *ex, const fy_mitm_tar
         return;
     }
     filt_t *f = fy_arena_calloc(ex->arena, sizeof *f);
-    f->ops = (fy_sink_ops_t){.name = "mitm-rules",
-                             .send = f_send,
-                             .send_file = f_send_file,
-                             .read_body = f_read_body,
-                             .send_informational = f_send_informational,
-                             .detach = f_detach};
-    f->inner = ex->sink;
     f->rs = r;
     f->ex = ex;
     f->idx = idx;
@@ -661,7 +643,7 @@ void fy__mitm_rules_run(fy_mitm_rules_t *r, fy_exchange_t *ex, const fy_mitm_tar
     f->defer.data = f;
     f->go = go;
     f->go_ud = ud;
-    ex->sink = &f->ops;
+    fy_exchange_push_layer(ex, &f->l, &f_ops, FY_STAGE_REWRITE);
     fy_arena_on_reset(ex->arena, filt_cleanup, f);
     if (req_replace) {
         /* go() runs later, from req_collect: the target's host may live on our caller's

@@ -167,6 +167,22 @@ void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason)
     fy_exchange_respond(ex, status, "text/html; charset=utf-8", body, (size_t)n);
 }
 
+void fy_exchange_refuse(fy_exchange_t *ex, int status, const char *reason)
+{
+    ex->refused = true;
+    fy_exchange_fail(ex, status, reason);
+}
+
+void fy__exchange_alt_svc(fy_exchange_t *ex)
+{
+    const char *v = ex->ctx->alt_svc;
+    /* final responses over TCP only; once even if the handler starts its response twice */
+    if (ex->res.status < 200 || ex->req.version >= 30) return;
+    for (size_t i = 0; i < ex->res.headers.n; i++)
+        if (ex->res.headers.v[i].value.p == v) return;
+    FY_HDR_ADD(ex->arena, &ex->res.headers, "alt-svc", v, strlen(v));
+}
+
 void fy_exchange_read_body(fy_exchange_t *ex,
                            void (*on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end))
 {

@@ -195,6 +195,7 @@ struct fy_exchange {
     const char *trace_id;         /* 32 hex (arena): set by policy/trace.c, or NULL */
     struct fy_upstream *upstream; /* borrowed: the upstream a proxy sent it to, or NULL */
     int upstream_server;          /* the server of `upstream` that got the last attempt */
+    bool refused; /* fy_exchange_refuse: the request's body is not wanted (h1 closes after) */
     /* filters (http/filter.h) */
     struct fy_sink_layer *layers; /* response layers pushed by filters, highest stage first */
     unsigned filter_pos;          /* the next filter to run: listener's chain, then route's */
@@ -222,8 +223,13 @@ static inline void fy_exchange_done(fy_exchange_t *ex)
         ctx->observers[i].on_done(ex, ctx->observers[i].ud);
 }
 
+/* Alt-Svc for listeners that also serve h3 (RFC 7838): added to h1/h2 final responses once,
+   here, when the head is made (http/exchange.c). */
+void fy__exchange_alt_svc(fy_exchange_t *ex);
+
 static inline void fy_exchange_start_response(fy_exchange_t *ex, const fy_producer_ops_t *p)
 {
+    if (__builtin_expect(ex->ctx->alt_svc != NULL, 0)) fy__exchange_alt_svc(ex);
     ex->producer = p;
     ex->head_ms = ex->ctx->loop->now_ms;
     ex->response_started = true;
@@ -281,6 +287,12 @@ void fy_exchange_respond(fy_exchange_t *ex, int status, const char *content_type
  * stream (h1: closes the connection; h2: RST_STREAM). `reason` is a static string for the
  * log. */
 void fy_exchange_fail(fy_exchange_t *ex, int status, const char *reason);
+
+/* Refuse the request with `status` (405, 413: http/protocol.h): fy_exchange_fail with
+ * ex->refused set, which tells the codec that the request's body is not wanted. h1 then logs
+ * the refusal, answers with `Connection: close` and reads no more; h2 and h3 keep the stream
+ * open and drain its body. */
+void fy_exchange_refuse(fy_exchange_t *ex, int status, const char *reason);
 
 /* Standard reason phrase ("Not Found"), or "Unknown". */
 const char *fy_http_reason(int status);

@@ -2,6 +2,7 @@
 
 #include "http/http_conf.h"
 #include "http/path.h"
+#include "http/protocol.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -204,6 +205,8 @@ static bool normalize_path(fy_exchange_t *ex)
 
 void fy_exchange_dispatch(fy_exchange_t *ex)
 {
+    /* FY_STAGE_PROTOCOL: before any route (http/protocol.h) */
+    if (__builtin_expect(fy__http_protocol_suspect(ex), 0) && fy__http_protocol_stage(ex)) return;
     if (!normalize_path(ex)) return;
     const fy_route_t *r = ex->route = fy_router_match(ex->ctx->router, ex);
     if (__builtin_expect(ex->ctx->filters != NULL || (r && r->filters.n), 0)) {

@@ -1,0 +1,241 @@
+/* The h1 server codec through the in-memory transport (core/transport_mem.h), no socket: a
+ * request delivered whole, byte by byte (head and body, Content-Length and chunked), pipelined
+ * requests answered in order, and the protocol stage's answers as h1 writes them (CONNECT 405
+ * closes the connection; `OPTIONS *` 204 keeps it). The loop runs until the codec has read
+ * everything it was given (the transport stops it), with a guard timer that fails the test. */
+#include "h1/h1_server.h"
+
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/loop.h"
+#include "core/test.h"
+#include "core/transport_mem.h"
+#include "http/router.h"
+
+static fy_loop_t loop;
+static bool timed_out;
+
+/* the handler: GET answers "METHOD /path"; a body is counted and answered "n=<bytes>" */
+static size_t body_n;
+static void on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
+{
+    (void)p;
+    body_n += n;
+    if (!end) {
+        fy_exchange_read_body(ex, on_body);
+        return;
+    }
+    char *b = fy_arena_alloc(ex->arena, 32);
+    int l = snprintf(b, 32, "n=%zu", body_n);
+    fy_exchange_respond(ex, 200, "text/plain", b, (size_t)l);
+}
+static void h_on_request(fy_handler_t *h, fy_exchange_t *ex)
+{
+    (void)h;
+    if (ex->req.content_length != 0) {
+        body_n = 0;
+        fy_exchange_read_body(ex, on_body);
+        return;
+    }
+    char *b = fy_arena_alloc(ex->arena, ex->req.method.len + ex->req.path.len + 2);
+    int l =
+        snprintf(b, ex->req.method.len + ex->req.path.len + 2, "%.*s %.*s", (int)ex->req.method.len,
+                 ex->req.method.p, (int)ex->req.path.len, ex->req.path.p);
+    fy_exchange_respond(ex, 200, "text/plain", b, (size_t)l);
+}
+static const fy_handler_ops_t h_ops = {.name = "t", .on_request = h_on_request};
+static fy_handler_t handler = {&h_ops};
+static fy_route_t route = {.path = "/", .path_len = 1, .handler = &handler};
+static fy_router_t router = {&route, 1};
+static fy_http_limits_t limits = {
+    .max_request_line = 8192,
+    .max_header_bytes = 32768,
+    .max_headers = 100,
+    .max_body = 1 << 20,
+    .header_timeout_ms = 10000,
+    .body_timeout_ms = 10000,
+    .keepalive_timeout_ms = 10000,
+    .send_timeout_ms = 10000,
+    .keepalive_requests = 1000,
+    .max_connections = 16,
+    .merge_slashes = true,
+};
+static fy_http_ctx_t ctx = {.router = &router, .limits = &limits, .loop = &loop};
+
+static void on_guard(fy_timer_t *t)
+{
+    (void)t;
+    timed_out = true;
+    fy_loop_stop(&loop);
+}
+static fy_timer_t guard;
+
+/* run the loop until the codec waits for more bytes */
+static void pump(void)
+{
+    loop.stop = false;
+    fy_timer_start(&loop, &guard, 5000);
+    fy_loop_run(&loop);
+    fy_timer_stop(&loop, &guard);
+    CHECK(!timed_out);
+}
+
+static void stop_cb(fy_defer_t *d)
+{
+    (void)d;
+    fy_loop_stop(&loop);
+}
+
+/* close every conn and let their deferred frees run */
+static void close_all(void)
+{
+    fy_http_ctx_close_all(&ctx);
+    static fy_defer_t d = {.cb = stop_cb};
+    fy_defer(&loop, &d);
+    loop.stop = false;
+    fy_loop_run(&loop);
+}
+
+static fy_mem_transport_t m;
+static void start(void)
+{
+    CHECK(fy_mem_transport_init(&m, &loop) == 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    CHECK(fy_h1_conn_start(&ctx, m.t.fd, &m.t, (struct sockaddr *)&sa, sizeof sa, NULL, NULL) == 0);
+    pump();
+}
+static void finish(void)
+{
+    if (!m.destroyed) close_all();
+    CHECK(m.destroyed);
+    fy_mem_transport_free(&m);
+}
+
+static void feed_bytewise(const char *s)
+{
+    for (size_t i = 0; s[i]; i++) {
+        fy_mem_transport_feed(&m, s + i, 1);
+        pump();
+    }
+}
+
+static size_t count(const char *hay, size_t n, const char *needle)
+{
+    size_t c = 0, l = strlen(needle);
+    for (size_t i = 0; i + l <= n; i++) c += memcmp(hay + i, needle, l) == 0;
+    return c;
+}
+static bool ends_with(const char *s)
+{
+    size_t l = strlen(s);
+    return m.out_len >= l && memcmp(m.out + m.out_len - l, s, l) == 0;
+}
+
+static void test_whole_and_bytewise(void)
+{
+    static const char req[] = "GET /a/b?x=1 HTTP/1.1\r\nHost: example.com\r\nX-Long: "
+                              "some value\r\n\r\n";
+    start();
+    fy_mem_transport_feed(&m, req, sizeof req - 1);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 1);
+    CHECK(ends_with("\r\n\r\nGET /a/b"));
+    size_t whole = m.out_len;
+    char first[512];
+    memcpy(first, m.out, whole);
+
+    /* the same request, one byte per read, on the same connection */
+    fy_mem_transport_out_reset(&m);
+    for (size_t i = 0; i + 1 < sizeof req - 1; i++) {
+        fy_mem_transport_feed(&m, req + i, 1);
+        pump();
+        CHECK_EQ_INT(m.out_len, 0); /* nothing before the head is complete */
+    }
+    fy_mem_transport_feed(&m, req + sizeof req - 2, 1);
+    pump();
+    CHECK_EQ_INT(m.out_len, whole);
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 1 && ends_with("GET /a/b"));
+    CHECK(!m.shut);
+    finish();
+}
+
+static void test_pipelined(void)
+{
+    start();
+    static const char two[] =
+        "GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /two HTTP/1.1\r\nHost: a\r\n\r\n";
+    fy_mem_transport_feed(&m, two, sizeof two - 1);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 2);
+    const char *one = memmem(m.out, m.out_len, "GET /one", 8);
+    const char *tw = memmem(m.out, m.out_len, "GET /two", 8);
+    CHECK(one && tw && one < tw);
+    finish();
+}
+
+static void test_bodies_bytewise(void)
+{
+    start();
+    feed_bytewise("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world");
+    CHECK(ends_with("\r\n\r\nn=11"));
+    fy_mem_transport_out_reset(&m);
+    feed_bytewise("POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 1);
+    CHECK(ends_with("\r\n\r\nn=11"));
+    finish();
+}
+
+static void test_protocol_stage(void)
+{
+    /* OPTIONS *: 204 with Allow, and the connection serves the next request */
+    start();
+    feed_bytewise("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 204 No Content\r\n") == 1);
+    CHECK(count(m.out, m.out_len, "Allow: GET, HEAD, POST, OPTIONS\r\n") == 1);
+    fy_mem_transport_feed(&m, "GET /z HTTP/1.1\r\nHost: a\r\n\r\n", 28);
+    pump();
+    CHECK(ends_with("GET /z"));
+    CHECK(!m.shut);
+    finish();
+
+    /* CONNECT on a listener that is no forward proxy: 405, Connection: close, then the
+       codec half-closes and lingers; what the client sends after is not served */
+    start();
+    fy_mem_transport_feed(&m,
+                          "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+                          "GET /no HTTP/1.1\r\nHost: a\r\n\r\n",
+                          88);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 405 Method Not Allowed\r\n") == 1);
+    CHECK(count(m.out, m.out_len, "Connection: close\r\n") == 1);
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200") == 0);
+    CHECK(m.shut);
+    finish();
+
+    /* a declared body over limits.body-size: 413 before the body is read */
+    start();
+    fy_mem_transport_feed(&m, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 2000000\r\n\r\nxx",
+                          57);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 413 ") == 1);
+    CHECK(count(m.out, m.out_len, "Connection: close\r\n") == 1);
+    CHECK(m.shut);
+    finish();
+}
+
+int main(void)
+{
+    CHECK(fy_loop_init(&loop) == 0);
+    fy_list_init(&ctx.conns);
+    fy_timer_init(&guard, on_guard, NULL);
+    test_whole_and_bytewise();
+    test_pipelined();
+    test_bodies_bytewise();
+    test_protocol_stage();
+    fy_loop_destroy(&loop);
+    printf("%d passed, %d failed\n", fy_test_pass, fy_test_fail);
+    return fy_test_fail ? 1 : 0;
+}

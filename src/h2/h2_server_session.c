@@ -1,0 +1,255 @@
+/* HTTP/2 server codec: nghttp2's session callbacks. Request headers into the exchange, the
+ * dispatch of a complete head, DATA into the stream's body, stream close, and the glitch
+ * counter for floods. Thread rules: h2_server_int.h. */
+#include "h2/h2_server_int.h"
+
+int fy__h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn_t *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    fy__h2_stream_new(c, f->hd.stream_id);
+    return 0;
+}
+
+fy_str_t fy__h2_hdup(h2_stream_t *s, const uint8_t *p, size_t n)
+{
+    return fy_str(fy_arena_strndup(&s->arena, (const char *)p, n), n);
+}
+
+int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (!s || s->closed) return 0;
+    /* HPACK bombs: the decoded size counts, as in SETTINGS_MAX_HEADER_LIST_SIZE (+32 each) */
+    s->hdr_bytes += namelen + valuelen + 32;
+    if (s->hdr_bytes > c->ctx->limits->max_header_bytes) {
+        s->hdr_too_large = true;
+        return 0;
+    }
+    fy_request_t *q = &s->ex.req;
+    if (f->headers.cat == NGHTTP2_HCAT_HEADERS) { /* trailers */
+        fy_str_t n = fy__h2_hdup(s, name, namelen), v = fy__h2_hdup(s, value, valuelen);
+        fy_headers_add(&s->arena, &s->ex.req_trailers, n.p, n.len, v.p, v.len);
+        return 0;
+    }
+    if (namelen && name[0] == ':') {
+        fy_str_t v = fy__h2_hdup(s, value, valuelen);
+        if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
+            q->method = v;
+            q->method_id = fy_http_method_id(v);
+        } else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
+            q->target = v;
+        } else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
+            q->authority = v;
+        } else if (namelen == 7 && memcmp(name, ":scheme", 7) == 0) {
+            q->scheme = v;
+        } else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
+            q->protocol = v;
+        }
+        return 0;
+    }
+    if ((int64_t)q->headers.n >= c->ctx->limits->max_headers) {
+        s->hdr_too_large = true;
+        return 0;
+    }
+    fy_str_t n = fy__h2_hdup(s, name, namelen), v = fy__h2_hdup(s, value, valuelen);
+    if (namelen == 4 && memcmp(name, "host", 4) == 0 && q->authority.len == 0) q->authority = v;
+    if (namelen == 14 && memcmp(name, "content-length", 14) == 0) {
+        /* nghttp2 has validated it against the DATA it will see */
+        int64_t cl = 0;
+        for (size_t i = 0; i < valuelen; i++) cl = cl * 10 + (value[i] - '0');
+        q->content_length = cl;
+    }
+    fy_headers_add(&s->arena, &q->headers, n.p, n.len, v.p, v.len);
+    return 0;
+}
+
+void fy__h2_dispatch(h2_stream_t *s, bool end_stream)
+{
+    fy_exchange_t *ex = &s->ex;
+    fy_request_t *q = &ex->req;
+    if (end_stream) {
+        s->body_end = true;
+        q->content_length = 0;
+    } else if (!FY_HDR_FIND(&q->headers, "content-length")) {
+        q->content_length = -1;
+    }
+    if (s->hdr_too_large) {
+        fy_exchange_fail(ex, 431, "request header list over limits");
+        return;
+    }
+    if (q->method_id == FY_M_CONNECT) {
+        /* classic CONNECT (RFC 9113 §8.5: :authority, no :path) or extended (nghttp2 checked
+           :protocol, :path, :scheme): a tunnel exchange; the handler answers 2xx and the DATA
+           both ways are the tunnel. The protocol stage refuses a classic one (405) except on
+           a forward proxy. */
+        q->content_length = -1;
+        if (q->protocol.len == 0) {
+            fy_exchange_dispatch(ex);
+            return;
+        }
+    }
+    const char *qm = memchr(q->target.p, '?', q->target.len);
+    if (qm) {
+        q->path = fy_str(q->target.p, (size_t)(qm - q->target.p));
+        q->query = fy_str(qm + 1, q->target.len - q->path.len - 1);
+    } else {
+        q->path = q->target;
+    }
+    if ((q->path.len == 0 || q->path.p[0] != '/') && !fy_request_is_asterisk(q)) {
+        fy_exchange_fail(ex, 400, "bad :path");
+        return;
+    }
+    /* `OPTIONS *`, CONNECT 405 and content-length over limits.body-size: the protocol stage */
+    fy_exchange_dispatch(ex);
+}
+
+static void glitch(h2_conn_t *c, const char *what)
+{
+    if (++c->glitches <= (uint64_t)c->conf->max_glitches || c->goaway) return;
+    char a[64];
+    fy_warn("client %s: h2 %s flood: GOAWAY ENHANCE_YOUR_CALM",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), what);
+    nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    c->goaway = true;
+}
+
+/* The client closed its side of stream `id` (END_STREAM or RST_STREAM): frames it sends on
+ * it from now on are its error (frame_head). */
+void fy__h2_client_closed(h2_conn_t *c, int32_t id)
+{
+    c->client_closed[c->nclosed++ % NELEM(c->client_closed)] = id;
+}
+
+int fy__h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s =
+        f->hd.stream_id ? nghttp2_session_get_stream_user_data(ng, f->hd.stream_id) : NULL;
+    bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
+    switch (f->hd.type) {
+    case NGHTTP2_HEADERS:
+        if (!s) return 0;
+        if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            fy__h2_dispatch(s, end);
+        } else if (end) {
+            s->body_end = true; /* trailers end the body */
+            fy__h2_deliver_body(s);
+        }
+        break;
+    case NGHTTP2_DATA:
+        /* nothing but padding (which nghttp2 gives back as window by itself) counts too */
+        if (f->hd.length == f->data.padlen && !end) glitch(c, "empty DATA");
+        if (!s) return 0;
+        if (s->draining && !end) fy__h2_drain_check(s);
+        if (end) {
+            s->body_end = true;
+            fy__h2_deliver_body(s);
+        }
+        break;
+    case NGHTTP2_RST_STREAM: {
+        if (s && !s->body_end) fy__h2_client_closed(c, f->hd.stream_id);
+        /* rapid reset (CVE-2023-44487): a token bucket of reset-burst tokens regained at
+           reset-rate per second; nghttp2's own limit stays behind it as a backstop */
+        uint64_t now = c->loop->now_ms;
+        double tokens =
+            c->rst_tokens + (double)(now - c->rst_at) * (double)c->conf->reset_rate / 1000.0;
+        if (tokens > (double)c->conf->reset_burst) tokens = (double)c->conf->reset_burst;
+        c->rst_at = now;
+        c->rst_tokens = tokens - 1;
+        if (c->rst_tokens < 0 && !c->goaway) {
+            char a[64];
+            fy_warn("client %s: h2 rapid reset (more than %lld RST_STREAM): GOAWAY "
+                    "ENHANCE_YOUR_CALM",
+                    fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
+                    (long long)c->conf->reset_burst);
+            nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+            c->goaway = true;
+        }
+        break;
+    }
+    case NGHTTP2_PING:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) glitch(c, "PING");
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) glitch(c, "SETTINGS");
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+int fy__h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    h2_conn_t *c = ud;
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (s && s->draining && !s->closed) {
+        /* dropped; the stream window is not reopened (drain_check) */
+        nghttp2_session_consume_connection(ng, len);
+        return 0;
+    }
+    if (!s || s->ex_done || s->closed) {
+        /* nobody will read it: give the window back at once */
+        nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    s->ex.body_received += len;
+    /* a CONNECT tunnel's DATA are not a request body: no body-size limit */
+    if (s->ex.body_received > c->ctx->limits->max_body && s->ex.req.method_id != FY_M_CONNECT) {
+        if (!s->ex.response_started)
+            fy_http_body_too_large(&s->ex);
+        else
+            fy__h2_stream_reset(s, NGHTTP2_CANCEL);
+        nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    if (s->body_wanted && s->body_len == 0 && !s->held && c->rbuf &&
+        (const char *)data >= c->rbuf->data &&
+        (const char *)data + len <= c->rbuf->data + FY_CHUNK_SIZE) {
+        /* the handler waits and nothing is buffered: give it the bytes where they are */
+        s->held = c->rbuf;
+        s->held->refs++;
+        s->held_len = len;
+        s->unconsumed += len;
+        s->body_wanted = false;
+        s->body_delivered = true;
+        s->ex.on_body(&s->ex, (const char *)data, len, false);
+        return 0;
+    }
+    if (!s->body) {
+        /* never reallocated: the handler may hold slices of it (echo sends them back). The
+           peer cannot send more than the stream window before we consume, so this is enough:
+           our window, or the protocol default before the client has seen our SETTINGS. */
+        s->body_cap = c->conf->initial_window_size > 65535 ? c->conf->initial_window_size : 65535;
+        s->body = malloc(s->body_cap);
+        if (!s->body) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    if (s->body_len + len > s->body_cap) return NGHTTP2_ERR_CALLBACK_FAILURE; /* not possible */
+    memcpy(s->body + s->body_len, data, len);
+    s->body_len += len;
+    s->unconsumed += len;
+    fy__h2_deliver_body(s);
+    return 0;
+}
+
+int fy__h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
+{
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (!s) return 0;
+    if (s->body_end) fy__h2_client_closed(s->c, id);
+    s->closed = true;
+    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    if (!s->ex_done) {
+        if (!s->ex.error) s->ex.error = code ? "stream reset by client" : "stream closed";
+        if (s->ex.producer && s->ex.producer->stop && s->ex.response_started)
+            s->ex.producer->stop(&s->ex);
+        fy__h2_stream_done(s); /* frees */
+    } else {
+        fy__h2_stream_free(s);
+    }
+    return 0;
+}
