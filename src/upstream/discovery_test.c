@@ -4,6 +4,8 @@
  * used the upstream swept past the removal holding nothing of it, a server back while
  * draining gets its slot again, an empty set picks the placeholder). */
 #include "upstream.c"
+#include "upstream_health.c"
+#include "upstream_slots.c"
 
 #include <sys/mman.h>
 #include <unistd.h>
