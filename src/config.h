@@ -13,6 +13,7 @@
 #include "handler/proxy_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
+#include "handler/wt_conf.h"
 #include "http/http_conf.h"
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
@@ -41,6 +42,7 @@ typedef struct fy_route_conf {
     struct fy_echo_conf {
         int unused;
     } * echo; /* `echo: {}`: request body streamed back */
+    fy_wt_conf_t *webtransport; /* `webtransport`: WebTransport sessions (handler/wt_conf.c) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

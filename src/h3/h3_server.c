@@ -16,6 +16,7 @@
 #include "core/pool.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
+#include "h3/h3_wt.h"
 #include "net/sock.h"
 
 #define CTRL_FRAME_MAX 4096 /* SETTINGS/GOAWAY/... payloads we buffer on the control stream */
@@ -88,6 +89,7 @@ struct h3_conn {
     fy_list_t blocked;
     size_t nblocked;        /* streams on `blocked`: at most quic.qpack-blocked-streams */
     nghttp3_buf pb, rb, eb; /* QPACK encoder output, reused for every field section */
+    fy_h3_wt_t *wt;         /* WebTransport sessions and streams (h3_wt.c) */
 };
 
 static void conn_error(h3_conn_t *c, uint64_t code, const char *why)
@@ -631,6 +633,7 @@ static void dispatch(h3_stream_t *s)
         fy_exchange_fail(ex, 413, "content-length over limits.body-size");
         return;
     }
+    if (connect && fy_h3_wt_refuse(ex)) return; /* :protocol webtransport, route without it */
     fy_exchange_dispatch(ex);
 }
 
@@ -789,6 +792,16 @@ static void request_recv(h3_stream_t *s, const uint8_t *p, size_t n, bool fin)
             n -= k;
             if (!s->rd.have_hdr) break;
             uint64_t t = s->rd.type;
+            if (t == FY_WT_STREAM_BIDI && s->phase == 0 && !s->dispatched) {
+                /* WebTransport bidi stream: 0x41 + session id (read as a frame header) */
+                fy_quic_stream_t *qs = s->qs;
+                uint64_t sid = s->rd.len;
+                s->qs = NULL;
+                s->ex_done = true;
+                stream_free(s);
+                fy_h3_wt_bidi(c->wt, qs, sid, p, n, fin);
+                return;
+            }
             if (t == FY_H3_HEADERS) {
                 if (s->phase == 2) {
                     conn_error(c, FY_H3_FRAME_UNEXPECTED, "HEADERS after trailers");
@@ -885,6 +898,8 @@ static uint64_t on_setting(void *ud, uint64_t id, uint64_t v)
     h3_conn_t *c = ud;
     if (id == FY_H3_SETTINGS_ENABLE_CONNECT_PROTOCOL && v > 1) return FY_H3_SETTINGS_ERROR;
     if (id == FY_H3_SETTINGS_H3_DATAGRAM && v > 1) return FY_H3_SETTINGS_ERROR;
+    uint64_t wte = fy_h3_wt_on_setting(c->wt, id, v);
+    if (wte) return wte;
     /* our encoder's dynamic table: what the client's decoder allows, at most ENC_TABLE_MAX
        (MAX_FIELD_SECTION_SIZE is advisory) */
     if (id == FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY)
@@ -963,14 +978,19 @@ static void control_recv(h3_conn_t *c, h3_uni_t *u, fy_quic_stream_t *qs, const 
 static void uni_recv(h3_conn_t *c, fy_quic_stream_t *qs, const uint8_t *p, size_t n, bool fin)
 {
     h3_uni_t *u = qs->app;
-    fy_quic_stream_consumed(c->qc, qs, n); /* nothing here waits on a handler */
     if (u->type < 0) {
         while (n && u->type < 0) {
             u->tb[u->tn++] = *p++;
             n--;
+            fy_quic_stream_consumed(c->qc, qs, 1);
             uint64_t t;
             if (fy_h3_varint_decode(u->tb, u->tn, &t)) {
                 u->type = (int64_t)t;
+                if (t == FY_WT_STREAM_UNI) { /* WebTransport: h3_wt.c's from now on */
+                    free(u);
+                    fy_h3_wt_uni(c->wt, qs, p, n, fin);
+                    return;
+                }
                 if (t == FY_H3_STREAM_CONTROL || t == FY_H3_STREAM_QPACK_ENCODER ||
                     t == FY_H3_STREAM_QPACK_DECODER) {
                     bool *seen = t == FY_H3_STREAM_CONTROL         ? &c->peer_ctrl
@@ -991,6 +1011,7 @@ static void uni_recv(h3_conn_t *c, fy_quic_stream_t *qs, const uint8_t *p, size_
             }
         }
     }
+    fy_quic_stream_consumed(c->qc, qs, n); /* nothing here waits on a handler */
     if (u->type < 0 || u->ignore) return;
     if (n) {
         if (u->type == FY_H3_STREAM_CONTROL) {
@@ -1032,6 +1053,7 @@ static void conn_node_drain(fy_conn_node_t *n)
     size_t k = fy_h3_varint_encode(b, id);
     write_frame_hdr(c, c->ctrl, FY_H3_GOAWAY, k);
     qwrite(c, c->ctrl, b, k);
+    fy_h3_wt_drain(c->wt);
     if (c->nstreams == 0) {
         c->closing = true;
         fy_quic_conn_close(c->qc, FY_H3_NO_ERROR, NULL);
@@ -1054,6 +1076,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     c->ctx = ctx;
     c->conf = conf;
     c->max_bidi = -1;
+    c->wt = fy_h3_wt_new(qc, ctx->loop, conf);
     const struct sockaddr *ra = fy_quic_conn_remote(qc);
     memcpy(&c->remote, ra,
            ra->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -1083,9 +1106,9 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     c->ctrl->app = NULL;
     c->qenc->app = NULL;
     c->qdec->app = NULL;
-    uint8_t b[64];
+    uint8_t b[160];
     size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
-    uint8_t st[48];
+    uint8_t st[128];
     size_t sl = 0;
     sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY);
     sl += fy_h3_varint_encode(st + sl, conf->qpack_table_capacity);
@@ -1099,6 +1122,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
         sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
         sl += fy_h3_varint_encode(st + sl, 1);
     }
+    sl += fy_h3_wt_settings(conf, st + sl);
     k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
     k += fy_h3_varint_encode(b + k, sl);
     memcpy(b + k, st, sl);
@@ -1135,6 +1159,10 @@ static int app_recv(void *app, fy_quic_stream_t *qs, const uint8_t *p, size_t n,
 {
     h3_conn_t *c = app;
     if (c->closing) return 0;
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_recv(c->wt, qs, p, n, fin);
+        return 0;
+    }
     if (is_uni(qs->id)) {
         if (!qs->app) { /* one of ours: clients cannot send on it */
             fy_quic_stream_consumed(c->qc, qs, n);
@@ -1155,6 +1183,10 @@ static int app_recv(void *app, fy_quic_stream_t *qs, const uint8_t *p, size_t n,
 static void app_reset(void *app, fy_quic_stream_t *qs, uint64_t code)
 {
     h3_conn_t *c = app;
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_reset(c->wt, qs, code);
+        return;
+    }
     if (is_uni(qs->id)) {
         h3_uni_t *u = qs->app;
         if (u && !u->ignore && u->type >= 0)
@@ -1174,6 +1206,10 @@ static void app_reset(void *app, fy_quic_stream_t *qs, uint64_t code)
 
 static void app_acked(void *app, fy_quic_stream_t *qs)
 {
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_acked(((h3_conn_t *)app)->wt, qs);
+        return;
+    }
     if (is_uni(qs->id)) return;
     h3_stream_t *s = qs->app;
     if (s) progress(s);
@@ -1181,6 +1217,10 @@ static void app_acked(void *app, fy_quic_stream_t *qs)
 
 static void app_stream_close(void *app, fy_quic_stream_t *qs, uint64_t code)
 {
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_stream_close(((h3_conn_t *)app)->wt, qs);
+        return;
+    }
     if (is_uni(qs->id)) {
         free(qs->app);
         qs->app = NULL;
@@ -1211,6 +1251,7 @@ static void app_close(void *app)
         s->ex_done = true;
         stream_free(s);
     }
+    fy_h3_wt_free(c->wt);
     nghttp3_qpack_encoder_del(c->enc);
     nghttp3_qpack_decoder_del(c->dec);
     const nghttp3_mem *mem = nghttp3_mem_default();
@@ -1224,6 +1265,21 @@ static void app_close(void *app)
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
 
+static void app_datagram(void *app, const uint8_t *p, size_t n)
+{
+    h3_conn_t *c = app;
+    if (!c->closing) fy_h3_wt_datagram(c->wt, p, n);
+}
+
+fy_h3_wt_t *fy_h3_exchange_wt(fy_exchange_t *ex, int64_t *stream_id)
+{
+    if (ex->sink != &h3_sink) return NULL;
+    h3_stream_t *s = ex->codec;
+    if (!s->qs) return NULL;
+    *stream_id = s->qs->id;
+    return s->c->wt;
+}
+
 static const fy_quic_app_ops_t h3_app = {
     .open = app_open,
     .stream_open = app_stream_open,
@@ -1231,6 +1287,7 @@ static const fy_quic_app_ops_t h3_app = {
     .reset = app_reset,
     .acked = app_acked,
     .stream_close = app_stream_close,
+    .datagram = app_datagram,
     .close = app_close,
 };
 

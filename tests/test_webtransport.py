@@ -1,0 +1,95 @@
+"""WebTransport over HTTP/3 (draft-ietf-webtrans-http3): `webtransport: echo` routes on an h3
+listener, exercised by headless Debian Chromium (playwright-core, as in test_mitm_chromium)
+and by ferry-load's wt:// client."""
+import base64
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from test_mitm_chromium import playwright
+
+CONF = """
+data-dir: {{data}}
+log: {{{{access: {{tmp}}/access.log, access-format: json,
+       access-fields: [method, target, status, error]}}}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2, h3]
+    tls: {{{{cert: {cert}, key: {key}}}}}
+quic:
+  webtransport-max-sessions: {sessions}
+  webtransport-max-streams: {streams}
+routes:
+  - match: {{{{path: /echo}}}}
+    webtransport: echo
+  - match: {{{{path-exact: /page}}}}
+    respond: {{{{body: "<!doctype html><title>wt</title>", headers: {{{{content-type: text/html}}}}}}}}
+  - match: {{{{path: /plain}}}}
+    respond: {{{{body: "not webtransport"}}}}
+"""
+
+
+def make_cert(d):
+    d = Path(d)
+    key, cert = d / "wt.key", d / "wt.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "10", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    der = subprocess.run(["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"],
+                         check=True, capture_output=True).stdout
+    spki = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=der,
+                          check=True, capture_output=True).stdout
+    return cert, key, base64.b64encode(hashlib.sha256(spki).digest()).decode()
+
+
+def start(server, tmp_path, sessions=4, streams=100):
+    cert, key, spki = make_cert(tmp_path)
+    srv = server(CONF.format(cert=cert, key=key, sessions=sessions, streams=streams),
+                 start=False)
+    srv.start(udp_ports=[])
+    return srv, spki
+
+
+def chromium(srv, spki, tmp_path, **what):
+    if not Path("/usr/bin/chromium").exists():
+        pytest.fail("Debian chromium is not installed (Makefile TEST_PKGS lists it)")
+    modules = playwright()
+    env = dict(os.environ, HOME=str(tmp_path), NODE_PATH=str(modules))
+    r = subprocess.run(["node", str(ROOT / "tests" / "wt_chromium.js"),
+                        f"https://127.0.0.1:{srv.port}", spki, str(tmp_path / "profile"),
+                        json.dumps(what)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ok"], (out, srv.log()[-3000:])
+    return out["result"]
+
+
+def test_webtransport_chromium_echo(server, tmp_path):
+    srv, spki = start(server, tmp_path)
+    res = chromium(srv, spki, tmp_path, path="/echo", bytes=1 << 20)
+    assert res["ready"]
+    assert res["bidiLen"] == 1 << 20
+    assert res["bidiHash"] == res["sentHash"]
+    assert res["uni"] == "uni hello"
+    assert res["datagram"] is not None and res["datagram"].startswith("dgram ")
+    assert res["closed"]
+
+
+def test_webtransport_chromium_route_without_webtransport_refused(server, tmp_path):
+    srv, spki = start(server, tmp_path)
+    res = chromium(srv, spki, tmp_path, refused="/plain")
+    assert res["refused"], res
+    res = chromium(srv, spki, tmp_path, refused="/nowhere")
+    assert res["refused"], res
+    srv.finish()
+    lines = [json.loads(l) for l in (srv.tmp / "access.log").read_text().splitlines()]
+    connects = [(l["target"], l["status"]) for l in lines
+                if l.get("method") == "CONNECT"]
+    assert ("/plain", 501) in connects, lines
+    assert ("/nowhere", 404) in connects, lines
