@@ -34,6 +34,14 @@ routes:
 """
 
 
+def spki_of(cert):
+    pub = subprocess.run(["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"],
+                         check=True, capture_output=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub,
+                         check=True, capture_output=True).stdout
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
 def make_cert(d):
     d = Path(d)
     key, cert = d / "wt.key", d / "wt.crt"
@@ -41,11 +49,7 @@ def make_cert(d):
                     "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
                     str(cert), "-days", "10", "-subj", "/CN=127.0.0.1", "-addext",
                     "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    der = subprocess.run(["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"],
-                         check=True, capture_output=True).stdout
-    spki = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=der,
-                          check=True, capture_output=True).stdout
-    return cert, key, base64.b64encode(hashlib.sha256(spki).digest()).decode()
+    return cert, key, spki_of(cert)
 
 
 def start(server, tmp_path, sessions=4, streams=100):
@@ -93,3 +97,27 @@ def test_webtransport_chromium_route_without_webtransport_refused(server, tmp_pa
                 if l.get("method") == "CONNECT"]
     assert ("/plain", 501) in connects, lines
     assert ("/nowhere", 404) in connects, lines
+
+
+def test_webtransport_chromium_stream_limit(server, tmp_path):
+    # quic.webtransport-max-streams: 2 -> of 5 streams held open, 2 echo, 3 are refused
+    srv, spki = start(server, tmp_path, streams=2)
+    res = chromium(srv, spki, tmp_path, path="/echo", streams=5)
+    assert res["streamsOk"] == 2 and res["streamsFailed"] == 3, res
+    assert srv.log().count("quic.webtransport-max-streams (2) streams open: refused") == 3
+
+
+def test_webtransport_example_runs_as_written(server, tmp_path):
+    """examples/webtransport.yaml, unchanged: an echo at https://127.0.0.1:8443/echo with a
+    self-signed certificate (made in the data dir under HOME) on h1, h2 and h3."""
+    example = ROOT / "examples" / "webtransport.yaml"
+    srv = server(args=["run", "-c", str(example)], start=False)
+    srv.start(wait_ports=[8443], udp_ports=[8443])
+    certs = list(Path(srv.tmp).rglob("selfsigned.crt"))
+    assert len(certs) == 1, certs
+    r = subprocess.run(["curl", "-sk", "--http2", "https://127.0.0.1:8443/"],
+                       capture_output=True, text=True, timeout=30)
+    assert "WebTransport echo at /echo" in r.stdout
+    srv.port = 8443
+    res = chromium(srv, spki_of(certs[0]), tmp_path, page="/", path="/echo", bytes=65536)
+    assert res["bidiHash"] == res["sentHash"] and res["uni"] == "uni hello"

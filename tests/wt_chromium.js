@@ -19,7 +19,7 @@ const { chromium } = require('playwright-core');
   const out = { ok: false };
   try {
     const page = await ctx.newPage();
-    await page.goto(origin + '/page', { timeout: 20000 });
+    await page.goto(origin + (what.includes('"page"') ? JSON.parse(what).page : '/page'), { timeout: 20000 });
     out.result = await page.evaluate(async ([origin, what]) => {
       const cfg = JSON.parse(what);
       const enc = new TextEncoder(), dec = new TextDecoder();
@@ -53,6 +53,27 @@ const { chromium } = require('playwright-core');
       const wt = new WebTransport(origin + cfg.path);
       await withTimeout(wt.ready, 10000, 'ready');
       res.ready = true;
+      // many streams held open (write side not closed): the server's per-session limit
+      if (cfg.streams) {
+        let okN = 0, failN = 0;
+        const ps = [];
+        for (let i = 0; i < cfg.streams; i++) {
+          ps.push((async () => {
+            try {
+              const s = await wt.createBidirectionalStream();
+              const ww = s.writable.getWriter();
+              await ww.write(enc.encode('x'));
+              const r = s.readable.getReader();
+              const v = await withTimeout(r.read(), 5000, 'stream ' + i);
+              if (v.value && v.value.length) okN++; else failN++;
+            } catch (e) { failN++; }
+          })());
+        }
+        await Promise.all(ps);
+        res.streamsOk = okN;
+        res.streamsFailed = failN;
+        return res;
+      }
       const big = new Uint8Array(cfg.bytes);
       for (let i = 0; i < big.length; i++) big[i] = (i * 7 + 3) & 0xff;
       res.sentHash = await digest(big);
@@ -83,26 +104,6 @@ const { chromium } = require('playwright-core');
                                   new Promise((r) => setTimeout(() => r(null), 250))]);
       }
       res.datagram = got;
-      // many streams: the server's per-session limit
-      if (cfg.streams) {
-        let okN = 0, failN = 0;
-        const ps = [];
-        for (let i = 0; i < cfg.streams; i++) {
-          ps.push((async () => {
-            const s = await wt.createBidirectionalStream();
-            const ww = s.writable.getWriter();
-            try {
-              await ww.write(enc.encode('x'));
-              const r = s.readable.getReader();
-              const v = await withTimeout(r.read(), 5000, 'stream ' + i);
-              if (v.value && v.value.length) okN++; else failN++;
-            } catch (e) { failN++; }
-          })());
-        }
-        await Promise.all(ps);
-        res.streamsOk = okN;
-        res.streamsFailed = failN;
-      }
       wt.close({ closeCode: 7, reason: 'bye' });
       await withTimeout(wt.closed, 10000, 'closed');
       res.closed = true;

@@ -196,13 +196,13 @@ static void stream_credit(fy_wt_stream_t *st, size_t n)
 static void orphan(fy_wt_stream_t *st, uint64_t h3code)
 {
     fy_wt_session_t *ss = st->ss;
+    fy_list_remove(&st->link); /* from its session's list, or from the orphans */
+    fy_list_insert_tail(&st->w->orphans, &st->link);
     if (ss) {
-        fy_list_remove(&st->link);
         if (st->counted) ss->npeer--;
         st->ss = NULL;
         if (ss->ops->stream_gone) ss->ops->stream_gone(ss->ud, st);
     }
-    fy_list_insert_tail(&st->w->orphans, &st->link);
     fy_defer_cancel(st->w->loop, &st->defer);
     stream_credit(st, st->len);
     st->len = 0;
@@ -234,7 +234,7 @@ static void deliver(fy_wt_stream_t *st, const uint8_t *p, size_t n, bool fin)
             orphan(st, FY_H3_INTERNAL_ERROR); /* the peer broke flow control */
             return;
         }
-        memcpy(st->buf + st->len, p, n);
+        if (n) memcpy(st->buf + st->len, p, n);
         st->len += n;
         return;
     }
@@ -293,8 +293,6 @@ static void attach(fy_wt_stream_t *st, uint64_t sid)
 {
     fy_h3_wt_t *w = st->w;
     fy_wt_session_t *ss = find_session(w, sid);
-    fy_list_remove(&st->link);
-    fy_list_insert_tail(&w->orphans, &st->link);
     if (!ss) {
         fy_info("h3 stream %lld: WebTransport stream for unknown session %llu: refused",
                 (long long)st->qs->id, (unsigned long long)sid);
