@@ -121,3 +121,41 @@ def test_webtransport_example_runs_as_written(server, tmp_path):
     srv.port = 8443
     res = chromium(srv, spki_of(certs[0]), tmp_path, page="/", path="/echo", bytes=65536)
     assert res["bidiHash"] == res["sentHash"] and res["uni"] == "uni hello"
+
+
+LOAD = os.environ.get("FERRY_LOAD_BIN", str(ROOT / "build" / "ferry-load"))
+
+
+def wt_load(*args):
+    """ferry-load wt:// --json: (report, datagram counts)."""
+    assert os.access(LOAD, os.X_OK), f"ferry-load binary missing: {LOAD}"
+    p = subprocess.run([LOAD, *map(str, args), "--insecure", "--json"], capture_output=True,
+                       text=True, timeout=60)
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 2, (p.returncode, p.stdout, p.stderr)
+    return json.loads(lines[0]), json.loads(lines[1])["datagrams"]
+
+
+def test_webtransport_load_streams_and_datagrams(server, tmp_path):
+    # 2 sessions x 4 streams, 200 streams of 64 KiB echoed and verified byte for byte
+    srv, _ = start(server, tmp_path)
+    rep, dg = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 2, "-m", 4, "--size", 65536,
+                      "-n", 200, "-d", 30, "--datagram-rate", 1000, "--datagram-size", 200)
+    assert rep["protocol"] == "webtransport"
+    assert rep["requests"] == 200 and rep["ok"] == 200 and rep["errors"] == 0, rep
+    assert rep["body_bytes"] == 200 * 65536
+    assert rep["status"]["2xx"] == 2  # the two sessions
+    assert dg["sent"] > 0 and dg["echoed"] > 0 and dg["bad"] == 0, dg
+
+
+def test_webtransport_session_limit(server, tmp_path):
+    # quic.webtransport-max-sessions: 2 -> the third session on one connection gets 429
+    srv, _ = start(server, tmp_path, sessions=2)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size", 1000,
+                     "--sessions", 3, "-n", 20, "-d", 30)
+    assert rep["status"]["2xx"] == 2 and rep["status"]["4xx"] == 1, rep
+    assert rep["errors_by_kind"]["status"] == 1
+    assert rep["ok"] == 20
+    srv.finish()
+    lines = [json.loads(l) for l in (srv.tmp / "access.log").read_text().splitlines()]
+    assert [l["status"] for l in lines if l["method"] == "CONNECT"].count(429) == 1, lines
