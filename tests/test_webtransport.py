@@ -83,6 +83,8 @@ def test_webtransport_chromium_echo(server, tmp_path):
     assert res["uni"] == "uni hello"
     assert res["datagram"] is not None and res["datagram"].startswith("dgram ")
     assert res["closed"]
+    # the page's close({closeCode: 7, reason: 'bye'}) reached us as a CLOSE capsule
+    assert 'session closed by the client: code 7, reason "bye"' in srv.log(), srv.log()[-2000:]
 
 
 def test_webtransport_chromium_route_without_webtransport_refused(server, tmp_path):

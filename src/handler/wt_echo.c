@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "h3/h3_wt.h"
 #include "http/exchange.h"
 
@@ -69,6 +70,13 @@ static void on_datagram(void *ud, fy_wt_session_t *ss, const uint8_t *p, size_t 
     fy_wt_send_datagram(ss, p, n); /* a full queue drops it: datagrams may be lost */
 }
 
+static void on_close(void *ud, uint32_t code, const char *reason, size_t rlen)
+{
+    (void)ud;
+    fy_info("webtransport echo: session closed by the client: code %u, reason \"%.*s\"",
+            (unsigned)code, (int)(rlen > 200 ? 200 : rlen), reason);
+}
+
 static const fy_wt_ops_t echo_ops = {
     .stream = on_stream,
     .data = on_data,
@@ -76,6 +84,7 @@ static const fy_wt_ops_t echo_ops = {
     .reset = on_reset,
     .stream_gone = on_gone,
     .datagram = on_datagram,
+    .close = on_close,
 };
 
 static void on_request(fy_handler_t *h, fy_exchange_t *ex)
