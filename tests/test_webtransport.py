@@ -129,13 +129,13 @@ LOAD = os.environ.get("FERRY_LOAD_BIN", str(ROOT / "build" / "ferry-load"))
 
 
 def wt_load(*args):
-    """ferry-load wt:// --json: (report, datagram counts)."""
+    """ferry-load wt:// --json: (report, its second line: datagram counts, close codes)."""
     assert os.access(LOAD, os.X_OK), f"ferry-load binary missing: {LOAD}"
     p = subprocess.run([LOAD, *map(str, args), "--insecure", "--json"], capture_output=True,
                        text=True, timeout=60)
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 2, (p.returncode, p.stdout, p.stderr)
-    return json.loads(lines[0]), json.loads(lines[1])["datagrams"]
+    return json.loads(lines[0]), json.loads(lines[1])
 
 
 def test_webtransport_load_streams_and_datagrams(server, tmp_path):
@@ -147,6 +147,7 @@ def test_webtransport_load_streams_and_datagrams(server, tmp_path):
     assert rep["requests"] == 200 and rep["ok"] == 200 and rep["errors"] == 0, rep
     assert rep["body_bytes"] == 200 * 65536
     assert rep["status"]["2xx"] == 2  # the two sessions
+    dg = dg["datagrams"]
     assert dg["sent"] > 0 and dg["echoed"] > 0 and dg["bad"] == 0, dg
 
 
@@ -161,3 +162,33 @@ def test_webtransport_session_limit(server, tmp_path):
     srv.finish()
     lines = [json.loads(l) for l in (srv.tmp / "access.log").read_text().splitlines()]
     assert [l["status"] for l in lines if l["method"] == "CONNECT"].count(429) == 1, lines
+
+
+def test_webtransport_errors_stream_for_unknown_session(server, tmp_path):
+    # streams naming a session that does not exist are refused (reset), none is echoed
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 1000,
+                     "-n", 4, "-d", 30, "--wt-fault", "unknown-session")
+    assert rep["requests"] == 4 and rep["ok"] == 0, rep
+    assert rep["errors_by_kind"]["reset"] == 4, rep
+    assert srv.log().count("WebTransport stream for unknown session 4000: refused") == 4
+
+
+def test_webtransport_errors_session_closed_mid_stream(server, tmp_path):
+    # the client closes its session (CLOSE_WEBTRANSPORT_SESSION 42 "mid") while two 1 MB
+    # streams are in flight: the server resets both and tells the handler the code and reason
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 1000000,
+                     "-n", 2, "-d", 30, "--wt-fault", "close-mid-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0, rep
+    assert rep["errors_by_kind"]["reset"] == 2, rep
+    assert 'session closed by the client: code 42, reason "mid"' in srv.log()
+
+
+def test_webtransport_errors_datagram_without_stream_id(server, tmp_path):
+    # an HTTP Datagram too short for its quarter stream id: H3_DATAGRAM_ERROR (0x33)
+    srv, _ = start(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size", 1000000,
+                         "-n", 1, "-d", 30, "--wt-fault", "bad-datagram")
+    assert extra["peer_close_code"] == 0x33, extra
+    assert "h3 connection error 0x33: HTTP Datagram without a quarter stream id" in srv.log()

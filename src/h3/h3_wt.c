@@ -545,6 +545,7 @@ void fy_h3_wt_datagram(fy_h3_wt_t *w, const uint8_t *p, size_t n)
     uint64_t q;
     size_t k = fy_h3_varint_decode(p, n, &q);
     if (!k) {
+        fy_info("h3 connection error 0x33: HTTP Datagram without a quarter stream id");
         fy_quic_conn_close(w->qc, FY_H3_DATAGRAM_ERROR, "HTTP Datagram without a stream id");
         return;
     }

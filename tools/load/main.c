@@ -394,6 +394,7 @@ int main(int argc, char **argv)
                                             "--sessions",
                                             "--datagram-rate",
                                             "--datagram-size",
+                                            "--wt-fault",
                                             "--h1",
                                             "--h2",
                                             "--json",
@@ -404,7 +405,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 22; /* --h1 and the ones after it take no value */
+        bool is_flag = ki >= 23; /* --h1 and the ones after it take no value */
         if (!is_flag) {
             if (attached)
                 v = attached;
@@ -465,6 +466,13 @@ int main(int argc, char **argv)
             fl_cfg.wt_sessions = (int)parse_int(name, v, 1, 1000);
         } else if (!strcmp(name, "--datagram-rate")) {
             fl_cfg.wt_datagram_rate = (double)parse_int(name, v, 0, 1000000);
+        } else if (!strcmp(name, "--wt-fault")) {
+            fl_cfg.wt_fault = !strcmp(v, "unknown-session")    ? 1
+                              : !strcmp(v, "close-mid-stream") ? 2
+                              : !strcmp(v, "bad-datagram")     ? 3
+                                                               : -1;
+            if (fl_cfg.wt_fault < 0)
+                die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram");
         } else if (!strcmp(name, "--datagram-size")) {
             fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {

@@ -65,6 +65,8 @@ typedef struct wt_worker {
 
 static __thread wt_worker_t *ww;
 static uint64_t dg_sent, dg_echoed, dg_bad; /* atomics: every worker adds */
+static uint64_t peer_close = (uint64_t)-1;  /* the last CONNECTION_CLOSE code the server sent */
+static uint64_t last_reset = (uint64_t)-1;  /* the last RESET_STREAM/STOP_SENDING code */
 
 static bool stopping(void)
 {
@@ -81,9 +83,10 @@ static void pump_stream(wt_str_t *s)
 {
     wt_conn_t *wc = s->ss->wc;
     uint8_t buf[16384];
-    while (s->sent < fl_cfg.echo_size && fy_quic_stream_buffered(s->qs) < 256 * 1024) {
-        size_t n =
-            fl_cfg.echo_size - s->sent < sizeof buf ? fl_cfg.echo_size - s->sent : sizeof buf;
+    /* close-mid-stream: half the bytes and no FIN, so no echo can complete before the close */
+    uint64_t size = fl_cfg.wt_fault == 2 ? fl_cfg.echo_size / 2 : fl_cfg.echo_size;
+    while (s->sent < size && fy_quic_stream_buffered(s->qs) < 256 * 1024) {
+        size_t n = size - s->sent < sizeof buf ? size - s->sent : sizeof buf;
         for (size_t i = 0; i < n; i++) buf[i] = pat(s->seed, s->sent + i);
         fy_quic_stream_write(wc->qc, s->qs, buf, n);
         s->sent += n;
@@ -110,7 +113,8 @@ static void start_streams(wt_sess_t *ss)
         qs->app_kind = KIND_DATA;
         uint8_t b[16];
         size_t k = fy_h3_varint_encode(b, 0x41);
-        k += fy_h3_varint_encode(b + k, (uint64_t)ss->cs->id);
+        uint64_t sid = (uint64_t)ss->cs->id + (fl_cfg.wt_fault == 1 ? 4 * 1000 : 0);
+        k += fy_h3_varint_encode(b + k, sid);
         fy_quic_stream_write(ss->wc->qc, qs, b, k);
         ss->wc->fc->inflight++;
         w->issued++;
@@ -183,6 +187,21 @@ static void session_head(wt_sess_t *ss)
     ss->ready = true;
     w->st.status[2]++;
     start_streams(ss);
+    if (fl_cfg.wt_fault == 2) { /* close the session (code 42) with its streams still open */
+        uint8_t b[32];
+        size_t k = fy_h3_varint_encode(b, 0x0);
+        k += fy_h3_varint_encode(b + k, 2 + 1 + 4 + 3);
+        k += fy_h3_varint_encode(b + k, 0x2843);
+        k += fy_h3_varint_encode(b + k, 4 + 3);
+        memcpy(b + k,
+               "\0\0\0\x2a"
+               "mid",
+               7);
+        fy_quic_stream_write(wc->qc, ss->cs, b, k + 7);
+        fy_quic_stream_finish(wc->qc, ss->cs);
+    }
+    if (fl_cfg.wt_fault == 3) /* an HTTP Datagram without its quarter stream id */
+        fy_quic_send_datagram(wc->qc, "", 0);
 }
 
 static void session_recv(wt_sess_t *ss, const uint8_t *p, size_t n)
@@ -308,7 +327,7 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
 static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
 {
     (void)app;
-    (void)code;
+    __atomic_store_n(&last_reset, code, __ATOMIC_RELAXED);
     if (s->app && s->app_kind == KIND_DATA) stream_end(s->app, FL_ERR_RESET);
 }
 
@@ -369,8 +388,17 @@ static void on_retry(fy_timer_t *t)
 static void app_close(void *app)
 {
     wt_conn_t *wc = app;
+    uint64_t code;
+    bool is_app;
+    if (fy_quic_conn_peer_close(wc->qc, &code, &is_app) && is_app)
+        __atomic_store_n(&peer_close, code, __ATOMIC_RELAXED);
+    for (int k = 0; k < fl_cfg.wt_sessions; k++) wc->sess[k].ready = false;
     wc->open = false;
     wc->qc = NULL;
+    if (fl_cfg.wt_fault) { /* a fault run ends with its connection */
+        ww->w->stopping = true;
+        fy_loop_stop(&ww->loop);
+    }
     fy_timer_stop(&ww->loop, &wc->dg);
 }
 
@@ -493,10 +521,12 @@ void fl_wt_report(bool json)
     unsigned long long s = __atomic_load_n(&dg_sent, __ATOMIC_RELAXED),
                        e = __atomic_load_n(&dg_echoed, __ATOMIC_RELAXED),
                        b = __atomic_load_n(&dg_bad, __ATOMIC_RELAXED);
+    long long pc = (long long)__atomic_load_n(&peer_close, __ATOMIC_RELAXED),
+              lr = (long long)__atomic_load_n(&last_reset, __ATOMIC_RELAXED);
     if (json)
-        printf(
-            "{\"datagrams\": {\"sent\": %llu, \"echoed\": %llu, \"bad\": %llu, \"lost\": %llu}}\n",
-            s, e, b, s > e + b ? s - e - b : 0);
+        printf("{\"datagrams\": {\"sent\": %llu, \"echoed\": %llu, \"bad\": %llu, \"lost\": "
+               "%llu}, \"peer_close_code\": %lld, \"last_reset_code\": %lld}\n",
+               s, e, b, s > e + b ? s - e - b : 0, pc, lr);
     else
         printf("  datagrams     sent %llu, echoed %llu, bad %llu, lost %llu\n", s, e, b,
                s > e + b ? s - e - b : 0);
