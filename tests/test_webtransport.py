@@ -192,3 +192,13 @@ def test_webtransport_errors_datagram_without_stream_id(server, tmp_path):
                          "-n", 1, "-d", 30, "--wt-fault", "bad-datagram")
     assert extra["peer_close_code"] == 0x33, extra
     assert "h3 connection error 0x33: HTTP Datagram without a quarter stream id" in srv.log()
+
+
+def test_webtransport_session_waits_for_client_settings(server, tmp_path):
+    # the client's CONNECT arrives 50 ms before its SETTINGS: the session is answered once
+    # they come (it was 400 "no HTTP Datagrams negotiated" before), and its streams echo
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 5000,
+                     "-n", 10, "-d", 30, "--wt-fault", "late-settings")
+    assert rep["status"]["2xx"] == 1 and rep["status"]["4xx"] == 0, rep
+    assert rep["requests"] == 10 and rep["ok"] == 10, rep

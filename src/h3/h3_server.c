@@ -914,7 +914,10 @@ static void control_frame(h3_conn_t *c, h3_uni_t *u)
 {
     if (u->rd.type == FY_H3_SETTINGS) {
         uint64_t e = fy_h3_settings_parse(u->fb, u->fn, on_setting, c);
-        if (e) conn_error(c, e, "bad SETTINGS");
+        if (e)
+            conn_error(c, e, "bad SETTINGS");
+        else
+            fy_h3_wt_settings_done(c->wt); /* sessions that waited for them */
     } else if (u->rd.type == FY_H3_GOAWAY) {
         uint64_t id;
         if (fy_h3_varint_decode(u->fb, u->fn, &id) != u->fn || u->fn == 0)

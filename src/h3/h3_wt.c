@@ -115,7 +115,7 @@ struct fy_h3_wt {
     fy_list_t sessions;
     size_t nsessions;
     fy_list_t orphans; /* streams refused or whose session went: wait for QUIC to close them */
-    bool peer_datagram, peer_wt;
+    bool peer_datagram, peer_wt, got_settings;
 };
 
 struct fy_wt_session {
@@ -129,6 +129,7 @@ struct fy_wt_session {
     size_t npeer; /* peer-opened streams open */
     fy_wt_capsule_rd_t caps;
     bool closing;
+    bool waiting; /* accepted before the client's SETTINGS: no 200 sent yet */
 };
 
 struct fy_wt_stream {
@@ -283,7 +284,7 @@ static fy_wt_session_t *find_session(fy_h3_wt_t *w, uint64_t id)
 {
     for (fy_list_t *l = w->sessions.next; l != &w->sessions; l = l->next) {
         fy_wt_session_t *ss = fy_container_of(l, fy_wt_session_t, link);
-        if ((uint64_t)ss->id == id && !ss->closing) return ss;
+        if ((uint64_t)ss->id == id && !ss->closing && !ss->waiting) return ss;
     }
     return NULL;
 }
@@ -467,6 +468,18 @@ static void sess_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
     fy_exchange_read_body(ex, sess_body);
 }
 
+/* The 200 and the start of the capsule stream. */
+static void session_answer(fy_wt_session_t *ss)
+{
+    fy_exchange_t *ex = ss->ex;
+    ex->res.status = 200;
+    ex->res.content_length = -1;
+    if (FY_HDR_FIND(&ex->req.headers, "sec-webtransport-http3-draft02"))
+        FY_HDR_ADD(ex->arena, &ex->res.headers, "sec-webtransport-http3-draft", "draft02", 7);
+    fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
+    if (ex->handler_data == ss) fy_exchange_read_body(ex, sess_body);
+}
+
 fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *ud)
 {
     int64_t sid = -1;
@@ -475,7 +488,7 @@ fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *u
         fy_exchange_fail(ex, 400, "WebTransport needs an extended CONNECT over HTTP/3");
         return NULL;
     }
-    if (!w->peer_datagram || !w->conf->max_datagram_size) {
+    if (w->got_settings && (!w->peer_datagram || !w->conf->max_datagram_size)) {
         fy_exchange_fail(ex, 400, "WebTransport without HTTP Datagrams negotiated");
         return NULL;
     }
@@ -493,19 +506,46 @@ fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *u
     fy_list_insert_tail(&w->sessions, &ss->link);
     w->nsessions++;
     ex->handler_data = ss;
-    ex->res.status = 200;
-    ex->res.content_length = -1;
-    if (FY_HDR_FIND(&ex->req.headers, "sec-webtransport-http3-draft02"))
-        FY_HDR_ADD(ex->arena, &ex->res.headers, "sec-webtransport-http3-draft", "draft02", 7);
-    fy_exchange_start_response(ex, &sess_producer);
-    fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
-    if (ex->handler_data == ss) fy_exchange_read_body(ex, sess_body);
+    fy_exchange_start_response(ex, &sess_producer); /* `stop` tells if the client goes */
+    if (!w->got_settings) {
+        ss->waiting = true;
+        return ss;
+    }
+    session_answer(ss);
     return ex->handler_data == ss ? ss : NULL;
+}
+
+void fy_h3_wt_settings_done(fy_h3_wt_t *w)
+{
+    w->got_settings = true;
+    fy_list_t *l = w->sessions.next;
+    while (l != &w->sessions) {
+        fy_wt_session_t *ss = fy_container_of(l, fy_wt_session_t, link);
+        l = l->next;
+        if (!ss->waiting) continue;
+        ss->waiting = false;
+        fy_exchange_t *ex = ss->ex;
+        if (!w->peer_datagram || !w->conf->max_datagram_size) {
+            ex->handler_data = NULL;
+            session_free(ss, true, 0, "no HTTP Datagrams", 17);
+            fy_exchange_fail(ex, 400, "WebTransport without HTTP Datagrams negotiated");
+            continue;
+        }
+        session_answer(ss);
+    }
 }
 
 void fy_wt_session_close(fy_wt_session_t *ss, uint32_t code, const char *reason, size_t rlen)
 {
     fy_exchange_t *ex = ss->ex;
+    if (ss->waiting) { /* never answered: refuse it instead */
+        session_free(ss, false, 0, NULL, 0);
+        if (ex) {
+            ex->handler_data = NULL;
+            fy_exchange_fail(ex, 503, "WebTransport session closed before it was answered");
+        }
+        return;
+    }
     session_free(ss, false, 0, NULL, 0);
     if (!ex) return;
     ex->handler_data = NULL;
@@ -577,7 +617,7 @@ void fy_h3_wt_drain(fy_h3_wt_t *w)
 {
     for (fy_list_t *l = w->sessions.next; l != &w->sessions; l = l->next) {
         fy_wt_session_t *ss = fy_container_of(l, fy_wt_session_t, link);
-        if (!ss->ex) continue;
+        if (!ss->ex || ss->waiting) continue;
         uint8_t b[8];
         size_t k = fy_h3_varint_encode(b, FY_WT_CAPSULE_DRAIN);
         k += fy_h3_varint_encode(b + k, 0);

@@ -96,7 +96,9 @@ typedef struct fy_wt_ops {
 /* Accept the extended CONNECT `ex` (:protocol webtransport on an h3 stream) as a session:
  * answers 200 and owns the exchange from now on. Returns NULL after having failed the
  * exchange with the reason's status (400 not h3 / no HTTP Datagrams negotiated, 429 over
- * quic.webtransport-max-sessions). */
+ * quic.webtransport-max-sessions). Before the client's SETTINGS arrived the session waits
+ * for them (the 200 or the 400 goes then; ops->close if the 400 or the client's end comes
+ * first). */
 fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *ud);
 /* Close with a CLOSE_WEBTRANSPORT_SESSION capsule and FIN; every stream is reset with
  * WT_SESSION_GONE. The session is freed before this returns (ops->close is not called). */
@@ -132,6 +134,9 @@ void fy_h3_wt_free(fy_h3_wt_t *w);
 size_t fy_h3_wt_settings(const fy_quic_conf_t *conf, uint8_t *p);
 /* One of the peer's settings: 0 or an H3 error code. */
 uint64_t fy_h3_wt_on_setting(fy_h3_wt_t *w, uint64_t id, uint64_t v);
+/* The peer's SETTINGS frame is processed: sessions accepted before it are answered now (200,
+ * or 400 when it did not enable HTTP Datagrams). */
+void fy_h3_wt_settings_done(fy_h3_wt_t *w);
 /* A peer bidi stream began with 0x41 + `session_id`: the stream is this file's from now on
  * (qs->app, qs->app_kind); p/n/fin are the bytes after the two varints. */
 void fy_h3_wt_bidi(fy_h3_wt_t *w, fy_quic_stream_t *qs, uint64_t session_id, const uint8_t *p,

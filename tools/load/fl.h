@@ -116,7 +116,8 @@ typedef struct fl_config {
     int wt_sessions;                  /* wt: --sessions per connection (1) */
     double wt_datagram_rate;          /* wt: --datagram-rate per session per second (0) */
     size_t wt_datagram_size;          /* wt: --datagram-size (64) */
-    int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram */
+    int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram,
+                     4 late-settings */
     bool json;
     bool proxy_connect;     /* --proxy: CONNECT authority through addr first */
     bool proxy_absolute;    /* --proxy with plain h1: absolute-form request targets */

@@ -470,9 +470,11 @@ int main(int argc, char **argv)
             fl_cfg.wt_fault = !strcmp(v, "unknown-session")    ? 1
                               : !strcmp(v, "close-mid-stream") ? 2
                               : !strcmp(v, "bad-datagram")     ? 3
+                              : !strcmp(v, "late-settings")    ? 4
                                                                : -1;
             if (fl_cfg.wt_fault < 0)
-                die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram");
+                die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram, "
+                                "late-settings");
         } else if (!strcmp(name, "--datagram-size")) {
             fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {

@@ -50,7 +50,7 @@ typedef struct wt_conn {
     wt_sess_t *sess;
     nghttp3_qpack_encoder *enc;
     nghttp3_qpack_decoder *dec;
-    fy_timer_t dg, retry;
+    fy_timer_t dg, retry, late; /* late: --wt-fault late-settings */
     double dg_due;
     bool open;
 } wt_conn_t;
@@ -272,13 +272,9 @@ static void open_session(wt_conn_t *wc, wt_sess_t *ss)
     nghttp3_buf_free(&eb, mem);
 }
 
-static void *app_open(fy_quic_conn_t *qc, void *ud)
+static void send_settings(wt_conn_t *wc)
 {
-    wt_conn_t *wc = ud;
-    wc->qc = qc;
-    wc->open = true;
-    wc->fc->w->st.connects++;
-    wc->fc->ever_ready = true;
+    fy_quic_conn_t *qc = wc->qc;
     fy_quic_stream_t *ctrl = fy_quic_open_uni(qc);
     if (ctrl) {
         uint8_t st[64], b[80];
@@ -295,6 +291,25 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
         memcpy(b + k, st, sl);
         fy_quic_stream_write(qc, ctrl, b, k + sl);
     }
+}
+
+static void on_late(fy_timer_t *t)
+{
+    wt_conn_t *wc = t->data;
+    if (wc->open) send_settings(wc);
+}
+
+static void *app_open(fy_quic_conn_t *qc, void *ud)
+{
+    wt_conn_t *wc = ud;
+    wc->qc = qc;
+    wc->open = true;
+    wc->fc->w->st.connects++;
+    wc->fc->ever_ready = true;
+    if (fl_cfg.wt_fault == 4) /* the CONNECTs go first, SETTINGS 50 ms later */
+        fy_timer_start(&ww->loop, &wc->late, 50);
+    else
+        send_settings(wc);
     for (int k = 0; k < fl_cfg.wt_sessions; k++) open_session(wc, &wc->sess[k]);
     if (fl_cfg.wt_datagram_rate > 0) fy_timer_start(&ww->loop, &wc->dg, 10);
     return wc;
@@ -474,6 +489,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         nghttp3_qpack_decoder_new(&wc->dec, 0, 0, mem);
         fy_timer_init(&wc->dg, on_dg_timer, wc);
         fy_timer_init(&wc->retry, on_retry, wc);
+        fy_timer_init(&wc->late, on_late, wc);
     }
     while ((w->now = fl_now_ns()) < w->t0) {
         struct timespec ts = {0, (long)(w->t0 - w->now)};
@@ -492,6 +508,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         wt_conn_t *wc = &self.wcs[i];
         fy_timer_stop(&self.loop, &wc->retry);
         fy_timer_stop(&self.loop, &wc->dg);
+        fy_timer_stop(&self.loop, &wc->late);
         if (wc->qc) fy_quic_conn_abort(wc->qc, 0x100);
     }
     fy_defer_t *d; /* the closes' deferred frees */
