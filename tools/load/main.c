@@ -51,6 +51,10 @@ static void usage(FILE *f)
         "  --connect-hosts N  with --proxy: each new connection CONNECTs to the next of N\n"
         "                   IPv4 addresses counting up from the URL's (a new host per\n"
         "                   connection: certificate forging on an intercepting proxy)\n"
+        "  --sessions N     wt://: WebTransport sessions per connection (default 1)\n"
+        "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
+        "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
+        "                   late-settings\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
