@@ -48,7 +48,7 @@ def make_cert(d):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
                     str(cert), "-days", "10", "-subj", "/CN=127.0.0.1", "-addext",
-                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+                    "subjectAltName=IP:127.0.0.1,DNS:wt.test"], check=True, capture_output=True)
     return cert, key, spki_of(cert)
 
 
@@ -60,14 +60,15 @@ def start(server, tmp_path, sessions=4, streams=100):
     return srv, spki
 
 
-def chromium(srv, spki, tmp_path, **what):
+def chromium(srv, spki, tmp_path, origin=None, extra=(), **what):
     if not Path("/usr/bin/chromium").exists():
         pytest.fail("Debian chromium is not installed (Makefile TEST_PKGS lists it)")
     modules = playwright()
     env = dict(os.environ, HOME=str(tmp_path), NODE_PATH=str(modules))
     r = subprocess.run(["node", str(ROOT / "tests" / "wt_chromium.js"),
-                        f"https://127.0.0.1:{srv.port}", spki, str(tmp_path / "profile"),
-                        json.dumps(what)], capture_output=True, text=True, env=env, timeout=120)
+                        origin or f"https://127.0.0.1:{srv.port}", spki,
+                        str(tmp_path / "profile"), json.dumps(what), json.dumps(list(extra))],
+                       capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["ok"], (out, srv.log()[-3000:])
@@ -202,3 +203,25 @@ def test_webtransport_session_waits_for_client_settings(server, tmp_path):
                      "-n", 10, "-d", 30, "--wt-fault", "late-settings")
     assert rep["status"]["2xx"] == 1 and rep["status"]["4xx"] == 0, rep
     assert rep["requests"] == 10 and rep["ok"] == 10, rep
+
+
+def test_webtransport_chromium_through_quic_passthrough(server, tmp_path):
+    """A second ferry relays QUIC by SNI at layer 4 (mode quic-passthrough) to the WebTransport
+    server: Chromium's session, its streams and datagrams go through it unchanged."""
+    srv, spki = start(server, tmp_path)
+    front = server(f"""
+l4:
+  - listen: 127.0.0.1:{{port}}
+    mode: quic-passthrough
+    sni:
+      - server-name: wt.test
+        target: 127.0.0.1:{srv.port}
+""", start=False)
+    front.start(wait_ports=[], udp_ports=[front.port])
+    res = chromium(srv, spki, tmp_path, origin=f"https://wt.test:{front.port}",
+                   extra=["--host-resolver-rules=MAP wt.test 127.0.0.1"], path="/echo",
+                   bytes=1 << 20)
+    assert res["bidiLen"] == 1 << 20 and res["bidiHash"] == res["sentHash"], res
+    assert res["uni"] == "uni hello"
+    assert res["datagram"] is not None and res["closed"]
+    assert 'session closed by the client: code 7, reason "bye"' in srv.log()

@@ -1,11 +1,11 @@
 // Headless Debian Chromium opening WebTransport sessions to Ferry (driven by playwright-core).
-// Usage: node wt_chromium.js ORIGIN SPKI_HASH USER_DATA_DIR SCRIPT_JSON
+// Usage: node wt_chromium.js ORIGIN SPKI_HASH USER_DATA_DIR SCRIPT_JSON [EXTRA_ARGS_JSON]
 // ORIGIN is https://127.0.0.1:PORT (forced onto QUIC); SCRIPT_JSON names the checks to run.
 // Prints one JSON line with what the page saw.
 const { chromium } = require('playwright-core');
 
 (async () => {
-  const [origin, spki, profile, what] = process.argv.slice(2);
+  const [origin, spki, profile, what, extra] = process.argv.slice(2);
   const hostport = origin.replace('https://', '');
   const ctx = await chromium.launchPersistentContext(profile, {
     executablePath: '/usr/bin/chromium',
@@ -14,7 +14,7 @@ const { chromium } = require('playwright-core');
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync',
            '--enable-quic', `--origin-to-force-quic-on=${hostport}`,
-           `--ignore-certificate-errors-spki-list=${spki}`],
+           `--ignore-certificate-errors-spki-list=${spki}`, ...JSON.parse(extra || '[]')],
   });
   const out = { ok: false };
   try {
