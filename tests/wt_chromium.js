@@ -104,6 +104,26 @@ const { chromium } = require('playwright-core');
                                   new Promise((r) => setTimeout(() => r(null), 250))]);
       }
       res.datagram = got;
+      // a burst of datagrams: count the echoes (loss allowed), each checked
+      if (cfg.burst) {
+        let seen = 0, bad = 0;
+        const want = new Set();
+        for (let i = 0; i < cfg.burst; i++) want.add('burst ' + i);
+        const reading = (async () => {
+          for (;;) {
+            const r = await Promise.race([dr.read(), new Promise((ok) =>
+              setTimeout(() => ok(null), 2000))]);  // 2 s without a datagram: the rest is lost
+            if (r === null || r.done) return;
+            const t = dec.decode(r.value);
+            if (want.delete(t)) seen++; else if (!t.startsWith('dgram ')) bad++;
+            if (seen === cfg.burst) return;
+          }
+        })();
+        for (let i = 0; i < cfg.burst; i++) await dw.write(enc.encode('burst ' + i));
+        await reading;
+        res.burstEchoed = seen;
+        res.burstBad = bad;
+      }
       wt.close({ closeCode: 7, reason: 'bye' });
       await withTimeout(wt.closed, 10000, 'closed');
       res.closed = true;

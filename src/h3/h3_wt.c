@@ -129,7 +129,8 @@ struct fy_wt_session {
     size_t npeer; /* peer-opened streams open */
     fy_wt_capsule_rd_t caps;
     bool closing;
-    bool waiting; /* accepted before the client's SETTINGS: no 200 sent yet */
+    bool waiting;                       /* accepted before the client's SETTINGS: no 200 sent yet */
+    uint64_t dg_in, dg_out, dg_dropped; /* datagrams received, sent, refused by a full queue */
 };
 
 struct fy_wt_stream {
@@ -408,6 +409,11 @@ void fy_h3_wt_stream_close(fy_h3_wt_t *w, fy_quic_stream_t *qs)
 static void session_free(fy_wt_session_t *ss, bool tell, uint32_t code, const char *r, size_t rl)
 {
     ss->closing = true;
+    if (ss->dg_in || ss->dg_out || ss->dg_dropped)
+        fy_info("h3 stream %lld: WebTransport session ends: datagrams received %llu, sent %llu, "
+                "dropped %llu (send queue full)",
+                (long long)ss->id, (unsigned long long)ss->dg_in, (unsigned long long)ss->dg_out,
+                (unsigned long long)ss->dg_dropped);
     while (!fy_list_empty(&ss->streams)) {
         fy_wt_stream_t *st = fy_container_of(ss->streams.next, fy_wt_stream_t, link);
         orphan(st, FY_WT_SESSION_GONE);
@@ -561,7 +567,12 @@ int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n)
     size_t k = fy_h3_varint_encode(b, (uint64_t)ss->id / 4);
     if (n > sizeof b - k) return -EMSGSIZE;
     memcpy(b + k, p, n);
-    return fy_quic_send_datagram(ss->w->qc, b, k + n);
+    int r = fy_quic_send_datagram(ss->w->qc, b, k + n);
+    if (r == 0)
+        ss->dg_out++;
+    else if (r == -EAGAIN)
+        ss->dg_dropped++;
+    return r;
 }
 
 fy_wt_stream_t *fy_wt_open_uni(fy_wt_session_t *ss)
@@ -595,6 +606,7 @@ void fy_h3_wt_datagram(fy_h3_wt_t *w, const uint8_t *p, size_t n)
     }
     fy_wt_session_t *ss = find_session(w, q * 4);
     if (!ss || !ss->ops->datagram) return; /* no such session (yet): dropped (RFC 9297 §5) */
+    ss->dg_in++;
     ss->ops->datagram(ss->ud, ss, p + k, n - k);
 }
 
