@@ -77,7 +77,7 @@ def chromium(srv, spki, tmp_path, origin=None, extra=(), **what):
 
 def test_webtransport_chromium_echo(server, tmp_path):
     srv, spki = start(server, tmp_path)
-    res = chromium(srv, spki, tmp_path, path="/echo", bytes=1 << 20, burst=1000)
+    res = chromium(srv, spki, tmp_path, path="/echo", bytes=1 << 20, burst=1000, abort=True)
     assert res["ready"]
     # 1,000 datagrams: loss is allowed on loopback too (queues), but most come back intact
     print("datagram burst: %d of 1000 echoed" % res["burstEchoed"])
@@ -85,6 +85,8 @@ def test_webtransport_chromium_echo(server, tmp_path):
     assert res["bidiLen"] == 1 << 20
     assert res["bidiHash"] == res["sentHash"]
     assert res["uni"] == "uni hello"
+    # RESET_STREAM with WebTransport code 5 (mapped onto the H3 code range) comes back as 5
+    assert res["beforeAbort"] == "before abort" and res["abortCode"] == 5, res
     assert res["datagram"] is not None and res["datagram"].startswith("dgram ")
     assert res["closed"]
     # the page's close({closeCode: 7, reason: 'bye'}) reached us as a CLOSE capsule

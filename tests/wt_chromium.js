@@ -104,6 +104,24 @@ const { chromium } = require('playwright-core');
                                   new Promise((r) => setTimeout(() => r(null), 250))]);
       }
       res.datagram = got;
+      // a stream the page aborts with WebTransport error 5: the echo resets its side with 5
+      if (cfg.abort) {
+        const s = await wt.createBidirectionalStream();
+        const w2 = s.writable.getWriter();
+        const r2 = s.readable.getReader();
+        await w2.write(enc.encode('before abort'));
+        const first = await withTimeout(r2.read(), 10000, 'echo before abort');
+        res.beforeAbort = dec.decode(first.value);
+        await w2.abort(new WebTransportError({ message: 'abort', streamErrorCode: 5 }));
+        try {
+          for (;;) {
+            const x = await withTimeout(r2.read(), 10000, 'reset after abort');
+            if (x.done) { res.abortCode = 'fin'; break; }
+          }
+        } catch (e) {
+          res.abortCode = e.streamErrorCode === undefined ? String(e) : e.streamErrorCode;
+        }
+      }
       // a burst of datagrams: count the echoes (loss allowed), each checked
       if (cfg.burst) {
         let seen = 0, bad = 0;
