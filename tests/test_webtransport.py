@@ -173,20 +173,24 @@ def test_webtransport_session_limit(server, tmp_path):
 def test_webtransport_errors_stream_for_unknown_session(server, tmp_path):
     # streams naming a session that does not exist are refused (reset), none is echoed
     srv, _ = start(server, tmp_path)
-    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 1000,
-                     "-n", 4, "-d", 30, "--wt-fault", "unknown-session")
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 1000,
+                         "-n", 4, "-d", 30, "--wt-fault", "unknown-session")
     assert rep["requests"] == 4 and rep["ok"] == 0, rep
     assert rep["errors_by_kind"]["reset"] == 4, rep
     assert srv.log().count("WebTransport stream for unknown session 4000: refused") == 4
+    assert extra["first_reset_code"] == 0x3994bd84, extra  # WT_BUFFERED_STREAM_REJECTED
 
 
 def test_webtransport_errors_session_closed_mid_stream(server, tmp_path):
     # the client closes its session (CLOSE_WEBTRANSPORT_SESSION 42 "mid") while two 1 MB
     # streams are in flight: the server resets both and tells the handler the code and reason
     srv, _ = start(server, tmp_path)
-    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 1000000,
-                     "-n", 2, "-d", 30, "--wt-fault", "close-mid-stream")
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size",
+                         1000000, "-n", 2, "-d", 30, "--wt-fault", "close-mid-stream")
     assert rep["requests"] == 2 and rep["ok"] == 0, rep
+    # WT_SESSION_GONE, or WT_BUFFERED_STREAM_REJECTED for a stream whose first bytes came
+    # after the CLOSE capsule
+    assert extra["first_reset_code"] in (0x170d7b68, 0x3994bd84), extra
     assert rep["errors_by_kind"]["reset"] == 2, rep
     assert 'session closed by the client: code 42, reason "mid"' in srv.log()
 

@@ -66,7 +66,7 @@ typedef struct wt_worker {
 static __thread wt_worker_t *ww;
 static uint64_t dg_sent, dg_echoed, dg_bad; /* atomics: every worker adds */
 static uint64_t peer_close = (uint64_t)-1;  /* the last CONNECTION_CLOSE code the server sent */
-static uint64_t last_reset = (uint64_t)-1;  /* the last RESET_STREAM/STOP_SENDING code */
+static uint64_t first_reset = (uint64_t)-1; /* the first RESET_STREAM code the server sent */
 
 static bool stopping(void)
 {
@@ -342,7 +342,9 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
 static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
 {
     (void)app;
-    __atomic_store_n(&last_reset, code, __ATOMIC_RELAXED);
+    uint64_t none = (uint64_t)-1;
+    __atomic_compare_exchange_n(&first_reset, &none, code, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
     if (s->app && s->app_kind == KIND_DATA) stream_end(s->app, FL_ERR_RESET);
 }
 
@@ -539,10 +541,10 @@ void fl_wt_report(bool json)
                        e = __atomic_load_n(&dg_echoed, __ATOMIC_RELAXED),
                        b = __atomic_load_n(&dg_bad, __ATOMIC_RELAXED);
     long long pc = (long long)__atomic_load_n(&peer_close, __ATOMIC_RELAXED),
-              lr = (long long)__atomic_load_n(&last_reset, __ATOMIC_RELAXED);
+              lr = (long long)__atomic_load_n(&first_reset, __ATOMIC_RELAXED);
     if (json)
         printf("{\"datagrams\": {\"sent\": %llu, \"echoed\": %llu, \"bad\": %llu, \"lost\": "
-               "%llu}, \"peer_close_code\": %lld, \"last_reset_code\": %lld}\n",
+               "%llu}, \"peer_close_code\": %lld, \"first_reset_code\": %lld}\n",
                s, e, b, s > e + b ? s - e - b : 0, pc, lr);
     else
         printf("  datagrams     sent %llu, echoed %llu, bad %llu, lost %llu\n", s, e, b,
