@@ -222,11 +222,13 @@ static const fy_conf_directive_t match_table[] = {
 static int check_route(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
 {
     const fy_route_conf_t *r = obj;
-    int n = (r->static_ != NULL) + (r->respond != NULL) + (r->echo != NULL) + (r->proxy != NULL);
+    int n = (r->static_ != NULL) + (r->respond != NULL) + (r->echo != NULL) + (r->proxy != NULL) +
+            (r->webtransport != NULL);
     if (n == 1) return 0;
     fy_conf_error(ctx, map, NULL,
-                  n ? "has more than one handler (static, respond, echo, proxy); use one per route"
-                    : "needs a handler: one of static, respond, echo, proxy");
+                  n ? "has more than one handler (static, respond, echo, proxy, webtransport); "
+                      "use one per route"
+                    : "needs a handler: one of static, respond, echo, proxy, webtransport");
     return -1;
 }
 
@@ -314,6 +316,13 @@ static const fy_conf_directive_t route_table[] = {
      .sub = fy_capture_route_conf_table,
      .sub_size = sizeof(fy_capture_route_conf_t),
      .doc = "Store this route's flows in the inspector (sampled, or those matching)."},
+    {.key = "webtransport",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, webtransport),
+     .sub = fy_wt_conf_table,
+     .sub_size = sizeof(fy_wt_conf_t),
+     .shorthand_key = "handler",
+     .doc = "Serve WebTransport sessions (HTTP/3 extended CONNECT); `webtransport: echo`."},
     {.key = NULL, .check = check_route},
 };
 

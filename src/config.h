@@ -13,6 +13,7 @@
 #include "handler/proxy_conf.h"
 #include "handler/respond_conf.h"
 #include "handler/static_conf.h"
+#include "handler/wt_conf.h"
 #include "http/http_conf.h"
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
@@ -56,6 +57,7 @@ typedef struct fy_route_conf {
     fy_ratelimit_conf_t *rate_limit;        /* `rate-limit` (policy/ratelimit_conf.h), or NULL */
     fy_client_limits_conf_t *client_limits; /* `client-limits`, or NULL */
     fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
+    fy_wt_conf_t *webtransport; /* `webtransport`: WebTransport sessions (handler/wt_conf.c) */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

@@ -14,6 +14,7 @@
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
 #include "handler/echo.h"
+#include "handler/wt_echo.h"
 #include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
@@ -59,6 +60,8 @@ static int build_router(fy_gen_t *g)
             r->handler = fy_respond_handler_new(rc[i].respond);
         else if (rc[i].echo)
             r->handler = fy_echo_handler_new();
+        else if (rc[i].webtransport)
+            r->handler = fy_wt_handler_new(rc[i].webtransport);
         else if (rc[i].proxy) {
             const fy_upstream_conf_t *ups = cfg->upstreams.v;
             for (size_t j = 0; j < cfg->upstreams.n; j++)

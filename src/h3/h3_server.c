@@ -109,6 +109,8 @@ static uint64_t on_setting(void *ud, uint64_t id, uint64_t v)
     h3_conn_t *c = ud;
     if (id == FY_H3_SETTINGS_ENABLE_CONNECT_PROTOCOL && v > 1) return FY_H3_SETTINGS_ERROR;
     if (id == FY_H3_SETTINGS_H3_DATAGRAM && v > 1) return FY_H3_SETTINGS_ERROR;
+    uint64_t wte = fy_h3_wt_on_setting(c->wt, id, v);
+    if (wte) return wte;
     /* our encoder's dynamic table: what the client's decoder allows, at most ENC_TABLE_MAX
        (MAX_FIELD_SECTION_SIZE is advisory) */
     if (id == FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY)
@@ -123,7 +125,10 @@ static void control_frame(h3_conn_t *c, h3_uni_t *u)
 {
     if (u->rd.type == FY_H3_SETTINGS) {
         uint64_t e = fy_h3_settings_parse(u->fb, u->fn, on_setting, c);
-        if (e) fy__h3_conn_error(c, e, "bad SETTINGS");
+        if (e)
+            fy__h3_conn_error(c, e, "bad SETTINGS");
+        else
+            fy_h3_wt_settings_done(c->wt); /* sessions that waited for them */
     } else if (u->rd.type == FY_H3_GOAWAY) {
         uint64_t id;
         if (fy_h3_varint_decode(u->fb, u->fn, &id) != u->fn || u->fn == 0)
@@ -187,14 +192,19 @@ static void control_recv(h3_conn_t *c, h3_uni_t *u, fy_quic_stream_t *qs, const 
 static void uni_recv(h3_conn_t *c, fy_quic_stream_t *qs, const uint8_t *p, size_t n, bool fin)
 {
     h3_uni_t *u = qs->app;
-    fy_quic_stream_consumed(c->qc, qs, n); /* nothing here waits on a handler */
     if (u->type < 0) {
         while (n && u->type < 0) {
             u->tb[u->tn++] = *p++;
             n--;
+            fy_quic_stream_consumed(c->qc, qs, 1);
             uint64_t t;
             if (fy_h3_varint_decode(u->tb, u->tn, &t)) {
                 u->type = (int64_t)t;
+                if (t == FY_WT_STREAM_UNI) { /* WebTransport: h3_wt.c's from now on */
+                    free(u);
+                    fy_h3_wt_uni(c->wt, qs, p, n, fin);
+                    return;
+                }
                 if (t == FY_H3_STREAM_CONTROL || t == FY_H3_STREAM_QPACK_ENCODER ||
                     t == FY_H3_STREAM_QPACK_DECODER) {
                     bool *seen = t == FY_H3_STREAM_CONTROL         ? &c->peer_ctrl
@@ -216,6 +226,7 @@ static void uni_recv(h3_conn_t *c, fy_quic_stream_t *qs, const uint8_t *p, size_
             }
         }
     }
+    fy_quic_stream_consumed(c->qc, qs, n); /* nothing here waits on a handler */
     if (u->type < 0 || u->ignore) return;
     if (n) {
         if (u->type == FY_H3_STREAM_CONTROL) {
@@ -257,6 +268,7 @@ static void conn_node_drain(fy_conn_node_t *n)
     size_t k = fy_h3_varint_encode(b, id);
     fy__h3_write_frame_hdr(c, c->ctrl, FY_H3_GOAWAY, k);
     fy__h3_qwrite(c, c->ctrl, b, k);
+    fy_h3_wt_drain(c->wt);
     if (c->nstreams == 0) {
         c->closing = true;
         fy_quic_conn_close(c->qc, FY_H3_NO_ERROR, NULL);
@@ -279,6 +291,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     c->ctx = ctx;
     c->conf = conf;
     c->max_bidi = -1;
+    c->wt = fy_h3_wt_new(qc, ctx->loop, conf);
     const struct sockaddr *ra = fy_quic_conn_remote(qc);
     memcpy(&c->remote, ra,
            ra->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -308,9 +321,9 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
     c->ctrl->app = NULL;
     c->qenc->app = NULL;
     c->qdec->app = NULL;
-    uint8_t b[64];
+    uint8_t b[160];
     size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
-    uint8_t st[48];
+    uint8_t st[128];
     size_t sl = 0;
     sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_QPACK_MAX_TABLE_CAPACITY);
     sl += fy_h3_varint_encode(st + sl, conf->qpack_table_capacity);
@@ -324,6 +337,7 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
         sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
         sl += fy_h3_varint_encode(st + sl, 1);
     }
+    sl += fy_h3_wt_settings(conf, st + sl);
     k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
     k += fy_h3_varint_encode(b + k, sl);
     memcpy(b + k, st, sl);
@@ -360,6 +374,10 @@ static int app_recv(void *app, fy_quic_stream_t *qs, const uint8_t *p, size_t n,
 {
     h3_conn_t *c = app;
     if (c->closing) return 0;
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_recv(c->wt, qs, p, n, fin);
+        return 0;
+    }
     if (is_uni(qs->id)) {
         if (!qs->app) { /* one of ours: clients cannot send on it */
             fy_quic_stream_consumed(c->qc, qs, n);
@@ -380,6 +398,10 @@ static int app_recv(void *app, fy_quic_stream_t *qs, const uint8_t *p, size_t n,
 static void app_reset(void *app, fy_quic_stream_t *qs, uint64_t code)
 {
     h3_conn_t *c = app;
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_reset(c->wt, qs, code);
+        return;
+    }
     if (is_uni(qs->id)) {
         h3_uni_t *u = qs->app;
         if (u && !u->ignore && u->type >= 0)
@@ -399,6 +421,10 @@ static void app_reset(void *app, fy_quic_stream_t *qs, uint64_t code)
 
 static void app_acked(void *app, fy_quic_stream_t *qs)
 {
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_acked(((h3_conn_t *)app)->wt, qs);
+        return;
+    }
     if (is_uni(qs->id)) return;
     h3_stream_t *s = qs->app;
     if (s) fy__h3_progress(s);
@@ -406,6 +432,10 @@ static void app_acked(void *app, fy_quic_stream_t *qs)
 
 static void app_stream_close(void *app, fy_quic_stream_t *qs, uint64_t code)
 {
+    if (qs->app_kind == FY_H3_APP_WT) {
+        fy_h3_wt_stream_close(((h3_conn_t *)app)->wt, qs);
+        return;
+    }
     if (is_uni(qs->id)) {
         free(qs->app);
         qs->app = NULL;
@@ -436,6 +466,7 @@ static void app_close(void *app)
         s->ex_done = true;
         fy__h3_stream_free(s);
     }
+    fy_h3_wt_free(c->wt);
     nghttp3_qpack_encoder_del(c->enc);
     nghttp3_qpack_decoder_del(c->dec);
     const nghttp3_mem *mem = nghttp3_mem_default();
@@ -449,6 +480,21 @@ static void app_close(void *app)
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
 
+static void app_datagram(void *app, const uint8_t *p, size_t n)
+{
+    h3_conn_t *c = app;
+    if (!c->closing) fy_h3_wt_datagram(c->wt, p, n);
+}
+
+fy_h3_wt_t *fy_h3_exchange_wt(fy_exchange_t *ex, int64_t *stream_id)
+{
+    if (ex->sink != &fy__h3_sink) return NULL;
+    h3_stream_t *s = ex->codec;
+    if (!s->qs) return NULL;
+    *stream_id = s->qs->id;
+    return s->c->wt;
+}
+
 static const fy_quic_app_ops_t h3_app = {
     .open = app_open,
     .stream_open = app_stream_open,
@@ -456,6 +502,7 @@ static const fy_quic_app_ops_t h3_app = {
     .reset = app_reset,
     .acked = app_acked,
     .stream_close = app_stream_close,
+    .datagram = app_datagram,
     .close = app_close,
 };
 

@@ -23,6 +23,7 @@
 #include "core/pool.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
+#include "h3/h3_wt.h"
 #include "http/protocol.h"
 #include "net/sock.h"
 
@@ -94,6 +95,7 @@ struct h3_conn {
     fy_list_t blocked;
     size_t nblocked;        /* streams on `blocked`: at most quic.qpack-blocked-streams */
     nghttp3_buf pb, rb, eb; /* QPACK encoder output, reused for every field section */
+    fy_h3_wt_t *wt;         /* WebTransport sessions and streams (h3_wt.c) */
 };
 
 enum {

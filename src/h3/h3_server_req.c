@@ -171,6 +171,7 @@ static void dispatch(h3_stream_t *s)
     if (!connect && s->fin_recv && s->rd.hn == 0 && !s->rd.have_hdr && q->content_length < 0)
         q->content_length = 0;
     /* `OPTIONS *`, CONNECT 405 and content-length over limits.body-size: the protocol stage */
+    if (connect && fy_h3_wt_refuse(ex)) return; /* :protocol webtransport, route without it */
     fy_exchange_dispatch(ex);
 }
 
@@ -329,6 +330,16 @@ void fy__h3_request_recv(h3_stream_t *s, const uint8_t *p, size_t n, bool fin)
             n -= k;
             if (!s->rd.have_hdr) break;
             uint64_t t = s->rd.type;
+            if (t == FY_WT_STREAM_BIDI && s->phase == 0 && !s->dispatched) {
+                /* WebTransport bidi stream: 0x41 + session id (read as a frame header) */
+                fy_quic_stream_t *qs = s->qs;
+                uint64_t sid = s->rd.len;
+                s->qs = NULL;
+                s->ex_done = true;
+                fy__h3_stream_free(s);
+                fy_h3_wt_bidi(c->wt, qs, sid, p, n, fin);
+                return;
+            }
             if (t == FY_H3_HEADERS) {
                 if (s->phase == 2) {
                     fy__h3_conn_error(c, FY_H3_FRAME_UNEXPECTED, "HEADERS after trailers");

@@ -95,5 +95,21 @@ const fy_conf_directive_t fy_quic_conf_table[] = {
      .max = 10000000,
      .doc = "QUIC connections per worker and listener; new ones past it are refused "
             "(CONNECTION_REFUSED)."},
+    {.key = "webtransport-max-sessions",
+     .type = FY_CT_INT,
+     .offset = F(wt_max_sessions),
+     .dflt = "4",
+     .min = 1,
+     .max = 1000,
+     .doc = "WebTransport sessions open at once per HTTP/3 connection (advertised as "
+            "WT_MAX_SESSIONS); one more extended CONNECT gets 429."},
+    {.key = "webtransport-max-streams",
+     .type = FY_CT_INT,
+     .offset = F(wt_max_streams),
+     .dflt = "100",
+     .min = 1,
+     .max = 100000,
+     .doc = "Streams the client may have open at once in one WebTransport session; one more "
+            "is refused with WT_BUFFERED_STREAM_REJECTED."},
     {.key = NULL},
 };

@@ -23,6 +23,8 @@ typedef struct fy_quic_conf {
     uint64_t qpack_table_capacity; /* `qpack-table-capacity`: our decoder's table, 4k */
     int64_t qpack_blocked_streams; /* `qpack-blocked-streams`, default 16 */
     int64_t max_connections;       /* `max-connections` per worker and listener, 10000 */
+    int64_t wt_max_sessions;       /* `webtransport-max-sessions` per connection, default 4 */
+    int64_t wt_max_streams;        /* `webtransport-max-streams` peer streams per session, 100 */
 } fy_quic_conf_t;
 
 extern const fy_conf_directive_t fy_quic_conf_table[];

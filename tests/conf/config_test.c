@@ -178,7 +178,7 @@ static void test_top_level(void)
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
                "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
                "compress, cidr, "
-               "rate-limit, client-limits, capture)\n");
+               "rate-limit, client-limits, capture, webtransport)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "
@@ -498,15 +498,16 @@ static void test_routes(void)
     CHECK_FAIL(L1 "routes:\n  - static: {root: /, index: [a/b]}\n",
                "c.yaml:3:30: routes[0].static.index: index 'a/b' must be a plain file name\n");
     CHECK_FAIL(L1 "routes:\n  - match: {path: /}\n",
-               "c.yaml:3:5: routes[0]: needs a handler: one of static, respond, echo, proxy\n");
-    CHECK_FAIL(
-        L1 "routes:\n  - static: /\n    respond: {}\n",
-        "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
-        "per route\n");
-    CHECK_FAIL(
-        L1 "routes:\n  - echo: {}\n    static: /\n",
-        "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy); use one "
-        "per route\n");
+               "c.yaml:3:5: routes[0]: needs a handler: one of static, respond, echo, proxy, "
+               "webtransport\n");
+    CHECK_FAIL(L1 "routes:\n  - static: /\n    respond: {}\n",
+               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy, "
+               "webtransport); use one "
+               "per route\n");
+    CHECK_FAIL(L1 "routes:\n  - echo: {}\n    static: /\n",
+               "c.yaml:3:5: routes[0]: has more than one handler (static, respond, echo, proxy, "
+               "webtransport); use one "
+               "per route\n");
     CHECK_FAIL(L1 "routes:\n  - echo: {x: 1}\n",
                "c.yaml:3:12: routes[0].echo.x: unknown key 'x'; this map takes no keys\n");
     CHECK_FAIL(L1 "routes:\n  - match: {path: api}\n    respond: {}\n",

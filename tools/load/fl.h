@@ -72,7 +72,7 @@ typedef struct fl_stats {
 } fl_stats_t;
 
 /* ---- configuration (main.c), immutable once threads start ---- */
-enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_WS_ECHO, FL_H3 };
+enum fl_proto { FL_H1, FL_H2, FL_TCP_ECHO, FL_UDP_ECHO, FL_WS_ECHO, FL_H3, FL_WT };
 
 typedef struct fl_url {
     char *path; /* owned: request target, e.g. "/a?b" */
@@ -112,7 +112,12 @@ typedef struct fl_config {
     uint64_t total;                   /* -n: stop after this many requests; 0 = by time */
     int expect_status;                /* 0 = any 2xx */
     int64_t expect_bytes;             /* -1 = not checked */
-    size_t echo_size;                 /* tcp/udp: message size */
+    size_t echo_size;                 /* tcp/udp: message size; wt: bytes per stream */
+    int wt_sessions;                  /* wt: --sessions per connection (1) */
+    double wt_datagram_rate;          /* wt: --datagram-rate per session per second (0) */
+    size_t wt_datagram_size;          /* wt: --datagram-size (64) */
+    int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram,
+                     4 late-settings */
     bool json;
     bool proxy_connect;     /* --proxy: CONNECT authority through addr first */
     bool proxy_absolute;    /* --proxy with plain h1: absolute-form request targets */
@@ -247,6 +252,10 @@ typedef struct fl_worker {
 } fl_worker_t;
 
 uint64_t fl_now_ns(void);
+
+/* wt.c: WebTransport (wt://) workers, and the datagram counts after the report */
+void *fl_wt_worker_run(fl_worker_t *w);
+void fl_wt_report(bool json);
 
 /* worker.c */
 void *fl_worker_run(void *arg);

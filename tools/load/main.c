@@ -51,6 +51,10 @@ static void usage(FILE *f)
         "  --connect-hosts N  with --proxy: each new connection CONNECTs to the next of N\n"
         "                   IPv4 addresses counting up from the URL's (a new host per\n"
         "                   connection: certificate forging on an intercepting proxy)\n"
+        "  --sessions N     wt://: WebTransport sessions per connection (default 1)\n"
+        "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
+        "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
+        "                   late-settings\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -129,6 +133,8 @@ static void parse_url(const char *url, bool first, int *proto_out, bool *tls_out
         proto = FL_H2, tls = true, defport = "443";
     } else if (sl == 2 && !strncasecmp(url, "h3", 2)) {
         proto = FL_H3, tls = true, defport = "443"; /* QUIC: tools/load/h3.c */
+    } else if (sl == 2 && !strncasecmp(url, "wt", 2)) {
+        proto = FL_WT, tls = true, defport = "443"; /* WebTransport: tools/load/wt.c */
     } else if (sl == 3 && !strncasecmp(url, "tcp", 3)) {
         proto = FL_TCP_ECHO, defport = NULL;
     } else if (sl == 3 && !strncasecmp(url, "tls", 3)) {
@@ -298,6 +304,8 @@ static const char *proto_name(void)
         return "h3";
     case FL_WS_ECHO:
         return "ws-echo";
+    case FL_WT:
+        return "webtransport";
     }
     return "?";
 }
@@ -316,7 +324,9 @@ static volatile int workers_done;
 
 static void *run_thread(void *arg)
 {
-    if (fl_cfg.proto == FL_H3)
+    if (fl_cfg.proto == FL_WT)
+        fl_wt_worker_run(arg);
+    else if (fl_cfg.proto == FL_H3)
         fl_h3_worker_run(arg);
     else
         fl_worker_run(arg);
@@ -344,6 +354,8 @@ int main(int argc, char **argv)
     fl_cfg.timeout = 10;
     fl_cfg.expect_bytes = -1;
     fl_cfg.echo_size = 64;
+    fl_cfg.wt_sessions = 1;
+    fl_cfg.wt_datagram_size = 64;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -383,6 +395,10 @@ int main(int argc, char **argv)
                                             "--size",
                                             "--proxy",
                                             "--connect-hosts",
+                                            "--sessions",
+                                            "--datagram-rate",
+                                            "--datagram-size",
+                                            "--wt-fault",
                                             "--h1",
                                             "--h2",
                                             "--json",
@@ -393,7 +409,7 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 19; /* --h1 and the ones after it take no value */
+        bool is_flag = ki >= 23; /* --h1 and the ones after it take no value */
         if (!is_flag) {
             if (attached)
                 v = attached;
@@ -450,6 +466,21 @@ int main(int argc, char **argv)
             fl_cfg.expect_bytes = parse_int(name, v, 0, (long long)1 << 60);
         } else if (!strcmp(name, "--pipeline")) {
             fl_cfg.pipeline = (int)parse_int(name, v, 1, FL_PIPELINE_MAX);
+        } else if (!strcmp(name, "--sessions")) {
+            fl_cfg.wt_sessions = (int)parse_int(name, v, 1, 1000);
+        } else if (!strcmp(name, "--datagram-rate")) {
+            fl_cfg.wt_datagram_rate = (double)parse_int(name, v, 0, 1000000);
+        } else if (!strcmp(name, "--wt-fault")) {
+            fl_cfg.wt_fault = !strcmp(v, "unknown-session")    ? 1
+                              : !strcmp(v, "close-mid-stream") ? 2
+                              : !strcmp(v, "bad-datagram")     ? 3
+                              : !strcmp(v, "late-settings")    ? 4
+                                                               : -1;
+            if (fl_cfg.wt_fault < 0)
+                die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram, "
+                                "late-settings");
+        } else if (!strcmp(name, "--datagram-size")) {
+            fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {
             fl_cfg.echo_size = (size_t)parse_int(name, v, 1, 1 << 24);
         } else if (!strcmp(name, "--h1")) {
@@ -513,13 +544,14 @@ int main(int argc, char **argv)
     if (fl_cfg.total && (uint64_t)fl_cfg.threads > fl_cfg.total) fl_cfg.threads = (int)fl_cfg.total;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3
+                             .ai_socktype = fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3 ||
+                                                     fl_cfg.proto == FL_WT
                                                 ? SOCK_DGRAM
                                                 : SOCK_STREAM};
     struct addrinfo *ai;
     char phost[256], pport[8];
     if (proxy) {
-        if (fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3)
+        if (fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3 || fl_cfg.proto == FL_WT)
             die_usage("--proxy", "not for UDP or QUIC");
         parse_proxy(proxy, phost, pport);
         /* plain HTTP/1.1: absolute-form requests to the proxy; anything else: a CONNECT
@@ -545,7 +577,8 @@ int main(int argc, char **argv)
     fl_cfg.addrlen = ai->ai_addrlen;
     freeaddrinfo(ai);
     if (fl_cfg.proto == FL_H1 && fl_h1_build_templates() < 0) return 1;
-    if (fl_cfg.tls && fl_cfg.proto != FL_H3 && !(fl_cfg.ssl_ctx = make_ssl_ctx())) {
+    if (fl_cfg.tls && fl_cfg.proto != FL_H3 && fl_cfg.proto != FL_WT &&
+        !(fl_cfg.ssl_ctx = make_ssl_ctx())) {
         fprintf(stderr, "ferry-load: cannot create the TLS context\n");
         return 1;
     }
@@ -722,6 +755,7 @@ int main(int argc, char **argv)
         free(ws[i].flush);
         close(ws[i].epfd);
     }
+    if (fl_cfg.proto == FL_WT) fl_wt_report(fl_cfg.json);
     free(ws);
     free(tids);
     free(tot);
