@@ -266,6 +266,13 @@ static const fy_conf_directive_t route_table[] = {
      .sub_size = sizeof(fy_proxy_conf_t),
      .shorthand_key = "upstream",
      .doc = "Reverse-proxy to an upstream; shorthand `proxy: NAME`."},
+    {.key = "cache",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, cache),
+     .sub = fy_cache_conf_table,
+     .sub_size = sizeof(fy_cache_conf_t),
+     .doc = "A shared HTTP cache (RFC 9111) in front of the handler; `cache: {}` for the "
+            "defaults (docs/CACHE.md)."},
     {.key = NULL, .check = check_route},
 };
 

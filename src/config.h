@@ -17,6 +17,7 @@
 #include "l4/l4_conf.h"
 #include "net/listener_conf.h"
 #include "ops/log_conf.h"
+#include "policy/cache_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -39,7 +40,8 @@ typedef struct fy_route_conf {
     const fy_upstream_conf_t *proxy_upstream; /* resolved from proxy->upstream */
     struct fy_echo_conf {
         int unused;
-    } * echo; /* `echo: {}`: request body streamed back */
+    } * echo;               /* `echo: {}`: request body streamed back */
+    fy_cache_conf_t *cache; /* `cache` (policy/cache_conf.h): NULL when absent */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

@@ -1,9 +1,10 @@
 #include "policies.h"
 
+#include "policy/cache.h"
+
 int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t *out)
 {
     const fy_route_conf_t *rc = &((const fy_route_conf_t *)cfg->routes.v)[i];
-    (void)rc;
     (void)out;
 
     /* ---- access and limits: cidr, rate limits (policy/cidr*.c, policy/ratelimit*.c) ---- */
@@ -11,6 +12,10 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
 
     /* ---- cache (policy/cache*.c) ---- */
+    if (rc->cache) {
+        fy_filter_t *f = fy_cache_filter_new(rc->cache);
+        if (!f || fy_filter_chain_add(out, f) < 0) return -1;
+    }
 
     return 0;
 }
