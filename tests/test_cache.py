@@ -221,6 +221,60 @@ def test_cache_age_sent_counts_origin_age(cached, origin):
     assert int(h["age"]) >= 100 and cs(h).startswith("ferry; hit")
 
 
+# ---- configured lifetimes (routes[].cache) ----
+
+def test_cache_conf_default_ttl(cached, origin):
+    origin.routes["/dt"] = (200, [], "x")  # neither explicit nor heuristic freshness
+    srv = cached("{{default-ttl: 60s}}")
+    get(srv, "/dt")
+    get(srv, "/dt")
+    assert origin.hits["/dt"] == 1
+
+
+def test_cache_conf_max_ttl(cached, origin):
+    origin.routes["/mt"] = (200, [("Cache-Control", "max-age=600"), ("Age", "5")], "x")
+    srv = cached("{{max-ttl: 2s}}")
+    get(srv, "/mt")
+    get(srv, "/mt")
+    assert origin.hits["/mt"] == 2
+
+
+def test_cache_conf_force_ttl(cached, origin):
+    origin.routes["/ft"] = (200, [("Cache-Control", "no-store, private")], "x")
+    origin.routes["/ft-cookie"] = (200, [("Set-Cookie", "a=b")], "x")
+    srv = cached("{{force-ttl: 60s}}")
+    for p in ("/ft", "/ft-cookie"):
+        get(srv, p)
+        get(srv, p)
+    assert origin.hits["/ft"] == 1 and origin.hits["/ft-cookie"] == 2
+
+
+def test_cache_conf_heuristic(cached, origin):
+    lm = [("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT")]
+    origin.routes["/hp"] = (200, lm, "x")
+    origin.routes["/hm"] = (200, lm + [("Age", "5")], "x")
+    srv = cached("{{heuristic-percent: 0}}")
+    get(srv, "/hp")
+    get(srv, "/hp")
+    assert origin.hits["/hp"] == 2
+    srv2 = cached("{{heuristic-max: 2s}}")
+    get(srv2, "/hm")
+    get(srv2, "/hm")
+    assert origin.hits["/hm"] == 2
+
+
+def test_cache_conf_stale_if_error(cached, origin):
+    state = {"fail": False}
+    origin.routes["/cs"] = lambda h, c: ((502, [], "bad") if state["fail"] else
+                                         (200, [("Cache-Control", "max-age=10"), ("Age", "15")],
+                                          "kept"))
+    srv = cached("{{stale-if-error: 60s}}")
+    get(srv, "/cs")
+    state["fail"] = True
+    s, h, b = get(srv, "/cs")
+    assert (s, b) == (200, b"kept")
+
+
 # ---- targeted cache control (RFC 9213) ----
 
 def test_cache_cdn_cache_control(cached, origin):

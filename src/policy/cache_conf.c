@@ -188,8 +188,8 @@ const fy_conf_directive_t fy_cache_conf_table[] = {
      .offset = C(force_ttl_ms),
      .dflt = "0",
      .doc = "Store every 200/203/301/404/410 response with this lifetime whatever its "
-            "Cache-Control, Expires or Set-Cookie say (an override for origins that send "
-            "none); 0: off."},
+            "Cache-Control or Expires say (an override for origins that send wrong ones; "
+            "Set-Cookie and `Vary: *` still keep a response out); 0: off."},
     {.key = "heuristic-percent",
      .type = FY_CT_INT,
      .offset = C(heuristic_percent),
