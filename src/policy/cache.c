@@ -19,6 +19,11 @@ typedef struct cache_filter {
     fy_cache_zone_t *zone;
     bool get_ok, head_ok;
     size_t name_len;
+    /* strip-request-headers without the key's own headers, with lengths; a request field
+       whose length is not in the mask is not compared at all */
+    fy_str_t *strip;
+    size_t nstrip;
+    uint64_t strip_lens;
 } cache_filter_t;
 
 /* What the exchange is doing with the cache. */
@@ -132,27 +137,70 @@ static void push_layer(cache_ex_t *ce)
     fy_exchange_push_layer(ce->ex, &ce->layer, &cache_layer_ops, FY_STAGE_CACHE);
 }
 
-/* Remove the request fields that the key does not hold but an origin could answer by. */
-static void strip_unkeyed(cache_ex_t *ce)
-{
-    const fy_conf_strlist_t *l = &ce->cf->conf->strip_headers;
-    fy_headers_t *hs = &ce->ex->req.headers;
-    if (!l->n) return;
-    size_t k = 0;
-    for (size_t i = 0; i < hs->n; i++) {
-        bool drop = false;
-        for (size_t j = 0; j < l->n && !drop; j++)
-            drop = fy_str_ieq(hs->v[i].name, l->v[j], strlen(l->v[j]));
-        if (!drop) hs->v[k++] = hs->v[i];
-    }
-    hs->n = k;
-}
-
 static const fy_header_t *copy_hdr(fy_exchange_t *ex, const fy_header_t *h)
 {
     fy_header_t *c = fy_arena_alloc(ex->arena, sizeof *c);
     *c = *h;
     return c;
+}
+
+/* Remove the request fields that the key does not hold but an origin could answer by. */
+static void strip_unkeyed(cache_ex_t *ce)
+{
+    const cache_filter_t *cf = ce->cf;
+    fy_headers_t *hs = &ce->ex->req.headers;
+    if (!cf->nstrip) return;
+    size_t k = 0;
+    for (size_t i = 0; i < hs->n; i++) {
+        fy_str_t n = hs->v[i].name;
+        bool drop = false;
+        if (cf->strip_lens >> (n.len < 63 ? n.len : 63) & 1)
+            for (size_t j = 0; j < cf->nstrip && !drop; j++)
+                drop = fy_str_ieq(n, cf->strip[j].p, cf->strip[j].len);
+        if (!drop) hs->v[k++] = hs->v[i];
+    }
+    hs->n = k;
+}
+
+/* One pass over the request's fields: its directives (fy_cache_req_scan's rules) and the
+   conditionals and range it carries (kept: a revalidation replaces them). */
+static void scan_request(cache_ex_t *ce)
+{
+    const fy_headers_t *hs = &ce->ex->req.headers;
+    fy_cache_req_info_t *qi = &ce->qi;
+    fy_cache_cc_init(&qi->cc);
+    qi->authorization = false;
+    bool cc = false, pragma = false;
+    for (size_t i = 0; i < hs->n; i++) {
+        const fy_header_t *h = &hs->v[i];
+        switch (h->name.len) {
+        case 5:
+            if (!ce->range && fy_str_ieq(h->name, "range", 5)) ce->range = copy_hdr(ce->ex, h);
+            break;
+        case 6:
+            if (fy_str_ieq(h->name, "pragma", 6) && fy_str_list_has(h->value, "no-cache", 8))
+                pragma = true;
+            break;
+        case 8:
+            if (!ce->if_range && fy_str_ieq(h->name, "if-range", 8))
+                ce->if_range = copy_hdr(ce->ex, h);
+            break;
+        case 13:
+            if (fy_str_ieq(h->name, "cache-control", 13)) {
+                cc = true;
+                fy_cache_cc_parse(&qi->cc, h->value.p, h->value.len);
+            } else if (fy_str_ieq(h->name, "authorization", 13))
+                qi->authorization = true;
+            else if (!ce->inm && fy_str_ieq(h->name, "if-none-match", 13))
+                ce->inm = copy_hdr(ce->ex, h);
+            break;
+        case 17:
+            if (!ce->ims && fy_str_ieq(h->name, "if-modified-since", 17))
+                ce->ims = copy_hdr(ce->ex, h);
+            break;
+        }
+    }
+    if (!cc && pragma) qi->cc.flags |= FY_CC_NO_CACHE;
 }
 
 /* Drop the client's conditionals and ask with the stored response's validators (§4.3.1). */
@@ -429,10 +477,11 @@ static void serve_start(cache_ex_t *ce, fy_cache_obj_t *o, const char *status)
     }
     if (ex->req.method_id == FY_M_HEAD) ce->head_only = true;
     /* "NAME; hit; ttl=N" (negative when stale) */
-    char *sv = fy_arena_alloc(ex->arena, ce->cf->name_len + 64 + strlen(status)), *p = sv;
+    size_t sl = strlen(status);
+    char *sv = fy_arena_alloc(ex->arena, ce->cf->name_len + 64 + sl), *p = sv;
     p = put_s(p, ce->cf->conf->status_name, ce->cf->name_len);
     p = PUT_LIT(p, "; ");
-    p = put_s(p, status, strlen(status));
+    p = put_s(p, status, sl);
     if (!strncmp(status, "hit", 3)) {
         int64_t ttl = o->fresh.lifetime - age;
         p = PUT_LIT(p, "; ttl=");
@@ -553,16 +602,9 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         push_layer(ce);
         return FY_FILTER_NEXT;
     }
-    strip_unkeyed(ce);
     ce->key = fy_cache_key(ex->arena, &ex->req, c->key_headers.v, c->key_headers.n, &ce->keylen);
     ce->hash = fy_cache_hash(ce->key, ce->keylen);
-    fy_cache_req_scan(&ex->req.headers, &ce->qi);
-    /* copies: a revalidation replaces them in the request */
-    const fy_header_t *h;
-    if ((h = FY_HDR_FIND(&ex->req.headers, "if-none-match"))) ce->inm = copy_hdr(ex, h);
-    if ((h = FY_HDR_FIND(&ex->req.headers, "if-modified-since"))) ce->ims = copy_hdr(ex, h);
-    if ((h = FY_HDR_FIND(&ex->req.headers, "range"))) ce->range = copy_hdr(ex, h);
-    if ((h = FY_HDR_FIND(&ex->req.headers, "if-range"))) ce->if_range = copy_hdr(ex, h);
+    scan_request(ce);
     ce->client_cond = ce->inm || ce->ims;
     bool fat = ex->req.content_length != 0; /* a GET with a body: never stored from */
     bool ranged = ce->range != NULL;
@@ -590,6 +632,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             respond_status(ce, 504, "fwd=miss; detail=only-if-cached", "not cached\n");
             return FY_FILTER_DONE;
         }
+        strip_unkeyed(ce); /* from here on the origin sees the request */
         /* stale or to be validated: ask the origin with our validators */
         ce->obj = o;
         ce->mode = M_REVALIDATE;
@@ -612,6 +655,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         respond_status(ce, 504, "fwd=uri-miss; detail=only-if-cached", "not cached\n");
         return FY_FILTER_DONE;
     }
+    strip_unkeyed(ce); /* the origin (or a fetch we may follow) answers this one */
     ce->mode = M_MISS;
     ce->fwd = "fwd=uri-miss";
     if (fat || ranged || head || ce->client_cond || (ce->qi.cc.flags & FY_CC_NO_STORE)) {
@@ -924,6 +968,7 @@ static void destroy(fy_filter_t *f)
 {
     cache_filter_t *cf = (cache_filter_t *)f;
     fy_cache_zone_put(cf->zone);
+    free(cf->strip);
     free(cf);
 }
 
@@ -939,6 +984,16 @@ fy_filter_t *fy_cache_filter_new(const fy_cache_conf_t *conf)
     for (size_t i = 0; i < conf->methods.n; i++) {
         if (!strcmp(conf->methods.v[i], "GET")) cf->get_ok = true;
         if (!strcmp(conf->methods.v[i], "HEAD")) cf->head_ok = true;
+    }
+    cf->strip = fy_xcalloc(conf->strip_headers.n + 1, sizeof *cf->strip);
+    for (size_t i = 0; i < conf->strip_headers.n; i++) {
+        const char *n = conf->strip_headers.v[i];
+        bool keyed = false;
+        for (size_t k = 0; k < conf->key_headers.n; k++)
+            keyed |= !strcmp(n, conf->key_headers.v[k]);
+        if (keyed) continue; /* in the key: another value is another object */
+        cf->strip[cf->nstrip++] = fy_str(n, strlen(n));
+        cf->strip_lens |= (uint64_t)1 << (strlen(n) < 63 ? strlen(n) : 63);
     }
     return &cf->f;
 }

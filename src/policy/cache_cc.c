@@ -8,10 +8,23 @@ void fy_cache_cc_init(fy_cache_cc_t *cc)
     memset(cc, 0, sizeof *cc);
 }
 
+/* RFC 9110 §5.6.2 tchar */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1,  ['~'] = 1, ['0'] = 1,
+    ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,  ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1,  ['f'] = 1, ['g'] = 1,
+    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1,  ['n'] = 1, ['o'] = 1,
+    ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,  ['v'] = 1, ['w'] = 1,
+    ['x'] = 1, ['y'] = 1, ['z'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1,  ['D'] = 1, ['E'] = 1,
+    ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1,  ['L'] = 1, ['M'] = 1,
+    ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1,  ['T'] = 1, ['U'] = 1,
+    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+};
+
 static bool is_tchar(unsigned char c)
 {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    return tchar[c] != 0;
 }
 
 static bool is_ows(char c)
@@ -35,30 +48,30 @@ struct dir {
     const char *name;
     uint32_t bit;
     size_t off; /* offset of the int64_t value, or 0 for a flag */
+    size_t len;
 };
 
 static const struct dir dirs[] = {
-    {"no-store", FY_CC_NO_STORE, 0},
-    {"no-cache", FY_CC_NO_CACHE, 0},
-    {"private", FY_CC_PRIVATE, 0},
-    {"public", FY_CC_PUBLIC, 0},
-    {"must-revalidate", FY_CC_MUST_REVALIDATE, 0},
-    {"proxy-revalidate", FY_CC_PROXY_REVALIDATE, 0},
-    {"must-understand", FY_CC_MUST_UNDERSTAND, 0},
-    {"no-transform", FY_CC_NO_TRANSFORM, 0},
-    {"only-if-cached", FY_CC_ONLY_IF_CACHED, 0},
-    {"immutable", FY_CC_IMMUTABLE, 0},
-    {"max-age", FY_CC_MAX_AGE, offsetof(fy_cache_cc_t, max_age)},
-    {"s-maxage", FY_CC_S_MAXAGE, offsetof(fy_cache_cc_t, s_maxage)},
-    {"max-stale", FY_CC_MAX_STALE, offsetof(fy_cache_cc_t, max_stale)},
-    {"min-fresh", FY_CC_MIN_FRESH, offsetof(fy_cache_cc_t, min_fresh)},
-    {"stale-while-revalidate", FY_CC_SWR, offsetof(fy_cache_cc_t, swr)},
-    {"stale-if-error", FY_CC_SIE, offsetof(fy_cache_cc_t, sie)},
+    {"no-store", FY_CC_NO_STORE, 0, 8},
+    {"no-cache", FY_CC_NO_CACHE, 0, 8},
+    {"private", FY_CC_PRIVATE, 0, 7},
+    {"public", FY_CC_PUBLIC, 0, 6},
+    {"must-revalidate", FY_CC_MUST_REVALIDATE, 0, 15},
+    {"proxy-revalidate", FY_CC_PROXY_REVALIDATE, 0, 16},
+    {"must-understand", FY_CC_MUST_UNDERSTAND, 0, 15},
+    {"no-transform", FY_CC_NO_TRANSFORM, 0, 12},
+    {"only-if-cached", FY_CC_ONLY_IF_CACHED, 0, 14},
+    {"immutable", FY_CC_IMMUTABLE, 0, 9},
+    {"max-age", FY_CC_MAX_AGE, offsetof(fy_cache_cc_t, max_age), 7},
+    {"s-maxage", FY_CC_S_MAXAGE, offsetof(fy_cache_cc_t, s_maxage), 8},
+    {"max-stale", FY_CC_MAX_STALE, offsetof(fy_cache_cc_t, max_stale), 9},
+    {"min-fresh", FY_CC_MIN_FRESH, offsetof(fy_cache_cc_t, min_fresh), 9},
+    {"stale-while-revalidate", FY_CC_SWR, offsetof(fy_cache_cc_t, swr), 22},
+    {"stale-if-error", FY_CC_SIE, offsetof(fy_cache_cc_t, sie), 14},
 };
 
-static bool name_is(const char *p, size_t n, const char *lower, bool fold)
+static bool name_is(const char *p, size_t n, const char *lower, size_t l, bool fold)
 {
-    size_t l = strlen(lower);
     if (l != n) return false;
     for (size_t i = 0; i < n; i++) {
         char c = fold && p[i] >= 'A' && p[i] <= 'Z' ? (char)(p[i] + 32) : p[i];
@@ -74,7 +87,7 @@ static void apply(fy_cache_cc_t *cc, const char *np, size_t nn, const char *vp, 
 {
     for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
         const struct dir *d = &dirs[k];
-        if (!name_is(np, nn, d->name, !targeted)) continue;
+        if (d->len != nn || !name_is(np, nn, d->name, d->len, !targeted)) continue;
         bool seen = (cc->flags & d->bit) != 0;
         cc->flags |= d->bit;
         if (!d->off)
