@@ -55,14 +55,20 @@ typedef struct cache_ex {
     const fy_cache_chunk_t *chunk;
     size_t chunk_off;
     bool head_only, sending, finished;
-    const char *detail; /* Cache-Status of the served response */
-    fy_cache_waiter_t waiter;
-    fy_timer_t timer; /* collapse-timeout while following */
-    fy_defer_t defer; /* take the response over from the handler */
+    const char *detail;   /* Cache-Status of the served response */
+    struct cache_wait *w; /* made when first needed (following, streaming, taking over) */
     const fy_producer_ops_t *handler_producer;
     /* the client's own conditionals and range, kept before a revalidation replaces them */
     const fy_header_t *inm, *ims, *range, *if_range;
 } cache_ex_t;
+
+/* What only waiting exchanges need (kept out of every exchange's arena share). */
+typedef struct cache_wait {
+    fy_cache_waiter_t waiter;
+    fy_timer_t timer; /* collapse-timeout while following */
+    fy_defer_t defer; /* take the response over from the handler */
+    cache_ex_t *ce;
+} cache_wait_t;
 
 static const fy_layer_ops_t cache_layer_ops;
 static void serve_step(cache_ex_t *ce);
@@ -98,7 +104,14 @@ static void add_status(cache_ex_t *ce, const char *what, size_t wl)
     p = put_s(p, nm, nl);
     p = PUT_LIT(p, "; ");
     p = put_s(p, what, wl);
-    FY_HDR_ADD(ex->arena, &ex->res.headers, "cache-status", v, (size_t)(p - v));
+    fy_headers_t *hs = &ex->res.headers;
+    if (hs->n == hs->cap) { /* one more slot, not twice the array */
+        fy_header_t *nv = fy_arena_alloc(ex->arena, (hs->n + 1) * sizeof *nv);
+        if (hs->n) memcpy(nv, hs->v, hs->n * sizeof *nv);
+        hs->v = nv;
+        hs->cap = hs->n + 1;
+    }
+    hs->v[hs->n++] = (fy_header_t){fy_str("cache-status", 12), fy_str(v, (size_t)(p - v))};
 }
 
 static void add_status_z(cache_ex_t *ce, const char *what)
@@ -111,13 +124,36 @@ static int64_t obj_age(const fy_cache_obj_t *o, time_t now)
     return fy_cache_current_age(o->age_value, o->date, o->request_time, o->response_time, now);
 }
 
+static void on_wait(fy_cache_waiter_t *w);
+static void on_follow_timeout(fy_timer_t *t);
+
+static cache_wait_t *W(cache_ex_t *ce)
+{
+    if (!ce->w) {
+        cache_wait_t *w = fy_arena_calloc(ce->ex->arena, sizeof *w);
+        w->ce = ce;
+        w->waiter.cb = on_wait;
+        fy_list_init(&w->waiter.link);
+        fy_timer_init(&w->timer, on_follow_timeout, ce);
+        ce->w = w;
+    }
+    return ce->w;
+}
+
+static void unwait(cache_ex_t *ce)
+{
+    if (ce->w) fy_cache_unwait(&ce->w->waiter);
+}
+
 static void cleanup(void *arg)
 {
     cache_ex_t *ce = arg;
     fy_exchange_t *ex = ce->ex;
-    fy_cache_unwait(&ce->waiter);
-    fy_timer_stop(ex->ctx->loop, &ce->timer);
-    fy_defer_cancel(ex->ctx->loop, &ce->defer);
+    if (ce->w) {
+        fy_cache_unwait(&ce->w->waiter);
+        fy_timer_stop(ex->ctx->loop, &ce->w->timer);
+        fy_defer_cancel(ex->ctx->loop, &ce->w->defer);
+    }
     if (ce->fill) {
         int st = atomic_load(&ce->fill->state);
         if (st == FY_CACHE_PENDING || st == FY_CACHE_STREAMING)
@@ -236,7 +272,7 @@ static void serve_stop(fy_exchange_t *ex)
 {
     cache_ex_t *ce = ex->handler_data;
     ce->finished = true;
-    fy_cache_unwait(&ce->waiter);
+    unwait(ce);
 }
 
 static const fy_producer_ops_t serve_producer = {serve_proceed, serve_stop};
@@ -272,21 +308,21 @@ static bool follow_ready(cache_ex_t *ce)
 
 static void on_wait(fy_cache_waiter_t *w)
 {
-    cache_ex_t *ce = fy_container_of(w, cache_ex_t, waiter);
+    cache_ex_t *ce = fy_container_of(w, cache_wait_t, waiter)->ce;
     if (ce->mode == M_SERVE) {
         if (!ce->sending && !ce->finished) serve_step(ce);
         return;
     }
     if (atomic_load(&ce->obj->state) == FY_CACHE_PENDING) return;
     fy_cache_unwait(w);
-    fy_timer_stop(ce->ex->ctx->loop, &ce->timer);
+    fy_timer_stop(ce->ex->ctx->loop, &ce->w->timer);
     if (!follow_ready(ce)) fy_filter_resume(ce->ex);
 }
 
 static void on_follow_timeout(fy_timer_t *t)
 {
     cache_ex_t *ce = t->data;
-    fy_cache_unwait(&ce->waiter);
+    unwait(ce);
     fy_cache_obj_release(ce->obj);
     ce->obj = NULL;
     ce->mode = M_MISS;
@@ -316,7 +352,7 @@ static void serve_step(cache_ex_t *ce)
             size_t total = atomic_load(&o->body_len);
             bool last = ce->off == ce->end || (st == FY_CACHE_COMPLETE && ce->off == total);
             struct iovec iov = {(void *)p, k};
-            fy_cache_unwait(&ce->waiter);
+            unwait(ce);
             if (last) {
                 ce->finished = true;
                 fy_exchange_send(ex, &iov, 1, FY_SEND_FINAL);
@@ -327,20 +363,20 @@ static void serve_step(cache_ex_t *ce)
             return;
         }
         if (ce->off >= ce->end || st == FY_CACHE_COMPLETE) {
-            fy_cache_unwait(&ce->waiter);
+            unwait(ce);
             ce->finished = true;
             fy_exchange_send(ex, NULL, 0, FY_SEND_FINAL);
             return;
         }
         if (st == FY_CACHE_ABORTED || st == FY_CACHE_PASS) {
-            fy_cache_unwait(&ce->waiter);
+            unwait(ce);
             ce->finished = true;
             fy_exchange_fail(ex, 502, "cache: the fetch being followed failed");
             return;
         }
         /* caught up with the writer: park, then look once more (no lost wake-up) */
-        if (pass == 0 && !ce->waiter.parked &&
-            fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &ce->waiter, o) < 0) {
+        if (pass == 0 && !(ce->w && ce->w->waiter.parked) &&
+            fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &W(ce)->waiter, o) < 0) {
             ce->finished = true;
             fy_exchange_fail(ex, 502, "cache: cannot wait for the fetch being followed");
             return;
@@ -503,9 +539,6 @@ static cache_ex_t *new_ce(cache_filter_t *cf, fy_exchange_t *ex)
     ce->cf = cf;
     ce->ex = ex;
     ce->request_time = ex->ctx->loop->now_sec;
-    fy_timer_init(&ce->timer, on_follow_timeout, ce);
-    ce->waiter.cb = on_wait;
-    fy_list_init(&ce->waiter.link);
     fy_arena_on_reset(ex->arena, cleanup, ce);
     return ce;
 }
@@ -567,7 +600,7 @@ static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
     fy_exchange_t *ex = ce->ex;
     ce->obj = o;
     ce->mode = M_FOLLOW;
-    if (fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &ce->waiter, o) < 0) {
+    if (fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &W(ce)->waiter, o) < 0) {
         fy_cache_obj_release(o);
         ce->obj = NULL;
         ce->mode = M_MISS;
@@ -575,10 +608,10 @@ static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
         return FY_FILTER_NEXT;
     }
     if (atomic_load(&o->state) != FY_CACHE_PENDING) { /* it moved on meanwhile */
-        fy_cache_unwait(&ce->waiter);
+        unwait(ce);
         return follow_ready(ce) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
-    fy_timer_start(ex->ctx->loop, &ce->timer, ce->cf->conf->collapse_timeout_ms);
+    fy_timer_start(ex->ctx->loop, &ce->w->timer, ce->cf->conf->collapse_timeout_ms);
     return FY_FILTER_WAIT;
 }
 
@@ -705,9 +738,10 @@ static void takeover(cache_ex_t *ce, fy_cache_obj_t *o, const char *detail)
     ce->detail = detail;
     ce->serving = true; /* the handler's sends stop here */
     ce->handler_producer = ce->ex->producer;
-    ce->defer.cb = takeover_cb;
-    ce->defer.data = ce;
-    fy_defer(ce->ex->ctx->loop, &ce->defer);
+    cache_wait_t *w = W(ce);
+    w->defer.cb = takeover_cb;
+    w->defer.data = ce;
+    fy_defer(ce->ex->ctx->loop, &w->defer);
 }
 
 /* Freshness of the response in ex->res for the object o (RFC 9111 §4.2). */
@@ -749,20 +783,6 @@ static bool fill_head(cache_ex_t *ce, fy_cache_obj_t *o, const fy_cache_resp_inf
     o->response_time = now;
     o->content_length = ex->res.content_length;
     return true;
-}
-
-/* The stored head without what is per response (Age, our Cache-Status is not there yet). */
-static void stored_headers(fy_exchange_t *ex, fy_headers_t *out)
-{
-    const fy_headers_t *hs = &ex->res.headers;
-    out->v = fy_arena_alloc(ex->arena, (hs->n + 1) * sizeof *out->v);
-    out->n = 0;
-    out->cap = hs->n + 1;
-    for (size_t i = 0; i < hs->n; i++) {
-        fy_str_t n = hs->v[i].name;
-        if (n.len == 3 && fy_str_ieq(n, "age", 3)) continue;
-        out->v[out->n++] = hs->v[i];
-    }
 }
 
 /* §4.3.4: the stored head updated with the 304's fields. */
@@ -890,12 +910,10 @@ static void on_head(cache_ex_t *ce)
         fy_cache_resp_scan(&ex->res.headers, c->targeted_lower, &ri);
         bool ok = ex->req.method_id == FY_M_GET && fill_head(ce, ce->fill, &ri);
         if (ok) {
-            fy_headers_t sh;
-            stored_headers(ex, &sh);
             size_t vnl = 0, vkl = 0;
             char *vn = fy_cache_vary_names(ex->arena, &ex->res.headers, &vnl), *vk = NULL;
             if (vn) vk = fy_cache_vary_key(ex->arena, &ex->req.headers, vn, vnl, &vkl);
-            ok = fy_cache_set_head(cf->zone, ce->fill, status, &sh, vn, vnl, vk, vkl,
+            ok = fy_cache_set_head(cf->zone, ce->fill, status, &ex->res.headers, vn, vnl, vk, vkl,
                                    c->max_object_size) == 0;
         } else
             fy_cache_abort(cf->zone, ce->fill, FY_CACHE_PASS);

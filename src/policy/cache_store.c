@@ -127,7 +127,7 @@ void fy_cache_obj_release(fy_cache_obj_t *o)
     if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
     for (fy_cache_chunk_t *c = o->first, *n; c; c = n) {
         n = c->next;
-        free(c);
+        if (c != o->inline_chunk) free(c);
     }
     free(o->mem);
     free(o);
@@ -261,17 +261,10 @@ fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *ke
 {
     shard_t *s = shard_of(z, hash);
     *follow = false;
-    fy_cache_obj_t *o = calloc(1, sizeof *o);
-    char *mem = malloc(keylen + 1);
-    if (!o || !mem) {
-        free(o);
-        free(mem);
-        return NULL;
-    }
-    memcpy(mem, key, keylen);
-    mem[keylen] = '\0';
-    o->mem = mem;
-    o->key = mem;
+    fy_cache_obj_t *o = calloc(1, sizeof *o + keylen + 1); /* the key lives behind it */
+    if (!o) return NULL;
+    o->key = (char *)(o + 1);
+    memcpy(o->key, key, keylen);
     o->keylen = keylen;
     o->hash = hash;
     o->content_length = -1;
@@ -301,21 +294,19 @@ static fy_str_t dup_into(char **w, fy_str_t s)
 }
 
 /* A header block (array + bytes) for hs in one allocation; *mem owns it. */
-static fy_header_t *copy_headers(const fy_headers_t *hs, const char *k1, size_t l1, const char *k2,
-                                 size_t l2, const char *k3, size_t l3, char **mem, char **key,
-                                 char **vn, char **vk, size_t *total)
+/* (Age is not kept: it is computed for each response, §4.2.3.) */
+static fy_header_t *copy_headers(const fy_headers_t *hs, const char *k2, size_t l2, const char *k3,
+                                 size_t l3, size_t extra, char **mem, char **vn, char **vk,
+                                 size_t *total, size_t *count)
 {
-    size_t bytes = l1 + l2 + l3 + 3;
+    size_t bytes = l2 + l3 + 2;
     for (size_t i = 0; i < hs->n; i++) bytes += hs->v[i].name.len + hs->v[i].value.len;
+    bytes = (bytes + 15) & ~(size_t)15;
     size_t arr = (hs->n ? hs->n : 1) * sizeof(fy_header_t);
-    char *m = malloc(arr + bytes);
+    char *m = malloc(arr + bytes + extra);
     if (!m) return NULL;
     fy_header_t *v = (fy_header_t *)m;
     char *w = m + arr;
-    *key = w;
-    memcpy(w, k1, l1);
-    w += l1;
-    *w++ = '\0';
     *vn = NULL;
     *vk = NULL;
     if (k2) {
@@ -328,12 +319,16 @@ static fy_header_t *copy_headers(const fy_headers_t *hs, const char *k1, size_t 
         w += l3;
         *w++ = '\0';
     }
+    size_t k = 0;
     for (size_t i = 0; i < hs->n; i++) {
-        v[i].name = dup_into(&w, hs->v[i].name);
-        v[i].value = dup_into(&w, hs->v[i].value);
+        if (hs->v[i].name.len == 3 && fy_str_ieq(hs->v[i].name, "age", 3)) continue;
+        v[k].name = dup_into(&w, hs->v[i].name);
+        v[k].value = dup_into(&w, hs->v[i].value);
+        k++;
     }
+    *count = k;
     *mem = m;
-    *total = arr + bytes;
+    *total = arr + bytes + extra;
     return v;
 }
 
@@ -367,25 +362,37 @@ int fy_cache_set_head(fy_cache_zone_t *z, fy_cache_obj_t *o, int status, const f
                       const char *vary_names, size_t vnlen, const char *vary_key, size_t vklen,
                       size_t max_object)
 {
-    char *mem, *key, *vn, *vk;
-    size_t total;
-    fy_header_t *v = copy_headers(hs, o->key, o->keylen, vary_names, vnlen, vary_key, vklen, &mem,
-                                  &key, &vn, &vk, &total);
-    if (!v || total > max_object) {
+    char *mem, *vn, *vk;
+    size_t total, count = 0;
+    /* a body of known small length gets its chunk in the same allocation */
+    size_t cl = o->content_length > 0 && o->content_length <= CHUNK_MAX &&
+                        (size_t)o->content_length <= max_object
+                    ? (size_t)o->content_length
+                    : 0;
+    size_t extra = cl ? sizeof(fy_cache_chunk_t) + cl : 0;
+    fy_header_t *v =
+        copy_headers(hs, vary_names, vnlen, vary_key, vklen, extra, &mem, &vn, &vk, &total, &count);
+    if (!v || total - extra > max_object) {
         free(v ? mem : NULL);
         fy_cache_abort(z, o, FY_CACHE_PASS);
         return -1;
     }
     free(o->mem);
     o->mem = mem;
-    o->key = key;
+    if (cl) {
+        fy_cache_chunk_t *c = (fy_cache_chunk_t *)(mem + total - extra);
+        c->next = NULL;
+        c->cap = cl;
+        o->first = o->tail = o->inline_chunk = c;
+        o->tail_used = 0;
+    }
     o->vary_names = vn;
     o->vnlen = vn ? vnlen : 0;
     o->vary_key = vk;
     o->vklen = vk ? vklen : 0;
     o->status = status;
     o->hdrs = v;
-    o->nhdrs = hs->n;
+    o->nhdrs = count;
     find_validators(o);
     shard_t *s = shard_of(z, o->hash);
     pthread_mutex_lock(&s->mu);
@@ -462,12 +469,12 @@ void fy_cache_abort(fy_cache_zone_t *z, fy_cache_obj_t *o, int state)
 
 fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *hs)
 {
-    fy_cache_obj_t *c = calloc(1, sizeof *c);
+    fy_cache_obj_t *c = calloc(1, sizeof *c + o->keylen + 1);
     if (!c) return NULL;
-    char *mem, *key, *vn, *vk;
-    size_t total;
-    fy_header_t *v = copy_headers(hs, o->key, o->keylen, o->vary_names, o->vnlen, o->vary_key,
-                                  o->vklen, &mem, &key, &vn, &vk, &total);
+    char *mem, *vn, *vk;
+    size_t total, count = 0;
+    fy_header_t *v = copy_headers(hs, o->vary_names, o->vnlen, o->vary_key, o->vklen, 0, &mem, &vn,
+                                  &vk, &total, &count);
     if (!v) {
         free(c);
         return NULL;
@@ -495,11 +502,14 @@ fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *h
     *c = *o;
     atomic_init(&c->refs, 1);
     c->mem = mem;
-    c->key = key;
+    c->key = (char *)(c + 1);
+    memcpy(c->key, o->key, o->keylen);
+    c->key[o->keylen] = '\0';
+    c->inline_chunk = NULL;
     c->vary_names = vn;
     c->vary_key = vk;
     c->hdrs = v;
-    c->nhdrs = hs->n;
+    c->nhdrs = count;
     find_validators(c);
     c->first = c->tail = b;
     c->tail_used = len;

@@ -42,7 +42,7 @@ typedef struct fy_cache_zone fy_cache_zone_t;
 typedef struct fy_cache_obj {
     atomic_uint refs;
     uint64_t hash;
-    char *key; /* owned (mem): the primary key */
+    char *key; /* the primary key (stored right behind the struct) */
     size_t keylen;
     char *vary_names; /* '\n'-joined names (fy_cache_vary_names) or NULL */
     size_t vnlen;
@@ -57,12 +57,13 @@ typedef struct fy_cache_obj {
     time_t date, request_time, response_time;
     fy_str_t etag, last_modified; /* into hdrs; empty when none */
     int64_t content_length;       /* declared by the origin; -1 unknown */
-    char *mem;                    /* owned: key, vary, header block */
+    char *mem;                    /* owned: vary, header block (and maybe the first chunk) */
     /* body */
     atomic_int state;
     atomic_bool revalidating; /* a request is revalidating it (stale-while-revalidate) */
     atomic_size_t body_len;
     fy_cache_chunk_t *first, *tail; /* owned; tail written by the writer only */
+    fy_cache_chunk_t *inline_chunk; /* the first chunk when it lives in `mem` */
     size_t tail_used;
     /* waiters */
     atomic_uint nwaiting;
