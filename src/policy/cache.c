@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "policy/cache_fresh.h"
 #include "policy/cache_key.h"
 #include "policy/cache_store.h"
@@ -145,6 +146,10 @@ static void unwait(cache_ex_t *ce)
     if (ce->w) fy_cache_unwait(&ce->w->waiter);
 }
 
+/* Per-worker free list of exchange states: they stay out of the exchange's arena, whose first
+   block a proxied exchange nearly fills already. */
+static __thread fy_pool_t ce_pool;
+
 static void cleanup(void *arg)
 {
     cache_ex_t *ce = arg;
@@ -164,6 +169,7 @@ static void cleanup(void *arg)
         if (ce->swr_owner) atomic_store(&ce->obj->revalidating, false);
         fy_cache_obj_release(ce->obj);
     }
+    fy_pool_put(&ce_pool, ce);
 }
 
 static void push_layer(cache_ex_t *ce)
@@ -535,7 +541,9 @@ static void serve_start(cache_ex_t *ce, fy_cache_obj_t *o, const char *status)
 
 static cache_ex_t *new_ce(cache_filter_t *cf, fy_exchange_t *ex)
 {
-    cache_ex_t *ce = fy_arena_calloc(ex->arena, sizeof *ce);
+    if (!ce_pool.size) fy_pool_init(&ce_pool, sizeof(cache_ex_t), 256);
+    cache_ex_t *ce = fy_pool_get(&ce_pool);
+    memset(ce, 0, sizeof *ce);
     ce->cf = cf;
     ce->ex = ex;
     ce->request_time = ex->ctx->loop->now_sec;
