@@ -852,3 +852,16 @@ def test_cache_example_config_runs(server, origin, tmp_path):
     get(srv, "/ex")
     s, h, b = get(srv, "/ex")
     assert s == 200 and cs(h).startswith("ferry; hit") and origin.hits["/ex"] == 1
+
+
+def test_cache_doc_sample_checks(tmp_path):
+    """docs/CACHE.md's YAML sample passes `ferry check`."""
+    from pathlib import Path
+    from conftest import FERRY
+    text = (Path(__file__).resolve().parent.parent / "docs" / "CACHE.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = tmp_path / "sample.yaml"
+    cfg.write_text(block)
+    p = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=20, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
