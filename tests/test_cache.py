@@ -865,3 +865,24 @@ def test_cache_doc_sample_checks(tmp_path):
     p = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
                        timeout=20, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
+
+
+def test_cache_survives_reload(cached, origin):
+    """A reload builds new filters on the same zone: stored objects stay (and a new zone
+    name starts empty)."""
+    import signal
+    from conftest import wait_for
+    srv = cached("{{zone: z1}}")
+    get(srv, "/rl")
+    cfg = srv.tmp / "ferry.yaml"
+    srv.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload: generation 2 active on all workers" in srv.log(), 30, "reload",
+             srv.proc)
+    s, h, b = get(srv, "/rl")
+    assert cs(h).startswith("ferry; hit") and origin.hits["/rl"] == 1
+    cfg.write_text(cfg.read_text().replace("zone: z1", "zone: z2"))
+    srv.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload: generation 3 active on all workers" in srv.log(), 30, "reload",
+             srv.proc)
+    get(srv, "/rl")
+    assert origin.hits["/rl"] == 2

@@ -30,7 +30,8 @@ struct fy_cache_zone {
     struct fy_cache_zone *next;
 };
 
-static fy_cache_zone_t *zones; /* main thread (config builds) */
+static fy_cache_zone_t *zones; /* under zones_mu: a generation may be freed off the main thread */
+static pthread_mutex_t zones_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void set_max(fy_cache_zone_t *z, size_t size)
 {
@@ -43,9 +44,11 @@ static void set_max(fy_cache_zone_t *z, size_t size)
 
 fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size)
 {
+    pthread_mutex_lock(&zones_mu);
     for (fy_cache_zone_t *z = zones; z; z = z->next)
         if (!strcmp(z->name, name)) {
             z->refs++;
+            pthread_mutex_unlock(&zones_mu);
             set_max(z, size);
             return z;
         }
@@ -65,6 +68,7 @@ fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size)
     }
     z->next = zones;
     zones = z;
+    pthread_mutex_unlock(&zones_mu);
     return z;
 }
 
@@ -72,12 +76,18 @@ static void unlink_locked(shard_t *s, fy_cache_obj_t *o);
 
 void fy_cache_zone_put(fy_cache_zone_t *z)
 {
-    if (!z || --z->refs) return;
+    if (!z) return;
+    pthread_mutex_lock(&zones_mu);
+    if (--z->refs) {
+        pthread_mutex_unlock(&zones_mu);
+        return;
+    }
     for (fy_cache_zone_t **p = &zones; *p; p = &(*p)->next)
         if (*p == z) {
             *p = z->next;
             break;
         }
+    pthread_mutex_unlock(&zones_mu);
     for (size_t i = 0; i < z->nshards; i++) {
         shard_t *s = &z->shards[i];
         while (s->lru.lru_next != &s->lru) unlink_locked(s, s->lru.lru_next);

@@ -77,7 +77,7 @@ typedef struct fy_cache_obj {
 } fy_cache_obj_t;
 
 /* The zone named `name` (created with `size` bytes, or the existing one resized to it), with a
- * reference. Main thread (config build). */
+ * reference: a reload's new generation keeps the objects of the old one. Any thread. */
 fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size);
 /* Drop a reference; the last frees the zone and its index (objects still read live on). */
 void fy_cache_zone_put(fy_cache_zone_t *z);
