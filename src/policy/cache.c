@@ -25,7 +25,26 @@ typedef struct cache_filter {
     fy_str_t *strip;
     size_t nstrip;
     uint64_t strip_lens;
+    fy_str_t status_full[16]; /* "NAME; " + forwarded[i], made once (add_status) */
 } cache_filter_t;
+
+/* The Cache-Status members of forwarded and answered-here responses (identical literals are
+   one object in this file, so add_status finds them by address; others are formatted). */
+static const char *const forwarded[16] = {
+    "fwd=bypass",
+    "fwd=bypass; detail=purge",
+    "fwd=bypass; detail=purge-not-allowed",
+    "fwd=bypass; detail=request-body",
+    "fwd=method",
+    "fwd=miss; detail=only-if-cached",
+    "fwd=request",
+    "fwd=stale",
+    "fwd=stale; stored",
+    "fwd=uri-miss",
+    "fwd=uri-miss; detail=collapse-timeout",
+    "fwd=uri-miss; detail=only-if-cached",
+    "fwd=uri-miss; stored",
+};
 
 /* What the exchange is doing with the cache. */
 enum mode {
@@ -99,12 +118,19 @@ static char *put_s(char *p, const char *s, size_t n)
 static void add_status(cache_ex_t *ce, const char *what, size_t wl)
 {
     fy_exchange_t *ex = ce->ex;
-    const char *nm = ce->cf->conf->status_name;
-    size_t nl = ce->cf->name_len;
-    char *v = fy_arena_alloc(ex->arena, nl + 2 + wl), *p = v;
-    p = put_s(p, nm, nl);
-    p = PUT_LIT(p, "; ");
-    p = put_s(p, what, wl);
+    fy_str_t full = FY_STR_NULL;
+    for (size_t i = 0; i < 16 && forwarded[i]; i++)
+        if (forwarded[i] == what) full = ce->cf->status_full[i];
+    if (!full.len) {
+        if (!wl) wl = strlen(what);
+        const char *nm = ce->cf->conf->status_name;
+        size_t nl = ce->cf->name_len;
+        char *v = fy_arena_alloc(ex->arena, nl + 2 + wl), *p = v;
+        p = put_s(p, nm, nl);
+        p = PUT_LIT(p, "; ");
+        p = put_s(p, what, wl);
+        full = fy_str(v, (size_t)(p - v));
+    }
     fy_headers_t *hs = &ex->res.headers;
     if (hs->n == hs->cap) { /* one more slot, not twice the array */
         fy_header_t *nv = fy_arena_alloc(ex->arena, (hs->n + 1) * sizeof *nv);
@@ -112,12 +138,12 @@ static void add_status(cache_ex_t *ce, const char *what, size_t wl)
         hs->v = nv;
         hs->cap = hs->n + 1;
     }
-    hs->v[hs->n++] = (fy_header_t){fy_str("cache-status", 12), fy_str(v, (size_t)(p - v))};
+    hs->v[hs->n++] = (fy_header_t){fy_str("cache-status", 12), full};
 }
 
 static void add_status_z(cache_ex_t *ce, const char *what)
 {
-    add_status(ce, what, strlen(what));
+    add_status(ce, what, 0);
 }
 
 static int64_t obj_age(const fy_cache_obj_t *o, time_t now)
@@ -602,6 +628,8 @@ static void do_purge(cache_ex_t *ce)
     fy_exchange_respond(ex, n ? 200 : 404, "text/plain", body, (size_t)bl);
 }
 
+static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head);
+
 /* Follow the fetch of o (a reference) that another request started. */
 static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
 {
@@ -643,8 +671,23 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         push_layer(ce);
         return FY_FILTER_NEXT;
     }
-    ce->key = fy_cache_key(ex->arena, &ex->req, c->key_headers.v, c->key_headers.n, &ce->keylen);
+    /* the key is needed only in this call (objects keep their own copy): on the stack */
+    char kbuf[512];
+    ce->key = fy_cache_key_into(kbuf, sizeof kbuf, ex->arena, &ex->req, c->key_headers.v,
+                                c->key_headers.n, &ce->keylen);
     ce->hash = fy_cache_hash(ce->key, ce->keylen);
+    fy_filter_verdict_t v = cacheable_request(ce, get, head);
+    ce->key = NULL;
+    return v;
+}
+
+/* GET or HEAD with the key made: hit, follow, miss or revalidate. */
+static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head)
+{
+    fy_exchange_t *ex = ce->ex;
+    cache_filter_t *cf = ce->cf;
+    const fy_cache_conf_t *c = cf->conf;
+    (void)get;
     scan_request(ce);
     ce->client_cond = ce->inm || ce->ims;
     bool fat = ex->req.content_length != 0; /* a GET with a body: never stored from */
@@ -995,6 +1038,7 @@ static void destroy(fy_filter_t *f)
     cache_filter_t *cf = (cache_filter_t *)f;
     fy_cache_zone_put(cf->zone);
     free(cf->strip);
+    for (size_t i = 0; i < 16; i++) free((void *)cf->status_full[i].p);
     free(cf);
 }
 
@@ -1010,6 +1054,12 @@ fy_filter_t *fy_cache_filter_new(const fy_cache_conf_t *conf)
     for (size_t i = 0; i < conf->methods.n; i++) {
         if (!strcmp(conf->methods.v[i], "GET")) cf->get_ok = true;
         if (!strcmp(conf->methods.v[i], "HEAD")) cf->head_ok = true;
+    }
+    for (size_t i = 0; i < 16 && forwarded[i]; i++) {
+        size_t l = cf->name_len + 2 + strlen(forwarded[i]);
+        char *v = fy_xmalloc(l + 1);
+        snprintf(v, l + 1, "%s; %s", conf->status_name, forwarded[i]);
+        cf->status_full[i] = fy_str(v, l);
     }
     cf->strip = fy_xcalloc(conf->strip_headers.n + 1, sizeof *cf->strip);
     for (size_t i = 0; i < conf->strip_headers.n; i++) {

@@ -27,6 +27,12 @@ uint64_t fy_cache_hash(const char *p, size_t n)
 char *fy_cache_key(fy_arena_t *a, const fy_request_t *req, char *const *extra, size_t nextra,
                    size_t *len)
 {
+    return fy_cache_key_into(NULL, 0, a, req, extra, nextra, len);
+}
+
+char *fy_cache_key_into(char *buf, size_t cap, fy_arena_t *a, const fy_request_t *req,
+                        char *const *extra, size_t nextra, size_t *len)
+{
     fy_str_t au = req->authority;
     /* the default port of the scheme is the same origin as none (RFC 9110 §4.2.3) */
     bool https = req->scheme.len == 5;
@@ -38,7 +44,7 @@ char *fy_cache_key(fy_arena_t *a, const fy_request_t *req, char *const *extra, s
         const fy_header_t *h = fy_headers_find(&req->headers, extra[i], strlen(extra[i]));
         need += strlen(extra[i]) + 2 + (h ? h->value.len : 0);
     }
-    char *k = fy_arena_alloc(a, need), *p = k;
+    char *k = buf && need <= cap ? buf : fy_arena_alloc(a, need), *p = k;
     for (size_t i = 0; i < req->scheme.len; i++) *p++ = fy_lower(req->scheme.p[i]);
     memcpy(p, "://", 3);
     p += 3;

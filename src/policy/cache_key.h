@@ -17,6 +17,10 @@
 char *fy_cache_key(fy_arena_t *a, const fy_request_t *req, char *const *extra, size_t nextra,
                    size_t *len);
 
+/* The same into buf (cap bytes) when it fits, else into the arena. */
+char *fy_cache_key_into(char *buf, size_t cap, fy_arena_t *a, const fy_request_t *req,
+                        char *const *extra, size_t nextra, size_t *len);
+
 /* The field names of every Vary line of `hs`, lowercased, deduplicated and sorted, joined by
  * '\n' (arena memory), or NULL with *len 0 when there is none. Empty members and
  * whitespace are dropped; "*" is kept as a name of its own. */
