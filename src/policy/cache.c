@@ -61,7 +61,7 @@ typedef struct cache_ex {
     cache_filter_t *cf;
     fy_exchange_t *ex;
     int mode;
-    char *key;
+    char *key; /* GET/HEAD: on on_request's stack, valid only during it; unsafe: arena */
     size_t keylen;
     uint64_t hash;
     fy_cache_req_info_t qi;
@@ -676,9 +676,8 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
     ce->key = fy_cache_key_into(kbuf, sizeof kbuf, ex->arena, &ex->req, c->key_headers.v,
                                 c->key_headers.n, &ce->keylen);
     ce->hash = fy_cache_hash(ce->key, ce->keylen);
-    fy_filter_verdict_t v = cacheable_request(ce, get, head);
-    ce->key = NULL;
-    return v;
+    /* (ce may be gone when it returns: the exchange can end inside it) */
+    return cacheable_request(ce, get, head);
 }
 
 /* GET or HEAD with the key made: hit, follow, miss or revalidate. */
