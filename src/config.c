@@ -323,6 +323,13 @@ static const fy_conf_directive_t route_table[] = {
      .sub_size = sizeof(fy_wt_conf_t),
      .shorthand_key = "handler",
      .doc = "Serve WebTransport sessions (HTTP/3 extended CONNECT); `webtransport: echo`."},
+    {.key = "cache",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, cache),
+     .sub = fy_cache_conf_table,
+     .sub_size = sizeof(fy_cache_conf_t),
+     .doc = "A shared HTTP cache (RFC 9111) in front of the handler; `cache: {}` for the "
+            "defaults (docs/CACHE.md)."},
     {.key = NULL, .check = check_route},
 };
 

@@ -26,6 +26,7 @@
 #include "policy/transform_conf.h"
 #include "policy/cidr_conf.h"
 #include "policy/ratelimit_conf.h"
+#include "policy/cache_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -58,6 +59,7 @@ typedef struct fy_route_conf {
     fy_client_limits_conf_t *client_limits; /* `client-limits`, or NULL */
     fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
     fy_wt_conf_t *webtransport; /* `webtransport`: WebTransport sessions (handler/wt_conf.c) */
+    fy_cache_conf_t *cache;     /* `cache` (policy/cache_conf.h): NULL when absent */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

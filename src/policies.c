@@ -6,6 +6,7 @@
 #include "conf/conf_valid.h"
 #include "core/log.h"
 #include "ops/inspector.h"
+#include "policy/cache.h"
 #include "policy/cidr.h"
 #include "policy/compress.h"
 #include "policy/jwt.h"
@@ -163,6 +164,7 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
         return -1;
     }
     if (rc->capture && add_capture(cfg, rc->capture, out) < 0) return -1;
+    (void)out;
 
     /* ---- access and limits: cidr, rate limits (policy/cidr*.c, policy/ratelimit*.c) ---- */
     char where[48], name[32];
@@ -197,6 +199,10 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     }
 
     /* ---- cache (policy/cache*.c) ---- */
+    if (rc->cache) {
+        fy_filter_t *f = fy_cache_filter_new(rc->cache);
+        if (!f || fy_filter_chain_add(out, f) < 0) return -1;
+    }
 
     return 0;
 }

@@ -178,7 +178,7 @@ static void test_top_level(void)
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
                "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
                "compress, cidr, "
-               "rate-limit, client-limits, capture, webtransport)\n");
+               "rate-limit, client-limits, capture, webtransport, cache)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
                "did you mean to indent it less, out of match? (expected one of: host, path, "
