@@ -1,102 +1,11 @@
 /* The cache filter, its producer and its sink layer (policy/cache.h). */
-#include "policy/cache.h"
-
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-
-#include "core/alloc.h"
-#include "core/log.h"
-#include "core/pool.h"
-#include "policy/cache_fresh.h"
-#include "policy/cache_key.h"
-#include "policy/cache_store.h"
-
-typedef struct cache_filter {
-    fy_filter_t f;
-    const fy_cache_conf_t *conf;
-    fy_cache_zone_t *zone;
-    bool get_ok, head_ok;
-    size_t name_len;
-    /* strip-request-headers without the key's own headers, with lengths; a request field
-       whose length is not in the mask is not compared at all */
-    fy_str_t *strip;
-    size_t nstrip;
-    uint64_t strip_lens;
-    fy_str_t status_full[16]; /* "NAME; " + forwarded[i], made once (add_status) */
-} cache_filter_t;
-
-/* The Cache-Status members of forwarded and answered-here responses (identical literals are
-   one object in this file, so add_status finds them by address; others are formatted). */
-static const char *const forwarded[16] = {
-    "fwd=bypass",
-    "fwd=bypass; detail=purge",
-    "fwd=bypass; detail=purge-not-allowed",
-    "fwd=bypass; detail=request-body",
-    "fwd=method",
-    "fwd=miss; detail=only-if-cached",
-    "fwd=request",
-    "fwd=stale",
-    "fwd=stale; stored",
-    "fwd=uri-miss",
-    "fwd=uri-miss; detail=collapse-timeout",
-    "fwd=uri-miss; detail=only-if-cached",
-    "fwd=uri-miss; stored",
-};
-
-/* What the exchange is doing with the cache. */
-enum mode {
-    M_PASS = 0,   /* not cacheable here: only Cache-Status */
-    M_UNSAFE,     /* unsafe or unknown method: invalidate on a non-error response */
-    M_MISS,       /* fetching; `fill` (if any) is stored as it streams */
-    M_REVALIDATE, /* `obj` is stale: a conditional request went to the origin */
-    M_FOLLOW,     /* waiting for another request's fetch of `obj` */
-    M_SERVE,      /* answering from `obj` */
-};
-
-typedef struct cache_ex {
-    fy_sink_layer_t layer; /* pushed on misses, revalidations, passes */
-    cache_filter_t *cf;
-    fy_exchange_t *ex;
-    int mode;
-    char *key; /* GET/HEAD: on on_request's stack, valid only during it; unsafe: arena */
-    size_t keylen;
-    uint64_t hash;
-    fy_cache_req_info_t qi;
-    fy_cache_obj_t *obj;  /* ref: served, followed, or the stale one being revalidated */
-    fy_cache_obj_t *fill; /* ref: the object this exchange's response fills */
-    time_t request_time;
-    const char *fwd; /* Cache-Status fwd= of a forwarded request */
-    bool layer_pushed, seen_head, storing, serving, swr_owner, no_collapse, client_cond;
-    /* serving */
-    size_t off, end; /* body range being sent; end SIZE_MAX: up to the object's end */
-    const fy_cache_chunk_t *chunk;
-    size_t chunk_off;
-    bool head_only, sending, finished;
-    const char *detail;   /* Cache-Status of the served response */
-    struct cache_wait *w; /* made when first needed (following, streaming, taking over) */
-    const fy_producer_ops_t *handler_producer;
-    /* the client's own conditionals and range, kept before a revalidation replaces them */
-    const fy_header_t *inm, *ims, *range, *if_range;
-} cache_ex_t;
-
-/* What only waiting exchanges need (kept out of every exchange's arena share). */
-typedef struct cache_wait {
-    fy_cache_waiter_t waiter;
-    fy_timer_t timer; /* collapse-timeout while following */
-    fy_defer_t defer; /* take the response over from the handler */
-    cache_ex_t *ce;
-} cache_wait_t;
+#include "policy/cache_int.h"
 
 static const fy_layer_ops_t cache_layer_ops;
-static void serve_step(cache_ex_t *ce);
-static void serve_start(cache_ex_t *ce, fy_cache_obj_t *o, const char *status);
 
 /* ---- small helpers ---- */
 
-static char *put_u64(char *p, uint64_t v)
+char *fy__cache_put_u64(char *p, uint64_t v)
 {
     char t[24];
     int n = 0;
@@ -106,13 +15,11 @@ static char *put_u64(char *p, uint64_t v)
     return p;
 }
 
-static char *put_s(char *p, const char *s, size_t n)
+char *fy__cache_put_s(char *p, const char *s, size_t n)
 {
     memcpy(p, s, n);
     return p + n;
 }
-
-#define PUT_LIT(p, s) put_s((p), (s), sizeof(s) - 1)
 
 /* "NAME; <what>" as the Cache-Status member of this cache (arena). */
 static void add_status(cache_ex_t *ce, const char *what, size_t wl)
@@ -126,9 +33,9 @@ static void add_status(cache_ex_t *ce, const char *what, size_t wl)
         const char *nm = ce->cf->conf->status_name;
         size_t nl = ce->cf->name_len;
         char *v = fy_arena_alloc(ex->arena, nl + 2 + wl), *p = v;
-        p = put_s(p, nm, nl);
+        p = fy__cache_put_s(p, nm, nl);
         p = PUT_LIT(p, "; ");
-        p = put_s(p, what, wl);
+        p = fy__cache_put_s(p, what, wl);
         full = fy_str(v, (size_t)(p - v));
     }
     fy_headers_t *hs = &ex->res.headers;
@@ -146,28 +53,25 @@ static void add_status_z(cache_ex_t *ce, const char *what)
     add_status(ce, what, 0);
 }
 
-static int64_t obj_age(const fy_cache_obj_t *o, time_t now)
+int64_t fy__cache_obj_age(const fy_cache_obj_t *o, time_t now)
 {
     return fy_cache_current_age(o->age_value, o->date, o->request_time, o->response_time, now);
 }
 
-static void on_wait(fy_cache_waiter_t *w);
-static void on_follow_timeout(fy_timer_t *t);
-
-static cache_wait_t *W(cache_ex_t *ce)
+cache_wait_t *fy__cache_wait_of(cache_ex_t *ce)
 {
     if (!ce->w) {
         cache_wait_t *w = fy_arena_calloc(ce->ex->arena, sizeof *w);
         w->ce = ce;
-        w->waiter.cb = on_wait;
+        w->waiter.cb = fy__cache_on_wait;
         fy_list_init(&w->waiter.link);
-        fy_timer_init(&w->timer, on_follow_timeout, ce);
+        fy_timer_init(&w->timer, fy__cache_on_follow_timeout, ce);
         ce->w = w;
     }
     return ce->w;
 }
 
-static void unwait(cache_ex_t *ce)
+void fy__cache_unwait(cache_ex_t *ce)
 {
     if (ce->w) fy_cache_unwait(&ce->w->waiter);
 }
@@ -198,7 +102,7 @@ static void cleanup(void *arg)
     fy_pool_put(&ce_pool, ce);
 }
 
-static void push_layer(cache_ex_t *ce)
+void fy__cache_push_layer(cache_ex_t *ce)
 {
     if (ce->layer_pushed) return;
     ce->layer_pushed = true;
@@ -291,278 +195,6 @@ static void make_conditional(cache_ex_t *ce, const fy_cache_obj_t *o)
         FY_HDR_ADD(ex->arena, hs, "if-modified-since", o->last_modified.p, o->last_modified.len);
 }
 
-/* ---- answering from an object ---- */
-
-static void serve_proceed(fy_exchange_t *ex)
-{
-    cache_ex_t *ce = ex->handler_data;
-    ce->sending = false;
-    serve_step(ce);
-}
-
-static void serve_stop(fy_exchange_t *ex)
-{
-    cache_ex_t *ce = ex->handler_data;
-    ce->finished = true;
-    unwait(ce);
-}
-
-static const fy_producer_ops_t serve_producer = {serve_proceed, serve_stop};
-
-/* The followed object has its head, or failed: serve it (true), or not (false: the request
-   goes to the origin alone, with the layer pushed). */
-static bool follow_ready(cache_ex_t *ce)
-{
-    fy_exchange_t *ex = ce->ex;
-    fy_cache_obj_t *o = ce->obj;
-    int st = atomic_load(&o->state);
-    if (st == FY_CACHE_STREAMING || st == FY_CACHE_COMPLETE) {
-        bool match = true;
-        if (o->vary_names) {
-            size_t l;
-            char *k = fy_cache_vary_key(ex->arena, &ex->req.headers, o->vary_names, o->vnlen, &l);
-            match = l == o->vklen && !memcmp(k, o->vary_key, l);
-        }
-        int64_t age = obj_age(o, ex->ctx->loop->now_sec);
-        int use = fy_cache_use(&o->fresh, age, &ce->qi, ce->cf->conf->ignore_request_no_cache);
-        if (match && use != FY_CACHE_USE_REVALIDATE) {
-            serve_start(ce, o, "fwd=uri-miss; collapsed");
-            return true;
-        }
-    }
-    fy_cache_obj_release(o);
-    ce->obj = NULL;
-    ce->mode = M_MISS;
-    ce->fwd = "fwd=uri-miss";
-    push_layer(ce);
-    return false;
-}
-
-static void on_wait(fy_cache_waiter_t *w)
-{
-    cache_ex_t *ce = fy_container_of(w, cache_wait_t, waiter)->ce;
-    if (ce->mode == M_SERVE) {
-        if (!ce->sending && !ce->finished) serve_step(ce);
-        return;
-    }
-    if (atomic_load(&ce->obj->state) == FY_CACHE_PENDING) return;
-    fy_cache_unwait(w);
-    fy_timer_stop(ce->ex->ctx->loop, &ce->w->timer);
-    if (!follow_ready(ce)) fy_filter_resume(ce->ex);
-}
-
-static void on_follow_timeout(fy_timer_t *t)
-{
-    cache_ex_t *ce = t->data;
-    unwait(ce);
-    fy_cache_obj_release(ce->obj);
-    ce->obj = NULL;
-    ce->mode = M_MISS;
-    ce->fwd = "fwd=uri-miss; detail=collapse-timeout";
-    push_layer(ce);
-    fy_filter_resume(ce->ex);
-}
-
-static void serve_step(cache_ex_t *ce)
-{
-    fy_exchange_t *ex = ce->ex;
-    if (ce->finished) return;
-    if (ce->head_only) {
-        ce->finished = true;
-        fy_exchange_send(ex, NULL, 0, FY_SEND_FINAL);
-        return;
-    }
-    fy_cache_obj_t *o = ce->obj;
-    for (int pass = 0; pass < 2; pass++) {
-        int st = atomic_load(&o->state); /* before the length: COMPLETE then means all of it */
-        const char *p;
-        size_t k =
-            ce->off < ce->end ? fy_cache_obj_read(o, ce->off, &ce->chunk, &ce->chunk_off, &p) : 0;
-        if (k > ce->end - ce->off) k = ce->end - ce->off;
-        if (k) {
-            ce->off += k;
-            size_t total = atomic_load(&o->body_len);
-            bool last = ce->off == ce->end || (st == FY_CACHE_COMPLETE && ce->off == total);
-            struct iovec iov = {(void *)p, k};
-            unwait(ce);
-            if (last) {
-                ce->finished = true;
-                fy_exchange_send(ex, &iov, 1, FY_SEND_FINAL);
-            } else {
-                ce->sending = true;
-                fy_exchange_send(ex, &iov, 1, FY_SEND_MORE);
-            }
-            return;
-        }
-        if (ce->off >= ce->end || st == FY_CACHE_COMPLETE) {
-            unwait(ce);
-            ce->finished = true;
-            fy_exchange_send(ex, NULL, 0, FY_SEND_FINAL);
-            return;
-        }
-        if (st == FY_CACHE_ABORTED || st == FY_CACHE_PASS) {
-            unwait(ce);
-            ce->finished = true;
-            fy_exchange_fail(ex, 502, "cache: the fetch being followed failed");
-            return;
-        }
-        /* caught up with the writer: park, then look once more (no lost wake-up) */
-        if (pass == 0 && !(ce->w && ce->w->waiter.parked) &&
-            fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &W(ce)->waiter, o) < 0) {
-            ce->finished = true;
-            fy_exchange_fail(ex, 502, "cache: cannot wait for the fetch being followed");
-            return;
-        }
-    }
-}
-
-/* The client's own conditionals against the object (RFC 9110 §13.1): true for 304. */
-static bool not_modified(const cache_ex_t *ce, const fy_cache_obj_t *o)
-{
-    const fy_header_t *inm = ce->inm;
-    if (inm) {
-        if (!o->etag.len) return false;
-        fy_str_t et = o->etag;
-        if (et.len > 2 && et.p[0] == 'W' && et.p[1] == '/') et.p += 2, et.len -= 2;
-        const char *p = inm->value.p, *e = p + inm->value.len;
-        while (p < e) {
-            while (p < e && (*p == ' ' || *p == '\t' || *p == ',')) p++;
-            const char *s = p;
-            while (p < e && *p != ',') p++;
-            const char *t = p;
-            while (t > s && (t[-1] == ' ' || t[-1] == '\t')) t--;
-            fy_str_t m = fy_str(s, (size_t)(t - s));
-            if (m.len == 1 && m.p[0] == '*') return true;
-            if (m.len > 2 && m.p[0] == 'W' && m.p[1] == '/') m.p += 2, m.len -= 2;
-            if (m.len == et.len && !memcmp(m.p, et.p, m.len)) return true; /* weak compare */
-        }
-        return false;
-    }
-    const fy_header_t *ims = ce->ims;
-    if (ims && o->last_modified.len) {
-        time_t t = fy_http_date_parse(ims->value), lm = fy_http_date_parse(o->last_modified);
-        return t >= 0 && lm >= 0 && lm <= t;
-    }
-    return false;
-}
-
-/* A single "bytes=a-b" / "bytes=a-" / "bytes=-n" range of a complete object of `len` bytes:
-   1 and [*s, *e) when satisfiable, 0 to ignore Range (send 200), -1 for 416. */
-static int one_range(fy_str_t v, size_t len, size_t *s, size_t *e)
-{
-    if (v.len < 7 || memcmp(v.p, "bytes=", 6) != 0) return 0;
-    const char *p = v.p + 6, *end = v.p + v.len;
-    for (const char *q = p; q < end; q++)
-        if (*q == ',') return 0; /* several ranges: the whole object instead */
-    uint64_t a = 0, b = 0;
-    bool ha = false, hb = false;
-    while (p < end && *p >= '0' && *p <= '9' && a < ((uint64_t)1 << 60))
-        a = a * 10 + (uint64_t)(*p++ - '0'), ha = true;
-    if (p >= end || *p++ != '-') return 0;
-    while (p < end && *p >= '0' && *p <= '9' && b < ((uint64_t)1 << 60))
-        b = b * 10 + (uint64_t)(*p++ - '0'), hb = true;
-    if (p != end || (!ha && !hb)) return 0;
-    if (!ha) { /* suffix */
-        if (b == 0) return -1;
-        *s = b >= len ? 0 : len - (size_t)b;
-        *e = len;
-        return 1;
-    }
-    if (a >= len) return -1;
-    if (hb && b < a) return 0;
-    *s = (size_t)a;
-    *e = hb && b + 1 < len ? (size_t)b + 1 : len;
-    return 1;
-}
-
-/* Start the response from o (a reference the exchange now holds in ce->obj). */
-static void serve_start(cache_ex_t *ce, fy_cache_obj_t *o, const char *status)
-{
-    fy_exchange_t *ex = ce->ex;
-    if (ce->obj != o) {
-        if (ce->obj) fy_cache_obj_release(ce->obj);
-        ce->obj = o;
-    }
-    ce->mode = M_SERVE;
-    ce->serving = true;
-    ex->handler_data = ce;
-    time_t now = ex->ctx->loop->now_sec;
-    int64_t age = obj_age(o, now);
-    int st = atomic_load(&o->state);
-    size_t total = atomic_load(&o->body_len);
-    bool complete = st == FY_CACHE_COMPLETE;
-    /* the stored head, Age ours (§5.1), Cache-Status appended */
-    fy_headers_t *rh = &ex->res.headers;
-    rh->cap = o->nhdrs + 4;
-    rh->v = fy_arena_alloc(ex->arena, rh->cap * sizeof *rh->v);
-    rh->n = 0;
-    for (size_t i = 0; i < o->nhdrs; i++) {
-        fy_str_t n = o->hdrs[i].name;
-        if (n.len == 3 && fy_str_ieq(n, "age", 3)) continue;
-        rh->v[rh->n++] = o->hdrs[i];
-    }
-    char *av = fy_arena_alloc(ex->arena, 24);
-    size_t al = (size_t)(put_u64(av, (uint64_t)age) - av);
-    rh->v[rh->n++] = (fy_header_t){fy_str("age", 3), fy_str(av, al)};
-    int status_code = o->status;
-    ce->off = 0;
-    ce->end = SIZE_MAX;
-    int64_t cl = complete ? (int64_t)total : o->content_length;
-    if (ce->client_cond && status_code == 200 && not_modified(ce, o)) {
-        status_code = 304;
-        ce->head_only = true;
-        cl = -1;
-    } else if (status_code == 200 && complete && ex->req.method_id == FY_M_GET) {
-        const fy_header_t *rg = ce->range, *ir = ce->if_range;
-        /* If-Range: only a strong ETag that matches keeps the range (RFC 9110 §13.1.5) */
-        bool range_ok =
-            rg && (!ir || (o->etag.len && o->etag.p[0] == '"' && ir->value.len == o->etag.len &&
-                           !memcmp(ir->value.p, o->etag.p, o->etag.len)));
-        size_t s = 0, e = 0;
-        int r = range_ok ? one_range(rg->value, total, &s, &e) : 0;
-        if (r != 0) {
-            char *cr = fy_arena_alloc(ex->arena, 80), *p = cr;
-            p = PUT_LIT(p, "bytes ");
-            if (r > 0) {
-                p = put_u64(p, s);
-                *p++ = '-';
-                p = put_u64(p, e - 1);
-                status_code = 206;
-                ce->off = s;
-                ce->end = e;
-                cl = (int64_t)(e - s);
-            } else {
-                *p++ = '*';
-                status_code = 416;
-                ce->head_only = true;
-                cl = 0;
-            }
-            *p++ = '/';
-            p = put_u64(p, total);
-            rh->v[rh->n++] =
-                (fy_header_t){fy_str("content-range", 13), fy_str(cr, (size_t)(p - cr))};
-        }
-    }
-    if (ex->req.method_id == FY_M_HEAD) ce->head_only = true;
-    /* "NAME; hit; ttl=N" (negative when stale) */
-    size_t sl = strlen(status);
-    char *sv = fy_arena_alloc(ex->arena, ce->cf->name_len + 64 + sl), *p = sv;
-    p = put_s(p, ce->cf->conf->status_name, ce->cf->name_len);
-    p = PUT_LIT(p, "; ");
-    p = put_s(p, status, sl);
-    if (!strncmp(status, "hit", 3)) {
-        int64_t ttl = o->fresh.lifetime - age;
-        p = PUT_LIT(p, "; ttl=");
-        if (ttl < 0) *p++ = '-';
-        p = put_u64(p, (uint64_t)(ttl < 0 ? -ttl : ttl));
-    }
-    rh->v[rh->n++] = (fy_header_t){fy_str("cache-status", 12), fy_str(sv, (size_t)(p - sv))};
-    ex->res.status = status_code;
-    ex->res.content_length = status_code == 304 ? -1 : cl;
-    fy_exchange_start_response(ex, &serve_producer);
-    serve_step(ce);
-}
-
 /* ---- request phase ---- */
 
 static cache_ex_t *new_ce(cache_filter_t *cf, fy_exchange_t *ex)
@@ -636,16 +268,16 @@ static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
     fy_exchange_t *ex = ce->ex;
     ce->obj = o;
     ce->mode = M_FOLLOW;
-    if (fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &W(ce)->waiter, o) < 0) {
+    if (fy_cache_wait(ex->ctx->loop, ex->ctx->worker_id, &fy__cache_wait_of(ce)->waiter, o) < 0) {
         fy_cache_obj_release(o);
         ce->obj = NULL;
         ce->mode = M_MISS;
-        push_layer(ce);
+        fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
     if (atomic_load(&o->state) != FY_CACHE_PENDING) { /* it moved on meanwhile */
-        unwait(ce);
-        return follow_ready(ce) ? FY_FILTER_DONE : FY_FILTER_NEXT;
+        fy__cache_unwait(ce);
+        return fy__cache_follow_ready(ce) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
     fy_timer_start(ex->ctx->loop, &ce->w->timer, ce->cf->conf->collapse_timeout_ms);
     return FY_FILTER_WAIT;
@@ -668,7 +300,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         ce->mode = safe ? M_PASS : M_UNSAFE;
         ce->fwd = safe ? "fwd=bypass" : "fwd=method";
         if (!safe) ce->key = fy_cache_key(ex->arena, &ex->req, NULL, 0, &ce->keylen);
-        push_layer(ce);
+        fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
     /* the key is needed only in this call (objects keep their own copy): on the stack */
@@ -695,7 +327,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
     fy_cache_obj_t *o = fy_cache_lookup(cf->zone, ce->hash, ce->key, ce->keylen, &ex->req.headers,
                                         ex->arena, &pending);
     if (o && !pending) {
-        int64_t age = obj_age(o, ex->ctx->loop->now_sec);
+        int64_t age = fy__cache_obj_age(o, ex->ctx->loop->now_sec);
         int use = fy_cache_use(&o->fresh, age, &ce->qi, c->ignore_request_no_cache);
         if (use == FY_CACHE_USE_SWR) {
             bool f0 = false;
@@ -707,7 +339,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
         }
         if (use != FY_CACHE_USE_REVALIDATE) {
             ce->obj = o;
-            serve_start(ce, o, use == FY_CACHE_USE_FRESH ? "hit" : "hit; detail=stale");
+            fy__cache_serve_start(ce, o, use == FY_CACHE_USE_FRESH ? "hit" : "hit; detail=stale");
             return FY_FILTER_DONE;
         }
         if (ce->qi.cc.flags & FY_CC_ONLY_IF_CACHED) {
@@ -730,7 +362,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
                 ce->fill = NULL;
             }
         }
-        push_layer(ce);
+        fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
     if (ce->qi.cc.flags & FY_CC_ONLY_IF_CACHED) {
@@ -745,7 +377,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
         /* answered by the origin, not stored: a partial, bodiless or unkeyed-input answer */
         if (o) fy_cache_obj_release(o);
         if (fat) ce->fwd = "fwd=bypass; detail=request-body";
-        push_layer(ce);
+        fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
     if (o && pending && c->collapse) return follow(ce, o); /* a fetch is under way */
@@ -757,7 +389,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
         ce->fill = fo;
     else if (fo)
         fy_cache_obj_release(fo);
-    push_layer(ce);
+    fy__cache_push_layer(ce);
     return FY_FILTER_NEXT;
 }
 
@@ -770,11 +402,11 @@ static void takeover_cb(fy_defer_t *d)
     cache_ex_t *ce = d->data;
     fy_exchange_t *ex = ce->ex;
     const fy_producer_ops_t *hp = ce->handler_producer;
-    if (hp && hp != &serve_producer && hp->stop) hp->stop(ex);
+    if (hp && hp != &fy__cache_serve_producer && hp->stop) hp->stop(ex);
     ex->res.headers.n = 0;
     ex->res.headers.cap = 0;
     ex->res.headers.v = NULL;
-    serve_start(ce, ce->obj, ce->detail);
+    fy__cache_serve_start(ce, ce->obj, ce->detail);
 }
 
 static void takeover(cache_ex_t *ce, fy_cache_obj_t *o, const char *detail)
@@ -788,7 +420,7 @@ static void takeover(cache_ex_t *ce, fy_cache_obj_t *o, const char *detail)
     ce->detail = detail;
     ce->serving = true; /* the handler's sends stop here */
     ce->handler_producer = ce->ex->producer;
-    cache_wait_t *w = W(ce);
+    cache_wait_t *w = fy__cache_wait_of(ce);
     w->defer.cb = takeover_cb;
     w->defer.data = ce;
     fy_defer(ce->ex->ctx->loop, &w->defer);
@@ -945,7 +577,8 @@ static void on_head(cache_ex_t *ce)
             }
         }
         if (status >= 500 && status <= 504 && atomic_load(&so->state) == FY_CACHE_COMPLETE &&
-            fy_cache_stale_if_error(&so->fresh, obj_age(so, ex->ctx->loop->now_sec), &ce->qi)) {
+            fy_cache_stale_if_error(&so->fresh, fy__cache_obj_age(so, ex->ctx->loop->now_sec),
+                                    &ce->qi)) {
             if (ce->fill) {
                 fy_cache_abort(cf->zone, ce->fill, FY_CACHE_PASS);
                 fy_cache_obj_release(ce->fill);
@@ -980,7 +613,7 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
                    int state)
 {
     cache_ex_t *ce = (cache_ex_t *)l;
-    if (ce->serving && ex->producer == &serve_producer) {
+    if (ce->serving && ex->producer == &fy__cache_serve_producer) {
         fy_layer_next_send(l, ex, bufs, n, state);
         return;
     }
