@@ -24,6 +24,12 @@ for f in $(find src -mindepth 2 -name '*.[ch]'); do
       echo "check-style: $f includes $inc/ (layer $inc is not below $mod)"; fail=1
     fi
   done
+  # the embedding API (include/ferry/) is what handler and above implement: lower layers
+  # never see it
+  if [ "$r" -lt "$(rank handler)" ] && grep -q '^#include <ferry/' "$f"; then
+    echo "check-style: $f includes <ferry/...> (the embedding API sits at the handler layer)"
+    fail=1
+  fi
 done
 [ $fail = 0 ] && echo "check-style: ok"
 exit $fail
