@@ -32,7 +32,7 @@ typedef struct fy_quic_stream fy_quic_stream_t;
 
 struct fy_quic_stream {
     int64_t id;
-    void *app; /* the application's per-stream state (owned by it) */
+    void *app;    /* the application's per-stream state (owned by it) */
     int app_kind; /* the application's tag for what `app` is (0 at creation) */
 };
 

@@ -32,7 +32,7 @@ typedef struct fy_tls_conf {
     int min_version;             /* enum fy_tls_version, `min-version: "1.2"|"1.3"`, default 1.2 */
     bool session_tickets;        /* default true */
     uint64_t handshake_timeout_ms; /* `handshake-timeout`, default 10s */
-    char *ciphers; /* TLS 1.2 cipher list (OpenSSL syntax); NULL = FY_TLS_DEFAULT_CIPHERS */
+    char *ciphers;     /* TLS 1.2 cipher list (OpenSSL syntax); NULL = FY_TLS_DEFAULT_CIPHERS */
     char *ticket_keys; /* `ticket-keys`: shared key file (tls/tickets.h); NULL: random per start */
 } fy_tls_conf_t;
 

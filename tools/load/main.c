@@ -545,7 +545,7 @@ int main(int argc, char **argv)
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = fl_cfg.proto == FL_UDP_ECHO || fl_cfg.proto == FL_H3 ||
-                                                     fl_cfg.proto == FL_WT
+                                                    fl_cfg.proto == FL_WT
                                                 ? SOCK_DGRAM
                                                 : SOCK_STREAM};
     struct addrinfo *ai;
