@@ -11,7 +11,10 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -441,3 +444,16 @@ def http_request(port, path="/", method="GET", headers=None, timeout=10.0, host=
             rest = rest[n + 2:]
         body = out
     return status, h, body
+
+
+@contextmanager
+def http_origin(handler):
+    """A Python HTTP origin on a free loopback port, serving `handler` (a
+    BaseHTTPRequestHandler class) from a thread; yields the port, shuts down after."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -13,10 +13,11 @@ import socket
 import subprocess
 import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from conftest import http_origin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,11 +105,8 @@ class Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with http_origin(Origin) as port:
+        yield port
 
 
 def config(origin_port, compress="compress: enabled"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import jwt
 import pytest
 
-from conftest import free_port
+from conftest import free_port, http_origin
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "ferry-test-secret-0123456789abcdef"
@@ -65,12 +65,8 @@ class Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with http_origin(Origin) as port:
+        yield port
 
 
 def config(origin_port, jwt_yaml, extra_listener="", protocols="[h1, h2c]"):

@@ -7,12 +7,12 @@ import json
 import re
 import shutil
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import jwt
 import pytest
+from conftest import http_origin
 
 
 class Origin(BaseHTTPRequestHandler):
@@ -37,11 +37,8 @@ class Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with http_origin(Origin) as port:
+        yield port
 
 
 def config(origin_port, transform, protocols="[h1, h2c]", extra=""):
