@@ -11,7 +11,7 @@ BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev libsystemd-dev libhiredis-dev libc-ares-dev \
              libmodsecurity-dev modsecurity-crs
-TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
+TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography python3-jwt curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
              ngtcp2-client ngtcp2-server redis-server prometheus iproute2 iptables libnss3-tools chromium \
              $(DEB_PKGS)
 # `make deb` and tests/test_packaging.py: dpkg-shlibdeps, man page checks, systemd-analyze
