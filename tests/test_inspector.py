@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY, ROOT, SANITIZED, bound, wait_for
-from test_mitm import certs, nginx  # noqa: F401  (fixtures)
+from test_mitm import nginx  # noqa: F401  (fixtures)
 
 CFG = """\
 workers: 2

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT
 from test_inspector import CFG, api, wait_handled
-from test_mitm import certs, nginx  # noqa: F401  (fixtures)
+from test_mitm import nginx  # noqa: F401  (fixtures)
 from test_mitm_chromium import APP, PAGE, PNG, playwright
 
 
