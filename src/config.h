@@ -1,5 +1,7 @@
 /* The whole typed configuration of one ferry process (one generation), and its loader.
- * Composes the modules' directive tables; the top-level table lives in config.c. */
+ * Composes the modules' directive tables; the top-level table lives in config.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_CONFIG_H
 #define FY_CONFIG_H
 

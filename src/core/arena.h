@@ -1,7 +1,9 @@
 /* Region allocator for per-conn and per-exchange memory: bump allocation in blocks, freed in
  * one go, with destructors for resources (fds, SSL*, cache references) run at reset/free in
  * reverse order of registration. fy_arena_reset keeps the first block, so a keep-alive
- * connection reuses its memory without calling malloc per request. */
+ * connection reuses its memory without calling malloc per request.
+ * Threads: an arena belongs to one thread (its connection's or exchange's worker); not
+ * thread-safe. */
 #ifndef FY_CORE_ARENA_H
 #define FY_CORE_ARENA_H
 

@@ -1,5 +1,7 @@
 /* Typed HTTP limits and timeouts (`limits:`), shared by every server codec.
- * Table: http/http_conf.c. */
+ * Table: http/http_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_HTTP_HTTP_CONF_H
 #define FY_HTTP_HTTP_CONF_H
 

@@ -1,4 +1,6 @@
-/* Typed configuration of layer-4 listeners (`l4:` items). Table: l4/l4_conf.c. */
+/* Typed configuration of layer-4 listeners (`l4:` items). Table: l4/l4_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_L4_L4_CONF_H
 #define FY_L4_L4_CONF_H
 

@@ -1,4 +1,6 @@
-/* Internals shared by l4.c (listeners, TCP sessions) and l4_udp.c (UDP and QUIC sessions). */
+/* Internals shared by l4.c (listeners, TCP sessions) and l4_udp.c (UDP and QUIC sessions).
+ * Threads: sessions live on the worker thread that accepted them; the route tables are
+ * read-only per generation. */
 #ifndef FY_L4_L4_INT_H
 #define FY_L4_L4_INT_H
 

@@ -1,4 +1,6 @@
-/* Typed configuration of one listener (`listeners:` items). Table: net/listener_conf.c. */
+/* Typed configuration of one listener (`listeners:` items). Table: net/listener_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_NET_LISTENER_CONF_H
 #define FY_NET_LISTENER_CONF_H
 
