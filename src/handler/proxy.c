@@ -66,15 +66,18 @@ static void cleanup(void *arg)
     fy_origin_stream_free(&pr->os);
 }
 
-static bool retryable(const proxy_req_t *pr)
+/* `unsent`: the attempt failed before any byte of the request left (no connection): then any
+ * method may go again, body or not, as long as none of the body was taken from the client. */
+static bool retryable(const proxy_req_t *pr, bool unsent)
 {
     const fy_request_t *q = &pr->ex->req;
     bool idempotent = q->method_id == FY_M_GET || q->method_id == FY_M_HEAD ||
                       q->method_id == FY_M_OPTIONS || q->method_id == FY_M_PUT ||
                       q->method_id == FY_M_DELETE || q->method_id == FY_M_TRACE;
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
-    if (!idempotent || q->content_length != 0 || pr->o_head || pr->got_bytes || pr->no_retry ||
-        pr->ex->response_started || pr->attempts > uc->retries)
+    bool again = unsent ? !pr->sent_any && !pr->tunnel : idempotent && q->content_length == 0;
+    if (!again || pr->o_head || pr->got_bytes || pr->no_retry || pr->ex->response_started ||
+        pr->attempts > uc->retries)
         return false;
     if (uc->retry_timeout_ms && pr->loop->now_ms - pr->start_ms >= uc->retry_timeout_ms)
         return false;
@@ -90,7 +93,16 @@ static bool retryable(const proxy_req_t *pr)
 
 /* The origin failed us. Before any response byte: another attempt, or 502/504. After: the
  * client sees an aborted response (h1: closed connection; h2: RST_STREAM), never a short 200. */
+static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
+                             bool unsent);
+
 void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail)
+{
+    origin_failed_at(pr, status, why, count_fail, false);
+}
+
+static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
+                             bool unsent)
 {
     char a[64];
     const fy_upstream_server_conf_t *sv =
@@ -101,12 +113,15 @@ void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail
        a timeout: that origin got the request and said nothing) */
     bool stale = pr->os.reused && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
                  !pr->no_retry && pr->ex->req.content_length == 0 && !pr->ex->response_started;
-    bool retry = !stale && retryable(pr);
+    bool retry = !stale && retryable(pr, unsent);
+    bool broke = retry && !fy_upstream_retry_take(pr->ph->up, pr->worker, pr->loop->now_ms);
+    retry &= !broke;
     /* one line per failure, saying what happens next */
     fy_warn("upstream %s: %s: %s%s", fy_upstream_conf(pr->ph->up)->name,
             fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why,
             stale   ? "; retrying on a new connection"
             : retry ? (pr->fb_timed_out ? "; retrying on another server" : "; retrying")
+            : broke ? "; not retried: retry budget exhausted"
                     : "");
     drop_origin(pr, false);
     fy_timer_stop(pr->loop, &pr->timer);
@@ -336,7 +351,7 @@ static void o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
     if (err) {
-        origin_failed(pr, 502, err, true);
+        origin_failed_at(pr, 502, err, true, true); /* no connection: nothing was sent */
         return;
     }
     start(pr);
@@ -360,6 +375,15 @@ static void attempt(proxy_req_t *pr)
     }
     pr->server =
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
+    if (pr->attempts == 1) fy_upstream_count_request(up, pr->worker, pr->loop->now_ms);
+    if (!fy_upstream_admit(up, pr->worker, pr->server, pr->loop->now_ms)) {
+        /* the balancer had nothing but open circuit breakers to offer */
+        fy_warn("upstream %s: every server's circuit breaker is open: 503",
+                fy_upstream_conf(up)->name);
+        pr->finished = true;
+        fy_exchange_fail(pr->ex, 503, "every server's circuit breaker is open");
+        return;
+    }
     pr->tried |= 1ull << (pr->server & 63);
     pr->ex->upstream = up, pr->ex->upstream_server = pr->server; /* ops/http_metrics.c */
     pr->sent_any = false;
@@ -373,7 +397,8 @@ static void attempt(proxy_req_t *pr)
         fy_origin_stream_open(&pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals, &err);
     if (rc < 0) { /* not even a socket */
         fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
-        if (retryable(pr)) {
+        if (retryable(pr, true) && fy_upstream_retry_take(up, pr->worker, pr->loop->now_ms)) {
+            fy_upstream_count_retry(up, pr->server);
             attempt(pr);
             return;
         }

@@ -186,7 +186,6 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     add_response_extras(pr);
     pr->o_head = true;
     ex->res.status = status;
-    bool ok = status < 500;
     if (pr->tunnel && (upgrade ? status == 101 : status >= 200 && status < 300)) {
         /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
         pr->tunnel_open = true;
@@ -232,7 +231,7 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         ex->res.content_length = cl;
     if (status == 204 || status == 304) ex->res.content_length = -1;
     fy_origin_stream_expect(&pr->os, ex->res.content_length);
-    fy_upstream_report(pr->ph->up, pr->worker, pr->server, ok, pr->loop->now_ms);
+    fy_upstream_report_status(pr->ph->up, pr->worker, pr->server, status, pr->loop->now_ms);
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
         fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
     fy_exchange_start_response(ex, &proxy_producer);
