@@ -123,3 +123,166 @@ def test_ejected_stuck_h2_server_receives_nothing(server, h2silent):
             st, h, _ = get(srv)
             assert st == 200 and h["x-origin"] == "b"
         assert len(a.requests) == before, srv.log()[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# circuit breaker: closed -> open -> half-open -> closed, and a failed trial reopens it
+# ---------------------------------------------------------------------------------------------
+
+BREAKER = {"consecutive-failures": 3, "error-rate": "0%", "open-for": "2s",
+           "half-open-requests": 2}
+
+
+def transitions(srv, to):
+    return metric(srv, "ferry_upstream_circuit_transitions_total", upstream="up", to=to) or 0
+
+
+def poll_until_passed(srv, want_status, what):
+    """Requests until one is not refused by the open breaker (503): returns its status. Bounded;
+    each refused one never reached the origin."""
+    got = []
+
+    def once():
+        st, h, body = get(srv)
+        got.append(st)
+        if st == 503:
+            assert b"circuit breaker" in body, body
+            time.sleep(0.05)
+            return None
+        return st
+    st = wait_for(once, bound(20), what)
+    assert st == want_status, (got, srv.log()[-2000:])
+    return st
+
+
+def test_breaker_open_half_open_closed(server):
+    a = switch("a", "fail")
+    with http_origin(a) as aport:
+        srv = server(admin_config([f"http://127.0.0.1:{aport}"], {
+            "retries": 0, "max-fails": 1000, "circuit-breaker": BREAKER}))
+        for _ in range(3):
+            assert get(srv)[0] == 500
+        assert "circuit breaker open" in srv.log()
+        assert transitions(srv, "open") == 1
+        assert metric(srv, "ferry_upstream_circuit_open", upstream="up") == 1
+        # open: refused here, the origin sees nothing
+        st, _, body = get(srv)
+        assert st == 503 and b"circuit breaker is open" in body
+        assert len(a.hits) == 3
+        # the origin recovers; once open-for passed, two trials close the breaker
+        a.mode = "ok"
+        poll_until_passed(srv, 200, "the first half-open trial")
+        assert "circuit breaker half-open" in srv.log()
+        assert transitions(srv, "half_open") == 1
+        assert metric(srv, "ferry_upstream_circuit_half_open", upstream="up") == 1
+        assert get(srv)[0] == 200
+        assert "circuit breaker closed" in srv.log()
+        assert transitions(srv, "closed") == 1
+        assert metric(srv, "ferry_upstream_circuit_open", upstream="up") == 0
+        assert metric(srv, "ferry_upstream_circuit_half_open", upstream="up") == 0
+        for _ in range(5):
+            assert get(srv)[0] == 200
+        # it fails again: open; the trial fails: open again, for twice as long
+        a.mode = "fail"
+        for _ in range(3):
+            assert get(srv)[0] == 500
+        assert transitions(srv, "open") == 2
+        n = len(a.hits)
+        poll_until_passed(srv, 500, "the failing trial")
+        assert len(a.hits) == n + 1
+        assert "a half-open trial failed" in srv.log()
+        assert "open for 4000 ms" in srv.log()
+        assert transitions(srv, "open") == 3
+        assert get(srv)[0] == 503
+
+
+def test_open_server_is_skipped_by_balancing(server):
+    """Two servers, A fails: its breaker opens and every later request goes to B (passive
+    ejection is out of the way: max-fails 1000)."""
+    a, b = switch("a", "fail"), switch("b")
+    with http_origin(a) as aport, http_origin(b) as bport:
+        srv = server(admin_config([f"http://127.0.0.1:{aport}", f"http://127.0.0.1:{bport}"], {
+            "retries": 0, "max-fails": 1000, "circuit-breaker": BREAKER}))
+        seen = [get(srv)[0] for _ in range(6)]
+        assert seen.count(500) == 3 and seen.count(200) == 3
+        assert "circuit breaker open" in srv.log()
+        n = len(a.hits)
+        for _ in range(20):
+            st, h, _ = get(srv)
+            assert st == 200 and h["x-origin"] == "b"
+        assert len(a.hits) == n
+
+
+def test_5xx_not_a_failure_when_configured(server):
+    a = switch("a", "fail")
+    with http_origin(a) as aport:
+        srv = server(admin_config([f"http://127.0.0.1:{aport}"], {
+            "retries": 0, "max-fails": 1000,
+            "circuit-breaker": dict(BREAKER, **{"5xx-is-failure": False})}))
+        for _ in range(10):
+            assert get(srv)[0] == 500
+        assert "circuit breaker open" not in srv.log()
+        assert transitions(srv, "open") == 0
+
+
+def test_breaker_on_h2_origin_resets(server, h2silent):
+    """The same breaker over an HTTP/2 origin: streams reset before the head are failures."""
+    a = h2silent()
+    srv = server(admin_config([a.url], {
+        "retries": 0, "max-fails": 1000, "circuit-breaker": BREAKER}))
+    for _ in range(3):
+        assert get(srv, "/zreset")[0] == 502
+    assert "circuit breaker open" in srv.log()
+    n = len(a.requests)
+    st, _, body = get(srv, "/zreset")
+    assert st == 503 and len(a.requests) == n
+
+
+def test_error_rate_opens(server):
+    """consecutive-failures off: every other request fails; at min-requests 10 the rate (50%)
+    opens the breaker."""
+    class Alt(Switch):
+        hits, lock, name, n = [], threading.Lock(), "alt", [0]
+
+        def do_GET(self):
+            Alt.n[0] += 1
+            type(self).mode = "fail" if Alt.n[0] % 2 == 0 else "ok"
+            Switch.do_GET(self)
+    with http_origin(Alt) as port:
+        srv = server(admin_config([f"http://127.0.0.1:{port}"], {
+            "retries": 0, "max-fails": 1000, "circuit-breaker": {
+                "consecutive-failures": 0, "error-rate": "50%", "min-requests": 10,
+                "window": "60s", "open-for": "60s"}}))
+        got = [get(srv)[0] for _ in range(10)]
+        assert got == [200, 500] * 5
+        assert "error rate over the window" in srv.log()
+        assert get(srv)[0] == 503
+
+
+# ---------------------------------------------------------------------------------------------
+# retry budget
+# ---------------------------------------------------------------------------------------------
+
+def test_retry_budget_caps_retries(server):
+    """A refuses connections (nothing listens), B is fine, retries: 1. Without a budget every
+    request A got would be retried on B; with ratio 0.1 and no minimum, retries stay within a
+    tenth of the requests, the rest are 502s, and the exhaustion is counted."""
+    import socket as _s
+    dead = _s.socket()
+    dead.bind(("127.0.0.1", 0))
+    dport = dead.getsockname()[1]
+    dead.close()  # nothing listens there now: connections are refused
+    b = switch("b")
+    with http_origin(b) as bport:
+        srv = server(admin_config([f"http://127.0.0.1:{dport}", f"http://127.0.0.1:{bport}"], {
+            "retries": 1, "max-fails": 1000,
+            "retry-budget": {"ratio": 0.1, "min-per-second": 0, "window": "60s"}}))
+        n = 40
+        got = [get(srv)[0] for _ in range(n)]
+        retries = metric(srv, "ferry_upstream_retries_total")
+        exhausted = metric(srv, "ferry_upstream_retry_budget_exhausted_total", upstream="up")
+        assert 1 <= retries <= n // 10, (retries, got)
+        assert exhausted >= 1
+        assert got.count(502) == exhausted
+        assert got.count(200) == n - exhausted
+        assert "retry budget exhausted" in srv.log()

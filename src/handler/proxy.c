@@ -381,7 +381,8 @@ static void attempt(proxy_req_t *pr)
         fy_warn("upstream %s: every server's circuit breaker is open: 503",
                 fy_upstream_conf(up)->name);
         pr->finished = true;
-        fy_exchange_fail(pr->ex, 503, "every server's circuit breaker is open");
+        static const char body[] = "503 every server's circuit breaker is open\n";
+        fy_exchange_respond(pr->ex, 503, "text/plain", body, sizeof body - 1);
         return;
     }
     pr->tried |= 1ull << (pr->server & 63);
