@@ -36,11 +36,14 @@ class Switch(BaseHTTPRequestHandler):
             time.sleep(cls.delay)
         status = 500 if cls.mode == "fail" else 200
         body = f"{cls.name} {status}\n".encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Origin", cls.name)
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Origin", cls.name)
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # a hedge's loser: Ferry closed the connection
+            pass
 
     do_HEAD = do_GET
 
@@ -286,3 +289,54 @@ def test_retry_budget_caps_retries(server):
         assert got.count(502) == exhausted
         assert got.count(200) == n - exhausted
         assert "retry budget exhausted" in srv.log()
+
+
+# ---------------------------------------------------------------------------------------------
+# hedged GETs
+# ---------------------------------------------------------------------------------------------
+
+def test_hedge_goes_to_the_other_server_and_the_fast_answer_wins(server):
+    """A answers after 5 s, B at once; hedge delay 100ms. Every GET the balancer sends to A is
+    hedged to B after the delay: the client gets B's answer, A's attempt is cancelled."""
+    a, b = switch("a", "slow", delay=5.0), switch("b")
+    with http_origin(a) as aport, http_origin(b) as bport:
+        srv = server(admin_config([f"http://127.0.0.1:{aport}", f"http://127.0.0.1:{bport}"], {
+            "retries": 0, "hedge": {"delay": "100ms"}}))
+        for _ in range(6):
+            st, h, body = get(srv)
+            assert st == 200 and h["x-origin"] == "b" and body == b"b 200\n"
+        wait_for(lambda: len(a.hits) == 3, bound(10), "A's three attempts")
+        assert len(b.hits) == 6
+        assert metric(srv, "ferry_upstream_hedges_total", upstream="up") == 3
+        assert metric(srv, "ferry_upstream_hedge_wins_total", upstream="up") == 3
+        assert "hedged to" in srv.log()
+
+
+def test_hedge_cancels_the_h2_loser(server, h2silent):
+    """The slow server speaks HTTP/2 and never answers: the hedge to B wins and A's stream is
+    reset (RST_STREAM), its connection kept."""
+    a = h2silent()
+    b = switch("b")
+    with http_origin(b) as bport:
+        srv = server(admin_config([a.url, f"http://127.0.0.1:{bport}"], {
+            "retries": 0, "hedge": "100ms", "first-byte-timeout": "30s"}))
+        for _ in range(4):
+            st, h, _ = get(srv, "/never")
+            assert st == 200 and h["x-origin"] == "b"
+        assert len(a.requests) == 2
+        wait_for(lambda: a.resets == 2, bound(10), "A's two streams reset")
+        assert a.nconns == 1
+        assert metric(srv, "ferry_upstream_hedge_wins_total", upstream="up") == 2
+
+
+def test_no_hedge_for_post(server, h2silent):
+    a = h2silent()
+    b = switch("b")
+    with http_origin(b) as bport:
+        srv = server(admin_config([a.url, f"http://127.0.0.1:{bport}"], {
+            "retries": 0, "hedge": "50ms", "first-byte-timeout": "1s"}))
+        st, _, _ = http_request(srv.port, "/never", method="POST",
+                                headers={"Content-Length": "0"}, timeout=bound(20))
+        assert st == 504
+        assert metric(srv, "ferry_upstream_hedges_total", upstream="up") == 0
+        assert b.hits == []

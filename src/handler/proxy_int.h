@@ -65,8 +65,13 @@ typedef struct proxy_req {
                           request, so retries go only to servers not tried yet */
     bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
     /* the origin stream of the current attempt (upstream/origin.h), whatever it speaks */
-    fy_origin_stream_t os; /* (calls on it are no-ops while nothing is open) */
-    const char *zp;        /* response bytes lent by the origin stream until consumed */
+    fy_origin_stream_t *os; /* (calls on it are no-ops while nothing is open): one of os_mem */
+    fy_origin_stream_t os_mem[2]; /* the current attempt's, and a hedge's beside it */
+    fy_origin_stream_t *side;     /* the hedge in flight while the current has no head, or NULL */
+    int side_server;
+    uint64_t side_sent_us;
+    fy_timer_t hedge_timer; /* `hedge.delay` after the first attempt's request went out */
+    const char *zp;         /* response bytes lent by the origin stream until consumed */
     size_t zn;
     const char *qp; /* client body slice not yet taken by the codec */
     size_t qn;
@@ -123,9 +128,23 @@ enum {
 
 /* proxy.c */
 uint64_t now_us(void);
+void o_on_open(void *ud, const char *err);
+void o_after_io(void *ud);
+void o_on_error(void *ud, int kind, uint64_t code, const char *why);
+ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
+ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
 void set_timer(proxy_req_t *pr, int kind);
 void drop_origin(proxy_req_t *pr, bool reusable);
 void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail);
+
+/* proxy_hedge.c: the callbacks of os_mem[0] and [1] (each passes its stream's events on to the
+ * o_* functions while it is the current one, else treats them as the hedge's); arming the
+ * hedge after the first attempt's request went out; the hedge taking over when the current
+ * attempt fails before any head (true: nothing else to do); dropping it. */
+extern const fy_origin_stream_ops_t proxy_stream_ops[2];
+void hedge_arm(proxy_req_t *pr);
+bool hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why);
+void hedge_drop(proxy_req_t *pr, bool count_fail);
 
 /* proxy_fields.c */
 int field_class(fy_str_t n);

@@ -82,6 +82,8 @@ bool fy_upstream_admit(fy_upstream_t *u, int w, int server, uint64_t now_ms);
  * refusals count ferry_upstream_retry_budget_exhausted_total). Always true without one. */
 void fy_upstream_count_request(fy_upstream_t *u, int w, uint64_t now_ms);
 bool fy_upstream_retry_take(fy_upstream_t *u, int w, uint64_t now_ms);
+/* `hedge`: a hedged attempt started (won false), or its response head came first (won true). */
+void fy_upstream_count_hedge(fy_upstream_t *u, bool won);
 /* Sticky sessions: a server's opaque id (16 hex digits, stable across restarts), the server
  * with a given id (-1: none), and whether a server may take requests now. */
 const char *fy_upstream_server_id(const fy_upstream_t *u, int server);

@@ -126,6 +126,18 @@ const fy_conf_directive_t fy_breaker_conf_table[] = {
     {.key = NULL, .check = check_breaker},
 };
 
+const fy_conf_directive_t fy_hedge_conf_table[] = {
+    {.key = "delay",
+     .type = FY_CT_DURATION,
+     .offset = offsetof(fy_hedge_conf_t, delay_ms),
+     .dflt = "50ms",
+     .min = 1,
+     .max = 600000,
+     .doc = "Time without a response head after which a GET/HEAD goes to a second server too "
+            "(one hedge per request); the first head wins, the other attempt is reset."},
+    {.key = NULL},
+};
+
 #define R(f) offsetof(fy_retry_budget_conf_t, f)
 
 const fy_conf_directive_t fy_retry_budget_conf_table[] = {

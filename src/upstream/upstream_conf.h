@@ -84,6 +84,12 @@ typedef struct fy_retry_budget_conf {
     uint64_t window_ms;     /* default 10s */
 } fy_retry_budget_conf_t;
 
+/* `hedge:` per upstream: idempotent bodiless GET/HEAD get a second attempt on another server
+ * when the first has no response head after `delay`; the first head wins */
+typedef struct fy_hedge_conf {
+    uint64_t delay_ms; /* default 50ms */
+} fy_hedge_conf_t;
+
 typedef struct fy_upstream_conf {
     char *name;                     /* required, unique */
     fy_conf_list_t servers;         /* of fy_upstream_server_conf_t, at least one */
@@ -109,12 +115,14 @@ typedef struct fy_upstream_conf {
     fy_discovery_conf_t *discovery; /* `discovery`; NULL: the servers above, fixed */
     fy_breaker_conf_t *breaker;     /* `circuit-breaker`; NULL: none */
     fy_retry_budget_conf_t *retry_budget; /* `retry-budget`; NULL: only `retries` bounds them */
+    fy_hedge_conf_t *hedge;               /* `hedge`; NULL: no hedged requests */
 } fy_upstream_conf_t;
 
 extern const fy_conf_directive_t fy_upstream_conf_table[];
 /* upstream_breaker_conf.c */
 extern const fy_conf_directive_t fy_breaker_conf_table[];
 extern const fy_conf_directive_t fy_retry_budget_conf_table[];
+extern const fy_conf_directive_t fy_hedge_conf_table[];
 
 /* Parse a server URL (scheme, host, port; no path) into sv's addr, tls, h2, h3, and the host
  * and authority (host[:port] as written) into the caller's buffers. `numeric`: the host must

@@ -19,6 +19,12 @@ void fy__upstream_resil_init(fy_upstream_t *u)
         u->budget_id =
             fy_counter_register("ferry_upstream_retry_budget_exhausted_total", lab, FY_COUNTER);
     }
+    if (c->hedge) {
+        char lab[256];
+        snprintf(lab, sizeof lab, "upstream=\"%s\"", c->name);
+        u->hedge_id = fy_counter_register("ferry_upstream_hedges_total", lab, FY_COUNTER);
+        u->hedge_win_id = fy_counter_register("ferry_upstream_hedge_wins_total", lab, FY_COUNTER);
+    }
     if (!c->breaker) return;
     size_t n = u->nservers;
     if (u->dyn) { /* slots change servers: no per-server series (the scratch id) */
@@ -122,4 +128,9 @@ bool fy_upstream_retry_take(fy_upstream_t *u, int w, uint64_t now_ms)
     if (!c || fy_retry_budget_take(&u->workers[w].budget, c, now_ms)) return true;
     fy_counter_inc(u->budget_id);
     return false;
+}
+
+void fy_upstream_count_hedge(fy_upstream_t *u, bool won)
+{
+    fy_counter_inc(won ? u->hedge_win_id : u->hedge_id);
 }

@@ -112,8 +112,9 @@ struct fy_upstream {
        transitions to open, half-open, closed (counters) */
     fy_counter_id_t *brk_open_ids, *brk_half_ids, *brk_to_ids[3];
     fy_counter_id_t budget_id; /* ferry_upstream_retry_budget_exhausted_total{upstream} */
-    char (*ids)[17];           /* per server: opaque sticky id (hash of its URL) */
-    hc_probe_t *probes;        /* the checking worker's, NULL elsewhere */
+    fy_counter_id_t hedge_id, hedge_win_id; /* ferry_upstream_hedges_total, _hedge_wins_total */
+    char (*ids)[17];                        /* per server: opaque sticky id (hash of its URL) */
+    hc_probe_t *probes;                     /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
     fy_loop_t *hc_loop;
     int hc_worker;
