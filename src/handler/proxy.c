@@ -52,7 +52,7 @@ void drop_origin(proxy_req_t *pr, bool reusable)
         pr->inflight = false;
     }
     fy_origin_stream_close(pr->os, reusable);
-    hedge_drop(pr, false);
+    if (pr->hg && pr->hg->side) hedge_drop(pr, false);
     if (!pr->finished) pr->zn = 0;
 }
 
@@ -63,10 +63,9 @@ static void cleanup(void *arg)
     pr->ws = false;
     fy_timer_stop(pr->loop, &pr->timer);
     fy_timer_stop(pr->loop, &pr->body_timer);
-    fy_timer_stop(pr->loop, &pr->hedge_timer);
     drop_origin(pr, false);
-    fy_origin_stream_free(&pr->os_mem[0]);
-    fy_origin_stream_free(&pr->os_mem[1]);
+    fy_origin_stream_free(&pr->os_a);
+    if (pr->hg) hedge_free(pr);
 }
 
 /* `unsent`: the attempt failed before any byte of the request left (no connection): then any
@@ -107,7 +106,7 @@ void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail
 static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
                              bool unsent)
 {
-    if (hedge_take_over(pr, count_fail, why)) return; /* the hedge is the attempt now */
+    if (pr->hg && hedge_take_over(pr, count_fail, why)) return; /* the hedge is the attempt */
     char a[64];
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
@@ -339,7 +338,7 @@ static void start(proxy_req_t *pr)
         origin_failed(pr, 502, "cannot open a stream to the origin", false);
         return;
     }
-    hedge_arm(pr);
+    if (pr->ph->hedge) hedge_arm(pr);
     deliver(pr);
 }
 
@@ -371,8 +370,9 @@ static void attempt(proxy_req_t *pr)
     }
     pr->server =
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
-    if (pr->attempts == 1) fy_upstream_count_request(up, pr->worker, pr->loop->now_ms);
-    if (!fy_upstream_admit(up, pr->worker, pr->server, pr->loop->now_ms)) {
+    if (pr->attempts == 1 && pr->ph->resil)
+        fy_upstream_count_request(up, pr->worker, pr->loop->now_ms);
+    if (pr->ph->resil && !fy_upstream_admit(up, pr->worker, pr->server, pr->loop->now_ms)) {
         /* the balancer had nothing but open circuit breakers to offer */
         fy_warn("upstream %s: every server's circuit breaker is open: 503",
                 fy_upstream_conf(up)->name);
@@ -447,10 +447,8 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
-    fy_origin_stream_init(&pr->os_mem[0], &proxy_stream_ops[0], pr);
-    fy_origin_stream_init(&pr->os_mem[1], &proxy_stream_ops[1], pr);
-    pr->os = &pr->os_mem[0];
-    fy_timer_init(&pr->hedge_timer, NULL, pr);
+    fy_origin_stream_init(&pr->os_a, &proxy_stream_ops[0], pr);
+    pr->os = &pr->os_a;
     fy_timer_init(&pr->body_timer, on_body_timer, pr);
     pr->start_ms = pr->loop->now_ms;
     ex->handler_data = pr;
@@ -479,5 +477,8 @@ fy_handler_t *fy_proxy_handler_new(const fy_proxy_conf_t *conf, fy_upstream_t *u
     ph->h.ops = &proxy_ops;
     ph->conf = conf;
     ph->up = up;
+    const fy_upstream_conf_t *uc = fy_upstream_conf(up);
+    ph->resil = uc->breaker || uc->retry_budget;
+    ph->hedge = uc->hedge != NULL;
     return &ph->h;
 }

@@ -339,10 +339,13 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
 }
 
 /* ok: for passive health; brk_ok: for the circuit breaker */
-static void report(fy_upstream_t *u, int w, int server, bool ok, bool brk_ok, uint64_t now_ms)
+static inline __attribute__((always_inline)) void report(fy_upstream_t *u, int w, int server,
+                                                         bool ok, bool brk_ok, uint64_t now_ms)
 {
     srv_state_t *s = &u->workers[w].srv[server];
-    if (u->conf->breaker) fy__upstream_breaker_record(u, w, server, brk_ok, now_ms);
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    if (bc && !(brk_ok && fy_breaker_ok_fast(&s->brk, bc, now_ms)))
+        fy__upstream_breaker_record(u, w, server, brk_ok, now_ms);
     if (ok) {
         s->fails = 0;
         return;

@@ -87,8 +87,7 @@ int fy_breaker_record(fy_breaker_t *b, const fy_breaker_conf_t *c, bool ok, uint
         break;
     }
     if (ok) {
-        b->consecutive = 0;
-        if (c->error_rate) fy_window_add(&b->win, c->window_ms, now, 1, 0);
+        fy_breaker_ok_fast(b, c, now);
         return FY_BRK_SAME;
     }
     if (c->consecutive && ++b->consecutive >= (uint32_t)c->consecutive)

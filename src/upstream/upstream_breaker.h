@@ -40,6 +40,17 @@ typedef struct fy_window {
 
 /* Move the window to `now` (buckets older than it emptied), then add to the current one. */
 void fy_window_add(fy_window_t *w, uint64_t window_ms, uint64_t now, uint32_t a, uint32_t b);
+/* The same, inline while `now` is still in the current bucket (the request path). */
+static inline void fy_window_inc(fy_window_t *w, uint64_t window_ms, uint64_t now, uint32_t a,
+                                 uint32_t b)
+{
+    if (now - w->start_ms < window_ms / FY_BRK_BUCKETS && now >= w->start_ms) {
+        w->a[w->cur] += a;
+        w->b[w->cur] += b;
+        return;
+    }
+    fy_window_add(w, window_ms, now, a, b);
+}
 /* Totals over the window as of the last add. */
 void fy_window_sum(const fy_window_t *w, uint64_t *a, uint64_t *b);
 
@@ -72,6 +83,15 @@ int fy_breaker_admit(fy_breaker_t *b, const fy_breaker_conf_t *c, uint64_t now);
  * why, b->open_for_ms for how long) or FY_BRK_TO_CLOSED. Outcomes while open are ignored (requests
  * that started before it opened). */
 int fy_breaker_record(fy_breaker_t *b, const fy_breaker_conf_t *c, bool ok, uint64_t now);
+/* A success of a closed breaker: its whole effect, inline (the request path). False when the
+ * outcome needs fy_breaker_record. */
+static inline bool fy_breaker_ok_fast(fy_breaker_t *b, const fy_breaker_conf_t *c, uint64_t now)
+{
+    if (b->state != FY_BRK_CLOSED) return false;
+    b->consecutive = 0;
+    if (c->error_rate) fy_window_inc(&b->win, c->window_ms, now, 1, 0);
+    return true;
+}
 
 typedef struct fy_retry_budget {
     fy_window_t win; /* a = requests, b = retries */
@@ -81,7 +101,7 @@ typedef struct fy_retry_budget {
 static inline void fy_retry_budget_request(fy_retry_budget_t *rb, const fy_retry_budget_conf_t *c,
                                            uint64_t now)
 {
-    fy_window_add(&rb->win, c->window_ms, now, 1, 0);
+    fy_window_inc(&rb->win, c->window_ms, now, 1, 0);
 }
 /* May a retry start now? Counts it when yes. */
 bool fy_retry_budget_take(fy_retry_budget_t *rb, const fy_retry_budget_conf_t *c, uint64_t now);
