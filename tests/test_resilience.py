@@ -340,3 +340,33 @@ def test_no_hedge_for_post(server, h2silent):
         assert st == 504
         assert metric(srv, "ferry_upstream_hedges_total", upstream="up") == 0
         assert b.hits == []
+
+
+def test_breaker_on_h3_origin(server):
+    """The same breaker over an HTTP/3 origin (a second ferry answering 500): three 500s open
+    it, the next request is refused without reaching the origin."""
+    back = server("""
+workers: 1
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+routes:
+  - respond: {{status: 500, body: "h3 origin fails\\n"}}
+admin:
+  address: 127.0.0.1:{port4}
+""")
+    ca = back.data / "selfsigned.crt"
+    front = server(proxy_config([f"h3://127.0.0.1:{back.port}"], upstream={
+        "retries": 0, "max-fails": 1000, "ca": str(ca), "circuit-breaker": BREAKER}))
+    for _ in range(3):
+        st, _, body = get(front)
+        assert st == 500 and body == b"h3 origin fails\n"
+    assert "circuit breaker open" in front.log()
+    wait_for(lambda: metric(back, "ferry_http_responses_total") == 3, bound(10),
+             "the origin to count its three answers")
+    st, _, body = get(front)
+    assert st == 503 and b"circuit breaker is open" in body
+    time.sleep(0.2)  # (a request that did reach it would be counted by now: none may)
+    assert metric(back, "ferry_http_responses_total") == 3

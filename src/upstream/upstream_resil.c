@@ -104,16 +104,22 @@ void fy__upstream_breaker_record(fy_upstream_t *u, int w, int server, bool ok, u
     transition(u, w, server, was, fy_breaker_record(b, u->conf->breaker, ok, now_ms));
 }
 
-bool fy_upstream_admit(fy_upstream_t *u, int w, int server, uint64_t now_ms)
+/* not closed: out of line, so that the closed case pays no frame for the log buffers */
+static __attribute__((noinline)) bool admit_slow(fy_upstream_t *u, int w, int server,
+                                                 uint64_t now_ms)
 {
     const fy_breaker_conf_t *c = u->conf->breaker;
-    if (!c) return true;
     fy_breaker_t *b = &u->workers[w].srv[server].brk;
-    if (b->state == FY_BRK_CLOSED) return true;
     if (!fy_breaker_usable(b, c, now_ms)) return false;
     int was = b->state;
     transition(u, w, server, was, fy_breaker_admit(b, c, now_ms));
     return true;
+}
+
+bool fy_upstream_admit(fy_upstream_t *u, int w, int server, uint64_t now_ms)
+{
+    if (!u->conf->breaker || u->workers[w].srv[server].brk.state == FY_BRK_CLOSED) return true;
+    return admit_slow(u, w, server, now_ms);
 }
 
 void fy_upstream_count_request(fy_upstream_t *u, int w, uint64_t now_ms)
