@@ -141,6 +141,7 @@ static void oc_close(fy_origin_conn_t *oc);
 void fy_upstream_free(fy_upstream_t *u)
 {
     if (!u) return;
+    fy__upstream_resil_free(u); /* (reads the workers' breakers) */
     for (int w = 0; w < u->nworkers; w++) {
         for (size_t i = 0; i < u->nservers; i++)
             while (u->workers[w].srv[i].idle) {
@@ -158,7 +159,6 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->pool_ids);
     free(u->retry_ids);
     free(u->eject_ids);
-    fy__upstream_resil_free(u);
     free(u->ids);
     free(u->probes);
     if (u->dyn) {

@@ -53,6 +53,14 @@ void fy__upstream_resil_init(fy_upstream_t *u)
 
 void fy__upstream_resil_free(fy_upstream_t *u)
 {
+    /* the gauges outlive this upstream (a reload registers the same series again): take back
+       what its breakers still count */
+    for (int w = 0; u->conf->breaker && w < u->nworkers; w++)
+        for (size_t i = 0; i < u->nservers; i++) {
+            int st = u->workers[w].srv[i].brk.state;
+            if (st == FY_BRK_OPEN) fy_gauge_add(u->brk_open_ids[i], -1);
+            if (st == FY_BRK_HALF_OPEN) fy_gauge_add(u->brk_half_ids[i], -1);
+        }
     free(u->brk_open_ids);
     free(u->brk_half_ids);
     for (int k = 0; k < 3; k++) free(u->brk_to_ids[k]);
