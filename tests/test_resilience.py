@@ -370,3 +370,45 @@ admin:
     assert st == 503 and b"circuit breaker is open" in body
     time.sleep(0.2)  # (a request that did reach it would be counted by now: none may)
     assert metric(back, "ferry_http_responses_total") == 3
+
+
+def test_post_retried_only_when_nothing_was_sent(server, h2silent):
+    """A POST whose connection could not even be made went nowhere: it is retried on the other
+    server. A POST that reached a server that then timed out is not (it may have run)."""
+    import socket as _s
+    dead = _s.socket()
+    dead.bind(("127.0.0.1", 0))
+    dport = dead.getsockname()[1]
+    dead.close()
+
+    class Post(Switch):
+        hits, lock, name = [], threading.Lock(), "p"
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", 0))
+            self.rfile.read(n)
+            Switch.do_GET(self)
+    with http_origin(Post) as pport:
+        srv = server(admin_config([f"http://127.0.0.1:{dport}", f"http://127.0.0.1:{pport}"], {
+            "retries": 1, "max-fails": 1000}))
+        import socket
+        for _ in range(4):  # round robin: two of these try the dead server first
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=bound(20)) as s:
+                s.sendall(b"POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                          b"Connection: close\r\n\r\nhello")
+                data = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    data += b
+            assert data.startswith(b"HTTP/1.1 200"), data[:300]
+        assert len(Post.hits) == 4
+    a = h2silent()
+    b = switch("b")
+    with http_origin(b) as bport:
+        srv = server(admin_config([a.url, f"http://127.0.0.1:{bport}"], {
+            "retries": 1, "max-fails": 1000, "first-byte-timeout": "300ms"}))
+        st, _, _ = http_request(srv.port, "/never", method="POST",
+                                headers={"Content-Length": "0"}, timeout=bound(20))
+        assert st == 504 and b.hits == []
