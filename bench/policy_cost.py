@@ -80,7 +80,10 @@ def rows(tmp):
             "resilience": ("UPSTREAM:    circuit-breaker: {consecutive-failures: 5, "
                            "error-rate: 50%, window: 10s, min-requests: 20, open-for: 10s, "
                            "half-open-requests: 3}\n    retry-budget: {ratio: 0.2, "
-                           "min-per-second: 10}\n    retries: 1\n", None)}
+                           "min-per-second: 10}\n    retries: 1\n", None),
+            # hedging armed on every GET, never firing (the origin answers within the delay)
+            "plain-2srv": ("TWO:", None),
+            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None)}
 
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
@@ -88,6 +91,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    servers = f"[http://127.0.0.1:{origin}]"
+    if extra.startswith("TWO:"):  # two servers (the same origin under two names)
+        servers, extra = f"[http://127.0.0.1:{origin}, http://localhost:{origin}]", extra[4:]
     upstream = ""
     if extra.startswith("UPSTREAM:"):
         upstream, extra = extra[9:], ""
@@ -99,7 +105,7 @@ listeners:
     protocols: [h1]
 upstreams:
   - name: app
-    servers: [http://127.0.0.1:{origin}]
+    servers: {servers}
 {upstream}routes:
 {route}{extra}"""
     path = f"{tmp}/{tag}-{k}.yaml"
