@@ -75,7 +75,15 @@ def rows(tmp):
             "compress-skip": (compress, None),
             # the same header set by the proxy handler itself: what the header costs the codec
             "proxy-1hdr": ("ROUTE:  - proxy: {upstream: app, response-set-headers: "
-                           "{x-frame-options: DENY}}\n", None)}
+                           "{x-frame-options: DENY}}\n", None),
+            # issue 15 resilience: breaker and retry budget on the upstream, never tripping
+            "resilience": ("UPSTREAM:    circuit-breaker: {consecutive-failures: 5, "
+                           "error-rate: 50%, window: 10s, min-requests: 20, open-for: 10s, "
+                           "half-open-requests: 3}\n    retry-budget: {ratio: 0.2, "
+                           "min-per-second: 10}\n    retries: 1\n", None),
+            # hedging armed on every GET, never firing (the origin answers within the delay)
+            "plain-2srv": ("TWO:", None),
+            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None)}
 
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
@@ -83,6 +91,12 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    servers = f"[http://127.0.0.1:{origin}]"
+    if extra.startswith("TWO:"):  # two servers (the same origin under two names)
+        servers, extra = f"[http://127.0.0.1:{origin}, http://localhost:{origin}]", extra[4:]
+    upstream = ""
+    if extra.startswith("UPSTREAM:"):
+        upstream, extra = extra[9:], ""
     cfg = f"""workers: 1
 data-dir: {tmp}/data
 log: {{level: warn}}
@@ -91,8 +105,8 @@ listeners:
     protocols: [h1]
 upstreams:
   - name: app
-    servers: [http://127.0.0.1:{origin}]
-routes:
+    servers: {servers}
+{upstream}routes:
 {route}{extra}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)

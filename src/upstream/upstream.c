@@ -126,6 +126,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
         u->workers[w].srv = fy_xcalloc(u->nservers, sizeof(srv_state_t));
         u->workers[w].rnd = 0x9e3779b97f4a7c15ull * (uint64_t)(w + 1);
     }
+    fy__upstream_resil_init(u);
     if (u->dyn) {
         fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
         size_t n = fy__discovery_initial(conf, e, u->dyn->cap);
@@ -140,6 +141,7 @@ static void oc_close(fy_origin_conn_t *oc);
 void fy_upstream_free(fy_upstream_t *u)
 {
     if (!u) return;
+    fy__upstream_resil_free(u); /* (reads the workers' breakers) */
     for (int w = 0; w < u->nworkers; w++) {
         for (size_t i = 0; i < u->nservers; i++)
             while (u->workers[w].srv[i].idle) {
@@ -246,14 +248,18 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
         n = 64 - (size_t)__builtin_clzll(live); /* slots fill from the bottom: few to scan */
         if (n == 1) return 0;
     }
-    /* candidates: not excluded and not ejected; relax in that order when none is left */
+    /* candidates: not excluded and not ejected; relax in that order when none is left. An
+       open circuit breaker is relaxed last (then the caller's fy_upstream_admit says no). */
     bool ok[64];
     size_t nok = 0;
-    for (int pass = 0; pass < 3 && nok == 0; pass++)
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    for (int pass = 0; pass < 4 && nok == 0; pass++)
         for (size_t i = 0; i < n && i < 64; i++) {
             bool excluded = (exclude >> i) & 1, out = !fy_upstream_usable(u, w, (int)i, now_ms);
+            bool open = bc && !fy_breaker_usable(&uw->srv[i].brk, bc, now_ms);
             ok[i] = ((live >> i) & 1) && (pass == 0   ? !excluded && !out
-                                          : pass == 1 ? !excluded
+                                          : pass == 1 ? !excluded && !open
+                                          : pass == 2 ? !open
                                                       : true);
             nok += ok[i];
         }
@@ -332,9 +338,14 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
     return 0;
 }
 
-void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms)
+/* ok: for passive health; brk_ok: for the circuit breaker */
+static inline __attribute__((always_inline)) void report(fy_upstream_t *u, int w, int server,
+                                                         bool ok, bool brk_ok, uint64_t now_ms)
 {
     srv_state_t *s = &u->workers[w].srv[server];
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    if (bc && !(brk_ok && fy_breaker_ok_fast(&s->brk, bc, now_ms)))
+        fy__upstream_breaker_record(u, w, server, brk_ok, now_ms);
     if (ok) {
         s->fails = 0;
         return;
@@ -355,6 +366,17 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
     }
 }
 
+void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms)
+{
+    report(u, w, server, ok, ok, now_ms);
+}
+
+void fy_upstream_report_status(fy_upstream_t *u, int w, int server, int status, uint64_t now_ms)
+{
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    report(u, w, server, status < 500, status < 500 || (bc && !bc->on_5xx), now_ms);
+}
+
 const char *fy_upstream_server_id(const fy_upstream_t *u, int server)
 {
     return u->ids[server];
@@ -372,6 +394,8 @@ bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_
 {
     if (u->dyn && !((atomic_load_explicit(&u->dyn->live, memory_order_acquire) >> server) & 1))
         return false; /* removed (draining), or never filled */
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    if (bc && !fy_breaker_usable(&u->workers[w].srv[server].brk, bc, now_ms)) return false;
     return u->workers[w].srv[server].ejected_until <= now_ms &&
            atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
            !atomic_load_explicit(&u->down[server], memory_order_relaxed) &&

@@ -71,6 +71,19 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
 /* Passive health: a success resets the server's failure count; max-fails consecutive failures
  * eject it for fail-timeout. */
 void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+/* The same for a response head with `status`: a 5xx fails passive health, and the circuit
+ * breaker unless its `5xx-is-failure` is off. */
+void fy_upstream_report_status(fy_upstream_t *u, int w, int server, int status, uint64_t now_ms);
+/* A request goes to `server` now (after fy_upstream_pick): false when the server's circuit
+ * breaker is open (fy_upstream_pick returns an open one only when every server is): the caller
+ * answers 503. An open breaker that is due becomes half-open here, and counts a trial. */
+bool fy_upstream_admit(fy_upstream_t *u, int w, int server, uint64_t now_ms);
+/* `retry-budget`: a request's first attempt, and whether a retry may start now (counted;
+ * refusals count ferry_upstream_retry_budget_exhausted_total). Always true without one. */
+void fy_upstream_count_request(fy_upstream_t *u, int w, uint64_t now_ms);
+bool fy_upstream_retry_take(fy_upstream_t *u, int w, uint64_t now_ms);
+/* `hedge`: a hedged attempt started (won false), or its response head came first (won true). */
+void fy_upstream_count_hedge(fy_upstream_t *u, bool won);
 /* Sticky sessions: a server's opaque id (16 hex digits, stable across restarts), the server
  * with a given id (-1: none), and whether a server may take requests now. */
 const char *fy_upstream_server_id(const fy_upstream_t *u, int server);

@@ -54,6 +54,7 @@ static void dyn_sweep(fy_timer_t *t)
                 s->ewma_us = 0;
                 s->samples = 0;
                 s->cur_weight = 0;
+                s->brk = (fy_breaker_t){0}; /* (dyn upstreams count no per-server gauges) */
             }
             continue;
         }

@@ -726,6 +726,57 @@ static void in_folder_with_certs(void)
     if (system("cp a.pem x && cp a.key y && cp a.pem a && cp a.key b") != 0) abort();
 }
 
+/* issue 15 resilience: circuit-breaker, retry-budget and hedge under an upstream */
+static void test_resilience(void)
+{
+#define UP(x)                                                                                      \
+    L1 "upstreams: [{name: a, servers: [http://127.0.0.1:1, http://127.0.0.1:2], " x "}]\n"        \
+       "routes: [{proxy: a}]\n"
+    fy_config_t *c = load(UP("circuit-breaker: {}, retry-budget: {}, hedge: 20ms"));
+    CHECK(c != NULL);
+    if (c) {
+        const fy_upstream_conf_t *u = c->upstreams.v;
+        CHECK(u->breaker && u->retry_budget && u->hedge);
+        CHECK_EQ_INT(u->breaker->consecutive, 5);
+        CHECK_EQ_INT(u->breaker->error_rate, 50);
+        CHECK_EQ_INT(u->breaker->window_ms, 10000);
+        CHECK_EQ_INT(u->breaker->min_requests, 20);
+        CHECK_EQ_INT(u->breaker->open_ms, 10000);
+        CHECK_EQ_INT(u->breaker->max_open_ms, 300000);
+        CHECK_EQ_INT(u->breaker->half_open_requests, 3);
+        CHECK(u->breaker->on_5xx);
+        CHECK_EQ_INT(u->retry_budget->ratio_permille, 200);
+        CHECK_EQ_INT(u->retry_budget->min_per_second, 10);
+        CHECK_EQ_INT(u->hedge->delay_ms, 20);
+        char *d = dump(c);
+        CHECK(strstr(d, "error-rate: 50%") != NULL);
+        CHECK(strstr(d, "ratio: 0.2") != NULL);
+        free(d);
+    }
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {error-rate: 30, open-for: 1s, max-open-for: 100ms}, "
+                "retry-budget: {ratio: 0.05}"));
+    CHECK(c != NULL);
+    if (c) {
+        const fy_upstream_conf_t *u = c->upstreams.v;
+        CHECK_EQ_INT(u->breaker->error_rate, 30);
+        CHECK_EQ_INT(u->breaker->max_open_ms, 1000); /* never below open-for */
+        CHECK_EQ_INT(u->retry_budget->ratio_permille, 50);
+        CHECK(!u->hedge);
+    }
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {error-rate: 150%}"));
+    CHECK(c == NULL && strstr(errs, "percentage") != NULL);
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {consecutive-failures: 0, error-rate: 0%}"));
+    CHECK(c == NULL && strstr(errs, "could never open") != NULL);
+    fy_config_free(c);
+    c = load(UP("retry-budget: {ratio: 1.5}"));
+    CHECK(c == NULL && strstr(errs, "fraction") != NULL);
+    fy_config_free(c);
+#undef UP
+}
+
 FY_TEST_MAIN(in_folder_with_certs(); test_parse_addr(); test_minimal_defaults(); test_top_level();
              test_listeners(); test_tls(); test_routes(); test_demo_root(); test_embedded();
-             test_file_and_doc())
+             test_file_and_doc(); test_resilience())
