@@ -289,6 +289,14 @@ static const fy_conf_directive_t route_table[] = {
      .shorthand_key = "enabled",
      .doc = "Compress responses on the fly with gzip, br or zstd (policy/compress.c); "
             "`compress: enabled` takes the defaults."},
+    {.key = "waf",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, waf),
+     .sub = fy_waf_conf_table,
+     .sub_size = sizeof(fy_waf_conf_t),
+     .shorthand_key = "mode",
+     .doc = "Inspect requests with ModSecurity and the OWASP Core Rule Set (policy/waf.c); "
+            "`waf: blocking` or `waf: detection` takes the defaults."},
     {.key = "cidr",
      .type = FY_CT_TABLE_PTR,
      .offset = offsetof(fy_route_conf_t, cidr),

@@ -27,6 +27,7 @@
 #include "policy/cidr_conf.h"
 #include "policy/ratelimit_conf.h"
 #include "policy/cache_conf.h"
+#include "policy/waf_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -60,6 +61,7 @@ typedef struct fy_route_conf {
     fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
     fy_wt_conf_t *webtransport; /* `webtransport`: WebTransport sessions (handler/wt_conf.c) */
     fy_cache_conf_t *cache;     /* `cache` (policy/cache_conf.h): NULL when absent */
+    fy_waf_conf_t *waf;         /* `waf` (policy/waf_conf.h): NULL when absent */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 

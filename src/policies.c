@@ -13,6 +13,7 @@
 #include "policy/ratelimit.h"
 #include "policy/trace.h"
 #include "policy/transform.h"
+#include "policy/waf.h"
 
 /* ---- access and limits: named lists (cidr-lists, client-limits) ---- */
 
@@ -181,6 +182,17 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     if (rc->rate_limit) {
         snprintf(name, sizeof name, "route-%zu", i);
         if (add(out, fy_ratelimit_filter_new(rc->rate_limit, name, where)) < 0) return -1;
+    }
+
+    /* ---- WAF: ModSecurity + CRS (policy/waf*.c); rules load here, once per generation ---- */
+    if (rc->waf) {
+        char err[512] = "out of memory";
+        fy_filter_t *wf = fy_waf_filter_new(rc->waf, where, err, sizeof err);
+        if (!wf) {
+            fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
+            return -1;
+        }
+        if (add(out, wf) < 0) return -1;
     }
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */

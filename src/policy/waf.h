@@ -1,0 +1,32 @@
+/* The WAF filter (stage FY_STAGE_WAF, `waf:` per route): ModSecurity v3 (libmodsecurity3) as
+ * the engine, the OWASP Core Rule Set (Debian modsecurity-crs) as the rules.
+ *
+ * Per exchange it feeds ModSecurity the connection, the request line, the headers (Host made
+ * from :authority for h2/h3) and the request body. The body is held in the exchange's arena
+ * up to `body-limit` before the handler runs, so a request the rules deny never reaches the
+ * origin, not even in part; once ModSecurity passed it, the held bytes are handed to the
+ * handler through a sink layer's read_body as if the codec delivered them. A longer body is
+ * refused (413) or, with `body-overflow: pass`, inspected up to the limit and the rest streamed
+ * uninspected. Blocking mode answers ModSecurity's intervention status (the CRS denies with
+ * 403); detection mode logs each matching rule (id, message) as a warning and lets the request
+ * through. The audit log (JSON) is written by ModSecurity when the exchange ends.
+ *
+ * The rule set is parsed once per filter, i.e. once per config generation, on the main thread;
+ * workers share it read-only (ModSecurity's transactions only read the RulesSet; its
+ * collections and audit log take their own mutexes). Calls on the loop are CPU only except the
+ * audit log's write(2) to a local file (see docs/ARCHITECTURE.md, "WAF"). */
+#ifndef FY_POLICY_WAF_H
+#define FY_POLICY_WAF_H
+
+#include <stddef.h>
+
+#include "http/filter.h"
+#include "policy/waf_conf.h"
+
+/* The filter for `conf` (borrowed during the call only). Loads the rules now and logs how
+ * many and how long it took; NULL with "FILE: reason" in err when one does not load. `where` names
+ * it in logs ("routes[0]"). The filter holds no reference yet. Main thread. */
+fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *conf, const char *where, char *err,
+                               size_t errlen);
+
+#endif
