@@ -227,7 +227,9 @@ static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
     waf_tx_t *tx = fy_arena_calloc(ex->arena, sizeof *tx);
     tx->f = f;
     tx->ex = ex;
-    tx->end = true;
+    /* a tunnel (CONNECT, extended CONNECT: WebSocket over h2/h3) has streams, not a body */
+    bool tunnel = ex->req.protocol.len || ex->req.method_id == FY_M_CONNECT;
+    tx->end = ex->req.content_length == 0 || tunnel;
     tx->defer.cb = deferred;
     tx->defer.data = tx;
     tx->t = msc_new_transaction(f->ms, f->rules, tx);
@@ -255,12 +257,11 @@ static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
     msc_process_request_headers(tx->t);
     if (intervene(tx)) return FY_FILTER_DONE;
 
-    if (q->content_length == 0) {
+    if (tx->end) {
         msc_process_request_body(tx->t); /* phase 2 runs anyway: the CRS decides there */
         return intervene(tx) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
     tx->state = S_BODY;
-    tx->end = false;
     fy_exchange_push_layer(ex, &tx->layer, &waf_layer_ops, FY_STAGE_WAF);
     fy_exchange_read_body(ex, on_body);
     return FY_FILTER_WAIT;

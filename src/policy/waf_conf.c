@@ -77,13 +77,6 @@ const fy_conf_directive_t fy_waf_conf_table[] = {
      .max = 10000,
      .doc = "CRS inbound anomaly score at which a request is denied (one critical match is "
             "5)."},
-    {.key = "outbound-threshold",
-     .type = FY_CT_INT,
-     .offset = W(outbound_threshold),
-     .dflt = "4",
-     .min = 1,
-     .max = 10000,
-     .doc = "CRS outbound anomaly score at which a response is denied (with `response`)."},
     {.key = "body-limit",
      .type = FY_CT_SIZE,
      .offset = W(body_limit),
@@ -193,13 +186,11 @@ int fy__waf_crs_settings(const fy_waf_conf_t *c, char *buf, size_t cap)
                      "SecAction \"id:900000,phase:1,nolog,pass,t:none,"
                      "setvar:tx.paranoia_level=%lld\"\n"
                      "SecAction \"id:900110,phase:1,nolog,pass,t:none,"
-                     "setvar:tx.inbound_anomaly_score_threshold=%lld,"
-                     "setvar:tx.outbound_anomaly_score_threshold=%lld\"\n"
+                     "setvar:tx.inbound_anomaly_score_threshold=%lld\"\n"
                      "SecAction \"id:900230,phase:1,nolog,pass,t:none,"
                      "setvar:'tx.allowed_http_versions=HTTP/1.0 HTTP/1.1 HTTP/2 HTTP/2.0 "
                      "HTTP/3 HTTP/3.0'\"\n",
-                     (long long)c->paranoia, (long long)c->inbound_threshold,
-                     (long long)c->outbound_threshold);
+                     (long long)c->paranoia, (long long)c->inbound_threshold);
     if (n < 0 || (size_t)n >= cap) return -1;
     return n;
 }

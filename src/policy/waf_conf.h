@@ -14,18 +14,17 @@ enum fy_waf_mode { FY_WAF_BLOCKING = 0, FY_WAF_DETECTION = 1 };
 enum fy_waf_overflow { FY_WAF_OVERFLOW_REJECT = 0, FY_WAF_OVERFLOW_PASS = 1 };
 
 typedef struct fy_waf_conf {
-    int mode;                   /* `mode`: enum fy_waf_mode (shorthand `waf: blocking`) */
-    int64_t paranoia;           /* `paranoia`: CRS paranoia level 1..4 */
-    int64_t inbound_threshold;  /* `inbound-threshold`: CRS inbound anomaly score that blocks */
-    int64_t outbound_threshold; /* `outbound-threshold`: the same for responses */
-    uint64_t body_limit;        /* `body-limit`: request body bytes inspected */
-    int body_overflow;          /* `body-overflow`: enum fy_waf_overflow */
-    char *audit_log;            /* `audit-log`: JSON audit log file, or NULL */
-    bool crs;                   /* `crs`: load the OWASP Core Rule Set */
-    char *crs_setup;            /* `crs-setup`: the CRS setup file */
-    char *crs_rules;            /* `crs-rules`: directory of the CRS *.conf rule files */
-    fy_conf_strlist_t rules;    /* `rules`: extra ModSecurity rule files, after the CRS */
-    int64_t status;             /* `status`: answer when a rule denies without a status */
+    int mode;                  /* `mode`: enum fy_waf_mode (shorthand `waf: blocking`) */
+    int64_t paranoia;          /* `paranoia`: CRS paranoia level 1..4 */
+    int64_t inbound_threshold; /* `inbound-threshold`: CRS inbound anomaly score that blocks */
+    uint64_t body_limit;       /* `body-limit`: request body bytes inspected */
+    int body_overflow;         /* `body-overflow`: enum fy_waf_overflow */
+    char *audit_log;           /* `audit-log`: JSON audit log file, or NULL */
+    bool crs;                  /* `crs`: load the OWASP Core Rule Set */
+    char *crs_setup;           /* `crs-setup`: the CRS setup file */
+    char *crs_rules;           /* `crs-rules`: directory of the CRS *.conf rule files */
+    fy_conf_strlist_t rules;   /* `rules`: extra ModSecurity rule files, after the CRS */
+    int64_t status;            /* `status`: answer when a rule denies without a status */
 } fy_waf_conf_t;
 
 extern const fy_conf_directive_t fy_waf_conf_table[];
@@ -34,8 +33,9 @@ extern const fy_conf_directive_t fy_waf_conf_table[];
  * and limits, JSON/XML body processors, the audit log) into buf (NUL-terminated). Returns the
  * length, or -1 when cap is too small. Pure. */
 int fy__waf_base_rules(const fy_waf_conf_t *c, char *buf, size_t cap);
-/* The CRS settings (paranoia level, anomaly thresholds) that go after the setup file and
- * before the rules, as SecActions with the ids crs-setup.conf reserves for them. As above. */
+/* The CRS settings (paranoia level, inbound anomaly threshold, allowed HTTP versions) that go after
+ * the setup file and before the rules, as SecActions with the ids crs-setup.conf reserves for them.
+ * As above. */
 int fy__waf_crs_settings(const fy_waf_conf_t *c, char *buf, size_t cap);
 
 /* From a ModSecurity log line (`... [id "942100"] ... [msg "SQL Injection ..."] ...`) the

@@ -30,7 +30,6 @@ static void test_table(void)
     CHECK_EQ_INT(c.mode, FY_WAF_BLOCKING);
     CHECK_EQ_INT(c.paranoia, 1);
     CHECK_EQ_INT(c.inbound_threshold, 5);
-    CHECK_EQ_INT(c.outbound_threshold, 4);
     CHECK_EQ_INT(c.body_limit, 128 * 1024);
     CHECK_EQ_INT(c.body_overflow, FY_WAF_OVERFLOW_REJECT);
     CHECK_EQ_INT(c.status, 403);
@@ -87,12 +86,12 @@ static void test_directives(void)
     CHECK(strstr(buf, "SecRequestBodyLimit 1\n")); /* ModSecurity refuses 0 */
     for (size_t cap = 0; cap <= (size_t)n; cap++) CHECK(fy__waf_base_rules(&c, buf, cap) == -1);
 
-    CHECK(apply("{paranoia: 2, inbound-threshold: 7, outbound-threshold: 9}", &c, &e) == 0);
+    CHECK(apply("{paranoia: 2, inbound-threshold: 7}", &c, &e) == 0);
     n = fy__waf_crs_settings(&c, buf, sizeof buf);
     CHECK(n > 0);
     CHECK(strstr(buf, "id:900000,") && strstr(buf, "setvar:tx.paranoia_level=2\""));
-    CHECK(strstr(buf, "id:900110,") && strstr(buf, "tx.inbound_anomaly_score_threshold=7,"));
-    CHECK(strstr(buf, "tx.outbound_anomaly_score_threshold=9\""));
+    CHECK(strstr(buf, "id:900110,") && strstr(buf, "tx.inbound_anomaly_score_threshold=7\""));
+    CHECK(apply("{outbound-threshold: 4}", &c, &e) < 0); /* responses are not inspected */
     CHECK(strstr(buf, "HTTP/3.0"));
     for (size_t cap = 0; cap <= (size_t)n; cap++) CHECK(fy__waf_crs_settings(&c, buf, cap) == -1);
 }
