@@ -74,6 +74,7 @@ typedef struct fy_config {
     fy_conf_list_t cidr_lists;      /* of fy_cidr_conf_t: named CIDR lists */
     fy_conf_list_t client_limits;   /* of fy_client_limits_conf_t: named per-client limits */
     fy_conf_list_t rate_limits;     /* of fy_ratelimit_conf_t: named rate limits (listeners) */
+    fy_conf_list_t waf_policies;    /* of fy_waf_conf_t: named WAF policies (listeners) */
     fy_http_limits_t limits;        /* `limits` */
     fy_h2_conf_t http2;             /* `http2` */
     fy_quic_conf_t quic;            /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */

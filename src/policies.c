@@ -41,6 +41,14 @@ static const fy_ratelimit_conf_t *rl_named(const fy_config_t *cfg, const char *n
     return NULL;
 }
 
+static const fy_waf_conf_t *waf_named(const fy_config_t *cfg, const char *name)
+{
+    const fy_waf_conf_t *v = cfg->waf_policies.v;
+    for (size_t i = 0; i < cfg->waf_policies.n; i++)
+        if (v[i].name && !strcmp(v[i].name, name)) return &v[i];
+    return NULL;
+}
+
 static const fy_conf_node_t *node_at(const fy_conf_node_t *map, const char *list, size_t i,
                                      const char *k1, const char *k2)
 {
@@ -75,6 +83,9 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
         if (ls[i].rate_limit && !rl_named(cfg, ls[i].rate_limit))
             rc = unknown(ctx, node_at(map, "listeners", i, "rate-limit", NULL), "listeners", i,
                          "rate-limit", ls[i].rate_limit, "rate-limits");
+        if (ls[i].waf && !waf_named(cfg, ls[i].waf))
+            rc = unknown(ctx, node_at(map, "listeners", i, "waf", NULL), "listeners", i, "waf",
+                         ls[i].waf, "waf-policies");
     }
     const fy_route_conf_t *rs = cfg->routes.v;
     for (size_t i = 0; i < cfg->routes.n; i++) {
@@ -97,6 +108,13 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
     for (size_t i = 0; i < cfg->rate_limits.n; i++) {
         if (rl[i].name) continue;
         fy_conf_error(ctx, node_at(map, "rate-limits", i, "rate", NULL), "rate-limits",
+                      "entry %zu needs a `name` (listeners refer to it)", i);
+        rc = -1;
+    }
+    const fy_waf_conf_t *wp = cfg->waf_policies.v;
+    for (size_t i = 0; i < cfg->waf_policies.n; i++) {
+        if (wp[i].name) continue;
+        fy_conf_error(ctx, node_at(map, "waf-policies", i, "mode", NULL), "waf-policies",
                       "entry %zu needs a `name` (listeners refer to it)", i);
         rc = -1;
     }
@@ -152,6 +170,18 @@ static int add_capture(const fy_config_t *cfg, const fy_capture_route_conf_t *rc
     return 0;
 }
 
+static int add_waf(const fy_waf_conf_t *c, const char *where, fy_filter_chain_t *out)
+{
+    char err[512] = "out of memory", label[96];
+    snprintf(label, sizeof label, "%s%s%s", where, c->name ? " " : "", c->name ? c->name : "");
+    fy_filter_t *f = fy_waf_filter_new(c, label, err, sizeof err);
+    if (!f) {
+        fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
+        return -1;
+    }
+    return add(out, f);
+}
+
 int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t *out)
 {
     const fy_route_conf_t *rc = &((const fy_route_conf_t *)cfg->routes.v)[i];
@@ -185,15 +215,7 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     }
 
     /* ---- WAF: ModSecurity + CRS (policy/waf*.c); rules load here, once per generation ---- */
-    if (rc->waf) {
-        char err[512] = "out of memory";
-        fy_filter_t *wf = fy_waf_filter_new(rc->waf, where, err, sizeof err);
-        if (!wf) {
-            fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
-            return -1;
-        }
-        if (add(out, wf) < 0) return -1;
-    }
+    if (rc->waf && add_waf(rc->waf, where, out) < 0) return -1;
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
     const void *auth[3] = {rc->jwt, rc->transform,
@@ -245,6 +267,7 @@ int fy_policies_build_listener(const fy_config_t *cfg, size_t i, fy_filter_chain
         const fy_ratelimit_conf_t *c = rl_named(cfg, lc->rate_limit);
         if (add(out, fy_ratelimit_filter_new(c, c->name, where)) < 0) return -1;
     }
+    if (lc->waf && add_waf(waf_named(cfg, lc->waf), where, out) < 0) return -1;
 
     return 0;
 }

@@ -282,6 +282,54 @@ def test_waf_h3(server, origin, tmp_path):
         assert SEEN == ["/products?page=2", "/contact"], SEEN
 
 
+def test_waf_on_listeners_and_intercepted_flows(server, origin):
+    """A named policy on listeners: a plain reverse-proxy listener and an intercepting one
+    (forward-proxy requests in absolute form), both before routing; the route has no waf."""
+    srv = server(f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    waf: edge
+  - address: 127.0.0.1:{{port2}}
+    kind: intercept
+    waf: edge
+intercept:
+  ca-dir: {{data}}/ca
+waf-policies:
+  - name: edge
+    mode: blocking
+upstreams:
+  - name: app
+    servers: [http://127.0.0.1:{origin}]
+routes:
+  - proxy: app
+""")
+    attack = "/search?id=1%27%20OR%20%271%27=%271"
+    assert curl(srv.url(attack))[0] == 403
+    assert curl(srv.url("/products?page=2"), *CHROME)[0] == 200
+    fwd = ["-x", f"http://127.0.0.1:{srv.ports[1]}"]
+    st, body = curl(f"http://localhost:{origin}{attack}", *fwd)
+    assert st == 403, body[:300]
+    st, body = curl(f"http://localhost:{origin}/products?page=2", *fwd, *CHROME)
+    assert st == 200 and json.loads(body)["path"] == "/products?page=2"
+    with SEEN_LOCK:
+        assert SEEN == ["/products?page=2", "/products?page=2"], SEEN
+    assert "waf: listeners[1] edge: blocked 403 by rule 949110" in srv.log()
+
+
+def test_waf_policy_names_are_checked(tmp_path):
+    from conftest import FERRY
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("listeners:\n  - address: 127.0.0.1:18080\n    waf: nope\n"
+                   "waf-policies:\n  - mode: detection\nroutes:\n  - echo: {}\n")
+    p = subprocess.run([FERRY, "check", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1
+    assert "listeners[0].waf: no waf-policies entry named 'nope'" in p.stderr, p.stderr
+    assert "waf-policies: entry 0 needs a `name`" in p.stderr, p.stderr
+
+
 def test_waf_example_runs_as_written(server, origin):
     """examples/waf.yaml: a reverse proxy on 127.0.0.1:8080 to 127.0.0.1:9000, CRS at paranoia
     level 1, blocking (ports moved to free ones here, nothing else changed)."""

@@ -27,7 +27,7 @@ typedef struct waf_filter {
     int overflow;    /* enum fy_waf_overflow */
     size_t body_limit;
     int status; /* when the denying rule names none */
-    char where[48];
+    char where[96];
     fy_counter_id_t c_blocked, c_detected, c_overflow;
 } waf_filter_t;
 

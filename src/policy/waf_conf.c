@@ -54,6 +54,11 @@ static int validate_audit(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *
 #define W(f) offsetof(fy_waf_conf_t, f)
 
 const fy_conf_directive_t fy_waf_conf_table[] = {
+    {.key = "name",
+     .type = FY_CT_STRING,
+     .offset = W(name),
+     .doc = "Names a `waf-policies` entry (required there: `listeners[].waf: NAME` uses it); "
+            "on a route it labels the log lines and metrics."},
     {.key = "mode",
      .type = FY_CT_ENUM,
      .offset = W(mode),

@@ -1,6 +1,7 @@
-/* Typed configuration of the `waf:` policy (table: policy/waf_conf.c), and the pure pieces of
- * the WAF filter that tests reach without ModSecurity traffic: the ModSecurity directives a
- * config turns into, and the rule id and message of a ModSecurity log line. */
+/* Typed configuration of the `waf:` policy (table: policy/waf_conf.c): per route inline, per
+ * listener by name (listeners[].waf names an entry of the top-level `waf-policies:`), and the pure
+ * pieces of the WAF filter that tests reach without ModSecurity traffic: the ModSecurity directives
+ * a config turns into, and the rule id and message of a ModSecurity log line. */
 #ifndef FY_POLICY_WAF_CONF_H
 #define FY_POLICY_WAF_CONF_H
 
@@ -14,6 +15,7 @@ enum fy_waf_mode { FY_WAF_BLOCKING = 0, FY_WAF_DETECTION = 1 };
 enum fy_waf_overflow { FY_WAF_OVERFLOW_REJECT = 0, FY_WAF_OVERFLOW_PASS = 1 };
 
 typedef struct fy_waf_conf {
+    char *name;                /* `name` (entries of the top-level `waf-policies`) */
     int mode;                  /* `mode`: enum fy_waf_mode (shorthand `waf: blocking`) */
     int64_t paranoia;          /* `paranoia`: CRS paranoia level 1..4 */
     int64_t inbound_threshold; /* `inbound-threshold`: CRS inbound anomaly score that blocks */
@@ -27,6 +29,7 @@ typedef struct fy_waf_conf {
     int64_t status;            /* `status`: answer when a rule denies without a status */
 } fy_waf_conf_t;
 
+/* routes[].waf (shorthand `waf: blocking`) and the items of the top-level `waf-policies:`. */
 extern const fy_conf_directive_t fy_waf_conf_table[];
 
 /* The ModSecurity directives that come before the CRS setup file (engine mode, body access
