@@ -57,6 +57,18 @@ typedef struct waf_tx {
 
 static const fy_layer_ops_t waf_layer_ops;
 
+/* Up to cap-1 bytes of s for a log line, control bytes as '?'. */
+static const char *printable(char *buf, size_t cap, const char *s, size_t n)
+{
+    if (n >= cap) n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* ModSecurity's log callback: `data` is the transaction's waf_tx_t, msg the text line of a
    rule that matched (in detection mode the only trace of it). */
 static void on_msc_log(void *data, const void *msg)
@@ -76,10 +88,11 @@ static void on_msc_log(void *data, const void *msg)
     /* blocking mode logs the one rule that denies (intervene); a warning per scoring match of
        every passed request would flood the log */
     if (tx->f->mode != FY_WAF_DETECTION) return;
-    fy_warn("waf: %s: detected rule %.*s: %.*s (%.*s %.*s)", tx->f->where, (int)il, id, (int)ml, m,
-            (int)tx->ex->req.method.len, tx->ex->req.method.p,
-            (int)tx->ex->req.target.len > 200 ? 200 : (int)tx->ex->req.target.len,
-            tx->ex->req.target.p);
+    char mb[256], tb[208];
+    const fy_request_t *q = &tx->ex->req;
+    fy_warn("waf: %s: detected rule %.*s: %s (%.*s %s)", tx->f->where, (int)il, id,
+            printable(mb, sizeof mb, m, ml), (int)q->method.len, q->method.p,
+            printable(tb, sizeof tb, q->target.p, q->target.len));
 }
 
 static void tx_cleanup(void *arg)
@@ -106,8 +119,9 @@ static bool intervene(waf_tx_t *tx)
         const char *id, *m;
         size_t il, ml;
         fy__waf_log_fields(it.log, &id, &il, &m, &ml);
-        fy_warn("waf: %s: blocked %d by rule %.*s: %.*s (matched: %s)", tx->f->where, status,
-                (int)il, id, (int)ml, m, tx->idlen ? tx->ids : "-");
+        char mb[256];
+        fy_warn("waf: %s: blocked %d by rule %.*s: %s (matched: %s)", tx->f->where, status, (int)il,
+                id, printable(mb, sizeof mb, m, ml), tx->idlen ? tx->ids : "-");
     }
     free(it.log);
     free(it.url);

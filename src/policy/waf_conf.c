@@ -200,10 +200,10 @@ int fy__waf_crs_settings(const fy_waf_conf_t *c, char *buf, size_t cap)
     return n;
 }
 
-/* The value of `[key "value"]` in line, or NULL. */
-static const char *field_of(const char *line, const char *key, size_t *len)
+/* The value of the first `[key "value"]` at or after p, or NULL. */
+static const char *field_of(const char *p, const char *key, size_t *len)
 {
-    const char *p = strstr(line, key);
+    p = strstr(p, key);
     if (!p) return NULL;
     p += strlen(key);
     const char *e = strstr(p, "\"]");
@@ -212,21 +212,31 @@ static const char *field_of(const char *line, const char *key, size_t *len)
     return p;
 }
 
+static bool all_digits(const char *p, size_t n)
+{
+    if (n == 0 || n > 10) return false;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return false;
+    return true;
+}
+
 bool fy__waf_log_fields(const char *line, const char **id, size_t *idlen, const char **msg,
                         size_t *msglen)
 {
-    *msg = field_of(line, "[msg \"", msglen);
-    if (!*msg) {
-        *msg = "";
-        *msglen = 0;
-    }
-    *id = field_of(line, "[id \"", idlen);
-    if (!*id || *idlen == 0) {
-        *id = "";
-        *idlen = 0;
-        *msg = "";
-        *msglen = 0;
-        return false;
+    /* ModSecurity writes `<match text> [file ..] [line ..] [id ..] [rev ..] [msg ..] [data ..]
+       ...`: the id is the first all-digit one, the message the first after it */
+    *id = *msg = "";
+    *idlen = *msglen = 0;
+    const char *p = line, *v;
+    size_t n;
+    while ((v = field_of(p, "[id \"", &n)) && !all_digits(v, n)) p = v;
+    if (!v) return false;
+    *id = v;
+    *idlen = n;
+    const char *m = field_of(v + n, "[msg \"", &n);
+    if (m) {
+        *msg = m;
+        *msglen = n;
     }
     return true;
 }

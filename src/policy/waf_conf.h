@@ -42,8 +42,11 @@ int fy__waf_base_rules(const fy_waf_conf_t *c, char *buf, size_t cap);
 int fy__waf_crs_settings(const fy_waf_conf_t *c, char *buf, size_t cap);
 
 /* From a ModSecurity log line (`... [id "942100"] ... [msg "SQL Injection ..."] ...`) the
- * rule id and message, as pointer + length into `line` (borrowed). false when the line names
- * no id (the message is then empty). Pure. */
+ * rule id (the first `[id "..."]` of 1..10 digits) and the message after it, as pointer +
+ * length into `line` (borrowed; NUL-terminated). false when the line names no such id (the
+ * message is then empty). The line quotes request bytes, so a crafted request can place a
+ * fake `[id "1"]` before the real one: these fields are for the log only, never a decision,
+ * and the caller strips control bytes before logging them. Pure; fuzzed (fuzz_waf_log). */
 bool fy__waf_log_fields(const char *line, const char **id, size_t *idlen, const char **msg,
                         size_t *msglen);
 

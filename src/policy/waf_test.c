@@ -117,6 +117,14 @@ static void test_log_fields(void)
     CHECK(!fy__waf_log_fields("[id \"123", &id, &il, &msg, &ml));
     CHECK(!fy__waf_log_fields("[id \"\"]", &id, &il, &msg, &ml));
     CHECK(!fy__waf_log_fields("", &id, &il, &msg, &ml));
+    /* request bytes quoted before the real fields: a non-numeric fake id is skipped */
+    CHECK(
+        fy__waf_log_fields("Value: `\"] [id \"x\"] [msg \"fake\"]' [id \"942100\"] [msg \"real\"]",
+                           &id, &il, &msg, &ml));
+    CHECK(il == 6 && !memcmp(id, "942100", 6) && ml == 4 && !memcmp(msg, "real", 4));
+    /* an id of more than 10 digits is none; a message before the id is not its message */
+    CHECK(!fy__waf_log_fields("[id \"12345678901\"]", &id, &il, &msg, &ml));
+    CHECK(fy__waf_log_fields("[msg \"before\"] [id \"7\"]", &id, &il, &msg, &ml) && ml == 0);
 }
 
 FY_TEST_MAIN(test_table(); test_directives(); test_log_fields())
