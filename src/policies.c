@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf/conf_valid.h"
 #include "core/log.h"
@@ -170,11 +171,14 @@ static int add_capture(const fy_config_t *cfg, const fy_capture_route_conf_t *rc
     return 0;
 }
 
-static int add_waf(const fy_waf_conf_t *c, const char *where, fy_filter_chain_t *out)
+static int add_waf(const fy_config_t *cfg, const fy_waf_conf_t *c, const char *where,
+                   fy_filter_chain_t *out)
 {
     char err[512] = "out of memory", label[96];
     snprintf(label, sizeof label, "%s%s%s", where, c->name ? " " : "", c->name ? c->name : "");
-    fy_filter_t *f = fy_waf_filter_new(c, label, err, sizeof err);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN); /* `workers: auto`, as server.c counts them */
+    int nw = cfg->workers > 0 ? (int)cfg->workers : ncpu > 0 ? (int)ncpu : 1;
+    fy_filter_t *f = fy_waf_filter_new(c, label, nw, err, sizeof err);
     if (!f) {
         fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
         return -1;
@@ -215,7 +219,7 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
     }
 
     /* ---- WAF: ModSecurity + CRS (policy/waf*.c); rules load here, once per generation ---- */
-    if (rc->waf && add_waf(rc->waf, where, out) < 0) return -1;
+    if (rc->waf && add_waf(cfg, rc->waf, where, out) < 0) return -1;
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
     const void *auth[3] = {rc->jwt, rc->transform,
@@ -267,7 +271,7 @@ int fy_policies_build_listener(const fy_config_t *cfg, size_t i, fy_filter_chain
         const fy_ratelimit_conf_t *c = rl_named(cfg, lc->rate_limit);
         if (add(out, fy_ratelimit_filter_new(c, c->name, where)) < 0) return -1;
     }
-    if (lc->waf && add_waf(waf_named(cfg, lc->waf), where, out) < 0) return -1;
+    if (lc->waf && add_waf(cfg, waf_named(cfg, lc->waf), where, out) < 0) return -1;
 
     return 0;
 }

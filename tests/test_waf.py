@@ -197,6 +197,28 @@ def test_waf_body_over_limit_pass_streams_the_rest(server, origin, tmp_path):
     assert st == 200
 
 
+def test_waf_client_gone_while_body_is_held(server, origin):
+    """The client sends half of a body and goes away while the filter holds it (h1 and h2):
+    the exchange is cancelled through the arena reset, nothing reaches the origin, and the
+    server goes on serving (no alert, no sanitizer report at teardown)."""
+    import socket
+    srv = server(config(origin, "{body-limit: 64k}"))
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"POST /up HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/x-www-form-urlencoded\r\n"
+                  b"Content-Length: 20000\r\n\r\n" + b"a=" + b"x" * 5000)
+        s.close()
+    # h2: curl gives up (max-time) while it still has body to send
+    subprocess.run(["curl", "-s", "--http2-prior-knowledge", "--max-time", "1", "--limit-rate",
+                    "2k", "--data-binary", "a=" + "x" * 20000, srv.url("/up")],
+                   stdout=subprocess.DEVNULL, timeout=30)
+    st, body = curl(srv.url("/after"))
+    assert st == 200 and json.loads(body)["path"] == "/after"
+    with SEEN_LOCK:
+        assert SEEN == ["/after"], SEEN
+
+
 def test_waf_audit_log_is_json(server, origin, tmp_path):
     audit = tmp_path / "audit.json"
     srv = server(config(origin, f"{{audit-log: {audit}}}"))

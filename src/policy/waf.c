@@ -21,8 +21,9 @@
 
 typedef struct waf_filter {
     fy_filter_t base;
-    ModSecurity *ms; /* owned */
-    RulesSet *rules; /* owned */
+    ModSecurity **ms; /* owned: one per worker (their collections are not thread-safe) */
+    int nms;
+    RulesSet *rules; /* owned, shared read-only by the workers */
     int mode;        /* enum fy_waf_mode */
     int overflow;    /* enum fy_waf_overflow */
     size_t body_limit;
@@ -246,7 +247,8 @@ static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
     tx->end = ex->req.content_length == 0 || tunnel;
     tx->defer.cb = deferred;
     tx->defer.data = tx;
-    tx->t = msc_new_transaction(f->ms, f->rules, tx);
+    int w = ex->ctx->worker_id;
+    tx->t = w >= 0 && w < f->nms ? msc_new_transaction(f->ms[w], f->rules, tx) : NULL;
     if (!tx->t) {
         fy_exchange_fail(ex, 500, "waf: no transaction");
         return FY_FILTER_DONE;
@@ -285,7 +287,9 @@ static void waf_destroy(fy_filter_t *base)
 {
     waf_filter_t *f = (waf_filter_t *)base;
     if (f->rules) msc_rules_cleanup(f->rules);
-    if (f->ms) msc_cleanup(f->ms);
+    for (int i = 0; i < f->nms; i++)
+        if (f->ms[i]) msc_cleanup(f->ms[i]);
+    free(f->ms);
     free(f);
 }
 
@@ -345,7 +349,8 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, char *err, size_t errlen)
+fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nworkers, char *err,
+                               size_t errlen)
 {
     double t0 = now_ms();
     waf_filter_t *f = fy_xcalloc(1, sizeof *f);
@@ -355,14 +360,22 @@ fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, char *
     f->body_limit = (size_t)c->body_limit;
     f->status = (int)c->status;
     snprintf(f->where, sizeof f->where, "%s", where);
-    f->ms = msc_init();
+    f->nms = nworkers > 0 ? nworkers : 1;
+    f->ms = fy_xcalloc((size_t)f->nms, sizeof *f->ms);
+    for (int i = 0; i < f->nms; i++) {
+        f->ms[i] = msc_init();
+        if (!f->ms[i]) {
+            snprintf(err, errlen, "ModSecurity did not start");
+            goto fail;
+        }
+        msc_set_connector_info(f->ms[i], "ferry");
+        msc_set_log_cb(f->ms[i], on_msc_log);
+    }
     f->rules = msc_create_rules_set();
-    if (!f->ms || !f->rules) {
+    if (!f->rules) {
         snprintf(err, errlen, "ModSecurity did not start");
         goto fail;
     }
-    msc_set_connector_info(f->ms, "ferry");
-    msc_set_log_cb(f->ms, on_msc_log);
 
     char base[4096];
     int count = 0;

@@ -12,9 +12,12 @@
  * through. The audit log (JSON) is written by ModSecurity when the exchange ends.
  *
  * The rule set is parsed once per filter, i.e. once per config generation, on the main thread;
- * workers share it read-only (ModSecurity's transactions only read the RulesSet; its
- * collections and audit log take their own mutexes). Calls on the loop are CPU only except the
- * audit log's write(2) to a local file (see docs/ARCHITECTURE.md, "WAF"). */
+ * workers share it read-only. Each worker has its own ModSecurity instance: the persistent
+ * collections (`initcol` of the CRS: GLOBAL, IP) live there, and 3.0.9's in-memory backend
+ * locks its writes but not its reads, so one instance shared by workers would race; per-worker
+ * collections mean an IP counter (the CRS DoS rules, off by default) counts per worker. Calls on
+ * the loop are CPU only except the audit log's write(2) to a local file (see docs/ARCHITECTURE.md,
+ * "WAF"). */
 #ifndef FY_POLICY_WAF_H
 #define FY_POLICY_WAF_H
 
@@ -23,10 +26,11 @@
 #include "http/filter.h"
 #include "policy/waf_conf.h"
 
-/* The filter for `conf` (borrowed during the call only). Loads the rules now and logs how
- * many and how long it took; NULL with "FILE: reason" in err when one does not load. `where` names
- * it in logs ("routes[0]"). The filter holds no reference yet. Main thread. */
-fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *conf, const char *where, char *err,
-                               size_t errlen);
+/* The filter for `conf` (borrowed during the call only), for exchanges of workers
+ * 0..nworkers-1 (others are answered 500). Loads the rules now and logs how many and how long
+ * it took; NULL with "FILE: reason" in err when one does not load. `where` names it in logs
+ * ("routes[0]"). The filter holds no reference yet. Main thread. */
+fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *conf, const char *where, int nworkers,
+                               char *err, size_t errlen);
 
 #endif
