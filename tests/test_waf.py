@@ -352,6 +352,39 @@ def test_waf_policy_names_are_checked(tmp_path):
     assert "waf-policies: entry 0 needs a `name`" in p.stderr, p.stderr
 
 
+def test_waf_reload_loads_the_rules_again(server, origin):
+    """SIGHUP with the mode changed: the new generation's filter loads the rules again and
+    detects instead of blocking; the old one is freed when its exchanges are gone (clean exit
+    at teardown). A keep-alive connection of the old generation keeps its old filter."""
+    import signal as _signal
+    import socket
+    from conftest import wait_for
+    srv = server(config(origin))
+    attack = "/search?id=1%27%20OR%20%271%27=%271"
+    old = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    old.sendall(b"GET /products HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert old.recv(65536).startswith(b"HTTP/1.1 200")
+    assert curl(srv.url(attack))[0] == 403
+    cfg = srv.tmp / "ferry.yaml"
+    cfg.write_text(cfg.read_text().replace("mode: blocking", "mode: detection"))
+    srv.proc.send_signal(_signal.SIGHUP)
+    wait_for(lambda: "generation 2 active on all workers" in srv.log(), 60, "the reload",
+             srv.proc)
+    assert curl(srv.url(attack))[0] == 200
+    assert "detected rule 942100" in srv.log()
+    old.sendall(f"GET {attack} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                .encode())
+    resp = b""
+    while True:
+        b = old.recv(65536)
+        if not b:
+            break
+        resp += b
+    old.close()
+    assert resp.startswith(b"HTTP/1.1 403"), resp[:200]
+    assert srv.log().count("rules (CRS) loaded in") == 2
+
+
 def test_waf_example_runs_as_written(server, origin):
     """examples/waf.yaml: a reverse proxy on 127.0.0.1:8080 to 127.0.0.1:9000, CRS at paranoia
     level 1, blocking (ports moved to free ones here, nothing else changed)."""
