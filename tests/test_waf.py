@@ -94,6 +94,8 @@ ATTACKS = {
     "sqlmap": ["/", "-A", "sqlmap/1.7.2#stable (https://sqlmap.org)"],
     "nikto": ["/", "-A", "Mozilla/5.00 (Nikto/2.1.6) (Evasions:None) (Test:000001)"],
     "form-sqli": ["/login", "--data", "user=admin&pass=x%27%20OR%201=1--"],
+    "multipart-xss": ["/upload", "--form-string",
+                      "comment=<script>alert(document.domain)</script>", "-F", "name=x"],
     "json-xss": ["/api", "-H", "content-type: application/json", "--data",
                  '{"comment": "<script>alert(1)</script>"}'],
 }
@@ -119,6 +121,7 @@ BENIGN = [
     ["/blog/2026/11/how-to-choose-a-bike"] + CHROME,
     ["/contact", "--data", "name=Jane+Doe&email=jane%40example.com&message=Hello%2C+when+does"
      "+the+shop+open+on+Sunday%3F"] + CHROME,
+    ["/upload", "-F", "title=Holiday photos", "-F", "caption=Our trip to the lake, July 2026"],
     ["/api/orders", "-H", "content-type: application/json", "--data",
      '{"items": [{"sku": "A-1001", "qty": 2}], "note": "leave at the door, please"}'],
 ]
