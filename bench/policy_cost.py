@@ -157,6 +157,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     cfg = f"""workers: 1
 data-dir: {tmp}/data
 log: {{level: warn}}
+# under callgrind on a busy machine one WAF request can take seconds: no timer may close the
+# connection meanwhile (timers cost the same whatever their length)
+limits: {{header-timeout: 600s, keepalive-timeout: 600s}}
 listeners:
   - address: 127.0.0.1:{port}
     protocols: [h1]
