@@ -38,6 +38,8 @@ class Origin(BaseHTTPRequestHandler):
         out = json.dumps({"path": self.path, "len": len(body),
                           "sha": hashlib.sha256(body).hexdigest()}).encode()
         self.send_response(200)
+        if self.path.startswith("/leak"):
+            self.send_header("x-debug-secret", "db-password=hunter2")
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(out)))
         self.end_headers()
@@ -386,6 +388,26 @@ def test_waf_reload_loads_the_rules_again(server, origin):
     old.close()
     assert resp.startswith(b"HTTP/1.1 403"), resp[:200]
     assert srv.log().count("rules (CRS) loaded in") == 2
+
+
+@pytest.mark.parametrize("h2", [False, True], ids=["h1", "h2"])
+def test_waf_response_headers(server, origin, tmp_path, h2):
+    """response: true runs phase 3: a rule on a response header replaces the origin's answer
+    with its status before the head leaves; other responses pass untouched."""
+    rule = tmp_path / "resp.conf"
+    rule.write_text('SecRule RESPONSE_HEADERS:X-Debug-Secret "@contains password" '
+                    '"id:1000020,phase:3,deny,status:502,log,msg:\'secret in a response header\'"\n')
+    srv = server(config(origin, f"{{response: true, rules: [{rule}]}}"))
+    st, body = curl(srv.url("/leak"), h2=h2)
+    assert st == 502 and b"hunter2" not in body
+    st, body = curl(srv.url("/fine"), h2=h2)
+    assert st == 200 and json.loads(body)["path"] == "/fine"
+    st, body = curl(srv.url("/leak"), "--data", "a=1", h2=h2)  # with a held request body
+    assert st == 502
+    assert "blocked 502 by rule 1000020: secret in a response header" in srv.log()
+    # without `response` the rule does not run
+    srv2 = server(config(origin, f"{{rules: [{rule}]}}"))
+    assert curl(srv2.url("/leak"), h2=h2)[0] == 200
 
 
 def test_waf_example_runs_as_written(server, origin):

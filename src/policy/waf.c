@@ -27,7 +27,8 @@ typedef struct waf_filter {
     int mode;        /* enum fy_waf_mode */
     int overflow;    /* enum fy_waf_overflow */
     size_t body_limit;
-    int status; /* when the denying rule names none */
+    int status;    /* when the denying rule names none */
+    bool response; /* run the response-header phase (3) */
     char where[96];
     fy_counter_id_t c_blocked, c_detected, c_overflow;
 } waf_filter_t;
@@ -54,6 +55,13 @@ typedef struct waf_tx {
     char ids[96]; /* the ids of the rules that matched, for the log line of a block */
     size_t idlen;
     fy_defer_t defer;
+    /* response phase */
+    bool head_seen; /* phase 3 ran */
+    bool dropping;  /* denied: the handler's sends go nowhere until the error page */
+    bool passing;   /* the error page (or all sends, once judged) pass */
+    int deny_status;
+    const fy_producer_ops_t *handler_producer; /* borrowed: stopped on a denial */
+    fy_defer_t resp_defer;
 } waf_tx_t;
 
 static const fy_layer_ops_t waf_layer_ops;
@@ -101,6 +109,7 @@ static void tx_cleanup(void *arg)
     waf_tx_t *tx = arg;
     fy_exchange_t *ex = tx->ex;
     fy_defer_cancel(ex->ctx->loop, &tx->defer);
+    if (tx->resp_defer.cb) fy_defer_cancel(ex->ctx->loop, &tx->resp_defer);
     if (tx->matched) {
         fy_counter_inc(tx->f->c_detected);
         /* the audit log entry carries the status the client got */
@@ -110,25 +119,33 @@ static void tx_cleanup(void *arg)
     msc_transaction_cleanup(tx->t);
 }
 
-/* The exchange is denied when ModSecurity asks for it: answer and count. true when it did. */
-static bool intervene(waf_tx_t *tx)
+/* ModSecurity asks for a denial: log and count it, and its status into *status. */
+static bool denied(waf_tx_t *tx, int *status)
 {
     ModSecurityIntervention it = {.status = 200};
     if (!msc_intervention(tx->t, &it)) return false;
-    int status = it.status >= 400 && it.status <= 599 ? it.status : tx->f->status;
+    *status = it.status >= 400 && it.status <= 599 ? it.status : tx->f->status;
     if (it.log) {
         const char *id, *m;
         size_t il, ml;
         fy__waf_log_fields(it.log, &id, &il, &m, &ml);
         char mb[256];
-        fy_warn("waf: %s: blocked %d by rule %.*s: %s (matched: %s)", tx->f->where, status, (int)il,
-                id, printable(mb, sizeof mb, m, ml), tx->idlen ? tx->ids : "-");
+        fy_warn("waf: %s: blocked %d by rule %.*s: %s (matched: %s)", tx->f->where, *status,
+                (int)il, id, printable(mb, sizeof mb, m, ml), tx->idlen ? tx->ids : "-");
     }
     free(it.log);
     free(it.url);
-    tx->state = S_DONE;
     tx->matched = true;
     fy_counter_inc(tx->f->c_blocked);
+    return true;
+}
+
+/* The request is denied when ModSecurity asks for it: answer. true when it did. */
+static bool intervene(waf_tx_t *tx)
+{
+    int status;
+    if (!denied(tx, &status)) return false;
+    tx->state = S_DONE;
     if (tx->end)
         fy_exchange_fail(tx->ex, status, "waf: denied");
     else
@@ -203,7 +220,64 @@ static void layer_read_body(fy_sink_layer_t *l, fy_exchange_t *ex)
     if (!tx->defer.queued) fy_defer(ex->ctx->loop, &tx->defer);
 }
 
-static const fy_layer_ops_t waf_layer_ops = {.name = "waf", .read_body = layer_read_body};
+/* ---- response phase (response: true) ---- */
+
+/* After the handler's send returned: stop it and answer the error instead. */
+static void resp_takeover(fy_defer_t *d)
+{
+    waf_tx_t *tx = d->data;
+    fy_exchange_t *ex = tx->ex;
+    const fy_producer_ops_t *hp = tx->handler_producer;
+    if (hp && hp->stop) hp->stop(ex);
+    tx->passing = true;
+    fy_exchange_fail(ex, tx->deny_status, "waf: response denied");
+}
+
+/* Phase 3 on the response head; true when the handler's send must be dropped. */
+static bool judge_head(waf_tx_t *tx, fy_exchange_t *ex)
+{
+    tx->head_seen = true;
+    const fy_response_t *r = &ex->res;
+    for (size_t i = 0; i < r->headers.n; i++)
+        msc_add_n_response_header(
+            tx->t, (const unsigned char *)r->headers.v[i].name.p, r->headers.v[i].name.len,
+            (const unsigned char *)r->headers.v[i].value.p, r->headers.v[i].value.len);
+    msc_process_response_headers(tx->t, r->status, "HTTP 1.1");
+    if (ex->head_sent || !denied(tx, &tx->deny_status)) {
+        tx->passing = true;
+        return false;
+    }
+    tx->dropping = true;
+    tx->handler_producer = ex->producer;
+    tx->resp_defer.cb = resp_takeover;
+    tx->resp_defer.data = tx;
+    fy_defer(ex->ctx->loop, &tx->resp_defer);
+    return true;
+}
+
+static bool drop_send(waf_tx_t *tx, fy_exchange_t *ex)
+{
+    if (tx->passing || !tx->f->response) return false;
+    if (tx->dropping) return true;
+    return judge_head(tx, ex);
+}
+
+static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                       int state)
+{
+    if (drop_send((waf_tx_t *)l, ex)) return;
+    fy_layer_next_send(l, ex, bufs, n, state);
+}
+
+static void layer_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
+                            int state)
+{
+    if (drop_send((waf_tx_t *)l, ex)) return;
+    fy_layer_next_send_file(l, ex, fd, off, len, state);
+}
+
+static const fy_layer_ops_t waf_layer_ops = {
+    .name = "waf", .send = layer_send, .send_file = layer_send_file, .read_body = layer_read_body};
 
 static const char *http_version(int v)
 {
@@ -273,12 +347,14 @@ static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
     msc_process_request_headers(tx->t);
     if (intervene(tx)) return FY_FILTER_DONE;
 
+    if (f->response || !tx->end)
+        fy_exchange_push_layer(ex, &tx->layer, &waf_layer_ops, FY_STAGE_WAF);
     if (tx->end) {
+        tx->state = S_DONE;
         msc_process_request_body(tx->t); /* phase 2 runs anyway: the CRS decides there */
         return intervene(tx) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
     tx->state = S_BODY;
-    fy_exchange_push_layer(ex, &tx->layer, &waf_layer_ops, FY_STAGE_WAF);
     fy_exchange_read_body(ex, on_body);
     return FY_FILTER_WAIT;
 }
@@ -359,6 +435,7 @@ fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nw
     f->overflow = c->body_overflow;
     f->body_limit = (size_t)c->body_limit;
     f->status = (int)c->status;
+    f->response = c->response;
     snprintf(f->where, sizeof f->where, "%s", where);
     f->nms = nworkers > 0 ? nworkers : 1;
     f->ms = fy_xcalloc((size_t)f->nms, sizeof *f->ms);

@@ -96,6 +96,14 @@ const fy_conf_directive_t fy_waf_conf_table[] = {
      .enums = overflows,
      .doc = "A request body longer than `body-limit`: `reject` answers 413; `pass` inspects "
             "the first `body-limit` bytes and streams the rest uninspected."},
+    {.key = "response",
+     .type = FY_CT_BOOL,
+     .offset = W(response),
+     .dflt = "false",
+     .doc = "Also run the response-header rules (phase 3: `RESPONSE_HEADERS`, "
+            "`RESPONSE_STATUS`) before the head leaves; a denial replaces the response with the "
+            "rule's status. Response bodies are not inspected, so the CRS's outbound rules (which "
+            "read them) do not run."},
     {.key = "audit-log",
      .type = FY_CT_STRING,
      .offset = W(audit_log),

@@ -21,6 +21,7 @@ typedef struct fy_waf_conf {
     int64_t inbound_threshold; /* `inbound-threshold`: CRS inbound anomaly score that blocks */
     uint64_t body_limit;       /* `body-limit`: request body bytes inspected */
     int body_overflow;         /* `body-overflow`: enum fy_waf_overflow */
+    bool response;             /* `response`: also run the response-header rules (phase 3) */
     char *audit_log;           /* `audit-log`: JSON audit log file, or NULL */
     bool crs;                  /* `crs`: load the OWASP Core Rule Set */
     char *crs_setup;           /* `crs-setup`: the CRS setup file */
