@@ -178,7 +178,7 @@ static int add_waf(const fy_config_t *cfg, const fy_waf_conf_t *c, const char *w
     snprintf(label, sizeof label, "%s%s%s", where, c->name ? " " : "", c->name ? c->name : "");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN); /* `workers: auto`, as server.c counts them */
     int nw = cfg->workers > 0 ? (int)cfg->workers : ncpu > 0 ? (int)ncpu : 1;
-    fy_filter_t *f = fy_waf_filter_new(c, label, nw, err, sizeof err);
+    fy_filter_t *f = fy_waf_filter_new(c, label, nw, cfg, err, sizeof err);
     if (!f) {
         fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
         return -1;

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <glob.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,16 @@ typedef struct waf_filter {
     bool response; /* run the response-header phase (3) */
     char where[96];
     fy_counter_id_t c_blocked, c_detected, c_overflow;
+    /* sharing: identical `waf:` blocks of one generation use one filter (one rule set) */
+    const void *gen;         /* borrowed: the generation's identity (its config) */
+    char *sig;               /* owned: everything the rule set and the filter depend on */
+    struct waf_filter *next; /* in the registry of live filters */
 } waf_filter_t;
+
+/* Live filters. Built on the main thread; a generation may be freed by the worker that drops
+   its last reference, hence the lock. */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static waf_filter_t *registry;
 
 /* Where an exchange's request stands. */
 enum waf_state {
@@ -362,6 +372,14 @@ static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
 static void waf_destroy(fy_filter_t *base)
 {
     waf_filter_t *f = (waf_filter_t *)base;
+    pthread_mutex_lock(&registry_mu);
+    for (waf_filter_t **pp = &registry; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    pthread_mutex_unlock(&registry_mu);
+    free(f->sig);
     if (f->rules) msc_rules_cleanup(f->rules);
     for (int i = 0; i < f->nms; i++)
         if (f->ms[i]) msc_cleanup(f->ms[i]);
@@ -425,11 +443,41 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nworkers, char *err,
-                               size_t errlen)
+fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nworkers,
+                               const void *gen, char *err, size_t errlen)
 {
+    /* the signature: the directives made from the config, the files, and the filter's own
+       settings (the mode is in the base directives) */
+    char base[4096], crs[1024];
+    if (fy__waf_base_rules(c, base, sizeof base) < 0 ||
+        fy__waf_crs_settings(c, crs, sizeof crs) < 0) {
+        snprintf(err, errlen, "waf settings too long");
+        return NULL;
+    }
+    size_t cap = strlen(base) + strlen(crs) + 256;
+    cap += (c->crs_setup ? strlen(c->crs_setup) : 0) + (c->crs_rules ? strlen(c->crs_rules) : 0);
+    for (size_t i = 0; i < c->rules.n; i++) cap += strlen(c->rules.v[i]) + 1;
+    char *sig = fy_xmalloc(cap);
+    int k = snprintf(sig, cap, "%s%s|%d|%s|%s|%d|%d|%zu|%d|%d|", base, c->crs ? crs : "", c->crs,
+                     c->crs ? c->crs_setup : "", c->crs ? c->crs_rules : "", c->body_overflow,
+                     (int)c->status, (size_t)c->body_limit, c->response, nworkers);
+    for (size_t i = 0; i < c->rules.n && k > 0 && (size_t)k < cap; i++)
+        k += snprintf(sig + k, cap - (size_t)k, "%s\n", c->rules.v[i]);
+    if (gen) {
+        pthread_mutex_lock(&registry_mu);
+        waf_filter_t *same = registry;
+        while (same && (same->gen != gen || strcmp(same->sig, sig))) same = same->next;
+        pthread_mutex_unlock(&registry_mu);
+        if (same) {
+            fy_info("waf: %s: the rules of %s (identical settings)", where, same->where);
+            free(sig);
+            return &same->base;
+        }
+    }
+
     double t0 = now_ms();
     waf_filter_t *f = fy_xcalloc(1, sizeof *f);
+    f->sig = sig;
     f->base.ops = &waf_ops;
     f->mode = c->mode;
     f->overflow = c->body_overflow;
@@ -454,12 +502,7 @@ fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nw
         goto fail;
     }
 
-    char base[4096];
     int count = 0;
-    if (fy__waf_base_rules(c, base, sizeof base) < 0) {
-        snprintf(err, errlen, "waf settings too long");
-        goto fail;
-    }
     if (add_rules(f, NULL, base, err, errlen, &count) < 0) goto fail;
     if (c->crs && add_crs(f, c, err, errlen, &count) < 0) goto fail;
     for (size_t i = 0; i < c->rules.n; i++)
@@ -471,6 +514,11 @@ fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *c, const char *where, int nw
     f->c_detected = fy_counter_register("ferry_policy_waf_matched_total", labels, FY_COUNTER);
     f->c_overflow =
         fy_counter_register("ferry_policy_waf_body_over_limit_total", labels, FY_COUNTER);
+    f->gen = gen;
+    pthread_mutex_lock(&registry_mu);
+    f->next = registry;
+    registry = f;
+    pthread_mutex_unlock(&registry_mu);
     fy_info("waf: %s: %s, %d rules (%s) loaded in %.0f ms", where,
             c->mode == FY_WAF_DETECTION ? "detection" : "blocking", count,
             c->crs ? "CRS" : "no CRS", now_ms() - t0);

@@ -29,8 +29,10 @@
 /* The filter for `conf` (borrowed during the call only), for exchanges of workers
  * 0..nworkers-1 (others are answered 500). Loads the rules now and logs how many and how long
  * it took; NULL with "FILE: reason" in err when one does not load. `where` names it in logs
- * ("routes[0]"). The filter holds no reference yet. Main thread. */
+ * ("routes[0]"). `gen` (may be NULL) identifies the configuration generation: a second call
+ * with the same gen and identical settings returns the first filter (another chain then holds
+ * it) instead of loading the rules again. A new filter holds no reference yet. Main thread. */
 fy_filter_t *fy_waf_filter_new(const fy_waf_conf_t *conf, const char *where, int nworkers,
-                               char *err, size_t errlen);
+                               const void *gen, char *err, size_t errlen);
 
 #endif
