@@ -346,5 +346,10 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .offset = L(rate_limit),
      .doc = "Name of a top-level `rate-limits` entry applied to every request of this listener "
             "(intercepted flows included; a CONNECT is a request) before routing."},
+    {.key = "waf",
+     .type = FY_CT_STRING,
+     .offset = L(waf),
+     .doc = "Name of a top-level `waf-policies` entry (ModSecurity + CRS) run on every request "
+            "of this listener, intercepted flows included, before the route's filters."},
     {.key = NULL, .check = check_listener},
 };

@@ -50,6 +50,7 @@ typedef struct fy_listener_conf {
     char *cidr;          /* `cidr`: a cidr-lists entry */
     char *client_limits; /* `client-limits`: a client-limits entry */
     char *rate_limit;    /* `rate-limit`: a rate-limits entry */
+    char *waf;           /* `waf`: a waf-policies entry */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

@@ -168,7 +168,8 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, limits, http2, "
+               "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, waf-policies, "
+               "limits, http2, "
                "quic, log, tracing, intercept, admin, inspector, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
@@ -177,7 +178,7 @@ static void test_top_level(void)
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
                "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
-               "compress, cidr, "
+               "compress, waf, cidr, "
                "rate-limit, client-limits, capture, webtransport, cache)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
@@ -187,7 +188,7 @@ static void test_top_level(void)
         "listeners:\n  - address: :80\n    cert: x\n",
         "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
         "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share, "
-        "cidr, client-limits, rate-limit)\n");
+        "cidr, client-limits, rate-limit, waf)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -293,10 +294,11 @@ static void test_listeners(void)
     }
     fy_config_free(c);
 
-    CHECK_FAIL("listeners:\n  - listen: :80\n",
-               "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n"
-               "c.yaml:2:5: listeners[0].address: is required\n");
+    CHECK_FAIL(
+        "listeners:\n  - listen: :80\n",
+        "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf\n"
+        "c.yaml:2:5: listeners[0].address: is required\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
                "HOST:PORT with a numeric host, like 127.0.0.1:8080, [::1]:8443 or :8080\n");
@@ -665,10 +667,11 @@ static void test_file_and_doc(void)
     CHECK(fy_config_load_file(path, f) == NULL);
     fclose(f);
     char want[512];
-    snprintf(want, sizeof want,
-             "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n",
-             path);
+    snprintf(
+        want, sizeof want,
+        "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf\n",
+        path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
     fputs(L1, f);
