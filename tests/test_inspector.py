@@ -459,6 +459,8 @@ def test_inspector_https_interception_h1_and_h2(server, certs, nginx):  # noqa: 
     d = detail(srv, got[0]["id"])
     assert d["scheme"] == "https" and d["host"] == f"localhost:{nginx.tls_port}"
     assert d["response"]["text"] == "hello from nginx\n"
+    # the client's HTTP/2 stream id (curl's first stream is 1); HTTP/1.1 has none
+    assert got[0]["stream"] == 1 and d["stream"] == 1 and got[1]["stream"] == 0
 
 
 def test_inspector_doc_samples_pass_check(tmp_path):
@@ -555,3 +557,54 @@ def test_inspector_survives_reload(insp):
     s = wait_handled(insp, 2)
     assert s["stored"] == 2 and s["last"] == 2
     assert [f["path"] for f in flows(insp)] == ["/echo", "/data.json"]
+
+
+def test_inspector_timings_in_detail_and_har(insp):
+    """Each proxied flow records how its origin connection was made: the first on a fresh
+    connection (connect measured, no TLS on plain HTTP), the next on the pooled one (connect,
+    TLS and DNS did not happen: -1). HAR timings carry them (connect includes ssl)."""
+    keep = http.client.HTTPConnection("127.0.0.1", insp.port, timeout=bound(20))
+    assert via_proxy(insp, "/data.json", keep=keep)[0] == 200
+    assert via_proxy(insp, "/rp/ok.txt", keep=keep)[0] == 200
+    keep.close()
+    wait_handled(insp, 2)
+    second, first = flows(insp)
+    t1, t2 = detail(insp, first["id"])["timings"], detail(insp, second["id"])["timings"]
+    assert t1["connect"] is not None and t1["connect"] >= 0 and t1["tls"] == -1
+    assert t1["dns"] is not None and t1["dns"] >= 0 and t1["wait"] is not None
+    assert t2["connect"] == -1 and t2["tls"] == -1 and t2["dns"] == -1
+    assert {"first_byte", "total"} <= set(t1)
+    entries = check_har(jget(insp, f"/api/export.har?ids={first['id']},{second['id']}"))
+    h1, h2 = (e["timings"] for e in entries)
+    assert h1["connect"] >= 0 and h1["ssl"] == -1 and h1["dns"] >= 0
+    assert h2["connect"] == -1 and h2["ssl"] == -1 and h2["dns"] == -1
+    for e in entries:
+        assert all(v == -1 or v >= 0 for v in e["timings"].values())
+    # imported back, the timings come along
+    doc = {"log": {"version": "1.2", "creator": {"name": "t", "version": "1"}, "entries": entries}}
+    st, _, out = api(insp, "/api/import", "POST", body=json.dumps(doc).encode())
+    assert st == 200 and json.loads(out) == {"imported": 2}
+    imp = detail(insp, flows(insp)[1]["id"])
+    assert "imported" in imp["flags"] and imp["timings"]["connect"] == t1["connect"]
+
+
+def test_inspector_python_export_runs(insp):
+    """Copy as Python: the snippet is valid Python that sends the same request (method,
+    headers, body) and prints the response; run here against the origin listener."""
+    body = b'{"q": "it\'s \\"quoted\\"", "bin": "\xc3\xa9"}'
+    st, _ = via_proxy(insp, "/echo?a=1", "PUT", body=body,
+                      headers={"Content-Type": "application/json", "X-Quote": "a'b\"c"})
+    assert st == 200
+    wait_handled(insp, 1)
+    fid = flows(insp)[0]["id"]
+    st, h, src = api(insp, f"/api/flows/{fid}/python")
+    assert st == 200 and h["Content-Type"].startswith("text/x-python")
+    src = src.decode()
+    assert src.isascii() and "urllib.request.Request(" in src and "method='PUT'" in src
+    compile(src, "snippet.py", "exec")
+    p = subprocess.run(["/usr/bin/python3", "-c", src], capture_output=True, timeout=bound(30))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode("utf-8")
+    assert out.startswith("200 ")
+    assert body.decode("utf-8") in out  # /echo answers the body it got
+    assert api(insp, "/api/flows/424242/python")[0] == 404

@@ -220,12 +220,19 @@
     body($('res-body'), f.response, id, 'response');
     $('har-one').href = api('/api/export.har', { ids: String(id) });
     $('har-one').setAttribute('download', 'flow-' + id + '.har');
+    const t = f.timings || {};
+    const ms = (v) => v === null || v === undefined ? 'not measured' : v < 0 ? '- (none: reused or not needed)' : v + ' ms';
     headers($('timing'), [
       ['started', new Date(f.time).toISOString()],
+      ['DNS', ms(t.dns)], ['connect', ms(t.connect)], ['TLS', ms(t.tls)],
+      ['origin wait', ms(t.wait)],
       ['first byte', f.ttfb + ' ms'], ['total', f.duration + ' ms'],
       ['protocol', f.protocol + (f.stream ? ' stream ' + f.stream : '')],
       ['request body', f.request.size + ' bytes'], ['response body', f.response.size + ' bytes'],
       ['flags', f.flags.join(', ') || '-']]);
+    const tls = Object.entries(f.tls || {});
+    $('tls-pane').hidden = tls.length === 0;
+    headers($('tls'), tls);
   }
 
   $('close').addEventListener('click', () => { $('detail').hidden = true; current = null; render(); });
@@ -260,6 +267,15 @@
   });
   $('curl').addEventListener('click', async () => {
     const r = await fetch(api('/api/flows/' + detail.id + '/curl'));
+    const s = await r.text();
+    const pre = $('curl-out');
+    pre.textContent = s;
+    pre.hidden = false;
+    try { await navigator.clipboard.writeText(s); } catch (e) { /* shown instead */ }
+  });
+
+  $('python').addEventListener('click', async () => {
+    const r = await fetch(api('/api/flows/' + detail.id + '/python'));
     const s = await r.text();
     const pre = $('curl-out');
     pre.textContent = s;

@@ -23,7 +23,8 @@
  * u64 id, i64 start_us, u32 duration_ms, u32 ttfb_ms, u32 status, u32 version, u32 stream_id,
  * u32 flags, u64 req_size, u64 res_size, u32 n_req_headers, u32 n_res_headers, then strings as
  * u32 length + bytes: method, scheme, authority, target, error, the request headers (name,
- * value)..., the response headers, the request body, the response body. */
+ * value)..., the response headers, the request body, the response body; then, optionally (a
+ * record that ends here has none), u32 n_meta and the meta (name, value) strings. */
 #define REC_MAGIC "FYR1"
 #define REC_FIXED (8 + 8 + 8 + 4 * 6 + 8 + 8 + 4 + 4)
 #define REC_MAX (256u << 20) /* a record longer than this is corrupt */
@@ -394,7 +395,22 @@ static int decode(char *buf, size_t n, fy_cs_loaded_t *out)
     f->n_res_headers = ns;
     f->req_body = rstr(&r);
     f->res_body = rstr(&r);
+    uint32_t nm = r.i < n ? ru32(&r) : 0;
+    if (!r.bad && nm && nm <= n / 8) {
+        fy_cs_header_t *m = fy_xcalloc(nm, sizeof *m);
+        for (uint32_t i = 0; i < nm; i++) {
+            m[i].name = rstr(&r);
+            m[i].value = rstr(&r);
+        }
+        out->meta = m;
+        f->meta = m;
+        f->n_meta = nm;
+    } else if (nm) {
+        r.bad = true;
+    }
     if (r.bad) {
+        free(out->meta);
+        out->meta = NULL;
         free(out->hdrs);
         out->hdrs = NULL;
         return -EIO;
@@ -407,6 +423,7 @@ void fy_cs_loaded_free(fy_cs_loaded_t *l)
 {
     free(l->buf);
     free(l->hdrs);
+    free(l->meta);
     memset(l, 0, sizeof *l);
 }
 
@@ -525,6 +542,13 @@ static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
                                   : NULL;
         bstr(b, r ? fy_str(r, rl) : body);
         free(r);
+    }
+    if (f->n_meta) {
+        bu32(b, (uint32_t)f->n_meta);
+        for (size_t i = 0; i < f->n_meta; i++) {
+            bstr(b, f->meta[i].name);
+            bstr(b, f->meta[i].value);
+        }
     }
     uint32_t len = (uint32_t)(b->len - start);
     memcpy(b->p + start + 4, &len, 4);
@@ -704,6 +728,8 @@ static size_t flow_bytes(const fy_cs_flow_t *f)
         n += f->req_headers[i].name.len + f->req_headers[i].value.len;
     for (size_t i = 0; i < f->n_res_headers; i++)
         n += f->res_headers[i].name.len + f->res_headers[i].value.len;
+    n += f->n_meta * sizeof(fy_cs_header_t);
+    for (size_t i = 0; i < f->n_meta; i++) n += f->meta[i].name.len + f->meta[i].value.len;
     return n;
 }
 
@@ -735,7 +761,7 @@ int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
     q->bytes = sizeof *q + n;
     q->f = *f;
     fy_cs_flow_t *g = &q->f;
-    size_t nh = f->n_req_headers + f->n_res_headers;
+    size_t nh = f->n_req_headers + f->n_res_headers + f->n_meta;
     fy_cs_header_t *h = (fy_cs_header_t *)(q + 1);
     char *at = (char *)(h + nh);
     for (size_t i = 0; i < f->n_req_headers; i++) {
@@ -746,8 +772,14 @@ int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
         h[f->n_req_headers + i].name = cp(&at, f->res_headers[i].name);
         h[f->n_req_headers + i].value = cp(&at, f->res_headers[i].value);
     }
+    fy_cs_header_t *m = h + f->n_req_headers + f->n_res_headers;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        m[i].name = cp(&at, f->meta[i].name);
+        m[i].value = cp(&at, f->meta[i].value);
+    }
     g->req_headers = h;
     g->res_headers = h + f->n_req_headers;
+    g->meta = m;
     g->method = cp(&at, f->method);
     g->scheme = cp(&at, f->scheme);
     g->authority = cp(&at, f->authority);

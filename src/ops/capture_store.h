@@ -60,7 +60,18 @@ typedef struct fy_cs_flow {
     size_t n_req_headers, n_res_headers;
     fy_str_t req_body, res_body; /* what was kept (up to body_cap) */
     uint64_t req_size, res_size; /* whole body sizes */
+    /* Named facts about the flow, "name" → "value" (FY_CS_META_* below): timings in µs, TLS
+       details, WebSocket messages... Stored as given (no redaction: callers put no secrets). */
+    const fy_cs_header_t *meta;
+    size_t n_meta;
 } fy_cs_flow_t;
+
+/* Meta names the inspector writes (values are decimal µs for the timings; absent: unknown,
+   "-1": did not happen, e.g. a reused connection has no connect). */
+#define FY_CS_META_DNS "t.dns"
+#define FY_CS_META_CONNECT "t.connect"
+#define FY_CS_META_TLS "t.tls"
+#define FY_CS_META_WAIT "t.wait" /* the request sent to the origin to its response head */
 
 enum {
     FY_CS_REQ_TRUNCATED = 1, /* req_body is a prefix of req_size bytes */
@@ -124,6 +135,7 @@ typedef struct fy_cs_loaded {
     fy_cs_flow_t f;
     char *buf;
     fy_cs_header_t *hdrs; /* owned: both header arrays */
+    fy_cs_header_t *meta; /* owned, or NULL */
 } fy_cs_loaded_t;
 
 /* Read flow `id` from its segment. 0, -ENOENT (not stored or deleted), -EIO (unreadable). */

@@ -345,5 +345,9 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.res_size = ex->bytes_sent > c->res_seen ? ex->bytes_sent : c->res_seen;
     if (c->max && f.req_size > c->req_len) f.flags |= FY_CS_REQ_TRUNCATED;
     if (c->max && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
+    f.stream_id = ex->stream_id;
+    fy_cs_header_t meta[FY__INSP_MAX_META];
+    f.meta = meta;
+    f.n_meta = fy__insp_meta(ex, meta, FY__INSP_MAX_META);
     fy_cs_submit(ins->store, &f);
 }

@@ -296,6 +296,8 @@ static void flow_json(fy__sb_t *b, const fy_cs_flow_t *f)
     fy__sb_json(b, f->error.p, f->error.len);
     fy__sb_puts(b, ", \"flags\": ");
     flags_json(b, f->flags);
+    fy__sb_puts(b, ", ");
+    fy__insp_meta_json(b, f);
     fy__sb_puts(b, ",\n \"request\": {\"headers\": ");
     headers_json(b, f->req_headers, f->n_req_headers);
     fy__sb_puts(b, ", \"type\": ");
@@ -615,6 +617,11 @@ int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
             fy__sb_t b = {0};
             curl_cmd(&b, &l.f);
             respond(o, 200, "text/plain; charset=utf-8", NULL, b.p, b.len);
+            free(b.p);
+        } else if (strcmp(end, "/python") == 0) {
+            fy__sb_t b = {0};
+            fy__insp_python(&b, &l.f);
+            respond(o, 200, "text/x-python; charset=utf-8", NULL, b.p, b.len);
             free(b.p);
         } else if (strcmp(end, "/har") == 0) {
             fy__sb_t b = {0};

@@ -51,6 +51,18 @@ void fy__insp_break_list(fy_inspector_t *ins, struct fy__sb *b);
 int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, bool drop, const char *headers);
 void fy__insp_break_free(fy_inspector_t *ins);
 
+/* inspector_meta.c: the flow's named facts (timings, TLS) as meta pairs, strings in ex's
+   arena. The number of pairs written (at most max). */
+#define FY__INSP_MAX_META 24
+size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max);
+/* Flow f's meta `name`: true and *out, or false when absent. */
+bool fy__insp_meta_get(const fy_cs_flow_t *f, const char *name, fy_str_t *out);
+/* A timing meta in ms: -1 it did not happen, -2 unknown. */
+double fy__insp_meta_ms(const fy_cs_flow_t *f, const char *name);
+/* `"timings": {...}, "tls": {...}` (members of the flow's JSON object, no comma around). */
+struct fy__sb;
+void fy__insp_meta_json(struct fy__sb *b, const fy_cs_flow_t *f);
+
 /* inspector_http.c: serve the listener until stopping (the thread's body). */
 void *fy__insp_http_main(void *arg);
 
@@ -88,6 +100,9 @@ void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f);
 /* Import a HAR document: every entry becomes a stored flow (flag FY_CS_IMPORTED). The number
    imported, or -1 with *err (static) when the document is not a HAR log. */
 long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const char **err);
+
+/* inspector_export.c: flow f's request as a Python (urllib) snippet. */
+void fy__insp_python(struct fy__sb *b, const fy_cs_flow_t *f);
 
 /* inspector_replay.c: send flow f again (through the intercepting listener when there is one,
    else straight to its origin), with its edits applied by the caller. The response status, or

@@ -1,0 +1,103 @@
+/* The named facts of a flow the store keeps beside its heads and bodies (capture_store.h,
+ * "meta"): the origin side's timings and, for intercepted flows, the TLS of both sides and the
+ * certificate we forged. Worker's thread, at the end of the exchange. */
+#include "ops/inspector_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+#include "handler/mitm.h"
+
+static void put(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
+                const char *value)
+{
+    if (*n >= max || !value || !*value) return;
+    size_t vl = strlen(value);
+    m[*n].name = fy_str(name, strlen(name));
+    m[*n].value = fy_str(fy_arena_strndup(ex->arena, value, vl), vl);
+    (*n)++;
+}
+
+static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
+                   int32_t us)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", us < 0 ? -1 : us);
+    put(ex, m, n, max, name, v);
+}
+
+size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
+{
+    size_t n = 0;
+    if (ex->timing.dns_set) put_us(ex, meta, &n, max, FY_CS_META_DNS, ex->timing.dns_us);
+    if (ex->timing.set) {
+        put_us(ex, meta, &n, max, FY_CS_META_CONNECT, ex->timing.connect_us);
+        put_us(ex, meta, &n, max, FY_CS_META_TLS, ex->timing.tls_us);
+    }
+    if (ex->timing.wait_us > 0) put_us(ex, meta, &n, max, FY_CS_META_WAIT, ex->timing.wait_us);
+    return n;
+}
+
+bool fy__insp_meta_get(const fy_cs_flow_t *f, const char *name, fy_str_t *out)
+{
+    size_t nl = strlen(name);
+    for (size_t i = 0; i < f->n_meta; i++)
+        if (f->meta[i].name.len == nl && memcmp(f->meta[i].name.p, name, nl) == 0) {
+            *out = f->meta[i].value;
+            return true;
+        }
+    return false;
+}
+
+double fy__insp_meta_ms(const fy_cs_flow_t *f, const char *name)
+{
+    fy_str_t v;
+    if (!fy__insp_meta_get(f, name, &v) || v.len == 0 || v.len > 15) return -2;
+    char buf[16];
+    memcpy(buf, v.p, v.len);
+    buf[v.len] = 0;
+    long us = strtol(buf, NULL, 10);
+    return us < 0 ? -1 : (double)us / 1000.0;
+}
+
+static void ms_json(fy__sb_t *b, double ms)
+{
+    if (ms <= -2)
+        fy__sb_puts(b, "null");
+    else if (ms < 0)
+        fy__sb_puts(b, "-1");
+    else
+        fy__sb_printf(b, "%.3f", ms);
+}
+
+void fy__insp_meta_json(fy__sb_t *b, const fy_cs_flow_t *f)
+{
+    static const struct {
+        const char *key, *meta;
+    } t[] = {{"dns", FY_CS_META_DNS},
+             {"connect", FY_CS_META_CONNECT},
+             {"tls", FY_CS_META_TLS},
+             {"wait", FY_CS_META_WAIT}};
+    fy__sb_puts(b, "\"timings\": {");
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        fy__sb_printf(b, "\"%s\": ", t[i].key);
+        ms_json(b, fy__insp_meta_ms(f, t[i].meta));
+        fy__sb_puts(b, ", ");
+    }
+    fy__sb_printf(b, "\"first_byte\": %u, \"total\": %u}", f->ttfb_ms, f->duration_ms);
+    /* the rest (TLS, ...) by name, without the prefix: {"tls": {"sni": ...}} */
+    fy__sb_puts(b, ", \"tls\": {");
+    bool first = true;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        fy_str_t n = f->meta[i].name;
+        if (n.len < 5 || memcmp(n.p, "tls.", 4) != 0) continue;
+        if (!first) fy__sb_puts(b, ", ");
+        first = false;
+        fy__sb_json(b, n.p + 4, n.len - 4);
+        fy__sb_puts(b, ": ");
+        fy__sb_json(b, f->meta[i].value.p, f->meta[i].value.len);
+    }
+    fy__sb_puts(b, "}");
+}
