@@ -73,7 +73,13 @@ const { chromium } = require('playwright-core');
     out.reqUA = await ui.textContent('#req-headers tr[data-name="user-agent"] td:nth-child(2)');
     out.resBody = JSON.parse(await ui.textContent('#res-body pre'));
     out.pretty = (await ui.textContent('#res-body pre')).includes('\n  ');
+    out.timingRows = await ui.evaluate(() => [...document.querySelectorAll('#timing tr')]
+      .map((r) => r.children[0].textContent));
     await ui.screenshot({ path: shots + '/inspector-detail.png' });
+    // Copy as Python: the snippet is shown (the clipboard may be denied headless)
+    await ui.click('#python');
+    await ui.waitForFunction(() => !document.getElementById('curl-out').hidden, null, { timeout: 20000 });
+    out.python = await ui.textContent('#curl-out');
 
     // replay: the UI says so and the new flow shows up in the (filtered) list
     await ui.click('#replay');
@@ -115,6 +121,24 @@ const { chromium } = require('playwright-core');
     await ui.click('.held-item button.release');
     const file = await (await dl).path();
     out.heldBody = require('fs').readFileSync(file, 'utf8');
+    await ui.waitForFunction(() => document.getElementById('held').hidden, null, { timeout: 20000 });
+
+    // response breakpoint: hold the origin's JSON, replace its body in the UI, release
+    await ui.fill('#bp', '');
+    await ui.click('#bp-set');
+    await ui.fill('#bp-res', '~u /data.json & ~c 200');
+    await ui.click('#bp-res-set');
+    await ui.waitForFunction(() => document.getElementById('bp-res').classList.contains('on'), null, { timeout: 20000 });
+    const rpage = await webCtx.newPage();
+    const rdone = rpage.goto(pageUrl.replace('page.html', 'data.json?held=1'), { timeout: 30000 });
+    await ui.waitForSelector('.held-item[data-phase=response] textarea.body', { timeout: 20000 });
+    out.heldResWhat = await ui.textContent('.held-item .what');
+    await ui.fill('.held-item textarea.body', '{"edited": "in the UI"}');
+    await ui.screenshot({ path: shots + '/inspector-response-breakpoint.png' });
+    await ui.click('.held-item button.release');
+    const rresp = await rdone;
+    out.heldResStatus = rresp.status();
+    out.heldResBody = await rresp.text();
     await ui.waitForFunction(() => document.getElementById('held').hidden, null, { timeout: 20000 });
     out.ok = true;
   } catch (e) {

@@ -608,3 +608,79 @@ def test_inspector_python_export_runs(insp):
     assert out.startswith("200 ")
     assert body.decode("utf-8") in out  # /echo answers the body it got
     assert api(insp, "/api/flows/424242/python")[0] == 404
+
+
+def test_inspector_response_breakpoints(server):
+    """A response breakpoint holds matching responses before their head reaches the client:
+    released with an edited status and header the client (and the store) get the edit;
+    released with a new body the client gets that body; dropped the client gets 502;
+    unanswered it goes on unchanged after breakpoint-timeout. The request breakpoint is a
+    separate filter."""
+    import threading
+    srv = server(CFG + "  breakpoint-timeout: 1s\n")
+    (srv.docroot / "data.json").write_text('{"items": [1, 2, 3]}')
+    st, _, out = api(srv, "/api/breakpoint", "POST", body=b"response=~c+(")
+    assert st == 400 and "at" in json.loads(out)
+    out = jget(srv, "/api/breakpoint", method="POST",
+               body=urllib.parse.urlencode({"response": "~u /data.json & ~c 200 & ~t json"}).encode())
+    assert out["response"] == "~u /data.json & ~c 200 & ~t json" and out["filter"] == ""
+    results = {}
+
+    def client(key, path="/data.json"):
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=bound(30))
+        c.request("GET", f"http://127.0.0.1:{srv.ports[2]}{path}")
+        r = c.getresponse()
+        results[key] = (r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
+        c.close()
+
+    client("free", "/rp/none.txt")  # not matching: passes at once
+    assert results["free"][0] == 404
+
+    def held_one():
+        h = jget(srv, "/api/breakpoint")["held"]
+        return h[0] if len(h) == 1 else None
+
+    def hold(key):
+        t = threading.Thread(target=client, args=(key,))
+        t.start()
+        h = wait_for(held_one, 20, "a held response")
+        assert h["phase"] == "response" and h["status"] == 200 and h["path"] == "/data.json"
+        assert "json" in hdr(h["headers"], "content-type") and key not in results
+        return t, h
+
+    t, h = hold("edit")
+    headers = "\n".join(f"{n}: {v}" for n, v in h["headers"]) + "\nX-Edited: yes"
+    out = jget(srv, f"/api/held/{h['id']}/release", method="POST",
+               body=urllib.parse.urlencode({"headers": headers, "status": "203"}).encode())
+    assert out == {"released": h["id"]}
+    t.join(bound(30))
+    st, hs, body = results["edit"]
+    assert st == 203 and hs["x-edited"] == "yes" and json.loads(body) == {"items": [1, 2, 3]}
+
+    t, h = hold("body")
+    jget(srv, f"/api/held/{h['id']}/release", method="POST",
+         body=urllib.parse.urlencode({"body": '{"replaced": true}'}).encode())
+    t.join(bound(30))
+    st, hs, body = results["body"]
+    assert st == 200 and body == b'{"replaced": true}' and hs["content-length"] == str(len(body))
+
+    t, h = hold("drop")
+    assert jget(srv, f"/api/held/{h['id']}/drop", method="POST", body=b"") == {"dropped": h["id"]}
+    t.join(bound(30))
+    assert results["drop"][0] == 502 and results["drop"][2] == b""
+
+    t, h = hold("timeout")
+    t.join(bound(30))  # breakpoint-timeout: 1s, then it goes on as it was
+    assert results["timeout"][0] == 200 and json.loads(results["timeout"][2]) == {"items": [1, 2, 3]}
+
+    # the store keeps what the client got
+    wait_handled(srv, 5)
+    got = {f["id"]: f for f in flows(srv, "~u /data.json")}
+    stored = [detail(srv, i) for i in sorted(got)]
+    assert [d["status"] for d in stored] == [203, 200, 502, 200]
+    assert hdr(stored[0]["response"]["headers"], "x-edited") == "yes"
+    assert stored[1]["response"]["text"] == '{"replaced": true}'
+    # cleared: nothing is held any more
+    jget(srv, "/api/breakpoint", method="POST", body=b"response=")
+    client("after")
+    assert results["after"][0] == 200

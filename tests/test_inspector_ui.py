@@ -2,8 +2,9 @@
 playwright-core, installed as tests/test_mitm_chromium.py does): browse a page through the
 intercepting proxy while the UI is open in a second page and see the flows appear; filter
 (and a filter error); open a detail view and read a header and the JSON body; replay; an
-image body shown as an image; a breakpoint holds a request, its header is edited in the UI and
-the origin gets the edit. The list is virtualised: with 3,000 stored flows the page
+image body shown as an image; the detail's timings and Copy as Python; a breakpoint holds a
+request, its header is edited in the UI and the origin gets the edit; a response breakpoint
+holds the origin's answer and the browser gets the body typed in the UI. The list is virtualised: with 3,000 stored flows the page
 holds a few dozen row elements. With FERRY_UPDATE_SCREENSHOTS=1 the screenshots go to docs/img/inspector-*.png
 (docs/INSPECTOR.md shows them)."""
 import json
@@ -69,7 +70,12 @@ def test_inspector_ui_in_chromium(server, nginx, tmp_path):  # noqa: F811
     assert out["replay"] == "replayed: 200"
     assert [f["path"] for f in out["afterReplay"]] == ["/data.json", "/data.json"]
     assert out["image"]
-    assert out["heldWhat"] == f"GET http://127.0.0.1:{nginx.port}/hdr"
+    assert out["heldWhat"] == f"request GET http://127.0.0.1:{nginx.port}/hdr"
     assert "x=edited" in out["heldBody"], out["heldBody"]
-    for name in ("inspector-list.png", "inspector-detail.png", "inspector-breakpoint.png"):
+    assert {"DNS", "connect", "TLS", "origin wait", "first byte", "total"} <= set(out["timingRows"])
+    assert "urllib.request.Request(" in out["python"] and "/data.json" in out["python"]
+    assert out["heldResWhat"].startswith("response 200 to GET http://127.0.0.1:")
+    assert out["heldResStatus"] == 200 and json.loads(out["heldResBody"]) == {"edited": "in the UI"}
+    for name in ("inspector-list.png", "inspector-detail.png", "inspector-breakpoint.png",
+                 "inspector-response-breakpoint.png"):
         assert (shots / name).stat().st_size > 10000

@@ -308,13 +308,35 @@
   function heldItem(h) {
     const d = mk('div', 'held-item');
     d.dataset.id = h.id;
-    d.appendChild(text(mk('div', 'what'), h.method + ' ' + h.scheme + '://' + h.host + h.path));
-    const ta = mk('textarea');
+    d.dataset.phase = h.phase;
+    const resp = h.phase === 'response';
+    d.appendChild(text(mk('div', 'what'), (resp ? 'response ' + h.status + ' to ' : 'request ') +
+                                         h.method + ' ' + h.scheme + '://' + h.host + h.path));
+    let st = null, bd = null;
+    if (resp) {
+      st = mk('input', 'status');
+      st.size = 4;
+      st.value = h.status;
+      st.title = 'status';
+      d.appendChild(st);
+    }
+    const ta = mk('textarea', 'headers');
     ta.rows = Math.min(10, h.headers.length + 1);
     ta.value = h.headers.map(([n, v]) => n + ': ' + v).join('\n');
     d.appendChild(ta);
+    if (resp) {
+      bd = mk('textarea', 'body');
+      bd.rows = 3;
+      bd.placeholder = 'new body (empty: the origin\'s)';
+      d.appendChild(bd);
+    }
     const rel = text(mk('button', 'release'), 'Release');
-    rel.addEventListener('click', () => post('/api/held/' + h.id + '/release', { headers: ta.value }).then(pollHeld));
+    rel.addEventListener('click', () => {
+      const p = { headers: ta.value };
+      if (st && st.value !== String(h.status)) p.status = st.value;
+      if (bd && bd.value) p.body = bd.value;
+      post('/api/held/' + h.id + '/release', p).then(pollHeld);
+    });
     const drop = text(mk('button', 'drop'), 'Drop');
     drop.addEventListener('click', () => post('/api/held/' + h.id + '/drop', {}).then(pollHeld));
     d.appendChild(rel); d.appendChild(drop);
@@ -331,18 +353,21 @@
       $('held-list').appendChild(el);
     }
     $('held').hidden = heldShown.size === 0;
-    $('bp-shown').textContent = j.filter ? '(' + j.filter + ')' : '';
+    $('bp-shown').textContent = [j.filter && 'requests: ' + j.filter, j.response && 'responses: ' + j.response]
+                                  .filter(Boolean).join(', ');
     clearTimeout(bpTimer);
-    if (j.filter || heldShown.size) bpTimer = setTimeout(pollHeld, 500);
+    if (j.filter || j.response || heldShown.size) bpTimer = setTimeout(pollHeld, 500);
   }
-  $('bp-set').addEventListener('click', async () => {
-    const v = $('bp').value.trim();
-    const { ok, j } = await post('/api/breakpoint', { filter: v });
-    $('bp').classList.toggle('bad', !ok);
-    $('bp').classList.toggle('on', ok && !!v);
-    $('bp').title = ok ? (v ? 'holding requests matching ' + v : 'no breakpoint') : j.error;
-    pollHeld();
-  });
+  for (const [input, key, what] of [['bp', 'filter', 'requests'], ['bp-res', 'response', 'responses']]) {
+    $(input + '-set').addEventListener('click', async () => {
+      const v = $(input).value.trim();
+      const { ok, j } = await post('/api/breakpoint', { [key]: v });
+      $(input).classList.toggle('bad', !ok);
+      $(input).classList.toggle('on', ok && !!v);
+      $(input).title = ok ? (v ? 'holding ' + what + ' matching ' + v : 'no breakpoint') : j.error;
+      pollHeld();
+    });
+  }
 
   window.__inspector = { flows: () => flows.length, ready: false };
   reload().then(() => { window.__inspector.ready = true; });

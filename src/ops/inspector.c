@@ -130,7 +130,8 @@ typedef struct cap_filter {
 typedef struct cap_layer {
     fy_sink_layer_t l;
     cap_filter_t *f;
-    bool sampled; /* stored whatever the conditions say */
+    bool sampled;   /* stored whatever the conditions say */
+    bool head_seen; /* the first send went by (a response breakpoint looks at it) */
     size_t max;
     char *req, *res; /* arena, grown by doubling up to max bytes each */
     size_t req_len, res_len, req_cap, res_cap;
@@ -166,8 +167,8 @@ static void keep(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t *len, siz
     *len += k;
 }
 
-static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
-                       int state)
+static void pass(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                 int state)
 {
     cap_layer_t *c = (cap_layer_t *)l;
     for (size_t i = 0; i < n && state != FY_SEND_ERROR; i++)
@@ -176,10 +177,33 @@ static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec
     fy_layer_next_send(l, ex, bufs, n, state);
 }
 
+/* The first send carries the response head: a response breakpoint may hold it there. */
+static bool held_at_head(cap_layer_t *c, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                         int state, fy__insp_pass_fn fn)
+{
+    if (c->head_seen) return false;
+    c->head_seen = true;
+    return fy__insp_break_response(c->f->ins, ex, &c->l, bufs, n, state, fn);
+}
+
+static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                       int state)
+{
+    if (!held_at_head((cap_layer_t *)l, ex, bufs, n, state, pass)) pass(l, ex, bufs, n, state);
+}
+
+static void layer_send_nobody(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs,
+                              size_t n, int state)
+{
+    if (!held_at_head((cap_layer_t *)l, ex, bufs, n, state, fy_layer_next_send))
+        fy_layer_next_send(l, ex, bufs, n, state);
+}
+
 static void layer_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
                             int state)
 {
     cap_layer_t *c = (cap_layer_t *)l;
+    c->head_seen = true; /* files are not held (their bytes are not the handler's to lend) */
     if (c->max && c->res_len < c->max && len) {
         size_t want = reserve(c, ex, &c->res, c->res_len, &c->res_cap, len);
         ssize_t got = pread(fd, c->res + c->res_len, want, off);
@@ -216,7 +240,8 @@ static const fy_layer_ops_t layer_ops = {
     .read_body = layer_read_body,
 };
 
-static const fy_layer_ops_t layer_ops_nobody = {.name = "inspector-nobody"};
+static const fy_layer_ops_t layer_ops_nobody = {.name = "inspector-nobody",
+                                                .send = layer_send_nobody};
 
 static uint64_t rnd(void)
 {

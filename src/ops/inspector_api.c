@@ -525,15 +525,18 @@ static int import_har(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
     return json_reply(o, 200, &b);
 }
 
-/* GET: the breakpoint and the held requests; POST (form `filter`): set it, blank clears. */
+/* GET: the breakpoints and what they hold; POST (form `filter` for requests, `response` for
+   responses): set them, blank clears, absent leaves alone. */
 static int breakpoint(fy_inspector_t *ins, const fy__insp_req_t *r, bool post, fy__sb_t *o)
 {
-    if (post) {
+    for (int which = 0; post && which < 2; which++) {
         char *f = fy_xmalloc(r->body_len + 1);
-        long fl = fy_insp_query_get(r->body, r->body_len, "filter", f, r->body_len + 1);
+        long fl = fy_insp_query_get(r->body, r->body_len, which ? "response" : "filter", f,
+                                    r->body_len + 1);
         const char *err = NULL;
         size_t at = 0;
-        int rc = fy__insp_break_set(ins, f, fl > 0 ? (size_t)fl : 0, &err, &at);
+        /* a form without `filter` leaves the request breakpoint alone, and so for `response` */
+        int rc = fl < 0 ? 0 : fy__insp_break_set(ins, which, f, (size_t)fl, &err, &at);
         free(f);
         if (rc < 0) return error_reply(o, 400, err, (long)at);
     }
@@ -542,7 +545,8 @@ static int breakpoint(fy_inspector_t *ins, const fy__insp_req_t *r, bool post, f
     return json_reply(o, 200, &b);
 }
 
-/* POST /api/held/ID/release (form `headers`: replacement request headers) or .../drop */
+/* POST /api/held/ID/release (form `headers`: replacement headers; for a response also
+   `status` and `body`) or .../drop */
 static int held(fy_inspector_t *ins, const fy__insp_req_t *r, const char *rest, fy__sb_t *o)
 {
     char *end;
@@ -550,10 +554,19 @@ static int held(fy_inspector_t *ins, const fy__insp_req_t *r, const char *rest, 
     bool drop = strcmp(end, "/drop") == 0;
     if (end == rest || (!drop && strcmp(end, "/release") != 0))
         return error_reply(o, 404, "no such resource", -1);
-    char *h = fy_xmalloc(r->body_len + 1);
+    char *h = fy_xmalloc(r->body_len + 1), *bd = fy_xmalloc(r->body_len + 1);
     long hl = fy_insp_query_get(r->body, r->body_len, "headers", h, r->body_len + 1);
-    int rc = fy__insp_break_decide(ins, id, drop, hl >= 0 ? h : NULL);
+    long bl = fy_insp_query_get(r->body, r->body_len, "body", bd, r->body_len + 1);
+    fy__insp_decision_t d = {
+        .drop = drop,
+        .headers = hl >= 0 ? h : NULL,
+        .status = (int)fy_insp_query_uint(r->body, r->body_len, "status", 0, 999),
+        .body = bl >= 0 ? bd : NULL,
+        .body_len = bl >= 0 ? (size_t)bl : 0,
+    };
+    int rc = fy__insp_break_decide(ins, id, &d);
     free(h);
+    free(bd);
     if (rc < 0)
         return error_reply(o, 404, "no such held request (released, dropped, timed out?)", -1);
     fy__sb_t b = {0};

@@ -28,9 +28,10 @@ struct fy_inspector {
     atomic_uint_fast64_t sampled_out; /* route flows not kept by `capture:` */
     /* breakpoints (inspector_break.c), under bp_lock */
     pthread_mutex_t bp_lock;
-    atomic_bool bp_on; /* a breakpoint filter is set (read without the lock) */
-    struct fy_insp_expr *bp_expr;
-    char *bp_text;
+    atomic_bool bp_on;     /* a request breakpoint filter is set (read without the lock) */
+    atomic_bool bp_res_on; /* a response breakpoint filter is set */
+    struct fy_insp_expr *bp_expr, *bp_res_expr;
+    char *bp_text, *bp_res_text;
     struct fy__insp_held *held;
     uint64_t bp_next;
     uint64_t bp_timeout_ms;
@@ -42,13 +43,29 @@ typedef struct fy__insp_held fy__insp_held_t;
 /* On a worker: hold ex when the breakpoint filter matches its request (true: the caller
    returns FY_FILTER_WAIT; the exchange goes on, or fails with 502 when dropped, later). */
 bool fy__insp_break(fy_inspector_t *ins, fy_exchange_t *ex);
-/* Set (or, with a blank filter, clear) the breakpoint. 0, or -1 with *err and *at. */
-int fy__insp_break_set(fy_inspector_t *ins, const char *filter, size_t n, const char **err,
-                       size_t *at);
-/* {"filter", "timeout", "held": [...]} */
+/* In the capture layer's first send (the response head not yet on its way): hold it when the
+   response breakpoint matches. True: the hold keeps the send (the bytes stay the handler's,
+   unsent) and later calls pass(l, ex, ...) with it, or with a replacement body (FINAL). */
+typedef void (*fy__insp_pass_fn)(struct fy_sink_layer *l, fy_exchange_t *ex,
+                                 const struct iovec *bufs, size_t n, int state);
+bool fy__insp_break_response(fy_inspector_t *ins, fy_exchange_t *ex, struct fy_sink_layer *l,
+                             const struct iovec *bufs, size_t n, int state, fy__insp_pass_fn pass);
+/* Set (or, with a blank filter, clear) the request or the response breakpoint. 0, or -1 with
+ *err and *at. */
+int fy__insp_break_set(fy_inspector_t *ins, bool response, const char *filter, size_t n,
+                       const char **err, size_t *at);
+/* {"filter", "response", "timeout", "held": [...]} */
 void fy__insp_break_list(fy_inspector_t *ins, struct fy__sb *b);
-/* Release (with replacement request headers, or NULL) or drop held request `id`. 0 or -1. */
-int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, bool drop, const char *headers);
+/* What the UI decided for a held request or response. */
+typedef struct fy__insp_decision {
+    bool drop;
+    const char *headers; /* replacement headers ("name: value" lines), or NULL */
+    int status;          /* response: the new status, 0 unchanged */
+    const char *body;    /* response: the new body, or NULL (unchanged) */
+    size_t body_len;
+} fy__insp_decision_t;
+/* Decide held request or response `id`. 0, or -1 when it is not held (any more). */
+int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, const fy__insp_decision_t *d);
 void fy__insp_break_free(fy_inspector_t *ins);
 
 /* inspector_meta.c: the flow's named facts (timings, TLS) as meta pairs, strings in ex's
