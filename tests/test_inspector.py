@@ -461,6 +461,23 @@ def test_inspector_https_interception_h1_and_h2(server, certs, nginx):  # noqa: 
     assert d["response"]["text"] == "hello from nginx\n"
     # the client's HTTP/2 stream id (curl's first stream is 1); HTTP/1.1 has none
     assert got[0]["stream"] == 1 and d["stream"] == 1 and got[1]["stream"] == 0
+    # TLS of both sides: what curl agreed with us, the certificate we forged for localhost
+    # (issued by Ferry's CA), and the origin's certificate (nginx's, issued by the test CA)
+    ca_pem = ca.read_text()
+    forged_issuer = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253"],
+                                   input=ca_pem, capture_output=True, text=True).stdout
+    origin_fp = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in",
+                                str(certs["cert"])], capture_output=True, text=True).stdout
+    for f in got:
+        tls = detail(srv, f["id"])["tls"]
+        assert tls["sni"] == "localhost" and tls["client_version"].startswith("TLSv1.")
+        assert tls["client_alpn"] == ("h2" if f["protocol"] == "HTTP/2" else "http/1.1")
+        assert tls["client_cipher"] and tls["origin_version"].startswith("TLSv1.")
+        assert "CN=localhost" in tls["forged_subject"]
+        assert tls["forged_issuer"] in forged_issuer and tls["forged_issuer"]
+        assert tls["origin_sha256"] == origin_fp.strip().split("=", 1)[1], (tls, origin_fp)
+        assert tls["origin_sha256"] != tls["forged_sha256"]
+    assert "origin_seen" in detail(srv, got[0]["id"])["tls"]  # the second tunnel's probe was cached
 
 
 def test_inspector_doc_samples_pass_check(tmp_path):

@@ -356,6 +356,7 @@ static void free_proxy(void *p)
 static void destroy(fy_handler_t *h)
 {
     fy__mitm_t *m = (fy__mitm_t *)h;
+    for (size_t i = 0; i < FY__MITM_PROBE_CACHE; i++) free(m->probed[i].tls);
     fy_upstream_dyn_free(m->dyn);
     fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);

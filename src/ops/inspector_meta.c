@@ -3,6 +3,7 @@
  * certificate we forged. Worker's thread, at the end of the exchange. */
 #include "ops/inspector_int.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,14 @@ static void put(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, con
     size_t vl = strlen(value);
     m[*n].name = fy_str(name, strlen(name));
     m[*n].value = fy_str(fy_arena_strndup(ex->arena, value, vl), vl);
+    (*n)++;
+}
+
+static void put_ref(fy_cs_header_t *m, size_t *n, size_t max, const char *name, const char *value)
+{
+    if (*n >= max || !value[0]) return;
+    m[*n].name = fy_str(name, strlen(name));
+    m[*n].value = fy_str(value, strlen(value));
     (*n)++;
 }
 
@@ -37,6 +46,41 @@ size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
         put_us(ex, meta, &n, max, FY_CS_META_TLS, ex->timing.tls_us);
     }
     if (ex->timing.wait_us > 0) put_us(ex, meta, &n, max, FY_CS_META_WAIT, ex->timing.wait_us);
+    const fy_mitm_tls_facts_t *t = ex->tunnel ? fy_mitm_tls_facts(ex) : NULL;
+    if (!t) return n;
+    /* the strings live in the tunnel (as long as the connection): the store copies them */
+    static const struct {
+        const char *name;
+        size_t off;
+        bool origin;
+    } f[] = {
+#define C(n, m) {"tls.client_" n, offsetof(fy_mitm_peer_tls_t, m), false}
+#define O(n, m)                                                                                    \
+    {                                                                                              \
+        "tls.origin_" n, offsetof(fy_mitm_peer_tls_t, m), true                                     \
+    }
+        C("version", version),
+        C("cipher", cipher),
+        C("alpn", alpn),
+        O("version", version),
+        O("cipher", cipher),
+        O("alpn", alpn),
+        O("subject", subject),
+        O("issuer", issuer),
+        O("sha256", sha256),
+        O("not_after", not_after),
+        {"tls.forged_subject", offsetof(fy_mitm_peer_tls_t, subject), false},
+        {"tls.forged_issuer", offsetof(fy_mitm_peer_tls_t, issuer), false},
+        {"tls.forged_sha256", offsetof(fy_mitm_peer_tls_t, sha256), false},
+        {"tls.forged_not_after", offsetof(fy_mitm_peer_tls_t, not_after), false},
+#undef C
+#undef O
+    };
+    put_ref(meta, &n, max, "tls.sni", t->sni);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        put_ref(meta, &n, max, f[i].name,
+                (const char *)(f[i].origin ? &t->origin : &t->client) + f[i].off);
+    if (t->origin_cached) put_ref(meta, &n, max, "tls.origin_seen", "by an earlier tunnel's probe");
     return n;
 }
 
