@@ -701,3 +701,84 @@ def test_inspector_response_breakpoints(server):
     jget(srv, "/api/breakpoint", method="POST", body=b"response=")
     client("after")
     assert results["after"][0] == 200
+
+
+WS_CFG = CFG.replace("routes:\n", """routes:
+  - match: {{path: /ws/}}
+    proxy: wsorigin
+    capture: {{}}
+""", 1).replace("intercept:\n", """upstreams:
+  - name: wsorigin
+    servers: [{ws}]
+intercept:
+""", 1)
+
+
+def test_inspector_websocket_messages(server):
+    """WebSocket flows are stored with their messages: through a reverse-proxy route with
+    `capture:` (python3-websockets both ends) and through the intercepting proxy (a raw
+    Upgrade in absolute form). Direction, opcode, size, the payload unmasked, a binary one as
+    base64, a big one cut at body-cap, JSON redacted as bodies are."""
+    import asyncio
+    import websockets
+    from test_proxy import WsEchoOrigin, _ws_frame, _ws_parse
+    o = WsEchoOrigin()
+    try:
+        srv = server(WS_CFG.replace("{ws}", o.url) + "  body-cap: 64k\n")
+
+        async def run():
+            # no permessage-deflate: the payloads are stored as sent (compressed ones are
+            # marked so, not inflated)
+            async with websockets.connect(f"ws://127.0.0.1:{srv.ports[2]}/ws/chat",
+                                          open_timeout=5, close_timeout=5,
+                                          compression=None) as ws:
+                for m in ["hello", b"\x00\x01binary\xff", '{"password": "pw", "n": 1}',
+                          "x" * 100000]:
+                    await ws.send(m)
+                    assert await asyncio.wait_for(ws.recv(), 5) == m
+
+        asyncio.run(run())
+        wait_handled(srv, 1)
+        f = flows(srv)[0]
+        assert f["status"] == 101 and f["path"] == "/ws/chat"
+        d = detail(srv, f["id"])
+        ws = [m for m in d["ws"] if m["opcode"] in (1, 2)]
+        assert [(m["from"], m["opcode"]) for m in ws] == [
+            ("client", 1), ("origin", 1), ("client", 2), ("origin", 2),
+            ("client", 1), ("origin", 1), ("client", 1), ("origin", 1)]
+        assert ws[0]["text"] == "hello" and ws[1]["text"] == "hello" and ws[0]["size"] == 5
+        assert ws[2]["base64"] == "AAFiaW5hcnn/" and not ws[2]["cut"]
+        assert ws[4]["text"] == '{"password": "[redacted]", "n": 1}' and ws[4]["size"] == 26
+        big = ws[6]
+        assert big["size"] == 100000 and big["cut"] and len(big["text"]) < 65536
+        assert any(m["opcode"] == 8 for m in d["ws"])  # the close handshake
+
+        # intercepted: an Upgrade in absolute form through the proxy
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))
+        host = o.url[len("http://"):]
+        s.sendall((f"GET {o.url}/raw HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(4096)
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101")
+        s.sendall(_ws_frame(b"via the proxy"))
+        msgs = []
+        while not msgs:
+            got, buf = _ws_parse(buf + s.recv(4096))
+            msgs += got
+        assert msgs[0] == (1, b"via the proxy")
+        s.sendall(_ws_frame(b"\x03\xe8", opcode=8))
+        while s.recv(4096):
+            pass
+        s.close()
+        wait_handled(srv, 2)
+        f = flows(srv)[0]
+        assert f["path"] == "/raw" and f["flags"] == ["intercepted"] and f["status"] == 101
+        ws = detail(srv, f["id"])["ws"]
+        assert [(m["from"], m["opcode"], m.get("text")) for m in ws][:2] == [
+            ("client", 1, "via the proxy"), ("origin", 1, "via the proxy")]
+    finally:
+        o.stop()

@@ -230,6 +230,24 @@
       ['protocol', f.protocol + (f.stream ? ' stream ' + f.stream : '')],
       ['request body', f.request.size + ' bytes'], ['response body', f.response.size + ' bytes'],
       ['flags', f.flags.join(', ') || '-']]);
+    const ws = f.ws || [];
+    $('ws-pane').hidden = ws.length === 0;
+    const OPS = { 0: 'cont', 1: 'text', 2: 'binary', 8: 'close', 9: 'ping', 10: 'pong' };
+    const wl = $('ws-list');
+    wl.textContent = '';
+    for (const m of ws) {
+      const tr = mk('tr');
+      tr.className = 'ws-' + m.from;
+      tr.appendChild(text(mk('td'), m.from === 'client' ? '→' : '←'));
+      tr.appendChild(text(mk('td'), OPS[m.opcode] || String(m.opcode)));
+      tr.appendChild(text(mk('td'), fmtSize(m.size) + (m.cut ? ' (cut)' : '') + (m.compressed ? ' deflate' : '')));
+      const td = mk('td');
+      const shown = m.text !== undefined ? m.text : hexdump(b64bytes(m.base64 || ''));
+      td.textContent = shown.length > 2000 ? shown.slice(0, 2000) + '…' : shown;
+      tr.appendChild(td);
+      wl.appendChild(tr);
+    }
+    $('ws-count').textContent = ws.length + ' messages' + (f.ws_dropped ? ', ' + f.ws_dropped + ' more not kept' : '');
     const tls = Object.entries(f.tls || {});
     $('tls-pane').hidden = tls.length === 0;
     headers($('tls'), tls);

@@ -503,6 +503,27 @@ static void rebuild(fy_cs_t *cs)
 
 /* ---- the writer ---- */
 
+/* A text WebSocket message (FY_CS_META_WS, opcode 1) with its JSON members redacted: a new
+   value (malloc) of *len bytes, or NULL when nothing changed. */
+static char *redact_ws(fy_cs_t *cs, fy_cs_header_t m, size_t *len)
+{
+    if (m.name.len != 2 || memcmp(m.name.p, FY_CS_META_WS, 2) != 0 || m.value.len < 4 ||
+        m.value.p[1] != '1' || (m.value.p[2] != '0' && m.value.p[2] != '1'))
+        return NULL;
+    const char *colon = memchr(m.value.p, ':', m.value.len);
+    if (!colon) return NULL;
+    size_t head = (size_t)(colon + 1 - m.value.p), rl = 0;
+    char *r =
+        fy_cs_redact_json(colon + 1, m.value.len - head, (const char *const *)cs->redact_json, &rl);
+    if (!r) return NULL;
+    char *v = fy_xmalloc(head + rl + 1);
+    memcpy(v, m.value.p, head);
+    memcpy(v + head, r, rl);
+    *len = head + rl;
+    free(r);
+    return v;
+}
+
 static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
 {
     static const fy_str_t red = FY_STR_LIT("[redacted]");
@@ -547,7 +568,10 @@ static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
         bu32(b, (uint32_t)f->n_meta);
         for (size_t i = 0; i < f->n_meta; i++) {
             bstr(b, f->meta[i].name);
-            bstr(b, f->meta[i].value);
+            size_t rl = 0;
+            char *r = cs->conf.redact ? redact_ws(cs, f->meta[i], &rl) : NULL;
+            bstr(b, r ? fy_str(r, rl) : f->meta[i].value);
+            free(r);
         }
     }
     uint32_t len = (uint32_t)(b->len - start);

@@ -298,6 +298,8 @@ static void flow_json(fy__sb_t *b, const fy_cs_flow_t *f)
     flags_json(b, f->flags);
     fy__sb_puts(b, ", ");
     fy__insp_meta_json(b, f);
+    fy__sb_puts(b, ", ");
+    fy__insp_ws_json(b, f);
     fy__sb_puts(b, ",\n \"request\": {\"headers\": ");
     headers_json(b, f->req_headers, f->n_req_headers);
     fy__sb_puts(b, ", \"type\": ");

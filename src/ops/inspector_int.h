@@ -72,6 +72,10 @@ void fy__insp_break_free(fy_inspector_t *ins);
    arena. The number of pairs written (at most max). */
 #define FY__INSP_MAX_META 24
 size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max);
+/* The recorded WebSocket messages as FY_CS_META_WS pairs (and the count of those not kept),
+   values in ex's arena: at most w->n + 1 pairs. */
+struct fy_insp_ws;
+size_t fy__insp_ws_meta(fy_exchange_t *ex, const struct fy_insp_ws *w, fy_cs_header_t *meta);
 /* Flow f's meta `name`: true and *out, or false when absent. */
 bool fy__insp_meta_get(const fy_cs_flow_t *f, const char *name, fy_str_t *out);
 /* A timing meta in ms: -1 it did not happen, -2 unknown. */
@@ -79,6 +83,8 @@ double fy__insp_meta_ms(const fy_cs_flow_t *f, const char *name);
 /* `"timings": {...}, "tls": {...}` (members of the flow's JSON object, no comma around). */
 struct fy__sb;
 void fy__insp_meta_json(struct fy__sb *b, const fy_cs_flow_t *f);
+/* `"ws": [{"from", "opcode", "size", "cut", "text"|"base64"}...]` (and `"ws_dropped"`). */
+void fy__insp_ws_json(struct fy__sb *b, const fy_cs_flow_t *f);
 
 /* inspector_http.c: serve the listener until stopping (the thread's body). */
 void *fy__insp_http_main(void *arg);

@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "handler/mitm.h"
+#include "ops/inspector_ws.h"
 
 static void put(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
                 const char *value)
@@ -144,4 +145,79 @@ void fy__insp_meta_json(fy__sb_t *b, const fy_cs_flow_t *f)
         fy__sb_json(b, f->meta[i].value.p, f->meta[i].value.len);
     }
     fy__sb_puts(b, "}");
+}
+
+size_t fy__insp_ws_meta(fy_exchange_t *ex, const fy_insp_ws_t *w, fy_cs_header_t *meta)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const fy_insp_ws_msg_t *m = &w->msgs[i];
+        char head[32];
+        int hl =
+            snprintf(head, sizeof head, "%c%x%x%llu:", m->from_client ? '>' : '<', m->opcode,
+                     (m->cut ? 1u : 0u) | (m->compressed ? 2u : 0u), (unsigned long long)m->size);
+        char *v = fy_arena_alloc(ex->arena, (size_t)hl + m->len);
+        memcpy(v, head, (size_t)hl);
+        if (m->len) memcpy(v + hl, m->data, m->len);
+        meta[n].name = FY_STR_LIT(FY_CS_META_WS);
+        meta[n].value = fy_str(v, (size_t)hl + m->len);
+        n++;
+    }
+    if (w->dropped) put_us(ex, meta, &n, n + 1, FY_CS_META_WS_DROPPED, (int32_t)w->dropped);
+    return n;
+}
+
+/* The payload as "text" (valid UTF-8 without NULs) or "base64". */
+static void payload_json(fy__sb_t *b, const char *p, size_t n)
+{
+    bool text = true;
+    for (size_t i = 0; i < n && text; i++) text = p[i] != 0;
+    if (text) { /* fy__sb_json replaces invalid UTF-8: check it round-trips */
+        fy__sb_t t = {0};
+        fy__sb_json(&t, p, n);
+        text = !memmem(t.p, t.len, "\xef\xbf\xbd", 3) || memmem(p, n, "\xef\xbf\xbd", 3);
+        if (text) {
+            fy__sb_puts(b, "\"text\": ");
+            fy__sb_put(b, t.p, t.len);
+        }
+        free(t.p);
+        if (text) return;
+    }
+    fy__sb_puts(b, "\"base64\": \"");
+    fy__sb_base64(b, p, n);
+    fy__sb_puts(b, "\"");
+}
+
+void fy__insp_ws_json(fy__sb_t *b, const fy_cs_flow_t *f)
+{
+    fy__sb_puts(b, "\"ws\": [");
+    bool first = true;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        fy_str_t nm = f->meta[i].name, v = f->meta[i].value;
+        if (nm.len != 2 || memcmp(nm.p, FY_CS_META_WS, 2) != 0 || v.len < 5) continue;
+        const char *colon = memchr(v.p, ':', v.len);
+        if (!colon) continue;
+        char num[24];
+        size_t dl = (size_t)(colon - v.p - 3);
+        if (dl >= sizeof num) continue;
+        memcpy(num, v.p + 3, dl);
+        num[dl] = 0;
+        char op[2] = {v.p[1], 0}, fl[2] = {v.p[2], 0};
+        long flags = strtol(fl, NULL, 16);
+        fy__sb_printf(b,
+                      "%s{\"from\": \"%s\", \"opcode\": %ld, \"size\": %llu, \"cut\": %s, "
+                      "\"compressed\": %s, ",
+                      first ? "" : ", ", v.p[0] == '>' ? "client" : "origin", strtol(op, NULL, 16),
+                      strtoull(num, NULL, 10), flags & 1 ? "true" : "false",
+                      flags & 2 ? "true" : "false");
+        payload_json(b, colon + 1, v.len - (size_t)(colon + 1 - v.p));
+        fy__sb_puts(b, "}");
+        first = false;
+    }
+    fy__sb_puts(b, "]");
+    fy_str_t d;
+    if (fy__insp_meta_get(f, FY_CS_META_WS_DROPPED, &d)) {
+        fy__sb_puts(b, ", \"ws_dropped\": ");
+        fy__sb_put(b, d.p, d.len);
+    }
 }
