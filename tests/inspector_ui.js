@@ -101,6 +101,19 @@ const { chromium } = require('playwright-core');
     }, null, { timeout: 20000 });
     out.image = true;
 
+    // a WebSocket flow: its messages are listed, both directions
+    await ui.fill('#filter', '~u /ws/chat');
+    await ui.waitForFunction(() => [...document.querySelectorAll('#list .row')]
+      .some((r) => r.style.display !== 'none' && r.children[3].textContent === '/ws/chat'),
+      null, { timeout: 20000 });
+    await ui.evaluate(() => [...document.querySelectorAll('#list .row')]
+      .find((r) => r.style.display !== 'none' && r.children[3].textContent === '/ws/chat').click());
+    await ui.waitForSelector('#ws-list tr', { timeout: 20000 });
+    out.wsRows = await ui.evaluate(() => [...document.querySelectorAll('#ws-list tr')]
+      .map((r) => [r.children[0].textContent, r.children[1].textContent, r.children[3].textContent.trim()])
+      .filter((r) => r[1] === 'text' || r[1] === 'binary'));
+    await ui.screenshot({ path: shots + '/inspector-websocket.png' });
+
     // breakpoint: hold the request, edit its header in the UI, release; the origin sees it
     await ui.fill('#filter', '');
     await ui.fill('#bp', '~u /hdr');

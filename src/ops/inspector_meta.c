@@ -167,10 +167,10 @@ size_t fy__insp_ws_meta(fy_exchange_t *ex, const fy_insp_ws_t *w, fy_cs_header_t
     return n;
 }
 
-/* The payload as "text" (valid UTF-8 without NULs) or "base64". */
-static void payload_json(fy__sb_t *b, const char *p, size_t n)
+/* The payload as "text" (a text message, valid UTF-8 without NULs) or "base64". */
+static void payload_json(fy__sb_t *b, bool textmsg, const char *p, size_t n)
 {
-    bool text = true;
+    bool text = textmsg;
     for (size_t i = 0; i < n && text; i++) text = p[i] != 0;
     if (text) { /* fy__sb_json replaces invalid UTF-8: check it round-trips */
         fy__sb_t t = {0};
@@ -210,7 +210,7 @@ void fy__insp_ws_json(fy__sb_t *b, const fy_cs_flow_t *f)
                       first ? "" : ", ", v.p[0] == '>' ? "client" : "origin", strtol(op, NULL, 16),
                       strtoull(num, NULL, 10), flags & 1 ? "true" : "false",
                       flags & 2 ? "true" : "false");
-        payload_json(b, colon + 1, v.len - (size_t)(colon + 1 - v.p));
+        payload_json(b, op[0] == '1' && !(flags & 2), colon + 1, v.len - (size_t)(colon + 1 - v.p));
         fy__sb_puts(b, "}");
         first = false;
     }
