@@ -101,6 +101,20 @@ const { chromium } = require('playwright-core');
     }, null, { timeout: 20000 });
     out.image = true;
 
+    // compare the filtered flows (the /data.json ones) against another upstream (nginx: 404)
+    await ui.fill('#filter', '~u /data.json');
+    await ui.waitForFunction(() => [...document.querySelectorAll('#list .row')]
+      .some((r) => r.style.display !== 'none' && r.children[3].textContent === '/data.json'), null, { timeout: 20000 });
+    await ui.click('#compare');
+    await ui.fill('#cmp-upstream', hdrUrl.replace('/hdr', ''));
+    await ui.click('#cmp-run');
+    await ui.waitForFunction(() => /compared/.test(document.getElementById('cmp-summary').textContent), null, { timeout: 30000 });
+    out.cmpSummary = await ui.textContent('#cmp-summary');
+    out.cmpRows = await ui.evaluate(() => [...document.querySelectorAll('#cmp-results tr')]
+      .map((r) => [r.className, r.children[0].textContent, r.children[1].textContent]));
+    await ui.screenshot({ path: shots + '/inspector-compare.png' });
+    await ui.click('#compare');
+
     // a WebSocket flow: its messages are listed, both directions
     await ui.fill('#filter', '~u /ws/chat');
     await ui.waitForFunction(() => [...document.querySelectorAll('#list .row')]

@@ -5,7 +5,7 @@ intercepting proxy while the UI is open in a second page and see the flows appea
 image body shown as an image; the detail's timings and Copy as Python; a breakpoint holds a
 request, its header is edited in the UI and the origin gets the edit; a response breakpoint
 holds the origin's answer and the browser gets the body typed in the UI; a WebSocket flow's
-messages are listed. The list is virtualised: with 3,000 stored flows the page
+messages are listed; the filtered flows compared against another upstream. The list is virtualised: with 3,000 stored flows the page
 holds a few dozen row elements. With FERRY_UPDATE_SCREENSHOTS=1 the screenshots go to docs/img/inspector-*.png
 (docs/INSPECTOR.md shows them)."""
 import json
@@ -91,10 +91,13 @@ def test_inspector_ui_in_chromium(server, nginx, tmp_path, request):  # noqa: F8
     assert "urllib.request.Request(" in out["python"] and "/data.json" in out["python"]
     assert out["heldResWhat"].startswith("response 200 to GET http://127.0.0.1:")
     assert out["heldResStatus"] == 200 and json.loads(out["heldResBody"]) == {"edited": "in the UI"}
+    # /data.json was fetched by the page and replayed: both go to nginx, which has no such file
+    assert out["cmpSummary"].startswith("2 compared, 2 differ"), out["cmpSummary"]
+    assert out["cmpRows"] == [["differs", "GET /data.json", "200 → 404"]] * 2
     rows = out["wsRows"]
     assert [r[:2] for r in rows] == [["→", "text"], ["←", "text"], ["→", "binary"], ["←", "binary"]]
     assert rows[0][2] == rows[1][2] == '{"hello": "ws"}'
     assert all(r[2].startswith("00000000  01 02 ") for r in rows[2:]), rows  # a hex dump
-    for name in ("inspector-websocket.png", "inspector-list.png", "inspector-detail.png", "inspector-breakpoint.png",
+    for name in ("inspector-compare.png", "inspector-websocket.png", "inspector-list.png", "inspector-detail.png", "inspector-breakpoint.png",
                  "inspector-response-breakpoint.png"):
         assert (shots / name).stat().st_size > 10000

@@ -137,6 +137,40 @@
     location.href = api('/api/export.har', params);
   });
 
+  // ---- compare against another upstream ----
+
+  $('compare').addEventListener('click', () => { $('cmp').hidden = !$('cmp').hidden; });
+  $('cmp-run').addEventListener('click', async () => {
+    const p = { upstream: $('cmp-upstream').value.trim(), ignore: $('cmp-ignore').value.trim() };
+    if (selected.size) p.ids = [...selected].sort((a, b) => a - b).join(',');
+    else if (filter) p.filter = filter;
+    $('cmp-summary').textContent = 'sending…';
+    const r = await fetch(api('/api/compare'), { method: 'POST', body: new URLSearchParams(p),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const j = await r.json();
+    const tb = $('cmp-results');
+    tb.textContent = '';
+    if (j.error) { $('cmp-summary').textContent = j.error; return; }
+    $('cmp-summary').textContent = j.compared + ' compared, ' + j.differ + ' differ' +
+      (selected.size ? ' (the selection)' : filter ? ' (the filter)' : ' (every flow)');
+    for (const x of j.results) {
+      const tr = mk('tr');
+      tr.className = x.differs ? 'differs' : 'same';
+      tr.dataset.id = x.id;
+      const h = x.headers || { added: [], removed: [], changed: [] };
+      const hd = [...h.added.map(([n]) => '+' + n), ...h.removed.map(([n]) => '-' + n),
+                  ...h.changed.map(([n]) => '~' + n)].join(' ');
+      const body = !x.body ? '' : x.body.same === null ? 'not comparable (cut)' : x.body.same ? 'same' : 'differs';
+      for (const t of [x.method + ' ' + x.path,
+                       x.status[0] + ' → ' + (x.status[1] === null ? '-' : x.status[1]),
+                       x.error || hd || 'same headers', body,
+                       x.latency_ms ? x.latency_ms[0] + ' → ' + x.latency_ms[1].toFixed(1) + ' ms' : ''])
+        tr.appendChild(text(mk('td'), t));
+      tr.addEventListener('click', () => open(x.id));
+      tb.appendChild(tr);
+    }
+  });
+
   // ---- detail ----
 
   function headers(table, hs) {

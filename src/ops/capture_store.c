@@ -134,6 +134,12 @@ bool fy_cs_header_redacted(const fy_cs_t *cs, fy_str_t name)
     return false;
 }
 
+char *fy_cs_redact_body(const fy_cs_t *cs, const char *body, size_t len, size_t *out_len)
+{
+    if (!cs->conf.redact) return NULL;
+    return fy_cs_redact_json(body, len, (const char *const *)cs->redact_json, out_len);
+}
+
 static size_t skip_ws(const char *p, size_t i, size_t n)
 {
     while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) i++;

@@ -159,6 +159,9 @@ bool fy_cs_wait_newer(fy_cs_t *cs, uint64_t after_id, int timeout_ms);
  * arrays) by "[redacted]" in body[0..len): returns a new malloc'd body and its length in
  * *out_len, or NULL when nothing matched. Tolerates invalid JSON (stops scanning). */
 char *fy_cs_redact_json(const char *body, size_t len, const char *const *names, size_t *out_len);
+/* A body redacted as the store redacts bodies (its redact-json names; NULL when redaction
+ * is off or nothing matched): for comparing a new body with a stored one. */
+char *fy_cs_redact_body(const fy_cs_t *cs, const char *body, size_t len, size_t *out_len);
 /* Is the (any case) header name one the store redacts? */
 bool fy_cs_header_redacted(const fy_cs_t *cs, fy_str_t name);
 

@@ -116,6 +116,27 @@ static bool matches(fy_inspector_t *ins, const fy_insp_expr_t *x, const fy_cs_en
     return m;
 }
 
+size_t fy__insp_select(fy_inspector_t *ins, const fy_insp_expr_t *x, uint64_t *ids, size_t max)
+{
+    fy_cs_flush(ins->store);
+    batch_t *bt = fy_xmalloc(sizeof *bt);
+    uint64_t from = 0;
+    size_t n = 0;
+    while (n < max) {
+        bt->n = 0;
+        fy_cs_walk(ins->store, false, from, collect_cb, bt);
+        if (!bt->n) break;
+        for (size_t i = 0; i < bt->n && n < max; i++)
+            if (matches(ins, x, &bt->v[i])) ids[n++] = bt->v[i].id;
+        from = bt->last;
+        size_t got = bt->n;
+        batch_free(bt);
+        if (got < BATCH) break;
+    }
+    free(bt);
+    return n;
+}
+
 static void flags_json(fy__sb_t *b, unsigned f)
 {
     fy__sb_puts(b, "[");
@@ -601,6 +622,11 @@ int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
     if (get && strcmp(p, "/api/stats") == 0) return stats(ins, o);
     if (strcmp(p, "/api/breakpoint") == 0 && (get || post)) return breakpoint(ins, r, post, o);
     if (post && strncmp(p, "/api/held/", 10) == 0) return held(ins, r, p + 10, o);
+    if (post && strcmp(p, "/api/compare") == 0) {
+        fy__sb_t b = {0};
+        int st = fy__insp_compare(ins, r->body, r->body_len, &b);
+        return json_reply(o, st, &b);
+    }
     if (get && strcmp(p, "/api/export.har") == 0) return export_har(ins, r, o);
     if (post && strcmp(p, "/api/import") == 0) return import_har(ins, r, o);
     if (strncmp(p, "/api/flows/", 11) == 0) {

@@ -132,6 +132,23 @@ void fy__insp_python(struct fy__sb *b, const fy_cs_flow_t *f);
    -1 with *err (static). The replayed flow is captured like any other. */
 int fy__insp_replay(fy_inspector_t *ins, const fy_cs_flow_t *f, const char **err);
 
+/* One request as flow f made it, to host:port (TLS unverified, SNI the flow's host), read
+   with Connection: close until the end (at most cap bytes, within replay-timeout) into resp:
+   the raw response. 0, or -1 with *err (static). Not captured. */
+int fy__insp_fetch(fy_inspector_t *ins, const fy_cs_flow_t *f, const char *host, const char *port,
+                   bool tls, size_t cap, struct fy__sb *resp, const char **err);
+
+/* inspector_api.c: the ids of the stored flows matching x (NULL: all), oldest first, at most
+   max of them. */
+struct fy_insp_expr;
+size_t fy__insp_select(fy_inspector_t *ins, const struct fy_insp_expr *x, uint64_t *ids,
+                       size_t max);
+
+/* inspector_compare.c: POST /api/compare (form `upstream`, `filter` or `ids`, `limit`,
+   `ignore`): the stored flows sent again to another upstream, and how the answers differ.
+   Returns the HTTP status of the report it wrote into out (a JSON body, no head). */
+int fy__insp_compare(fy_inspector_t *ins, const char *form, size_t n, struct fy__sb *out);
+
 /* The UI files embedded at build time (ui/, tools/embed-ui.sh). */
 typedef struct fy__insp_asset {
     const char *name; /* "index.html" */
