@@ -64,6 +64,7 @@ def rows(tmp):
 """
     compress = "    compress: enabled\n"
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
+    insp = f"inspector: {{dir: {tmp}/insp, address: 127.0.0.1:{free_port()}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
             "jwt-es256-fresh": (jwt_es, "es256-fresh"),
             "jwt-hs256-nohdr": (f"    jwt: {{secret: {SECRET}, algorithms: [HS256]}}\n", "hs256"),
@@ -75,7 +76,10 @@ def rows(tmp):
             "compress-skip": (compress, None),
             # the same header set by the proxy handler itself: what the header costs the codec
             "proxy-1hdr": ("ROUTE:  - proxy: {upstream: app, response-set-headers: "
-                           "{x-frame-options: DENY}}\n", None)}
+                           "{x-frame-options: DENY}}\n", None),
+            # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
+            "capture": ("    capture: {}\nTOP:" + insp, None),
+            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
 
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
@@ -83,6 +87,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    top = ""
+    if "TOP:" in extra:  # top-level sections the row needs (after the routes)
+        extra, top = extra.split("TOP:", 1)
     cfg = f"""workers: 1
 data-dir: {tmp}/data
 log: {{level: warn}}
@@ -93,7 +100,7 @@ upstreams:
   - name: app
     servers: [http://127.0.0.1:{origin}]
 routes:
-{route}{extra}"""
+{route}{extra}{top}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)
     out = f"{tmp}/cg-{tag}-{k}"

@@ -12,16 +12,6 @@
 #include "handler/mitm.h"
 #include "ops/inspector_ws.h"
 
-static void put(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
-                const char *value)
-{
-    if (*n >= max || !value || !*value) return;
-    size_t vl = strlen(value);
-    m[*n].name = fy_str(name, strlen(name));
-    m[*n].value = fy_str(fy_arena_strndup(ex->arena, value, vl), vl);
-    (*n)++;
-}
-
 static void put_ref(fy_cs_header_t *m, size_t *n, size_t max, const char *name, const char *value)
 {
     if (*n >= max || !value[0]) return;
@@ -30,12 +20,27 @@ static void put_ref(fy_cs_header_t *m, size_t *n, size_t max, const char *name, 
     (*n)++;
 }
 
+/* Decimal by hand: snprintf was half of this observer's cost per flow (bench/policy_cost.py
+   capture row). */
 static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
                    int32_t us)
 {
-    char v[16];
-    snprintf(v, sizeof v, "%d", us < 0 ? -1 : us);
-    put(ex, m, n, max, name, v);
+    if (*n >= max) return;
+    char t[12], *e = t + sizeof t, *q = e;
+    if (us < 0) {
+        *--q = '1';
+        *--q = '-';
+    } else {
+        uint32_t v = (uint32_t)us;
+        do *--q = (char)('0' + v % 10);
+        while ((v /= 10) != 0);
+    }
+    size_t len = (size_t)(e - q);
+    char *v = fy_arena_alloc(ex->arena, len);
+    memcpy(v, q, len);
+    m[*n].name = fy_str(name, strlen(name));
+    m[*n].value = fy_str(v, len);
+    (*n)++;
 }
 
 size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
