@@ -126,6 +126,7 @@ const { chromium } = require('playwright-core');
     out.wsRows = await ui.evaluate(() => [...document.querySelectorAll('#ws-list tr')]
       .map((r) => [r.children[0].textContent, r.children[1].textContent, r.children[3].textContent.trim()])
       .filter((r) => r[1] === 'text' || r[1] === 'binary'));
+    await ui.evaluate(() => document.getElementById('ws-pane').scrollIntoView());
     await ui.screenshot({ path: shots + '/inspector-websocket.png' });
 
     // breakpoint: hold the request, edit its header in the UI, release; the origin sees it

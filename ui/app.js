@@ -266,6 +266,10 @@
       ['flags', f.flags.join(', ') || '-']]);
     const ws = f.ws || [];
     $('ws-pane').hidden = ws.length === 0;
+    if (ws.length) { // a tunnel: its bytes are the messages, not bodies
+      $('req-body').textContent = f.request.size + ' bytes of WebSocket frames (messages below)';
+      $('res-body').textContent = f.response.size + ' bytes of WebSocket frames (messages below)';
+    }
     const OPS = { 0: 'cont', 1: 'text', 2: 'binary', 8: 'close', 9: 'ping', 10: 'pong' };
     const wl = $('ws-list');
     wl.textContent = '';
