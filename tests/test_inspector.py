@@ -692,11 +692,18 @@ def test_inspector_response_breakpoints(server):
     t.join(bound(30))  # breakpoint-timeout: 1s, then it goes on as it was
     assert results["timeout"][0] == 200 and json.loads(results["timeout"][2]) == {"items": [1, 2, 3]}
 
-    # the store keeps what the client got
-    wait_handled(srv, 5)
+    # a client that goes away while its response is held: the hold goes with it
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))
+    s.sendall(f"GET http://127.0.0.1:{srv.ports[2]}/data.json HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    wait_for(held_one, 20, "a held response")
+    s.close()
+    wait_for(lambda: jget(srv, "/api/breakpoint")["held"] == [], 20, "the hold to go")
+
+    # the store keeps what the client got (the abandoned one too)
+    wait_handled(srv, 6)
     got = {f["id"]: f for f in flows(srv, "~u /data.json")}
     stored = [detail(srv, i) for i in sorted(got)]
-    assert [d["status"] for d in stored] == [203, 200, 502, 200]
+    assert [d["status"] for d in stored] == [203, 200, 502, 200, 200]
     assert hdr(stored[0]["response"]["headers"], "x-edited") == "yes"
     assert stored[1]["response"]["text"] == '{"replaced": true}'
     # cleared: nothing is held any more
