@@ -111,7 +111,7 @@ static inline void bu64(buf_t *b, uint64_t v)
     b->len += 8;
 }
 
-static void bstr(buf_t *b, fy_str_t s)
+static inline __attribute__((always_inline)) void bstr(buf_t *b, fy_str_t s)
 {
     bu32(b, (uint32_t)s.len);
     bput(b, s.p, s.len);
