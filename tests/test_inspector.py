@@ -863,3 +863,32 @@ def test_inspector_compare_against_new_upstream(insp):
                body=b"upstream=http://127.0.0.1:1&filter=~c+(")[0] == 400
     rep = jget(insp, "/api/compare", method="POST", body=b"upstream=http://127.0.0.1:1&limit=1")
     assert rep["compared"] == 1 and "error" in rep["results"][0] and rep["differ"] == 1
+
+
+def test_inspector_h3_stream_ids(server, tmp_path):
+    """Flows of an HTTP/3 listener's `capture:` route carry the client's QUIC stream ids
+    (gtlsclient, Debian ngtcp2-client: two requests on one connection, streams 0 and 4)."""
+    import shutil
+    from test_h3 import gtls, statuses
+    if not shutil.which("gtlsclient"):
+        pytest.fail("gtlsclient (Debian ngtcp2-client) is not installed")
+    srv = server("""workers: 1
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+routes:
+  - respond: {{status: 200, body: "h3 flow\\n"}}
+    capture: {{}}
+inspector:
+  dir: {tmp}/store
+  address: 127.0.0.1:{port2}
+""")
+    rc, out, _ = gtls(srv.port, ["/one", "/two"], tmp_path)
+    assert rc == 0 and statuses(out) == [200, 200], out[-2000:]
+    wait_handled(srv, 2)
+    got = flows(srv)
+    assert {f["path"] for f in got} == {"/one", "/two"}
+    assert all(f["protocol"] == "HTTP/3" for f in got)
+    assert sorted(f["stream"] for f in got) == [0, 4]
