@@ -77,6 +77,7 @@ def rows(tmp):
 """
     compress = "    compress: enabled\n"
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
+    insp = f"inspector: {{dir: {tmp}/insp, address: 127.0.0.1:{free_port()}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
             "jwt-es256-fresh": (jwt_es, "es256-fresh"),
             "jwt-hs256-nohdr": (f"    jwt: {{secret: {SECRET}, algorithms: [HS256]}}\n", "hs256"),
@@ -104,7 +105,10 @@ def rows(tmp):
                            "min-per-second: 10}\n    retries: 1\n", None),
             # hedging armed on every GET, never firing (the origin answers within the delay)
             "plain-2srv": ("TWO:", None),
-            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None)}
+            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None),
+            # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
+            "capture": ("    capture: {}\nTOP:" + insp, None),
+            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
 
 
 def nginx_conf(tmp, port, origin, modsec):
@@ -162,6 +166,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    top = ""
+    if "TOP:" in extra:  # top-level sections the row needs (after the routes)
+        extra, top = extra.split("TOP:", 1)
     servers = f"[http://127.0.0.1:{origin}]"
     if extra.startswith("TWO:"):  # two servers (the same origin under two names)
         servers, extra = f"[http://127.0.0.1:{origin}, http://localhost:{origin}]", extra[4:]
@@ -181,7 +188,7 @@ upstreams:
   - name: app
     servers: {servers}
 {upstream}routes:
-{route}{extra}"""
+{route}{extra}{top}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)
     return measure([ferry, "run", "-c", path], port, token, k, tmp, tag)

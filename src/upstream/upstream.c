@@ -488,6 +488,13 @@ static void on_timer(fy_timer_t *t)
             oc->state == OC_HANDSHAKE ? "origin TLS handshake timeout" : "origin connect timeout");
 }
 
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void handshake(fy_origin_conn_t *oc)
 {
     int r = oc->t->ops->handshake(oc->t);
@@ -500,6 +507,7 @@ static void handshake(fy_origin_conn_t *oc)
         return;
     }
     oc->t->want = 0;
+    oc->tls_us = (uint32_t)(mono_us() - oc->t0_us - oc->connect_us);
     oc->state = OC_BUSY;
     fy_timer_stop(oc->loop, &oc->timer);
     fy_io_set(oc->loop, &oc->io, 0);
@@ -520,6 +528,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
                                             : "origin connect failed");
             return;
         }
+        oc->connect_us = (uint32_t)(mono_us() - oc->t0_us);
         if (oc->t != &oc->sock) {
             oc->state = OC_HANDSHAKE;
             handshake(oc);
@@ -610,6 +619,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     oc->io.cb = on_io;
     oc->io.data = oc;
     oc->state = OC_CONNECTING;
+    oc->t0_us = mono_us();
     fy_timer_init(&oc->timer, on_timer, oc);
     fy_timer_start(loop, &oc->timer, u->conf->connect_timeout_ms);
     fy_io_set(loop, &oc->io, EPOLLOUT);

@@ -42,6 +42,10 @@ struct fy_origin_conn {
     const char *error; /* static reason after FY_ORIGIN_ERROR */
     bool closed;
     fy_defer_t defer;
+    /* how it was made, µs (the inspector's timings): connect() to connected, then the TLS
+       handshake (0 for plain) */
+    uint64_t t0_us;
+    uint32_t connect_us, tls_us;
 };
 
 /* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
