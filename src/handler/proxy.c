@@ -333,7 +333,7 @@ static void start(proxy_req_t *pr)
     pr->sent_us = now_us();
     if (__builtin_expect(pr->ex->layers != NULL, 0)) { /* for a capture (ops/inspector.c) */
         pr->ex->timing.set =
-            fy_origin_stream_timing(&pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
+            fy_origin_stream_timing(pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
     }
     pr->in_codec++;
     int rc = fy_origin_stream_submit(pr->os, &rq);
