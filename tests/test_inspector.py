@@ -730,7 +730,7 @@ def test_inspector_websocket_messages(server):
     base64, a big one cut at body-cap, JSON redacted as bodies are."""
     import asyncio
     import websockets
-    from test_proxy import WsEchoOrigin, _ws_frame, _ws_parse
+    from proxy_kit import WsEchoOrigin, _ws_frame, _ws_parse
     o = WsEchoOrigin()
     try:
         srv = server(WS_CFG.replace("{ws}", o.url) + "  body-cap: 64k\n")

@@ -38,7 +38,7 @@ def test_inspector_ui_in_chromium(server, nginx, tmp_path, request):  # noqa: F8
     modules = playwright()
     import asyncio
     import websockets
-    from test_proxy import WsEchoOrigin
+    from proxy_kit import WsEchoOrigin
     wso = WsEchoOrigin()
     request.addfinalizer(wso.stop)
     srv = server(WS_CFG.replace("{ws}", wso.url))
