@@ -36,6 +36,10 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         u->eject_ids =
             fy_counters_register_servers("ferry_upstream_server_ejections_total", FY_COUNTER,
                                          conf->name, u->servers, u->nservers, st, off);
+        u->conn_ids = fy_counters_register_servers("ferry_upstream_pool_connections", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
+        u->wait_ids = fy_counters_register_servers("ferry_upstream_pool_waiters", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
     }
     return u;
 }
@@ -157,6 +161,8 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->pool_ids);
     free(u->retry_ids);
     free(u->eject_ids);
+    free(u->conn_ids);
+    free(u->wait_ids);
     free(u->ids);
     free(u->probes);
     if (u->dyn) {
@@ -383,6 +389,19 @@ void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_se
     st->down = atomic_load_explicit(&u->down[server], memory_order_relaxed);
     st->drained = atomic_load_explicit(&u->drained[server], memory_order_relaxed);
     st->ejected_until_ms = atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed);
+    double sum = 0;
+    int n = 0;
+    for (int w = 0; w < u->nworkers; w++) {
+        uint64_t bits =
+            atomic_load_explicit(&u->workers[w].srv[server].ewma_pub, memory_order_relaxed);
+        if (!bits) continue;
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        sum += bits == 1 ? 0 : v; /* 1: a published 0.0 */
+        n++;
+    }
+    st->ewma_ttfb_us = n ? sum / n : -1;
+    st->ewma_workers = n;
 }
 
 void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained)
@@ -396,6 +415,9 @@ void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
     /* the newest sample weighs 20%: about the last ten responses count */
     s->ewma_us = s->samples ? s->ewma_us * 0.8 + (double)us * 0.2 : (double)us;
     s->samples++;
+    uint64_t bits;
+    memcpy(&bits, &s->ewma_us, sizeof bits);
+    atomic_store_explicit(&s->ewma_pub, bits ? bits : 1, memory_order_relaxed);
 }
 
 void fy_upstream_count_retry(fy_upstream_t *u, int server)
@@ -434,6 +456,7 @@ static void oc_close(fy_origin_conn_t *oc)
     if (oc->closed) return;
     oc->closed = true;
     oc->up->workers[oc->worker].srv[oc->server].nconns--;
+    fy__upstream_gauge(oc->up->conn_ids, oc->server, -1);
     if (oc->state == OC_IDLE) pool_unlink(oc);
     fy_timer_stop(oc->loop, &oc->timer);
     fy_io_set(oc->loop, &oc->io, 0);
@@ -563,6 +586,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     }
     fy_origin_conn_t *oc = fy_xcalloc(1, sizeof *oc);
     u->workers[w].srv[server].nconns++;
+    fy__upstream_gauge(u->conn_ids, server, 1);
     oc->up = u;
     oc->server = server;
     oc->worker = w;
@@ -577,6 +601,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
         if (!oc->t) {
             close(fd);
             u->workers[w].srv[server].nconns--;
+            fy__upstream_gauge(u->conn_ids, server, -1);
             free(oc);
             *err = "out of memory";
             return NULL;

@@ -83,6 +83,10 @@ typedef struct fy_upstream_server_state {
     bool down;                 /* the active health check says so */
     bool drained;              /* fy_upstream_set_drained */
     uint64_t ejected_until_ms; /* passive health, loop clock (CLOCK_MONOTONIC_COARSE ms) */
+    /* the least-time EWMA of its time to first byte (µs; the newest response weighs 20%),
+       averaged over the workers that have seen one; -1: none has */
+    double ewma_ttfb_us;
+    int ewma_workers; /* how many workers' averages went into it */
 } fy_upstream_server_state_t;
 void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_server_state_t *st);
 void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained);

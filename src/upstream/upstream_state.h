@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/counters.h"
+
 #include "upstream/discovery.h"
 #include "upstream/upstream.h"
 #include "upstream/upstream_int.h"
@@ -18,6 +20,9 @@ typedef struct srv_state {
     size_t nidle;
     int inflight;
     double ewma_us; /* least-time: decaying average of time to first byte */
+    /* ewma_us's bits + its owner's sample count != 0, published for other threads (the admin
+       API): written by the worker only (relaxed), read with relaxed loads; 0 = no sample */
+    _Atomic uint64_t ewma_pub;
     uint64_t samples;
     uint64_t last_pick_ms;
     int64_t cur_weight; /* smooth weighted round robin */
@@ -104,6 +109,9 @@ struct fy_upstream {
     atomic_bool *drained; /* per server: the admin API drained it */
     /* per server, configured upstreams with detailed metrics only (fy_counters_detail) */
     fy_counter_id_t *pool_ids, *retry_ids, *eject_ids;
+    /* per server, the same: origin connections open (TCP for h1 and h2, QUIC for h3), and
+       requests waiting for a stream on an h2/h3 connection */
+    fy_counter_id_t *conn_ids, *wait_ids;
     char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
     hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
@@ -118,6 +126,12 @@ struct fy_upstream {
     up_worker_t *workers;
     int nworkers;
 };
+
+/* gauge ids[server] += d, when the per-server series exist (fy_counters_detail) */
+static inline void fy__upstream_gauge(const fy_counter_id_t *ids, int server, int64_t d)
+{
+    if (ids) fy_gauge_add(ids[server], d);
+}
 
 /* upstream_health.c: stop the active check of one server (its slot is being reused). */
 void fy__upstream_hc_stop_probe(fy_upstream_t *u, hc_probe_t *p);
