@@ -23,9 +23,19 @@
 
 #include "upstream/upstream_state.h"
 
+static fy_upstream_t *upstream_make(const fy_upstream_conf_t *conf, int nworkers,
+                                    fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2,
+                                    const fy_upstream_t *prev);
+
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
-    fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    return fy_upstream_new_next(conf, nworkers, NULL);
+}
+
+fy_upstream_t *fy_upstream_new_next(const fy_upstream_conf_t *conf, int nworkers,
+                                    const fy_upstream_t *prev)
+{
+    fy_upstream_t *u = upstream_make(conf, nworkers, NULL, NULL, prev);
     if (u && fy_counters_detail) {
         size_t st = sizeof *u->servers, off = offsetof(fy_upstream_server_conf_t, url);
         u->pool_ids = fy_counters_register_servers("ferry_upstream_pool_idle", FY_GAUGE, conf->name,
@@ -46,6 +56,54 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 
 fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
                                         fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2)
+{
+    return upstream_make(conf, nworkers, tls, tls_h2, NULL);
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* The same DNS question to the same resolver: the running generation's answer stands. */
+static bool same_dns(const fy_discovery_conf_t *a, const fy_discovery_conf_t *b)
+{
+    return a && b && a->dns && b->dns && strcmp(a->dns, b->dns) == 0 && a->type == b->type &&
+           a->port == b->port && a->scheme == b->scheme && a->weight == b->weight &&
+           str_eq(a->resolver, b->resolver);
+}
+
+/* The first server set of a discovery upstream. A reload whose upstream asks DNS what the
+ * running one asks takes the running one's last set (no lookup here: this thread may be the
+ * admin API's loop) and looks up again as soon as its discovery starts on the worker loop;
+ * otherwise (the start, a file, another question) the first lookup is made now, bounded by
+ * resolve-timeout. */
+static void first_set(fy_upstream_t *u, const fy_upstream_conf_t *conf, const fy_upstream_t *prev)
+{
+    fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
+    size_t n;
+    if (prev && prev->dyn && same_dns(conf->discovery, fy_upstream_conf(prev)->discovery)) {
+        dyn_t *pd = prev->dyn;
+        pthread_mutex_lock(&pd->lock);
+        n = pd->nlast < u->dyn->cap ? pd->nlast : u->dyn->cap;
+        memcpy(e, pd->last, n * sizeof *e);
+        pthread_mutex_unlock(&pd->lock);
+        u->dyn->lookup_now = true;
+    } else {
+        n = fy__discovery_initial(conf, e, u->dyn->cap);
+    }
+    fy__upstream_set_servers(u, e, n);
+    free(e);
+}
+
+bool fy__upstream_lookup_now(const fy_upstream_t *u)
+{
+    return u->dyn && u->dyn->lookup_now;
+}
+
+static fy_upstream_t *upstream_make(const fy_upstream_conf_t *conf, int nworkers,
+                                    fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2,
+                                    const fy_upstream_t *prev)
 {
     fy_upstream_t *u = fy_xcalloc(1, sizeof *u);
     u->conf = conf;
@@ -130,12 +188,7 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
         u->workers[w].srv = fy_xcalloc(u->nservers, sizeof(srv_state_t));
         u->workers[w].rnd = 0x9e3779b97f4a7c15ull * (uint64_t)(w + 1);
     }
-    if (u->dyn) {
-        fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
-        size_t n = fy__discovery_initial(conf, e, u->dyn->cap);
-        fy__upstream_set_servers(u, e, n);
-        free(e);
-    }
+    if (u->dyn) first_set(u, conf, prev);
     return u;
 }
 

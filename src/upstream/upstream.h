@@ -46,6 +46,12 @@ struct fy_origin_conn {
 
 /* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers);
+/* The same for a new generation: `prev` (borrowed, may be NULL) is the running generation's
+ * upstream of the same name. A DNS discovery upstream asking what prev asks starts with
+ * prev's last set instead of a lookup (so a reload never waits for DNS) and looks up again as
+ * soon as its discovery runs. Main or admin thread, like fy_upstream_new. */
+fy_upstream_t *fy_upstream_new_next(const fy_upstream_conf_t *conf, int nworkers,
+                                    const fy_upstream_t *prev);
 /* As fy_upstream_new, but https:// and h2:// servers use these TLS client contexts (borrowed,
  * they outlive the upstream; tls_h2 with ALPN h2) instead of ones made from conf's ca,
  * insecure, cert and key: for many upstreams with the same TLS settings (the intercepting

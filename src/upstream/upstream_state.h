@@ -94,6 +94,7 @@ typedef struct dyn {
     pthread_mutex_t lock;
     fy_disc_entry_t *last;
     size_t nlast;
+    bool lookup_now; /* the set came from the generation before: look up at once */
 } dyn_t;
 
 struct fy_upstream {
