@@ -211,18 +211,29 @@ out:
     return r;
 }
 
+/* The bounds grow by at least 2x from one to the next, so each [2^k, 2^(k+1)) holds at most
+ * one: the bucket of us is the first bound >= 2^k (k = floor(log2 us)) or the one after it,
+ * one table load and one compare instead of a search. first_at[k]: index of the first bound
+ * >= 2^k (NBOUNDS: none); bound_or_max[NBOUNDS] is the +Inf sentinel. */
+static uint8_t first_at[64];
+static uint64_t bound_or_max[FY_HIST_NBOUNDS + 1];
+
+__attribute__((constructor)) static void bucket_table(void)
+{
+    for (unsigned b = 0; b < FY_HIST_NBOUNDS; b++) bound_or_max[b] = fy_hist_bounds_us[b];
+    bound_or_max[FY_HIST_NBOUNDS] = UINT64_MAX;
+    for (unsigned k = 0; k < 64; k++) {
+        unsigned b = 0;
+        while (b < FY_HIST_NBOUNDS && fy_hist_bounds_us[b] < (1ull << k)) b++;
+        first_at[k] = (uint8_t)b;
+    }
+}
+
 unsigned fy_hist_bucket(uint64_t us)
 {
-    /* binary search for the first bound >= us */
-    unsigned lo = 0, hi = FY_HIST_NBOUNDS;
-    while (lo < hi) {
-        unsigned mid = (lo + hi) / 2;
-        if (fy_hist_bounds_us[mid] < us)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    if (us == 0) return 0;
+    unsigned b = first_at[63 - __builtin_clzll(us)];
+    return b + (us > bound_or_max[b]);
 }
 
 static uint64_t sum_slot(uint32_t slot)

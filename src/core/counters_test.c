@@ -52,6 +52,25 @@ static void test_buckets(void)
         if (i) CHECK(fy_hist_bounds_us[i] > fy_hist_bounds_us[i - 1]);
     }
     CHECK_EQ_INT(fy_hist_bucket(UINT64_MAX), FY_HIST_NBOUNDS);
+    /* the table lookup relies on each bound being at least twice the one before */
+    for (unsigned i = 1; i < FY_HIST_NBOUNDS; i++)
+        CHECK(fy_hist_bounds_us[i] >= 2 * fy_hist_bounds_us[i - 1]);
+    /* against a linear search: every value to 0.3 s, then powers of two and their neighbours */
+    for (uint64_t us = 0; us <= 300000; us++) {
+        unsigned want = 0;
+        while (want < FY_HIST_NBOUNDS && fy_hist_bounds_us[want] < us) want++;
+        if (fy_hist_bucket(us) != want) {
+            CHECK_EQ_INT(fy_hist_bucket(us), want);
+            break;
+        }
+    }
+    for (unsigned k = 0; k < 64; k++)
+        for (int d = -1; d <= 1; d++) {
+            uint64_t us = (1ull << k) + (uint64_t)(int64_t)d;
+            unsigned want = 0;
+            while (want < FY_HIST_NBOUNDS && fy_hist_bounds_us[want] < us) want++;
+            CHECK_EQ_INT(fy_hist_bucket(us), want);
+        }
     CHECK_EQ_INT(fy_hist_bounds_us[6], 1000);                       /* 1 ms */
     CHECK_EQ_INT(fy_hist_bounds_us[FY_HIST_NBOUNDS - 1], 60000000); /* 60 s */
 
