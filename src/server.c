@@ -64,7 +64,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
         s->workers[w].id = w;
         fy_list_init(&s->workers[w].ctxs);
     }
-    s->gen = gen_new(cfg, s->nworkers);
+    s->gen = gen_new(cfg, s->nworkers, NULL);
     if (!s->gen) goto fail;
     s->gen->id = ++s->next_id;
     /* layer 4: its listeners are bound here too; it keeps this generation's upstreams */

@@ -134,7 +134,7 @@ void gen_unref(fy_gen_t *g)
 
 /* The parts of a generation that do not depend on sockets: upstreams, router, handlers,
  * interception, TLS contexts (certificates are read now: a rotated file is seen at once). */
-fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
+fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers, const fy_gen_t *prev)
 {
     fy_gen_t *g = fy_xcalloc(1, sizeof *g);
     atomic_init(&g->refs, 1);
@@ -150,7 +150,11 @@ fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
     g->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *g->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
-        g->upstreams[i] = fy_upstream_new(&ups[i], nworkers);
+        const fy_upstream_t *before = NULL; /* the running generation's, by name */
+        const fy_upstream_conf_t *pu = prev ? prev->cfg->upstreams.v : NULL;
+        for (size_t j = 0; prev && j < prev->cfg->upstreams.n; j++)
+            if (strcmp(pu[j].name, ups[i].name) == 0) before = prev->upstreams[j];
+        g->upstreams[i] = fy_upstream_new_next(&ups[i], nworkers, before);
         if (!g->upstreams[i]) goto fail;
     }
     if (build_router(g) < 0) goto fail;
@@ -339,7 +343,7 @@ int fy_server_reload(fy_server_t *s, fy_config_t *cfg)
     if (cfg->l4.n || s->cfg->l4.n)
         fy_notice("reload: l4 relays and listeners' sni maps keep the configuration the "
                   "server started with");
-    fy_gen_t *g = gen_new(cfg, s->nworkers);
+    fy_gen_t *g = gen_new(cfg, s->nworkers, s->gen);
     if (!g) {
         fy_error("reload: %s: not applied; generation %u goes on serving", cfg->source, s->gen->id);
         fy_config_free(cfg);

@@ -135,7 +135,7 @@ struct fy_server {
 };
 
 /* server_gen.c */
-fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers);
+fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers, const fy_gen_t *prev);
 void gen_unref(fy_gen_t *g);
 void worker_gen_get(struct fy_worker *w, fy_gen_t *g);
 void worker_gen_put(struct fy_worker *w, fy_gen_t *g);

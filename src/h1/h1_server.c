@@ -35,6 +35,12 @@ static void on_timer(fy_timer_t *t)
                            : 0);
         return;
     }
+    if (c->timer_kind == T_HEADER)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_HEADER_TIMEOUT]);
+    else if (c->timer_kind == T_BODY)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_BODY_TIMEOUT]);
+    else if (c->timer_kind == T_SEND)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_SEND_TIMEOUT]);
     if (c->timer_kind != T_LINGER) {
         char a[64];
         fy_info("client %s: %s timeout, closing connection",

@@ -185,7 +185,9 @@ static void begin_exchange(h1_conn_t *c, int headlen)
         q->query = FY_STR_NULL;
     }
     q->headers.v = (fy_header_t *)c->hdrs; /* same layout: two slices */
-    q->headers.n = q->headers.cap = r->nheaders;
+    q->headers.n = r->nheaders;
+    /* the rest of the array is room for fields a filter adds (traceparent, transforms) */
+    q->headers.cap = (size_t)c->ctx->limits->max_headers;
     q->expect_continue = r->expect_continue && q->version >= 11;
     if (r->conn_upgrade && q->version >= 11) {
         /* `Connection: upgrade` + `Upgrade: websocket`: a tunnel request, like an extended
@@ -315,6 +317,10 @@ void fy__h1_process(h1_conn_t *c)
         }
         c->req.scanned = 0;
         if (r < 0) {
+            if (r == FY_H1_EURI_TOO_LONG || r == FY_H1_EHDR_TOO_LARGE || r == FY_H1_ETOO_MANY_HDRS)
+                fy_counter_inc(fy_cid_limit[r == FY_H1_EURI_TOO_LONG    ? FY_LIMIT_REQUEST_LINE
+                                            : r == FY_H1_EHDR_TOO_LARGE ? FY_LIMIT_HEADER_BYTES
+                                                                        : FY_LIMIT_HEADER_COUNT]);
             fy__h1_reject(c, fy_h1_err_status(r), fy_h1_err_str(r));
             return;
         }

@@ -434,9 +434,15 @@ static void upstreams(fy_admin_t *a, fy_exchange_t *ex)
             snprintf(lab, sizeof lab, "upstream=\"%s\",server=\"%s\"", uc->name, sv[j].url);
             double m = ttfb_mean(have ? &snap : NULL, lab);
             if (m >= 0)
-                fprintf(f, ", \"ttfb_mean_seconds\": %.6f}", m);
+                fprintf(f, ", \"ttfb_mean_seconds\": %.6f", m);
             else
-                fputs(", \"ttfb_mean_seconds\": null}", f);
+                fputs(", \"ttfb_mean_seconds\": null", f);
+            /* the balancer's own view (least-time), per worker, averaged */
+            if (st.ewma_ttfb_us >= 0)
+                fprintf(f, ", \"ewma_ttfb_seconds\": %.6f, \"ewma_workers\": %d}",
+                        st.ewma_ttfb_us / 1e6, st.ewma_workers);
+            else
+                fputs(", \"ewma_ttfb_seconds\": null, \"ewma_workers\": 0}", f);
         }
         fputs("]}", f);
     }

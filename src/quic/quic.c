@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "net/sock.h"
@@ -93,6 +94,7 @@ void fy__quic_conn_destroy(fy_quic_conn_t *c, bool send_close)
 {
     if (c->closed) return;
     fy_quic_endpoint_t *ep = c->ep;
+    fy_gauge_add(fy_cid_quic_conns_active[ep->client], -1);
     if (send_close && !ngtcp2_conn_is_in_draining_period(c->conn)) {
         ngtcp2_path_storage ps;
         ngtcp2_path_storage_zero(&ps);
@@ -387,6 +389,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     ep->nconns++;
     fy__quic_map_add(c, &scid);
     fy__quic_map_add(c, &hd->dcid); /* the client's Initials still carry its own DCID */
+    fy_counters_quic_open(0);
     return c;
 }
 
