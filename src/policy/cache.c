@@ -373,6 +373,23 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
     strip_unkeyed(ce); /* the origin (or a fetch we may follow) answers this one */
     ce->mode = M_MISS;
     ce->fwd = "fwd=uri-miss";
+    fy_cache_disk_t *disk = fy_cache_zone_disk(cf->zone);
+    if (disk && !fat && !pending) {
+        /* not in memory: on disk? Then the disk's reader loads it into a new object that this
+           request follows like a collapsed fetch (and so do others meanwhile); ranges, HEAD
+           and conditionals are answered from it as from any stored object */
+        uint64_t name =
+            fy_cache_disk_find(disk, ce->hash, ce->key, ce->keylen, &ex->req.headers, ex->arena);
+        bool fl = false;
+        fy_cache_obj_t *lo =
+            name ? fy_cache_begin(cf->zone, ce->hash, ce->key, ce->keylen, &fl) : NULL;
+        if (lo && (fl || fy_cache_disk_load(disk, lo, name) == 0)) {
+            if (o) fy_cache_obj_release(o);
+            return follow(ce, lo);
+        }
+        if (lo) fy_cache_abort(cf->zone, lo, FY_CACHE_PASS); /* the reader's queue is full */
+        if (lo) fy_cache_obj_release(lo);
+    }
     if (fat || ranged || head || ce->client_cond || (ce->qi.cc.flags & FY_CC_NO_STORE)) {
         /* answered by the origin, not stored: a partial, bodiless or unkeyed-input answer */
         if (o) fy_cache_obj_release(o);
@@ -682,6 +699,9 @@ fy_filter_t *fy_cache_filter_new(const fy_cache_conf_t *conf)
     cf->f.ops = &cache_ops;
     cf->conf = conf;
     cf->zone = fy_cache_zone_get(conf->zone, (size_t)conf->size);
+    if (conf->disk_path && *conf->disk_path)
+        fy_cache_zone_set_disk(cf->zone, conf->disk_path, conf->disk_size,
+                               (unsigned)conf->disk_queue);
     cf->name_len = strlen(conf->status_name);
     for (size_t i = 0; i < conf->methods.n; i++) {
         if (!strcmp(conf->methods.v[i], "GET")) cf->get_ok = true;

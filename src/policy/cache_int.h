@@ -5,8 +5,6 @@
 
 #include "policy/cache.h"
 
-#include "policy/cache.h"
-
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "policy/cache_disk.h"
 #include "policy/cache_fresh.h"
 #include "policy/cache_key.h"
 #include "policy/cache_store.h"

@@ -37,7 +37,8 @@ bool fy__cache_follow_ready(cache_ex_t *ce)
         int64_t age = fy__cache_obj_age(o, ex->ctx->loop->now_sec);
         int use = fy_cache_use(&o->fresh, age, &ce->qi, ce->cf->conf->ignore_request_no_cache);
         if (match && use != FY_CACHE_USE_REVALIDATE) {
-            fy__cache_serve_start(ce, o, "fwd=uri-miss; collapsed");
+            fy__cache_serve_start(ce, o,
+                                  o->from_disk ? "hit; detail=disk" : "fwd=uri-miss; collapsed");
             return true;
         }
     }
