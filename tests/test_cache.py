@@ -936,3 +936,36 @@ def test_cache_with_compression_filter(server, origin):
     s, h, b = get(srv, "/c", {"Accept-Encoding": "gzip, br"})  # a hit, compressed
     assert h.get("content-encoding") in ("gzip", "br") and cs(h).startswith("ferry; hit")
     assert origin.hits["/c"] == 1
+
+
+# ---- freshening with HEAD (RFC 9111 §4.3.5) ----
+
+def test_cache_head_freshens_stored_get(cached, origin):
+    """A stale stored GET and a HEAD whose 200 carries the same strong ETag and length: the
+    stored response takes the HEAD's fields (and freshness); a HEAD that shows another ETag
+    makes the stored one unusable."""
+    def r(h, n):
+        if h.command == "HEAD":
+            return (200, [("Cache-Control", "max-age=60"), ("ETag", '"v1"'),
+                          ("X-Gen", str(n))], "body-v1")
+        return (200, [("Cache-Control", "max-age=0"), ("ETag", '"v1"'), ("X-Gen", str(n))],
+                "body-v1")
+    origin.routes["/hf"] = r
+    srv = cached()
+    assert get(srv, "/hf")[2] == b"body-v1"
+    s, h, b = get(srv, "/hf", method="HEAD")  # stale: asks the origin, which answers 200
+    assert s == 200 and h.get("x-gen") == "2" and b == b""
+    s, h, b = get(srv, "/hf")  # fresh again from the HEAD's max-age, with its fields
+    assert (s, b) == (200, b"body-v1") and h.get("x-gen") == "2"
+    assert cs(h).startswith("ferry; hit")
+    assert origin.hits["/hf"] == 2
+
+    def m(h, n):
+        tag = '"b"' if h.command == "HEAD" else f'"a{n}"'
+        return (200, [("Cache-Control", "max-age=0"), ("ETag", tag)], f"m{n}")
+    origin.routes["/hm"] = m
+    get(srv, "/hm")
+    get(srv, "/hm", method="HEAD")  # another representation: the stored one goes
+    s, h, b = get(srv, "/hm", headers={"Cache-Control": "max-stale=600"})
+    assert b == b"m3" and "hit" not in cs(h).split("; ")[1]  # not the invalidated m1
+    assert origin.hits["/hm"] == 3
