@@ -7,11 +7,15 @@ sleep. A corrupted or truncated file is never served; a directory that cannot be
 only its counted errors."""
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 from conftest import http_request, wait_for
 from test_cache import Origin, origin  # noqa: F401  (the fixture)
 from test_admin import admin
+
+CURL = shutil.which("curl")
 
 
 def config(origin_port, disk, cache_extra=""):
@@ -19,6 +23,7 @@ def config(origin_port, disk, cache_extra=""):
 workers: 2
 listeners:
   - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2c]
 upstreams:
   - name: o
     servers: [http://127.0.0.1:{origin_port}]
@@ -75,9 +80,19 @@ def test_cache_disk_survives_restart(server, origin, tmp_path):  # noqa: F811
     s, h, b = get(srv2, "/d1")  # now from memory
     assert (s, b) == (200, b"hit 1 /d1\n") and cs(h).startswith("ferry; hit; ttl=")
     s, h, b = get(srv2, "/d2", headers={"Range": "bytes=0-2"})  # a range of a disk object
+    assert (s, b) == (206, b"hit") and "detail=disk" in cs(h)
     assert origin.hits["/d1"] == 1 and origin.hits["/d2"] == 1
     assert disk_stats(srv2)["reads"] >= 1
     assert disk_stats(srv2)["writes"] == 0  # what came from disk is not written again
+    srv2.finish()
+
+    srv3 = server(cfg)  # h2c finds the object h1 stored (one key for every protocol)
+    out = subprocess.run([CURL, "-s", "--http2-prior-knowledge", "-D", "-", "-H",
+                          "Host: disk.test", srv3.url("/d1")], capture_output=True, text=True,
+                         timeout=20).stdout
+    assert out.startswith("HTTP/2 200") and out.endswith("hit 1 /d1\n")
+    assert "cache-status: ferry; hit; detail=disk" in out.lower()
+    assert origin.hits["/d1"] == 1
 
 
 def test_cache_disk_vary_variants(server, origin, tmp_path):  # noqa: F811
