@@ -112,8 +112,13 @@ def measure(tmp, origin, row, k, arm="ferry"):
     n = k if row != "cache-hit" else 1
     with open(os.path.join(d, "uris"), "w") as f:
         f.write("".join(f"http://127.0.0.1:{port}/u{i}\n" for i in range(n)))
-    subprocess.run(["h2load", "--h1", "-n", str(k), "-c", "1", "-i", os.path.join(d, "uris")],
-                   stdout=subprocess.DEVNULL, timeout=600, check=True)
+    out = subprocess.run(["h2load", "--h1", "-n", str(k), "-c", "1", "-i",
+                          os.path.join(d, "uris")], capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    # a failed request costs other instructions: the row is void then
+    ok = [l for l in out.splitlines() if l.startswith("requests:")]
+    if not ok or f"{k} succeeded, 0 failed" not in ok[0]:
+        print(f"{arm} {row} {k}: {ok[0] if ok else out[-300:]}", file=sys.stderr)
     p.terminate()
     try:
         p.wait(120)
