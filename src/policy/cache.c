@@ -275,7 +275,7 @@ static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
         fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
-    if (atomic_load(&o->state) != FY_CACHE_PENDING) { /* it moved on meanwhile */
+    if (!fy__cache_follow_waits(o)) { /* it moved on meanwhile */
         fy__cache_unwait(ce);
         return fy__cache_follow_ready(ce) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
@@ -383,6 +383,7 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
         bool fl = false;
         fy_cache_obj_t *lo =
             name ? fy_cache_begin(cf->zone, ce->hash, ce->key, ce->keylen, &fl) : NULL;
+        if (lo && !fl) lo->disk_load = true; /* before the reader can see it */
         if (lo && (fl || fy_cache_disk_load(disk, lo, name) == 0)) {
             if (o) fy_cache_obj_release(o);
             return follow(ce, lo);

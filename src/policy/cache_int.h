@@ -95,6 +95,14 @@ typedef struct cache_wait {
     cache_ex_t *ce;
 } cache_wait_t;
 
+/* Is a followed object still to be waited for? A disk load is followed until it is complete
+   (its body is already in memory: ranges and validators then see the whole object). */
+static inline bool fy__cache_follow_waits(const fy_cache_obj_t *o)
+{
+    int st = atomic_load(&o->state);
+    return st == FY_CACHE_PENDING || (o->disk_load && st == FY_CACHE_STREAMING);
+}
+
 char *fy__cache_put_u64(char *p, uint64_t v);
 char *fy__cache_put_s(char *p, const char *s, size_t n);
 #define PUT_LIT(p, s) fy__cache_put_s((p), (s), sizeof(s) - 1)

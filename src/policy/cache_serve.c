@@ -42,6 +42,16 @@ bool fy__cache_follow_ready(cache_ex_t *ce)
             return true;
         }
     }
+    if (o->disk_load && st == FY_CACHE_PASS && !ce->fill && ex->req.method_id == FY_M_GET &&
+        !ce->range && !ce->client_cond) {
+        /* the file was bad or gone: this request fetches and stores it again */
+        bool fl = false;
+        ce->fill = fy_cache_begin(ce->cf->zone, o->hash, o->key, o->keylen, &fl);
+        if (ce->fill && fl) {
+            fy_cache_obj_release(ce->fill);
+            ce->fill = NULL;
+        }
+    }
     fy_cache_obj_release(o);
     ce->obj = NULL;
     ce->mode = M_MISS;
@@ -57,7 +67,7 @@ void fy__cache_on_wait(fy_cache_waiter_t *w)
         if (!ce->sending && !ce->finished) fy__cache_serve_step(ce);
         return;
     }
-    if (atomic_load(&ce->obj->state) == FY_CACHE_PENDING) return;
+    if (fy__cache_follow_waits(ce->obj)) return;
     fy_cache_unwait(w);
     fy_timer_stop(ce->ex->ctx->loop, &ce->w->timer);
     if (!fy__cache_follow_ready(ce)) fy_filter_resume(ce->ex);

@@ -63,6 +63,7 @@ typedef struct fy_cache_obj {
     atomic_bool revalidating; /* a request is revalidating it (stale-while-revalidate) */
     atomic_bool dead;         /* invalidated, purged or replaced: not to be written to disk */
     bool from_disk;           /* loaded from the disk tier (not written back) */
+    bool disk_load;           /* made for a disk load (set before it is queued) */
     atomic_size_t body_len;
     fy_cache_chunk_t *first, *tail; /* owned; tail written by the writer only */
     fy_cache_chunk_t *inline_chunk; /* the first chunk when it lives in `mem` */
