@@ -1,5 +1,6 @@
 /* The admin listener's thread, connections and request handler (see ops/admin.h). */
 #include "ops/admin.h"
+#include "ops/admin_cache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -595,6 +596,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         if (!is(ex, FY_M_POST)) return method_not_allowed(ex, "POST");
         return server_action(a, ex, seg[1], seg[3], seg[4][0] == 'd');
     }
+    if (n >= 1 && !strcmp(seg[0], "cache")) return fy_admin_cache(ex, seg, n); /* admin_cache.c */
     json_error(ex, 404,
                "no such admin endpoint (GET /metrics, /status, /config, /upstreams; "
                "POST /config[?dry-run=1], /config/rollback, /config/reload, "
