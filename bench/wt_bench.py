@@ -130,9 +130,9 @@ listeners:
     protocols: [h3]
     tls: {tls}
 {quic}upstreams:
-  wt-echo:
+  - name: wt-echo
     servers: [h3://127.0.0.1:{pe}]
-    tls-verify: false
+    insecure: true
 routes:
   - match: {{path: /echo}}
     webtransport: {{handler: proxy, upstream: wt-echo}}

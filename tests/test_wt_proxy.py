@@ -1,0 +1,126 @@
+"""The WebTransport reverse proxy (`webtransport: {handler: proxy, upstream: NAME}`,
+src/handler/wt_proxy.c over src/h3/h3_wt_client.c): client → ferry (proxy) → ferry (echo).
+Exercised by ferry-load's wt:// client (echo verified byte for byte, session close and the
+origin going away) and by headless Debian Chromium (1 MiB bidi hash, uni stream, datagrams,
+stream reset code and session close code through both hops)."""
+import json
+import signal
+import subprocess
+import time
+
+from test_webtransport import CONF, LOAD, chromium, make_cert, wt_load
+
+PROXY = """
+data-dir: {{data}}
+log: {{{{access: {{tmp}}/access.log, access-format: json,
+       access-fields: [method, target, status, error]}}}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    protocols: [h1, h2, h3]
+    tls: {{{{cert: {cert}, key: {key}}}}}
+quic:
+  webtransport-max-sessions: 8
+  webtransport-max-streams: 100
+upstreams:
+  - name: wt-origin
+    servers: [h3://127.0.0.1:{origin}]
+    insecure: true
+routes:
+  - match: {{{{path-exact: /page}}}}
+    respond: {{{{body: "<!doctype html><title>wt</title>", headers: {{{{content-type: text/html}}}}}}}}
+  - match: {{{{path: /}}}}
+    webtransport: {{{{handler: proxy, upstream: wt-origin}}}}
+"""
+
+
+def two_hops(server, tmp_path):
+    """(origin echo, proxy in front of it, the certificate's SPKI pin)."""
+    cert, key, spki = make_cert(tmp_path)
+    origin = server(CONF.format(cert=cert, key=key, sessions=8, streams=100), start=False)
+    origin.start(udp_ports=[])
+    proxy = server(PROXY.format(cert=cert, key=key, origin=origin.port), start=False)
+    proxy.start(udp_ports=[])
+    return origin, proxy, spki
+
+
+def test_wt_proxy_load_echo_streams_and_datagrams(server, tmp_path):
+    # 2 sessions x 4 streams through the proxy: 200 streams of 64 KiB echoed by the origin and
+    # verified byte for byte, and datagrams both ways
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, dg = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "--sessions", 2, "-m", 4,
+                      "--size", 65536, "-n", 200, "-d", 30, "--datagram-rate", 200,
+                      "--datagram-size", 200)
+    assert rep["requests"] == 200 and rep["ok"] == 200 and rep["errors"] == 0, rep
+    assert rep["body_bytes"] == 200 * 65536
+    assert rep["status"]["2xx"] == 2
+    dg = dg["datagrams"]
+    assert dg["sent"] > 0 and dg["echoed"] > 0 and dg["bad"] == 0, dg
+    proxy.finish()
+    origin.finish()
+    # the origin saw the proxy's sessions, and echoed the datagrams it got
+    assert origin.log().count("WebTransport session ends") == 2, origin.log()[-2000:]
+
+
+def test_wt_proxy_client_close_reaches_origin(server, tmp_path):
+    # the client closes its session (42 "mid") with streams in flight: the proxy closes the
+    # origin's session with the same code and reason, and the client's streams are reset
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         1000000, "-n", 2, "-d", 30, "--wt-fault", "close-mid-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 2, rep
+    assert extra["first_reset_code"] in (0x170d7b68, 0x3994bd84), extra
+    proxy.finish()
+    origin.finish()
+    assert 'session closed by the client: code 42, reason "mid"' in origin.log(), \
+        origin.log()[-2000:]
+
+
+def test_wt_proxy_origin_refusal_status_reaches_client(server, tmp_path):
+    # the origin has no WebTransport route at /nowhere (404): the proxy answers the client's
+    # CONNECT with that status instead of accepting the session
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{proxy.port}/nowhere", "-c", 1, "-m", 1, "--size", 100,
+                     "-n", 1, "-d", 5)
+    assert rep["status"]["4xx"] == 1 and rep["status"]["2xx"] == 0, rep
+    proxy.finish()
+    lines = [json.loads(l) for l in (proxy.tmp / "access.log").read_text().splitlines()]
+    assert [(l["target"], l["status"]) for l in lines if l["method"] == "CONNECT"] == \
+        [("/nowhere", 404)], lines
+
+
+def test_wt_proxy_origin_going_away_closes_client_session(server, tmp_path):
+    # the origin stops mid-session (SIGTERM: GOAWAY and DRAIN, then at the end of its 10 s
+    # drain its connections close): the proxy ends the client's session, whose open streams
+    # are reset with WT_SESSION_GONE. The client keeps 2 streams of 16 MiB busy for up to 25 s.
+    origin, proxy, _ = two_hops(server, tmp_path)
+    args = [LOAD, f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size", 1 << 24,
+            "-n", 100000, "-d", 25, "--insecure", "--json"]
+    p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # let the session start; it lasts until the origin's connection ends
+    origin.proc.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=60)[0]
+    lines = out.strip().splitlines()
+    rep, extra = json.loads(lines[0]), json.loads(lines[1])
+    assert rep["status"]["2xx"] == 1, rep
+    assert rep["errors_by_kind"]["reset"] >= 1, rep
+    assert extra["first_reset_code"] == 0x170d7b68, extra  # WT_SESSION_GONE
+    proxy.finish()
+
+
+def test_wt_proxy_chromium(server, tmp_path):
+    """Chromium → ferry (proxy) → ferry (echo): 1 MiB bidi echo with a hash, a uni stream
+    answered on the origin's uni stream, a stream reset with code 5 that comes back as 5, a
+    datagram burst, and the page's close (7, "bye") reaching the origin."""
+    origin, proxy, spki = two_hops(server, tmp_path)
+    res = chromium(proxy, spki, tmp_path, path="/echo", bytes=1 << 20, burst=200, abort=True)
+    assert res["ready"]
+    assert res["bidiLen"] == 1 << 20 and res["bidiHash"] == res["sentHash"], res
+    assert res["uni"] == "uni hello"
+    assert res["beforeAbort"] == "before abort" and res["abortCode"] == 5, res
+    assert res["datagram"] is not None and res["datagram"].startswith("dgram ")
+    assert 0 < res["burstEchoed"] <= 200 and res["burstBad"] == 0, res
+    assert res["closed"]
+    proxy.finish()
+    origin.finish()
+    assert 'session closed by the client: code 7, reason "bye"' in origin.log(), \
+        origin.log()[-2000:]
