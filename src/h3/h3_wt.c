@@ -190,9 +190,15 @@ uint64_t fy_h3_wt_on_setting(fy_h3_wt_t *w, uint64_t id, uint64_t v)
 
 /* ---- streams ---- */
 
+/* Credit used bytes back: to the stream and the connection, or (the stream is closed in QUIC
+ * with bytes still buffered here) to the connection alone, else its window would shrink. */
 static void stream_credit(fy_wt_stream_t *st, size_t n)
 {
-    if (st->qs && n) fy_quic_stream_consumed(st->w->qc, st->qs, n);
+    if (!n) return;
+    if (st->qs)
+        fy_quic_stream_consumed(st->w->qc, st->qs, n);
+    else
+        fy_quic_conn_consumed(st->w->qc, n);
 }
 
 static void orphan(fy_wt_stream_t *st, uint64_t h3code)

@@ -94,6 +94,8 @@ static bool can_recv(const fy_wtc_stream_t *st)
     return !st->uni || !st->local;
 }
 
+static void credit(fy_wtc_stream_t *st, size_t n);
+
 /* The owner stops seeing `st`: reset what is still open of it; `tell`: stream_gone. */
 static void orphan(fy_wtc_stream_t *st, uint64_t h3code, bool tell)
 {
@@ -101,8 +103,8 @@ static void orphan(fy_wtc_stream_t *st, uint64_t h3code, bool tell)
     if (st->orphan) return;
     st->orphan = true;
     fy_defer_cancel(c->loop, &st->defer);
+    credit(st, st->len);
     if (st->qs && c->qc) {
-        if (st->len) fy_quic_stream_consumed(c->qc, st->qs, st->len);
         if (can_send(st)) fy_quic_stream_reset(c->qc, st->qs, h3code);
         if (can_recv(st)) fy_quic_stream_stop_reading(c->qc, st->qs, h3code);
     }
@@ -110,9 +112,15 @@ static void orphan(fy_wtc_stream_t *st, uint64_t h3code, bool tell)
     if (tell && st->wt && !c->dead && c->ops->stream_gone) c->ops->stream_gone(c->ud, st);
 }
 
+/* Used bytes back to the stream and the connection; to the connection alone once QUIC closed
+ * the stream (bytes of it still buffered here are used later). */
 static void credit(fy_wtc_stream_t *st, size_t n)
 {
-    if (st->qs && st->c->qc && n) fy_quic_stream_consumed(st->c->qc, st->qs, n);
+    if (!st->c->qc || !n) return;
+    if (st->qs)
+        fy_quic_stream_consumed(st->c->qc, st->qs, n);
+    else
+        fy_quic_conn_consumed(st->c->qc, n);
 }
 
 static void deliver(fy_wtc_stream_t *st, const uint8_t *p, size_t n, bool fin)

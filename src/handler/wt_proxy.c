@@ -260,6 +260,9 @@ static void o_datagram(void *ud, const uint8_t *b, size_t n)
 static void o_close(void *ud, uint32_t code, const char *reason, size_t rlen)
 {
     wtp_t *p = ud;
+    fy_info("webtransport proxy: upstream %s ended the session: code %u, reason \"%.*s\"",
+            fy_upstream_conf(p->ph->up)->name, (unsigned)code, (int)(rlen > 200 ? 200 : rlen),
+            reason);
     drop_origin(p, 0, NULL, 0);
     p->state = P_DONE;
     fy_wt_session_t *ss = p->ss;

@@ -154,6 +154,9 @@ bool fy_quic_stream_is_write_closed(const fy_quic_stream_t *s);
 size_t fy_quic_stream_buffered(const fy_quic_stream_t *s);
 /* The application used `n` received bytes: give that much flow-control credit back. */
 void fy_quic_stream_consumed(fy_quic_conn_t *qc, fy_quic_stream_t *s, size_t n);
+/* Connection-level credit only: for bytes of a stream that QUIC already closed (all received)
+ * which the application used later. */
+void fy_quic_conn_consumed(fy_quic_conn_t *qc, size_t n);
 /* Abort the sending side (RESET_STREAM) and/or the receiving side (STOP_SENDING). */
 void fy_quic_stream_reset(fy_quic_conn_t *qc, fy_quic_stream_t *s, uint64_t code);
 void fy_quic_stream_stop_reading(fy_quic_conn_t *qc, fy_quic_stream_t *s, uint64_t code);

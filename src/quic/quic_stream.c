@@ -150,6 +150,13 @@ void fy_quic_stream_consumed(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t n)
     fy__quic_schedule_write(qc);
 }
 
+void fy_quic_conn_consumed(fy_quic_conn_t *qc, size_t n)
+{
+    if (qc->closed || !n) return;
+    ngtcp2_conn_extend_max_offset(qc->conn, n);
+    fy__quic_schedule_write(qc);
+}
+
 void fy_quic_stream_reset(fy_quic_conn_t *qc, fy_quic_stream_t *ps, uint64_t code)
 {
     qstream_t *s = qs_of(ps);
