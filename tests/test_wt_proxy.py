@@ -130,3 +130,17 @@ def test_wt_proxy_chromium(server, tmp_path):
     origin.finish()
     assert 'session closed by the client: code 7, reason "bye"' in origin.log(), \
         origin.log()[-2000:]
+
+
+def test_wt_proxy_examples_run_as_written(server, tmp_path):
+    """examples/webtransport.yaml (echo at 8443) and examples/webtransport-proxy.yaml (proxy at
+    8444 in front of it), unchanged: 16 streams of 1 MiB echoed through the proxy."""
+    from conftest import ROOT
+    echo = server(args=["run", "-c", str(ROOT / "examples" / "webtransport.yaml")], start=False)
+    echo.start(wait_ports=[8443], udp_ports=[8443])
+    proxy = server(args=["run", "-c", str(ROOT / "examples" / "webtransport-proxy.yaml")],
+                   start=False)
+    proxy.start(wait_ports=[], udp_ports=[8444])
+    rep, _ = wt_load("wt://127.0.0.1:8444/echo", "-c", 1, "--sessions", 2, "-m", 4, "--size",
+                     1 << 20, "-n", 16, "-d", 30)
+    assert rep["requests"] == 16 and rep["ok"] == 16 and rep["errors"] == 0, rep
