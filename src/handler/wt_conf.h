@@ -5,7 +5,7 @@
 
 #include "conf/conf.h"
 
-enum fy_wt_handler { FY_WT_ECHO = 0, FY_WT_PROXY = 1 };
+enum fy_wt_handler { FY_WT_ECHO = 0, FY_WT_PROXY = 1, FY_WT_APP = 2 };
 
 typedef struct fy_wt_conf {
     int handler;    /* `handler`: enum fy_wt_handler */
