@@ -513,7 +513,9 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
             if (!((const fy_upstream_server_conf_t *)u->servers.v)[k].h3)
                 why = "proxies only to h3:// servers";
         if (why) {
-            fy_conf_error(ctx, at, "webtransport.upstream", "%s", why);
+            char key[64];
+            snprintf(key, sizeof key, "routes[%zu].webtransport.upstream", i);
+            fy_conf_error(ctx, at, key, "%s", why);
             rc = -1;
         }
     }

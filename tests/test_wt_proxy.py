@@ -144,3 +144,30 @@ def test_wt_proxy_examples_run_as_written(server, tmp_path):
     rep, _ = wt_load("wt://127.0.0.1:8444/echo", "-c", 1, "--sessions", 2, "-m", 4, "--size",
                      1 << 20, "-n", 16, "-d", 30)
     assert rep["requests"] == 16 and rep["ok"] == 16 and rep["errors"] == 0, rep
+
+
+def test_wt_proxy_config_errors(tmp_path):
+    """`webtransport: {handler: proxy}` needs an upstream that exists and has h3:// servers."""
+    from conftest import FERRY
+    base = """listeners:
+  - {address: 127.0.0.1:18443, protocols: [h3], tls: self-signed}
+upstreams:
+  - {name: web, servers: ["http://127.0.0.1:9000"]}
+  - {name: quic, servers: ["h3://127.0.0.1:9001"]}
+routes:
+  - webtransport: %s
+"""
+    cases = [("{handler: proxy}", "proxy needs `upstream`"),
+             ("{handler: proxy, upstream: nope}", "no such upstream"),
+             ("{handler: proxy, upstream: web}", "proxies only to h3:// servers"),
+             ("{handler: proxy, upstream: quic}", None)]
+    for i, (wt, err) in enumerate(cases):
+        conf = tmp_path / f"c{i}.yaml"
+        conf.write_text(base % wt)
+        r = subprocess.run([FERRY, "check", "-c", str(conf)], capture_output=True, text=True,
+                           timeout=30, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        if err is None:
+            assert r.returncode == 0, r.stderr
+        else:
+            assert r.returncode == 1 and err in r.stderr, (wt, r.returncode, r.stderr)
+            assert "webtransport.upstream" in r.stderr, r.stderr

@@ -686,11 +686,6 @@ void fy_h3_wt_free(fy_h3_wt_t *w)
     free(w);
 }
 
-fy_exchange_t *fy_wt_session_exchange(const fy_wt_session_t *ss)
-{
-    return ss->closing ? NULL : ss->ex;
-}
-
 /* ---- stream API ---- */
 
 bool fy_wt_stream_is_uni(const fy_wt_stream_t *st)

@@ -109,8 +109,6 @@ int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n);
 fy_wt_stream_t *fy_wt_open_uni(fy_wt_session_t *ss);
 /* Open a bidirectional stream of ours (0x41 + session id), the same way. */
 fy_wt_stream_t *fy_wt_open_bidi(fy_wt_session_t *ss);
-/* The session's extended CONNECT (borrowed; NULL once the session is closing). */
-fy_exchange_t *fy_wt_session_exchange(const fy_wt_session_t *ss);
 
 bool fy_wt_stream_is_uni(const fy_wt_stream_t *st);
 /* The stream's session (NULL once it was reset or its session ended). */
