@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+from conftest import free_port
 from test_webtransport import CONF, LOAD, chromium, make_cert, wt_load
 
 PROXY = """
@@ -171,3 +172,22 @@ routes:
         else:
             assert r.returncode == 1 and err in r.stderr, (wt, r.returncode, r.stderr)
             assert "webtransport.upstream" in r.stderr, r.stderr
+
+
+def test_wt_proxy_origin_unreachable_is_502(server, tmp_path):
+    # nothing answers QUIC at the upstream's address: after its connect-timeout (the QUIC
+    # handshake timeout, 1 s here) the client's CONNECT gets 502
+    cert, key, _ = make_cert(tmp_path)
+    dead = free_port()
+    conf = PROXY.format(cert=cert, key=key, origin=dead).replace(
+        "    insecure: true\n", "    insecure: true\n    connect-timeout: 1s\n")
+    proxy = server(conf, start=False)
+    proxy.start(udp_ports=[])
+    # the client runs 5 s: the 502 must come within them (the default handshake timeout is 10 s)
+    rep, _ = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 1, "--size", 100,
+                     "-n", 1, "-d", 5)
+    assert rep["status"]["5xx"] == 1 and rep["ok"] == 0, rep
+    proxy.finish()
+    lines = [json.loads(l) for l in (proxy.tmp / "access.log").read_text().splitlines()]
+    assert [l["status"] for l in lines if l["method"] == "CONNECT"] == [502], lines
+    assert "webtransport proxy: upstream wt-origin: origin unreachable" in proxy.log()

@@ -13,7 +13,8 @@
 #include "h3/h3_wt_client.h"
 #include "http/exchange.h"
 
-/* The origin side's QUIC settings: datagrams on, stream windows as h3 origins. */
+/* The origin side's QUIC settings: datagrams on, stream windows as h3 origins; the handshake
+ * timeout is the upstream's connect-timeout (fy_wt_proxy_handler_new). */
 static const fy_quic_conf_t origin_quic = {
     .cc = FY_QUIC_CC_CUBIC,
     .idle_timeout_ms = 60000,
@@ -30,6 +31,7 @@ typedef struct wtp_handler {
     fy_handler_t h;
     const fy_wt_conf_t *conf;
     fy_upstream_t *up;
+    fy_quic_conf_t quic; /* origin_quic with the upstream's connect-timeout */
 } wtp_handler_t;
 
 enum { P_CONNECTING, P_OPEN, P_DONE };
@@ -330,7 +332,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         fy_exchange_fail(ex, 502, "WebTransport proxies only to h3:// servers");
         return;
     }
-    fy_quic_client_opts_t o = {.conf = &origin_quic,
+    fy_quic_client_opts_t o = {.conf = &ph->quic,
                                .sni = uc->sni ? uc->sni : sv->host,
                                .ca_file = uc->ca,
                                .insecure = uc->insecure,
@@ -372,5 +374,8 @@ fy_handler_t *fy_wt_proxy_handler_new(const fy_wt_conf_t *conf, fy_upstream_t *u
     ph->h.ops = &wtp_ops;
     ph->conf = conf;
     ph->up = up;
+    ph->quic = origin_quic;
+    uint64_t ct = fy_upstream_conf(up)->connect_timeout_ms;
+    if (ct) ph->quic.handshake_timeout_ms = ct;
     return &ph->h;
 }
