@@ -191,3 +191,26 @@ def test_wt_proxy_origin_unreachable_is_502(server, tmp_path):
     lines = [json.loads(l) for l in (proxy.tmp / "access.log").read_text().splitlines()]
     assert [l["status"] for l in lines if l["method"] == "CONNECT"] == [502], lines
     assert "webtransport proxy: upstream wt-origin: origin unreachable" in proxy.log()
+
+
+def test_wt_proxy_unreachable_server_retried_on_the_next(server, tmp_path):
+    # an upstream of a dead server and the echo: two sessions one after the other (round
+    # robin), so one of them is first sent to the dead one; after its connect-timeout it is
+    # retried on the echo, and both sessions work
+    cert, key, _ = make_cert(tmp_path)
+    origin = server(CONF.format(cert=cert, key=key, sessions=8, streams=100), start=False)
+    origin.start(udp_ports=[])
+    dead = free_port()
+    conf = PROXY.format(cert=cert, key=key, origin=origin.port).replace(
+        f"servers: [h3://127.0.0.1:{origin.port}]",
+        f"servers: [h3://127.0.0.1:{dead}, h3://127.0.0.1:{origin.port}]").replace(
+        "    insecure: true\n", "    insecure: true\n    connect-timeout: 1s\n")
+    proxy = server(conf, start=False)
+    proxy.start(udp_ports=[])
+    for _ in range(2):
+        rep, _ = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         65536, "-n", 4, "-d", 20)
+        assert rep["status"]["2xx"] == 1 and rep["ok"] == 4, rep
+    proxy.finish()
+    assert f"client 127.0.0.1:{dead}: quic: ERR_HANDSHAKE_TIMEOUT" in proxy.log(), \
+        proxy.log()[-2000:]

@@ -41,6 +41,8 @@ typedef struct wtp {
     fy_exchange_t *ex; /* NULL once the exchange is gone */
     fy_loop_t *loop;
     int worker, server;
+    int attempts;   /* servers tried for this session */
+    uint64_t tried; /* their bits (fy_upstream_pick's exclude) */
     int state;
     fy_wt_session_t *ss; /* the client's session (NULL before the origin's 200, and after) */
     fy_wtc_t *oc;        /* the origin's session (NULL once closed) */
@@ -177,15 +179,26 @@ static const fy_wt_ops_t client_ops = {
 
 /* ---- the origin's session ---- */
 
+static bool connect_origin(wtp_t *p);
+
 static void o_ready(void *ud, int status)
 {
     wtp_t *p = ud;
     fy_upstream_t *up = p->ph->up;
-    fy_upstream_report(up, p->worker, p->server, status == 200, p->loop->now_ms);
+    /* passive health: a server that answered (even with a refusal) is up */
+    fy_upstream_report(up, p->worker, p->server, status != 0, p->loop->now_ms);
     if (status != 200) {
         drop_origin(p, 0, NULL, 0);
         p->state = P_DONE;
         if (!p->ex) return;
+        /* not reached at all: another server, as the upstream's `retries` allow */
+        if (status == 0 && p->attempts <= fy_upstream_conf(up)->retries &&
+            (size_t)p->attempts < fy_upstream_nservers(up)) {
+            fy_upstream_count_retry(up, p->server);
+            p->state = P_CONNECTING;
+            connect_origin(p);
+            return;
+        }
         int st = status >= 400 && status < 600 ? status : 502;
         fy_info("webtransport proxy: upstream %s: %s", fy_upstream_conf(up)->name,
                 status ? "the origin refused the session" : "origin unreachable");
@@ -302,37 +315,25 @@ static void cleanup(void *arg)
     free(p);
 }
 
-static void on_request(fy_handler_t *h, fy_exchange_t *ex)
+/* Pick a server (not one already tried when another is usable) and start the origin's
+ * session. False after failing the exchange. */
+static bool connect_origin(wtp_t *p)
 {
-    wtp_handler_t *ph = (wtp_handler_t *)h;
-    if (!fy_str_eq(ex->req.protocol, "webtransport", 12)) {
-        fy_exchange_fail(ex, 400, "this route serves WebTransport sessions only");
-        return;
-    }
-    int64_t sid;
-    if (!fy_h3_exchange_wt(ex, &sid)) {
-        fy_exchange_fail(ex, 400, "WebTransport needs an extended CONNECT over HTTP/3");
-        return;
-    }
-    fy_upstream_t *up = ph->up;
-    wtp_t *p = fy_xcalloc(1, sizeof *p);
-    p->ph = ph;
-    p->ex = ex;
-    p->loop = ex->ctx->loop;
-    p->worker = ex->ctx->worker_id;
-    fy_list_init(&p->pairs);
-    fy_arena_on_reset(ex->arena, cleanup, p);
-    p->server = fy_upstream_pick(up, p->worker, 0, p->loop->now_ms);
+    fy_exchange_t *ex = p->ex;
+    fy_upstream_t *up = p->ph->up;
     const fy_upstream_conf_t *uc = fy_upstream_conf(up);
+    p->attempts++;
+    p->server = fy_upstream_pick(up, p->worker, p->tried, p->loop->now_ms);
+    p->tried |= 1ull << (p->server & 63);
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)uc->servers.v)[p->server];
     ex->upstream = up, ex->upstream_server = p->server;
     if (!sv->h3) {
         p->state = P_DONE;
         fy_exchange_fail(ex, 502, "WebTransport proxies only to h3:// servers");
-        return;
+        return false;
     }
-    fy_quic_client_opts_t o = {.conf = &ph->quic,
+    fy_quic_client_opts_t o = {.conf = &p->ph->quic,
                                .sni = uc->sni ? uc->sni : sv->host,
                                .ca_file = uc->ca,
                                .insecure = uc->insecure,
@@ -357,7 +358,31 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         p->state = P_DONE;
         fy_upstream_report(up, p->worker, p->server, false, p->loop->now_ms);
         fy_exchange_fail(ex, 502, "cannot start a QUIC connection to the WebTransport origin");
+        return false;
     }
+    return true;
+}
+
+static void on_request(fy_handler_t *h, fy_exchange_t *ex)
+{
+    wtp_handler_t *ph = (wtp_handler_t *)h;
+    if (!fy_str_eq(ex->req.protocol, "webtransport", 12)) {
+        fy_exchange_fail(ex, 400, "this route serves WebTransport sessions only");
+        return;
+    }
+    int64_t sid;
+    if (!fy_h3_exchange_wt(ex, &sid)) {
+        fy_exchange_fail(ex, 400, "WebTransport needs an extended CONNECT over HTTP/3");
+        return;
+    }
+    wtp_t *p = fy_xcalloc(1, sizeof *p);
+    p->ph = ph;
+    p->ex = ex;
+    p->loop = ex->ctx->loop;
+    p->worker = ex->ctx->worker_id;
+    fy_list_init(&p->pairs);
+    fy_arena_on_reset(ex->arena, cleanup, p);
+    connect_origin(p);
 }
 
 static void destroy(fy_handler_t *h)

@@ -3,7 +3,8 @@
  * upstream (h3:// only; chosen by its balancing, passive health counting failed connects),
  * over a QUIC connection of its own (h3/h3_wt_client.h). The client's session is answered only
  * once the origin's is: the origin's refusal status goes back to the client (502 when it could
- * not be reached within the upstream's connect-timeout, the QUIC handshake timeout here). Then
+ * not be reached within the upstream's connect-timeout, the QUIC handshake timeout here; an
+ * unreachable server is first retried on another one as the upstream's `retries` allow). Then
  * every stream, either side's bidirectional or unidirectional, gets a twin on the other side, with
  * bytes, FIN and resets (WebTransport codes) relayed; datagrams go both ways; a
  * CLOSE_WEBTRANSPORT_SESSION (code, reason) from either side closes the other. Backpressure: bytes
