@@ -14,7 +14,9 @@
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
 #include "handler/echo.h"
+#include "handler/wt_app.h"
 #include "handler/wt_echo.h"
+#include "handler/wt_proxy.h"
 #include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
@@ -60,6 +62,13 @@ static int build_router(fy_gen_t *g)
             r->handler = fy_respond_handler_new(rc[i].respond);
         else if (rc[i].echo)
             r->handler = fy_echo_handler_new();
+        else if (rc[i].webtransport && rc[i].webtransport->handler == FY_WT_PROXY) {
+            const fy_upstream_conf_t *ups = cfg->upstreams.v;
+            for (size_t j = 0; j < cfg->upstreams.n; j++)
+                if (&ups[j] == rc[i].proxy_upstream)
+                    r->handler = fy_wt_proxy_handler_new(rc[i].webtransport, g->upstreams[j]);
+        } else if (rc[i].webtransport && rc[i].webtransport->handler == FY_WT_APP)
+            r->handler = fy_wt_app_handler_new(rc[i].webtransport);
         else if (rc[i].webtransport)
             r->handler = fy_wt_handler_new(rc[i].webtransport);
         else if (rc[i].proxy) {

@@ -121,8 +121,13 @@ void fy__quic_conn_destroy(fy_quic_conn_t *c, bool send_close)
     if (c->app && ep->ops->close) ep->ops->close(c->app);
     c->app = NULL;
     while (c->ncids) fy__quic_map_del(c, &c->cids[c->ncids - 1]);
-    for (size_t i = 0; i < c->ndgrams; i++) free(c->dgrams[i].p);
-    c->ndgrams = 0;
+    while (c->dg_head) {
+        dgram_t *d = c->dg_head;
+        c->dg_head = d->next;
+        free(d);
+    }
+    c->dg_tail = &c->dg_head;
+    c->ndgrams = c->dg_bytes = 0;
     fy_timer_stop(ep->loop, &c->timer);
     fy_defer_cancel(ep->loop, &c->write_defer);
     fy_defer_cancel(ep->loop, &c->close_defer);

@@ -150,6 +150,13 @@ void fy_quic_stream_consumed(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t n)
     fy__quic_schedule_write(qc);
 }
 
+void fy_quic_conn_consumed(fy_quic_conn_t *qc, size_t n)
+{
+    if (qc->closed || !n) return;
+    ngtcp2_conn_extend_max_offset(qc->conn, n);
+    fy__quic_schedule_write(qc);
+}
+
 void fy_quic_stream_reset(fy_quic_conn_t *qc, fy_quic_stream_t *ps, uint64_t code)
 {
     qstream_t *s = qs_of(ps);
@@ -193,16 +200,46 @@ fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc)
 
 int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n)
 {
+    if (qc->closed) return -ENOTSUP;
     const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(qc->conn);
     if (!rp || rp->max_datagram_frame_size == 0) return -ENOTSUP;
     if (n + 8 > rp->max_datagram_frame_size || n > 1200) return -EMSGSIZE;
-    if (qc->ndgrams == MAX_DGRAMS) return -EAGAIN;
-    dgram_t *d = &qc->dgrams[qc->ndgrams++];
-    d->p = fy_xmalloc(n ? n : 1);
+    if (qc->ndgrams >= DGRAM_Q_MAX || qc->dg_bytes + n > DGRAM_Q_BYTES) {
+        qc->dgrams_dropped++;
+        return -EAGAIN;
+    }
+    dgram_t *d = fy_xmalloc(sizeof *d + n);
+    d->next = NULL;
     memcpy(d->p, p, n);
     d->len = n;
+    if (!qc->dg_tail) qc->dg_tail = &qc->dg_head;
+    *qc->dg_tail = d;
+    qc->dg_tail = &d->next;
+    qc->ndgrams++;
+    qc->dg_bytes += n;
     fy__quic_schedule_write(qc);
     return 0;
+}
+
+size_t fy_quic_datagram_room(const fy_quic_conn_t *qc)
+{
+    if (qc->closed || qc->ndgrams >= DGRAM_Q_MAX || qc->dg_bytes >= DGRAM_Q_BYTES) return 0;
+    return DGRAM_Q_MAX - qc->ndgrams;
+}
+
+uint64_t fy_quic_datagrams_dropped(const fy_quic_conn_t *qc)
+{
+    return qc->dgrams_dropped;
+}
+
+static void dgram_pop(fy_quic_conn_t *c)
+{
+    dgram_t *d = c->dg_head;
+    c->dg_head = d->next;
+    if (!c->dg_head) c->dg_tail = &c->dg_head;
+    c->ndgrams--;
+    c->dg_bytes -= d->len;
+    free(d);
 }
 
 /* ---- connection output ---- */
@@ -246,16 +283,12 @@ static void conn_write(fy_quic_conn_t *c)
         ngtcp2_ssize nd = -1, n;
         if (c->ndgrams) {
             int accepted = 0;
-            ngtcp2_vec dv = {c->dgrams[0].p, c->dgrams[0].len};
+            ngtcp2_vec dv = {c->dg_head->p, c->dg_head->len};
             /* an empty DATAGRAM is legal, but libngtcp2 0.12.1 asserts on an empty vec: none */
             n = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, ep->tx + off, pktmax, &accepted,
                                             NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, dv.len ? 1 : 0,
                                             ts);
-            if (accepted || n < 0) { /* sent, or cannot ever be: drop it */
-                free(c->dgrams[0].p);
-                memmove(c->dgrams, c->dgrams + 1, (c->ndgrams - 1) * sizeof c->dgrams[0]);
-                c->ndgrams--;
-            }
+            if (accepted || n < 0) dgram_pop(c); /* sent, or cannot ever be: drop it */
             if (n < 0) {
                 if (n == NGTCP2_ERR_INVALID_ARGUMENT || n == NGTCP2_ERR_INVALID_STATE) continue;
                 fy__quic_conn_fail(c, (int)n);

@@ -55,6 +55,7 @@ static void usage(FILE *f)
         "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
         "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
         "                   late-settings\n"
+        "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -403,6 +404,7 @@ int main(int argc, char **argv)
                                             "--h2",
                                             "--json",
                                             "--insecure",
+                                            "--datagrams-only",
                                             "-h",
                                             "--help"};
         int ki = -1;
@@ -495,6 +497,8 @@ int main(int argc, char **argv)
             fl_cfg.json = true;
         } else if (!strcmp(name, "--insecure")) {
             fl_cfg.insecure = true;
+        } else if (!strcmp(name, "--datagrams-only")) {
+            fl_cfg.wt_datagrams_only = true;
         } else if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
             usage(stdout);
             return 0;
