@@ -199,6 +199,16 @@ static uint64_t sum_slot(uint32_t slot)
     return v;
 }
 
+static uint64_t max_slot(uint32_t slot)
+{
+    uint64_t v = atomic_load_explicit(&unbound[slot], memory_order_relaxed);
+    for (int w = 0; w < nworkers; w++) {
+        uint64_t x = atomic_load_explicit(&workers[w][slot], memory_order_relaxed);
+        if (x > v) v = x;
+    }
+    return v;
+}
+
 int fy_counters_snapshot(fy_counters_snapshot_t *snap)
 {
     pthread_mutex_lock(&mu);
@@ -216,7 +226,7 @@ int fy_counters_snapshot(fy_counters_snapshot_t *snap)
         s->labels = d->labels;
         s->kind = d->kind;
         if (d->kind != FY_HISTOGRAM) {
-            s->value = (int64_t)sum_slot(d->id);
+            s->value = (int64_t)(d->kind == FY_GAUGE_MAX ? max_slot(d->id) : sum_slot(d->id));
             continue;
         }
         uint64_t cum = 0;
@@ -279,6 +289,11 @@ static const char *const helps[][2] = {
     {"ferry_l4_sessions_active", "Layer-4 sessions open."},
     {"ferry_intercept_flows_total", "Intercepted CONNECT/SOCKS/transparent flows, by mode."},
     {"ferry_intercept_certs_forged_total", "Certificates minted for interception."},
+    {"ferry_connection_memory_bytes",
+     "Bytes held by open client connections (buffers, TLS, codec state), by protocol."},
+    {"ferry_connection_memory_max_bytes", "Most bytes one client connection has held."},
+    {"ferry_stream_memory_bytes", "Bytes held by requests in progress, by protocol."},
+    {"ferry_stream_memory_max_bytes", "Most bytes one request has held."},
 };
 
 static const char *help_of(const char *name)
@@ -288,7 +303,7 @@ static const char *help_of(const char *name)
     return NULL;
 }
 
-static const char *const type_names[] = {"counter", "gauge", "histogram"};
+static const char *const type_names[] = {"counter", "gauge", "histogram", "gauge"};
 
 static void write_sample(const fy_counter_sample_t *s, FILE *out)
 {
@@ -344,6 +359,9 @@ fy_counter_id_t fy_cid_tls_handshakes[3];
 fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections, fy_cid_limit_connections;
 fy_counter_id_t fy_cid_l4_sessions_total, fy_cid_l4_sessions_active;
 fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
+fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N], fy_cid_conn_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N], fy_cid_stream_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_limit_conn_memory;
 
 void fy_counters_register_builtin(void)
 {
@@ -372,4 +390,15 @@ void fy_counters_register_builtin(void)
         fy_cid_intercept_flows[i] =
             fy_counter_register("ferry_intercept_flows_total", modes[i], FY_COUNTER);
     fy_cid_certs_forged = fy_counter_register("ferry_intercept_certs_forged_total", "", FY_COUNTER);
+    for (int p = 0; p < FY_CPROTO_N; p++) {
+        fy_cid_conn_mem[p] =
+            fy_counter_register("ferry_connection_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_conn_mem_max[p] =
+            fy_counter_register("ferry_connection_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+        fy_cid_stream_mem[p] = fy_counter_register("ferry_stream_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_stream_mem_max[p] =
+            fy_counter_register("ferry_stream_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+    }
+    fy_cid_limit_conn_memory = fy_counter_register("ferry_limit_rejections_total",
+                                                   "limit=\"connection-memory\"", FY_COUNTER);
 }

@@ -15,6 +15,7 @@
 #include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
+#include "core/spool.h"
 #include "core/log.h"
 #include "tls/tickets.h"
 
@@ -42,7 +43,21 @@ typedef struct tls_transport {
     size_t staged;
     bool short_read; /* fy_tls_track_reads: the last socket read got less than asked */
     bool peek_plain; /* server side of an HTTP listener: first bytes not yet looked at */
+    int64_t mem;     /* bytes OpenSSL took for this connection (fy_tls_transport_mem) */
 } tls_transport_t;
+
+/* OpenSSL's allocations on this thread, net (taken - given back, usable sizes): a connection
+ * counts the difference across each of its own SSL calls (CHARGE). Frees of another
+ * connection's memory inside a call (rare: shared session state) blur it a little; the
+ * connection's count goes whole with it at destroy. Stays 0 in FY_NO_POOL builds. */
+static _Thread_local int64_t tls_net;
+#define CHARGE(tt, call)                                                                           \
+    ({                                                                                             \
+        int64_t charge_b0_ = tls_net;                                                              \
+        __typeof__(call) charge_r_ = (call);                                                       \
+        (tt)->mem += tls_net - charge_b0_;                                                         \
+        charge_r_;                                                                                 \
+    })
 
 /* An idle connection holds no record buffer (issue 19: OpenSSL's read and write buffers,
  * ~16.6 KiB each, were ~33 KiB of every idle TLS connection). Server connections free them
@@ -53,8 +68,12 @@ typedef struct tls_transport {
  * OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is replaced, before its
  * first allocation, by one that serves those sizes from a slab of fixed blocks with a
  * per-thread freelist: a pop to take one, an address compare and a push to give it back.
- * Everything else (and record buffers once the slab is used up) goes straight to
- * malloc/free. Compiled out with FY_NO_POOL (sanitizer builds), as the other pools are. */
+ * Everything else (and record buffers once the slab is used up) goes to core/spool.h: OpenSSL
+ * 3.0 takes and gives back ~12 small blocks per record (parameter and context blocks), which
+ * through glibc cost ~1,000 instructions per h1+TLS request; from per-thread size classes
+ * they cost a pop and a push. The spool's size header is also what each connection's
+ * accounting counts (fy_tls_transport_mem). Compiled out with FY_NO_POOL (sanitizer builds), as the
+ * other pools are. */
 #ifndef FY_NO_POOL
 #define RECBUF_MIN 16384u                /* the smallest record buffer OpenSSL asks for */
 #define RECBUF_SIZE 20480u               /* every slab block: more than the largest it asks for */
@@ -67,34 +86,27 @@ static _Thread_local size_t recbuf_held; /* blocks taken minus given back on thi
 static void *tls_mem_malloc(size_t n, const char *file, int line)
 {
     (void)file, (void)line;
-    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) return malloc(n);
+    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) {
+        void *q = fy_spool_alloc(n);
+        if (q) tls_net += (int64_t)fy_spool_size(q);
+        return q;
+    }
     void *p = recbuf_free;
     if (p) {
         recbuf_free = *(void **)p;
         recbuf_held++;
+        tls_net += RECBUF_SIZE;
         return p;
     }
     size_t off = atomic_fetch_add_explicit(&recbuf_next, RECBUF_SIZE, memory_order_relaxed);
     if (off <= RECBUF_SLAB - RECBUF_SIZE) {
         recbuf_held++;
+        tls_net += RECBUF_SIZE;
         return recbuf_slab + off;
     }
-    return malloc(n);
-}
-
-static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
-        void *q = malloc(n);
-        if (!q) return NULL;
-        memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
-        *(void **)p = recbuf_free;
-        recbuf_free = p;
-        recbuf_held--;
-        return q;
-    }
-    return realloc(p, n);
+    void *q = fy_spool_alloc(n);
+    if (q) tls_net += (int64_t)fy_spool_size(q);
+    return q;
 }
 
 static void tls_mem_free(void *p, const char *file, int line)
@@ -104,9 +116,29 @@ static void tls_mem_free(void *p, const char *file, int line)
         *(void **)p = recbuf_free;
         recbuf_free = p;
         recbuf_held--;
+        tls_net -= RECBUF_SIZE;
         return;
     }
-    free(p);
+    if (!p) return;
+    tls_net -= (int64_t)fy_spool_size(p);
+    fy_spool_free(p);
+}
+
+static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
+        void *q = fy_spool_alloc(n);
+        if (!q) return NULL;
+        memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
+        tls_net += (int64_t)fy_spool_size(q);
+        tls_mem_free(p, file, line);
+        return q;
+    }
+    int64_t old = p ? (int64_t)fy_spool_size(p) : 0;
+    void *q = fy_spool_realloc(p, n);
+    if (q) tls_net += (int64_t)fy_spool_size(q) - old;
+    return q;
 }
 
 /* Runs before main(): CRYPTO_set_mem_functions fails once OpenSSL has allocated anything.
@@ -131,7 +163,8 @@ size_t fy_tls_record_buffer_bytes(void)
 static char *staging_get(void)
 {
     char *p = tls_mem_malloc(16384, NULL, 0);
-    return p ? p : fy_xmalloc(16384);
+    if (!p) abort(); /* out of memory, as fy_xmalloc (staging_put frees it as ours) */
+    return p;
 }
 static void staging_put(char *p)
 {
@@ -464,7 +497,7 @@ static int tls_handshake(fy_transport_t *t)
         if (r <= 0) return r;
     }
     ERR_clear_error();
-    int r = SSL_do_handshake(tt->ssl);
+    int r = CHARGE(tt, SSL_do_handshake(tt->ssl));
     if (r == 1) {
         fy_counter_inc(fy_cid_tls_handshakes[SSL_session_reused(tt->ssl) ? FY_CTLS_RESUMED : 0]);
         const unsigned char *p;
@@ -489,7 +522,7 @@ static ssize_t tls_read(fy_transport_t *t, void *buf, size_t len)
     size_t n = 0;
     /* the error queue is kept empty by ssl_status(): no ERR_clear_error per call (~900
        instructions each) */
-    int r = SSL_read_ex(tt->ssl, buf, len, &n);
+    int r = CHARGE(tt, SSL_read_ex(tt->ssl, buf, len, &n));
     if (r == 1) return (ssize_t)n;
     return ssl_status(tt, 0, "read");
 }
@@ -505,7 +538,7 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
             /* one buffer: write it straight from the caller's memory */
             size_t n = 0;
             size_t len = iov[0].iov_len > 16384 ? 16384 : iov[0].iov_len;
-            if (SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n) == 1) return (ssize_t)n;
+            if (CHARGE(tt, SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n)) == 1) return (ssize_t)n;
             return ssl_status(tt, 0, "write");
         }
         if (!tt->staging) tt->staging = staging_get();
@@ -517,7 +550,7 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
         }
     }
     size_t n = 0;
-    if (SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n) == 1) {
+    if (CHARGE(tt, SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n)) == 1) {
         tt->staged = 0;
         staging_put(tt->staging); /* an idle connection holds none */
         tt->staging = NULL;
@@ -536,7 +569,7 @@ static int tls_shutdown(fy_transport_t *t)
 {
     tls_transport_t *tt = (tls_transport_t *)t;
     ERR_clear_error();
-    if (SSL_is_init_finished(tt->ssl)) SSL_shutdown(tt->ssl);
+    if (SSL_is_init_finished(tt->ssl)) CHARGE(tt, SSL_shutdown(tt->ssl));
     ERR_clear_error();
     return shutdown(t->fd, SHUT_WR) < 0 ? -errno : 0;
 }
@@ -586,7 +619,15 @@ void fy_tls_transport_idle(fy_transport_t *t)
         staging_put(tt->staging);
         tt->staging = NULL;
     }
-    SSL_free_buffers(tt->ssl); /* refused (0) while a record is half read or written */
+    /* refused (0) while a record is half read or written */
+    CHARGE(tt, SSL_free_buffers(tt->ssl));
+}
+
+size_t fy_tls_transport_mem(const fy_transport_t *t)
+{
+    if (t->ops != &tls_ops) return 0;
+    const tls_transport_t *tt = (const tls_transport_t *)t;
+    return sizeof *tt + (tt->mem > 0 ? (size_t)tt->mem : 0) + (tt->staging ? 16384 : 0);
 }
 
 static const struct fy_transport_ops tls_ops = {
@@ -604,7 +645,7 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
 {
     tls_transport_t *tt = calloc(1, sizeof *tt);
     if (!tt) return NULL;
-    tt->ssl = SSL_new(ctx->dflt);
+    tt->ssl = CHARGE(tt, SSL_new(ctx->dflt));
     if (!tt->ssl) {
         free(tt);
         return NULL;
