@@ -1,6 +1,8 @@
 #include "tls/tls.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -611,6 +613,83 @@ bool fy_tls_read_drained(const fy_transport_t *t)
 
 static const struct fy_transport_ops tls_ops;
 
+/* The socket BIO of server connections: OpenSSL 3.0 asks its BIO ~12 ctrl questions per
+ * record (kTLS? pending? flush?), each through BIO_s_socket's general ctrl; these answer
+ * them at once, and read and write are one syscall each, as there. */
+static int fbio_read(BIO *b, char *buf, int len)
+{
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t n = recv(fd, buf, (size_t)len, 0);
+    BIO_clear_retry_flags(b);
+    if (n > 0) return (int)n;
+    if (n == 0) {
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+        return 0;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
+    return -1;
+}
+
+static int fbio_write(BIO *b, const char *buf, int len)
+{
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_write(b);
+    return -1;
+}
+
+static long fbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_C_GET_FD:
+        if (ptr) *(int *)ptr = (int)(intptr_t)BIO_get_data(b);
+        return (long)(intptr_t)BIO_get_data(b);
+    case BIO_CTRL_EOF:
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+    default:
+        return 0; /* kTLS, pending, push/pop, close flags: none here */
+    }
+}
+
+static int fbio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *fbio_method;
+
+static void fbio_method_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                 "ferry socket");
+    if (!m) return;
+    BIO_meth_set_read(m, fbio_read);
+    BIO_meth_set_write(m, fbio_write);
+    BIO_meth_set_ctrl(m, fbio_ctrl);
+    BIO_meth_set_create(m, fbio_create);
+    fbio_method = m;
+}
+
+/* fd as the SSL's BIO (not owned: the codec closes it), or SSL_set_fd's if none could be made */
+static void set_fd(SSL *ssl, int fd)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fbio_method_init);
+    BIO *b = fbio_method ? BIO_new(fbio_method) : NULL;
+    if (!b) {
+        SSL_set_fd(ssl, fd);
+        return;
+    }
+    BIO_set_data(b, (void *)(intptr_t)fd);
+    SSL_set_bio(ssl, b, b);
+}
+
 void fy_tls_transport_idle(fy_transport_t *t)
 {
     if (t->ops != &tls_ops) return;
@@ -650,7 +729,7 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
         free(tt);
         return NULL;
     }
-    SSL_set_fd(tt->ssl, fd);
+    set_fd(tt->ssl, fd);
     SSL_set_accept_state(tt->ssl);
     tt->peek_plain = ctx->alpn_len > 0; /* an HTTP listener, not a layer-4 termination */
     tt->t.ops = &tls_ops;
