@@ -1,6 +1,7 @@
 #include "tls/tls.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdatomic.h>
@@ -17,7 +18,6 @@
 #include "core/counters.h"
 #include "core/alloc.h"
 #include "core/errors.h"
-#include "core/spool.h"
 #include "core/log.h"
 #include "tls/tickets.h"
 
@@ -70,12 +70,12 @@ static _Thread_local int64_t tls_net;
  * OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is replaced, before its
  * first allocation, by one that serves those sizes from a slab of fixed blocks with a
  * per-thread freelist: a pop to take one, an address compare and a push to give it back.
- * Everything else (and record buffers once the slab is used up) goes to core/spool.h: OpenSSL
- * 3.0 takes and gives back ~12 small blocks per record (parameter and context blocks), which
- * through glibc cost ~1,000 instructions per h1+TLS request; from per-thread size classes
- * they cost a pop and a push. The spool's size header is also what each connection's
- * accounting counts (fy_tls_transport_mem). Compiled out with FY_NO_POOL (sanitizer builds), as the
- * other pools are. */
+ * Everything else (and record buffers once the slab is used up) goes to small_get/small_put:
+ * OpenSSL 3.0 takes and gives back ~12 small blocks per record (parameter and context
+ * blocks), which through glibc's malloc and free cost ~1,000 instructions per h1+TLS
+ * request; from per-thread lists they cost a pop, a push and a malloc_usable_size. Those
+ * sizes are also what each connection's accounting counts (fy_tls_transport_mem). Compiled out with
+ * FY_NO_POOL (sanitizer builds), as the other pools are. */
 #ifndef FY_NO_POOL
 #define RECBUF_MIN 16384u                /* the smallest record buffer OpenSSL asks for */
 #define RECBUF_SIZE 20480u               /* every slab block: more than the largest it asks for */
@@ -85,14 +85,58 @@ static atomic_size_t recbuf_next;        /* blocks never handed out start here *
 static _Thread_local void *recbuf_free;  /* blocks given back on this thread */
 static _Thread_local size_t recbuf_held; /* blocks taken minus given back on this thread */
 
+/* Small blocks: per-thread lists by glibc chunk size (16-byte steps, 8 bytes of glibc header),
+ * no header of our own (an idle connection's SSL state is ~100 small blocks: a 16-byte header
+ * each cost ~1 KiB per connection). The list a freed block joins comes from
+ * malloc_usable_size, which is exactly its chunk size - 8. */
+#define SMALL_MAX 512u /* chunk bytes */
+#define SMALL_KEEP 256u
+static _Thread_local void *small_free[SMALL_MAX / 16 + 1];
+static _Thread_local unsigned small_nfree[SMALL_MAX / 16 + 1];
+
+static inline size_t chunk_of(size_t n)
+{
+    size_t c = (n + 8 + 15) & ~(size_t)15;
+    return c < 32 ? 32 : c;
+}
+
+static void *small_get(size_t n)
+{
+    size_t c = chunk_of(n);
+    if (c <= SMALL_MAX) {
+        void *p = small_free[c >> 4];
+        if (p) {
+            small_free[c >> 4] = *(void **)p;
+            small_nfree[c >> 4]--;
+            tls_net += (int64_t)c;
+            return p;
+        }
+        p = malloc(c - 8);
+        if (p) tls_net += (int64_t)c;
+        return p;
+    }
+    void *p = malloc(n);
+    if (p) tls_net += (int64_t)(malloc_usable_size(p) + 8);
+    return p;
+}
+
+static void small_put(void *p)
+{
+    size_t c = malloc_usable_size(p) + 8;
+    tls_net -= (int64_t)c;
+    if (c <= SMALL_MAX && small_nfree[c >> 4] < SMALL_KEEP) {
+        *(void **)p = small_free[c >> 4];
+        small_free[c >> 4] = p;
+        small_nfree[c >> 4]++;
+        return;
+    }
+    free(p);
+}
+
 static void *tls_mem_malloc(size_t n, const char *file, int line)
 {
     (void)file, (void)line;
-    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) {
-        void *q = fy_spool_alloc(n);
-        if (q) tls_net += (int64_t)fy_spool_size(q);
-        return q;
-    }
+    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) return small_get(n);
     void *p = recbuf_free;
     if (p) {
         recbuf_free = *(void **)p;
@@ -106,9 +150,7 @@ static void *tls_mem_malloc(size_t n, const char *file, int line)
         tls_net += RECBUF_SIZE;
         return recbuf_slab + off;
     }
-    void *q = fy_spool_alloc(n);
-    if (q) tls_net += (int64_t)fy_spool_size(q);
-    return q;
+    return small_get(n);
 }
 
 static void tls_mem_free(void *p, const char *file, int line)
@@ -121,25 +163,22 @@ static void tls_mem_free(void *p, const char *file, int line)
         tls_net -= RECBUF_SIZE;
         return;
     }
-    if (!p) return;
-    tls_net -= (int64_t)fy_spool_size(p);
-    fy_spool_free(p);
+    if (p) small_put(p);
 }
 
 static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
 {
     (void)file, (void)line;
     if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
-        void *q = fy_spool_alloc(n);
+        void *q = small_get(n);
         if (!q) return NULL;
         memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
-        tls_net += (int64_t)fy_spool_size(q);
         tls_mem_free(p, file, line);
         return q;
     }
-    int64_t old = p ? (int64_t)fy_spool_size(p) : 0;
-    void *q = fy_spool_realloc(p, n);
-    if (q) tls_net += (int64_t)fy_spool_size(q) - old;
+    int64_t old = p ? (int64_t)(malloc_usable_size(p) + 8) : 0;
+    void *q = realloc(p, n); /* a listed block is a plain glibc block */
+    if (q) tls_net += (int64_t)(malloc_usable_size(q) + 8) - old;
     return q;
 }
 
