@@ -244,6 +244,16 @@ static uint64_t sum_slot(uint32_t slot)
     return v;
 }
 
+static uint64_t max_slot(uint32_t slot)
+{
+    uint64_t v = atomic_load_explicit(&unbound[slot], memory_order_relaxed);
+    for (int w = 0; w < nworkers; w++) {
+        uint64_t x = atomic_load_explicit(&workers[w][slot], memory_order_relaxed);
+        if (x > v) v = x;
+    }
+    return v;
+}
+
 int fy_counters_snapshot(fy_counters_snapshot_t *snap)
 {
     pthread_mutex_lock(&mu);
@@ -261,7 +271,7 @@ int fy_counters_snapshot(fy_counters_snapshot_t *snap)
         s->labels = d->labels;
         s->kind = d->kind;
         if (d->kind != FY_HISTOGRAM) {
-            s->value = (int64_t)sum_slot(d->id);
+            s->value = (int64_t)(d->kind == FY_GAUGE_MAX ? max_slot(d->id) : sum_slot(d->id));
             continue;
         }
         uint64_t cum = 0;
@@ -348,6 +358,11 @@ static const char *const helps[][2] = {
     {"ferry_quic_connections_total", "QUIC connections set up, by side (server, client)."},
     {"ferry_l4_route_sessions_total", "Layer-4 sessions started, per l4 route."},
     {"ferry_l4_bytes_total", "Layer-4 bytes relayed per l4 route (up: client to origin)."},
+    {"ferry_connection_memory_bytes",
+     "Bytes held by open client connections (buffers, TLS, codec state), by protocol."},
+    {"ferry_connection_memory_max_bytes", "Most bytes one client connection has held."},
+    {"ferry_stream_memory_bytes", "Bytes held by requests in progress, by protocol."},
+    {"ferry_stream_memory_max_bytes", "Most bytes one request has held."},
 };
 
 static const char *help_of(const char *name)
@@ -357,7 +372,7 @@ static const char *help_of(const char *name)
     return NULL;
 }
 
-static const char *const type_names[] = {"counter", "gauge", "histogram"};
+static const char *const type_names[] = {"counter", "gauge", "histogram", "gauge"};
 
 static void write_sample(const fy_counter_sample_t *s, FILE *out)
 {
@@ -419,6 +434,9 @@ const char *const fy_limit_names[FY_LIMIT_N] = {
 fy_counter_id_t fy_cid_l4_sessions_total, fy_cid_l4_sessions_active;
 fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
 fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
+fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N], fy_cid_conn_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N], fy_cid_stream_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_limit_conn_memory;
 
 void fy_counters_register_builtin(void)
 {
@@ -457,4 +475,15 @@ void fy_counters_register_builtin(void)
         fy_cid_quic_conns_total[i] =
             fy_counter_register("ferry_quic_connections_total", sides[i], FY_COUNTER);
     }
+    for (int p = 0; p < FY_CPROTO_N; p++) {
+        fy_cid_conn_mem[p] =
+            fy_counter_register("ferry_connection_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_conn_mem_max[p] =
+            fy_counter_register("ferry_connection_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+        fy_cid_stream_mem[p] = fy_counter_register("ferry_stream_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_stream_mem_max[p] =
+            fy_counter_register("ferry_stream_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+    }
+    fy_cid_limit_conn_memory = fy_counter_register("ferry_limit_rejections_total",
+                                                   "limit=\"connection-memory\"", FY_COUNTER);
 }

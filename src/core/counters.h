@@ -24,7 +24,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum fy_counter_kind { FY_COUNTER = 0, FY_GAUGE = 1, FY_HISTOGRAM = 2 };
+/* FY_GAUGE_MAX: a gauge whose workers' slots are read as their maximum, not their sum (each
+ * worker keeps its own high-water mark there with fy_gauge_raise); exported as a gauge. */
+enum fy_counter_kind { FY_COUNTER = 0, FY_GAUGE = 1, FY_HISTOGRAM = 2, FY_GAUGE_MAX = 3 };
 
 /* A slot index. 0 is the "none" id: writes to it land in a scratch slot nobody reads, so an id
  * that failed to register (table full) costs nothing and needs no check. */
@@ -112,6 +114,14 @@ static inline void fy_counter_inc(fy_counter_id_t id)
 static inline void fy_gauge_add(fy_counter_id_t id, int64_t d)
 {
     fy_counter_add(id, (uint64_t)d);
+}
+
+/* FY_GAUGE_MAX: this worker's slot becomes v if v is larger */
+static inline void fy_gauge_raise(fy_counter_id_t id, uint64_t v)
+{
+    _Atomic uint64_t *s = &fy__counters_mine[id];
+    if (v > atomic_load_explicit(s, memory_order_relaxed))
+        atomic_store_explicit(s, v, memory_order_relaxed);
 }
 
 /* The bucket index (0..FY_HIST_NBOUNDS) of a value in µs: the first bound >= us, or NBOUNDS
@@ -216,7 +226,33 @@ extern fy_counter_id_t fy_cid_certs_forged;               /* ferry_intercept_cer
 /* QUIC connections by side ([0] server: clients' connections to us; [1] client: ours to h3
    origins): ferry_quic_connections_active (gauge) and ferry_quic_connections_total */
 extern fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
+/* Memory held by server connections and their streams (exchanges), in bytes: buffers, TLS
+ * state and record buffers, codec state (issue 19). Totals are summed over workers; the _max
+ * gauges are the largest one connection / stream has held on any worker since start. */
+extern fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N];       /* ferry_connection_memory_bytes */
+extern fy_counter_id_t fy_cid_conn_mem_max[FY_CPROTO_N];   /* ferry_connection_memory_max_bytes */
+extern fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N];     /* ferry_stream_memory_bytes */
+extern fy_counter_id_t fy_cid_stream_mem_max[FY_CPROTO_N]; /* ferry_stream_memory_max_bytes */
+extern fy_counter_id_t fy_cid_limit_conn_memory; /* ..._rejections_total{connection-memory} */
 void fy_counters_register_builtin(void);
+
+/* A connection of protocol p now holds `now` bytes where it held *held (0 when new; pass now
+ * = 0 at its close): the total moves by the difference, the max rises, *held = now. */
+static inline void fy_counters_conn_mem(int p, size_t *held, size_t now)
+{
+    if (now == *held) return;
+    fy_gauge_add(fy_cid_conn_mem[p], (int64_t)now - (int64_t)*held);
+    fy_gauge_raise(fy_cid_conn_mem_max[p], now);
+    *held = now;
+}
+/* the same for one stream (an exchange) of protocol p */
+static inline void fy_counters_stream_mem(int p, size_t *held, size_t now)
+{
+    if (now == *held) return;
+    fy_gauge_add(fy_cid_stream_mem[p], (int64_t)now - (int64_t)*held);
+    fy_gauge_raise(fy_cid_stream_mem_max[p], now);
+    *held = now;
+}
 
 /* a server connection of protocol p (FY_CPROTO_*) opened / closed */
 static inline void fy_counters_conn_open(int p)

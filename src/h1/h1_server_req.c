@@ -34,6 +34,7 @@ static void req_mem_get(h1_conn_t *c)
 {
     hdrs_get(c);
     if (c->arena_first) return;
+    c->mem_dirty = true;
     if (arena_pool.size == 0) fy_pool_init(&arena_pool, ARENA_FIRST, 64);
     c->arena_first = fy_pool_get(&arena_pool);
     fy_arena_init(&c->arena, c->arena_first, ARENA_FIRST, 4096);
@@ -351,6 +352,10 @@ void fy__h1_end_exchange(h1_conn_t *c)
     fy_exchange_t *ex = &c->ex;
     fy_exchange_done(ex);
     c->ex_active = false;
+    /* the exchange's memory at its end: its header array and arena (the stream gauges) */
+    fy_gauge_raise(fy_cid_stream_mem_max[FY_CPROTO_H1],
+                   (c->hdrs ? hdrs_size(c) : 0) + fy_arena_bytes(&c->arena));
+    fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, 0);
     fy_arena_reset(&c->arena);
     c->head_written = c->res_final = c->want_proceed = false;
     c->read_paused = false; /* the next request (or the close) is ours to read again */

@@ -74,9 +74,14 @@ struct fy_quic_server {
 
 typedef struct qchunk {
     struct qchunk *next;
-    size_t len;
+    uint32_t len;
+    uint32_t cap; /* QCHUNK_SMALL (a small block) or sizeof data (a pooled I/O chunk) */
     uint8_t data[FY_CHUNK_SIZE - 2 * sizeof(void *)];
 } qchunk_t;
+/* A stream's first write of at most this many bytes goes into a small block, not a 16 KiB
+ * chunk: the h3 control and QPACK streams' few bytes, small responses (issue 19: each QUIC
+ * connection took four chunks until the peer acknowledged a few dozen bytes). */
+#define QCHUNK_SMALL 496u /* with the header: one 512-byte spool class */
 
 typedef struct qstream {
     fy_quic_stream_t pub;

@@ -3,12 +3,14 @@
 #include "quic/quic_int.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/spool.h"
 #include "net/sock.h"
 
 /* ---- streams ---- */
@@ -16,6 +18,14 @@
 static fy_pool_t *chunk_pool(void)
 {
     return fy_chunk_pool(); /* qchunk_t is exactly one I/O chunk */
+}
+
+static void chunk_put(qchunk_t *k)
+{
+    if (k->cap == QCHUNK_SMALL)
+        fy_spool_free(k);
+    else
+        fy_pool_put(chunk_pool(), k);
 }
 
 static qstream_t *qs_of(fy_quic_stream_t *s)
@@ -38,7 +48,7 @@ static void stream_drop_data(qstream_t *s)
 {
     for (qchunk_t *k = s->head, *next; k; k = next) {
         next = k->next;
-        fy_pool_put(chunk_pool(), k);
+        chunk_put(k);
     }
     s->head = s->tail = NULL;
     s->head_off = s->buffered = s->sent = 0;
@@ -84,11 +94,18 @@ static void sendq_del(qstream_t *s)
     fy_list_remove(&s->qlink);
 }
 
-uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *avail)
+static uint8_t *stream_wbuf(qstream_t *s, size_t *avail, size_t want)
 {
-    qstream_t *s = qs_of(ps);
-    if (!s->tail || s->tail->len == sizeof s->tail->data) {
-        qchunk_t *k = fy_pool_get(chunk_pool());
+    if (!s->tail || s->tail->len == s->tail->cap) {
+        qchunk_t *k;
+        if (!s->tail && want <= QCHUNK_SMALL) {
+            k = fy_spool_alloc(offsetof(qchunk_t, data) + QCHUNK_SMALL);
+            if (!k) abort(); /* out of memory, as the pool */
+            k->cap = QCHUNK_SMALL;
+        } else {
+            k = fy_pool_get(chunk_pool());
+            k->cap = sizeof k->data;
+        }
         k->next = NULL;
         k->len = 0;
         if (s->tail)
@@ -97,8 +114,14 @@ uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *a
             s->head = k;
         s->tail = k;
     }
-    *avail = sizeof s->tail->data - s->tail->len;
+    *avail = s->tail->cap - s->tail->len;
     return s->tail->data + s->tail->len;
+}
+
+uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *avail)
+{
+    (void)qc;
+    return stream_wbuf(qs_of(ps), avail, (size_t)-1);
 }
 
 void fy_quic_stream_commit(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t n)
@@ -118,7 +141,7 @@ int fy_quic_stream_write(fy_quic_conn_t *qc, fy_quic_stream_t *ps, const void *p
     const uint8_t *q = p;
     while (n) {
         size_t avail;
-        uint8_t *d = fy_quic_stream_wbuf(qc, ps, &avail);
+        uint8_t *d = stream_wbuf(s, &avail, n);
         size_t k = n < avail ? n : avail;
         memcpy(d, q, k);
         fy_quic_stream_commit(qc, ps, k);
@@ -426,7 +449,7 @@ int fy__quic_cb_acked(ngtcp2_conn *conn, int64_t id, uint64_t offset, uint64_t l
         s->head = k->next;
         s->head_off = 0;
         if (!s->head) s->tail = NULL;
-        fy_pool_put(chunk_pool(), k);
+        chunk_put(k);
     }
     if (!c->closing && c->app && c->ep->ops->acked) c->ep->ops->acked(c->app, &s->pub);
     return 0;

@@ -44,6 +44,8 @@ static void usage(FILE *f)
         "  --expect-bytes N   every response body must be N bytes\n"
         "  --size N         echo message size (default 64)\n"
         "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
+        "  --hold DUR       h3://: after the run, keep every connection open (idle) for DUR;\n"
+        "                   'holding' on stderr when it starts (bench/run idle-memory)\n"
         "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
         "  --insecure       do not verify the server certificate\n"
         "  --proxy HOST:PORT  explicit HTTP proxy: http:// URLs as absolute-form requests,\n"
@@ -383,6 +385,7 @@ int main(int argc, char **argv)
                                             "-d",
                                             "-w",
                                             "--timeout",
+                                            "--hold",
                                             "--rate",
                                             "-n",
                                             "--method",
@@ -437,6 +440,8 @@ int main(int argc, char **argv)
             if (fl_cfg.duration <= 0) die_usage(name, "must be > 0");
         } else if (!strcmp(name, "-w")) {
             fl_cfg.warmup = parse_dur(name, v);
+        } else if (!strcmp(name, "--hold")) {
+            fl_cfg.hold = parse_dur(name, v);
         } else if (!strcmp(name, "--timeout")) {
             fl_cfg.timeout = parse_dur(name, v);
             if (fl_cfg.timeout <= 0) die_usage(name, "must be > 0");
