@@ -331,5 +331,6 @@ admin:
     s = samples(text)
     got = {l: v for (n, l), v in s.items() if n == "ferry_limit_rejections_total"}
     want = {"request-line": 1, "header-bytes": 1, "header-count": 1, "body-size": 1,
-            "connections": 0, "header-timeout": 0, "body-timeout": 0, "send-timeout": 0}
+            "connections": 0, "header-timeout": 0, "body-timeout": 0, "send-timeout": 0,
+            "connection-memory": 0}
     assert got == {f'{{limit="{k}"}}': v for k, v in want.items()}, got
