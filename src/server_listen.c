@@ -5,9 +5,8 @@
 #include "server_int.h"
 #include "policies.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <stdio.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -197,14 +196,6 @@ typedef struct pp_conn {
     socklen_t peerlen;
 } pp_conn_t;
 
-static void pp_addr(const struct sockaddr *sa, char *out, size_t cap)
-{
-    const void *a = sa->sa_family == AF_INET6
-                        ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-                        : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
-    if (!inet_ntop(sa->sa_family, a, out, (socklen_t)cap)) snprintf(out, cap, "?");
-}
-
 /* Forget `p` and its timer; `fd` stays open when keep_fd (it went to a codec). */
 static void pp_free(pp_conn_t *p, bool keep_fd)
 {
@@ -220,8 +211,8 @@ static void pp_free(pp_conn_t *p, bool keep_fd)
 /* Close a front's connection that did not send a valid header, with the named line. */
 static void pp_fail(pp_conn_t *p, const char *why)
 {
-    char a[INET6_ADDRSTRLEN];
-    pp_addr((const struct sockaddr *)&p->peer, a, sizeof a);
+    char a[64];
+    fy_sock_host_str((const struct sockaddr *)&p->peer, a, sizeof a);
     fy_warn("listener %s: accept-proxy: %s from %s: closed", p->wl->slot->name, why, a);
     worker_listener_t *wl = p->wl;
     pp_free(p, false);

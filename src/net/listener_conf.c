@@ -349,17 +349,6 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
             "the kernel splits new connections between them), as when a new Ferry takes over "
             "from a draining one. By default a port held by another process (or by another "
             "listener of this file) is an error at start."},
-    {.key = "accept-proxy",
-     .type = FY_CT_STRLIST,
-     .offset = L(accept_proxy),
-     .validate = validate_accept_proxy,
-     .doc = "CIDRs of trusted fronts (HAProxy `send-proxy`, a load balancer) whose TCP "
-            "connections must start with a PROXY protocol v1/v2 header, read before TLS and "
-            "HTTP within `limits.header-timeout`; its source address is then the client's "
-            "address everywhere (CIDR lists, X-Forwarded-For, rate limits, the access log). "
-            "A peer in the list that sends no valid header is closed and logged; peers not in "
-            "the list connect as usual and a PROXY header from them is not believed. Not for "
-            "QUIC (h3)."},
     {.key = "cidr",
      .type = FY_CT_STRING,
      .offset = L(cidr),
@@ -380,5 +369,16 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .offset = L(waf),
      .doc = "Name of a top-level `waf-policies` entry (ModSecurity + CRS) run on every request "
             "of this listener, intercepted flows included, before the route's filters."},
+    {.key = "accept-proxy",
+     .type = FY_CT_STRLIST,
+     .offset = L(accept_proxy),
+     .validate = validate_accept_proxy,
+     .doc = "CIDRs of trusted fronts (HAProxy `send-proxy`, a load balancer) whose TCP "
+            "connections must start with a PROXY protocol v1/v2 header, read before TLS and "
+            "HTTP within `limits.header-timeout`; its source address is then the client's "
+            "address everywhere (CIDR lists, X-Forwarded-For, rate limits, the access log). "
+            "A peer in the list that sends no valid header is closed and logged; peers not in "
+            "the list connect as usual and a PROXY header from them is not believed. Not for "
+            "QUIC (h3)."},
     {.key = NULL, .check = check_listener},
 };
