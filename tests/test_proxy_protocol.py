@@ -289,3 +289,51 @@ backend btls
         hp.terminate()
         hp.wait(timeout=10)
     wait_for(lambda: access_has(srv, "127.0.0.7"), what="the client address in the access log")
+
+
+def test_rate_limit_key_and_trusted_walk_use_proxy_source(server, origin):
+    srv = server(f"""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{{port}}
+    accept-proxy: [127.0.0.1]
+upstreams:
+  - name: app
+    servers: [http://127.0.0.1:{origin}]
+routes:
+  - match: {{{{path: /limited}}}}
+    rate-limit: {{{{rate: 1/h, burst: 1, key: [client-address]}}}}
+    proxy: app
+  - match: {{{{path: /walk}}}}
+    cidr: {{{{allow: [203.0.113.0/24], trusted-proxies: [10.0.0.0/8]}}}}
+    proxy: app
+""")
+
+    def get(path, src, xff=None):
+        h = f"X-Forwarded-For: {xff}\r\n" if xff else ""
+        req = (f"GET {path} HTTP/1.1\r\nHost: x\r\n{h}Connection: close\r\n\r\n").encode()
+        return _raw_after(srv.port, v1(src), req)
+
+    # one token per PROXY source address, not per front (every conn comes from 127.0.0.1)
+    assert get("/limited", "198.51.100.1").startswith(b"HTTP/1.1 200")
+    assert get("/limited", "198.51.100.1").startswith(b"HTTP/1.1 429")
+    assert get("/limited", "198.51.100.2").startswith(b"HTTP/1.1 200")
+    # trusted-proxies starts its walk at the PROXY source: 10.0.0.5 is a trusted hop, so its
+    # X-Forwarded-For names the client; from an untrusted source the header is not believed
+    r = get("/walk", "10.0.0.5", xff="203.0.113.9")
+    assert r.startswith(b"HTTP/1.1 200") and r.endswith(b"xff=203.0.113.9, 10.0.0.5\n"), r
+    assert get("/walk", "198.51.100.3", xff="203.0.113.9").startswith(b"HTTP/1.1 403")
+    assert get("/walk", "203.0.113.4").startswith(b"HTTP/1.1 200")
+
+
+def _raw_after(port, header, req):
+    """`header` then `req` in one write from 127.0.0.1; everything until close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(header + req)
+        out = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out.append(b)
+        return b"".join(out)
