@@ -259,6 +259,9 @@ static void pp_read(pp_conn_t *p, uint32_t ev)
         return;
     }
     dispatch(wl, fd, (const struct sockaddr *)&peer, plen);
+    /* the pending slot is free again: a listener paused at limits.connections (which counts
+     * pending conns) rechecks, as if a conn had closed (dispatch may have refused this one) */
+    if (wl->paused && wl->cur) on_conn_closed(&wl->cur->ctx);
 }
 
 static void pp_on_io(fy_io_t *io, uint32_t ev)
