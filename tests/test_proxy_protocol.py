@@ -337,3 +337,19 @@ def _raw_after(port, header, req):
                 break
             out.append(b)
         return b"".join(out)
+
+
+def test_reload_changes_accept_proxy(server, origin):
+    import signal
+    text = cfg(origin)
+    srv = server(text)
+    assert exchange(srv.port, v1("203.0.113.7")).endswith(b"xff=203.0.113.7\n")
+    # the next generation trusts no one: the same peer is a direct client (slot kept)
+    (srv.tmp / "ferry.yaml").write_text(srv.text.replace("accept-proxy: [127.0.0.1/32]",
+                                                         "accept-proxy: []"))
+    srv.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload: generation 2 active on all workers" in srv.log(), 30,
+             "the reload", srv.proc)
+    r = exchange(srv.port, b"")
+    assert r.startswith(b"HTTP/1.1 200") and r.endswith(b"xff=127.0.0.1\n"), r
+    assert exchange(srv.port, v1("203.0.113.7")).startswith(b"HTTP/1.1 400")
