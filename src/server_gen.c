@@ -240,6 +240,7 @@ static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen
     gen_ctx_t *gc = fy_xcalloc(1, sizeof *gc);
     gc->gen = g;
     gc->wl = wl;
+    gc->lc = lc;
     worker_gen_get(w, g);
     fy_http_ctx_t *c = &gc->ctx;
     c->router = &g->router;
