@@ -8,7 +8,8 @@
  * then sees streams and datagrams through fy_wt_ops_t. Backpressure: a stream's received bytes
  * are credited back to the peer only as the handler consumes them (its `data` returns how
  * many); writes are copied into the QUIC stream queue, which the handler watches with
- * fy_wt_stream_buffered (`writable` when it drains). */
+ * fy_wt_stream_buffered (`writable` when it drains).
+ * Threads: sessions and their streams live on their QUIC connection's worker thread only. */
 #ifndef FY_H3_H3_WT_H
 #define FY_H3_H3_WT_H
 

@@ -1,6 +1,8 @@
 /* `webtransport: app`: WebTransport sessions handed to an embedder's C callbacks
  * (include/ferry/webtransport.h, which this file implements over h3/h3_wt.h). Without
- * callbacks set, sessions are refused with 503. */
+ * callbacks set, sessions are refused with 503.
+ * Threads: the embedder's callbacks are called on the session's worker thread, and the session
+ * calls must be made there too. */
 #ifndef FY_HANDLER_WT_APP_H
 #define FY_HANDLER_WT_APP_H
 

@@ -1,5 +1,7 @@
 /* Typed config of a WebTransport route (`webtransport: echo`, `webtransport: {handler:
- * echo}`, or `webtransport: {handler: proxy, upstream: NAME}`). Table: wt_conf.c. */
+ * echo}`, or `webtransport: {handler: proxy, upstream: NAME}`). Table: wt_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_HANDLER_WT_CONF_H
 #define FY_HANDLER_WT_CONF_H
 

@@ -9,7 +9,9 @@
  * bytes, FIN and resets (WebTransport codes) relayed; datagrams go both ways; a
  * CLOSE_WEBTRANSPORT_SESSION (code, reason) from either side closes the other. Backpressure: bytes
  * are taken from one side's stream only while its twin has fewer than the send buffer queued (the
- * rest waits in the codec, which holds back the peer's flow-control credit). */
+ * rest waits in the codec, which holds back the peer's flow-control credit).
+ * Threads: both sessions of a pair (the client's and the origin's) live on the client
+ * connection's worker thread. */
 #ifndef FY_HANDLER_WT_PROXY_H
 #define FY_HANDLER_WT_PROXY_H
 

@@ -1,6 +1,7 @@
 /* A short list of CIDRs (IPv4, IPv6) matched linearly: the "trusted front" lists of listeners
  * (`accept-proxy` on HTTP and layer-4 listeners). Not the policy trie (policy/cidr*.c), which
- * sits above net/ and serves long allow/deny lists. Pure functions. */
+ * sits above net/ and serves long allow/deny lists. Pure functions.
+ * Threads: pure; the lists are read-only after the config loads and read by any worker. */
 #ifndef FY_NET_NET_CIDR_H
 #define FY_NET_NET_CIDR_H
 

@@ -1,5 +1,7 @@
 /* What the cache filter (cache.c: request phase, the layer, the filter) and its producer
- * (cache_serve.c: answering from a stored object) share. The exchange's worker only. */
+ * (cache_serve.c: answering from a stored object) share.
+ * Threads: the cache's stores are shared by workers (see cache_store.h for their locking);
+ * everything declared here runs on the exchange's worker thread. */
 #ifndef FY_POLICY_CACHE_INT_H
 #define FY_POLICY_CACHE_INT_H
 
