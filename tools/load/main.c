@@ -414,7 +414,9 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(name, known[k])) ki = (int)k;
         if (ki < 0) die_usage(name, "unknown option");
-        bool is_flag = ki >= 23; /* --h1 and the ones after it take no value */
+        int first_flag = 0; /* --h1 and the ones after it take no value */
+        while (strcmp(known[first_flag], "--h1")) first_flag++;
+        bool is_flag = ki >= first_flag;
         if (!is_flag) {
             if (attached)
                 v = attached;
