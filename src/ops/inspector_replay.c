@@ -183,6 +183,38 @@ static bool skip_header(fy_str_t n)
     return false;
 }
 
+/* The flow's request as HTTP/1.1 bytes, the request line in absolute form (to a forward proxy,
+ * plain http) or origin form, hop-by-hop and unsafe fields left out, Connection: close. */
+static void put_request(fy__sb_t *rq, const fy_cs_flow_t *f, bool absolute)
+{
+    fy__sb_put(rq, f->method.p, f->method.len);
+    fy__sb_puts(rq, " ");
+    if (absolute) {
+        fy__sb_puts(rq, "http://");
+        fy__sb_put(rq, f->authority.p, f->authority.len);
+    }
+    if (f->target.len && f->target.p[0] == '/')
+        fy__sb_put(rq, f->target.p, f->target.len);
+    else
+        fy__sb_puts(rq, "/");
+    fy__sb_puts(rq, " HTTP/1.1\r\nHost: ");
+    fy__sb_put(rq, f->authority.p, f->authority.len);
+    fy__sb_puts(rq, "\r\n");
+    for (size_t i = 0; i < f->n_req_headers; i++) {
+        fy_str_t n = f->req_headers[i].name, v = f->req_headers[i].value;
+        if (skip_header(n) || memchr(v.p, '\n', v.len) || memchr(v.p, '\r', v.len)) continue;
+        fy__sb_put(rq, n.p, n.len);
+        fy__sb_puts(rq, ": ");
+        fy__sb_put(rq, v.p, v.len);
+        fy__sb_puts(rq, "\r\n");
+    }
+    if (f->req_body.len || (f->method.len == 4 && !strncasecmp(f->method.p, "POST", 4)) ||
+        (f->method.len == 3 && !strncasecmp(f->method.p, "PUT", 3)))
+        fy__sb_printf(rq, "Content-Length: %zu\r\n", f->req_body.len);
+    fy__sb_puts(rq, "Connection: close\r\n\r\n");
+    fy__sb_put(rq, f->req_body.p, f->req_body.len);
+}
+
 int fy__insp_replay(fy_inspector_t *ins, const fy_cs_flow_t *f, const char **err)
 {
     bool tls = f->scheme.len == 5 && strncasecmp(f->scheme.p, "https", 5) == 0;
@@ -225,33 +257,7 @@ int fy__insp_replay(fy_inspector_t *ins, const fy_cs_flow_t *f, const char **err
         *err = "TLS handshake failed";
         if (tls_start(&c, host) < 0) goto out;
     }
-    /* request head: absolute-form to the proxy for plain http, else origin-form */
-    fy__sb_put(&rq, f->method.p, f->method.len);
-    fy__sb_puts(&rq, " ");
-    if (via && !tls) {
-        fy__sb_puts(&rq, "http://");
-        fy__sb_put(&rq, f->authority.p, f->authority.len);
-    }
-    if (f->target.len && f->target.p[0] == '/')
-        fy__sb_put(&rq, f->target.p, f->target.len);
-    else
-        fy__sb_puts(&rq, "/");
-    fy__sb_puts(&rq, " HTTP/1.1\r\nHost: ");
-    fy__sb_put(&rq, f->authority.p, f->authority.len);
-    fy__sb_puts(&rq, "\r\n");
-    for (size_t i = 0; i < f->n_req_headers; i++) {
-        fy_str_t n = f->req_headers[i].name, v = f->req_headers[i].value;
-        if (skip_header(n) || memchr(v.p, '\n', v.len) || memchr(v.p, '\r', v.len)) continue;
-        fy__sb_put(&rq, n.p, n.len);
-        fy__sb_puts(&rq, ": ");
-        fy__sb_put(&rq, v.p, v.len);
-        fy__sb_puts(&rq, "\r\n");
-    }
-    if (f->req_body.len || (f->method.len == 4 && !strncasecmp(f->method.p, "POST", 4)) ||
-        (f->method.len == 3 && !strncasecmp(f->method.p, "PUT", 3)))
-        fy__sb_printf(&rq, "Content-Length: %zu\r\n", f->req_body.len);
-    fy__sb_puts(&rq, "Connection: close\r\n\r\n");
-    fy__sb_put(&rq, f->req_body.p, f->req_body.len);
+    put_request(&rq, f, via && !tls);
     *err = "sending the request failed";
     if (rc_write(&c, rq.p, rq.len) < 0) goto out;
     *err = "no response (or replay-timeout)";
@@ -288,28 +294,7 @@ int fy__insp_fetch(fy_inspector_t *ins, const fy_cs_flow_t *f, const char *host,
         *err = "TLS handshake with the upstream failed";
         if (tls_start(&c, strspn(sni, "0123456789.:[]") == strlen(sni) ? host : sni) < 0) goto out;
     }
-    fy__sb_put(&rq, f->method.p, f->method.len);
-    fy__sb_puts(&rq, " ");
-    if (f->target.len && f->target.p[0] == '/')
-        fy__sb_put(&rq, f->target.p, f->target.len);
-    else
-        fy__sb_puts(&rq, "/");
-    fy__sb_puts(&rq, " HTTP/1.1\r\nHost: ");
-    fy__sb_put(&rq, f->authority.p, f->authority.len);
-    fy__sb_puts(&rq, "\r\n");
-    for (size_t i = 0; i < f->n_req_headers; i++) {
-        fy_str_t n = f->req_headers[i].name, v = f->req_headers[i].value;
-        if (skip_header(n) || memchr(v.p, '\n', v.len) || memchr(v.p, '\r', v.len)) continue;
-        fy__sb_put(&rq, n.p, n.len);
-        fy__sb_puts(&rq, ": ");
-        fy__sb_put(&rq, v.p, v.len);
-        fy__sb_puts(&rq, "\r\n");
-    }
-    if (f->req_body.len || (f->method.len == 4 && !strncasecmp(f->method.p, "POST", 4)) ||
-        (f->method.len == 3 && !strncasecmp(f->method.p, "PUT", 3)))
-        fy__sb_printf(&rq, "Content-Length: %zu\r\n", f->req_body.len);
-    fy__sb_puts(&rq, "Connection: close\r\n\r\n");
-    fy__sb_put(&rq, f->req_body.p, f->req_body.len);
+    put_request(&rq, f, false);
     *err = "sending the request failed";
     if (rc_write(&c, rq.p, rq.len) < 0) goto out;
     *err = "no response (or replay-timeout)";
