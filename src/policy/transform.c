@@ -123,6 +123,7 @@ typedef struct hdr_edits {
     size_t n;
     fy_hname_t *remove; /* owned; names borrowed from the config */
     size_t nremove;
+    bool all_lit; /* every value is a literal: no expansion context needed */
 } hdr_edits_t;
 
 typedef struct transform_filter {
@@ -292,9 +293,9 @@ static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_
     if (!done) add_hdr(a, hs, name, val);
 }
 
-static void apply_edits(vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+/* v may be NULL when e->all_lit. */
+static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
 {
-    fy_arena_t *a = v->ex->arena;
     for (size_t i = 0; i < e->nremove; i++) remove_named(hs, &e->remove[i]);
     for (size_t i = 0; i < e->n; i++) {
         const hdr_edit_t *h = &e->v[i];
@@ -325,8 +326,13 @@ static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
 {
     if (rl->done) return;
     rl->done = true;
-    vctx_t v = {.ex = ex, .reqid = rl->reqid};
-    apply_edits(&v, &rl->t->res, &ex->res.headers);
+    const hdr_edits_t *e = &rl->t->res;
+    if (e->all_lit) {
+        apply_edits(ex->arena, NULL, e, &ex->res.headers);
+    } else {
+        vctx_t v = {.ex = ex, .reqid = rl->reqid};
+        apply_edits(ex->arena, &v, e, &ex->res.headers);
+    }
     const fy_transform_conf_t *c = rl->t->conf;
     if (c->request_id && c->request_id_response && rl->reqid.len) {
         remove_named(&ex->res.headers, &rl->t->reqid);
@@ -498,7 +504,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             break;
         }
     }
-    apply_edits(&v, &t->req, &ex->req.headers);
+    apply_edits(ex->arena, &v, &t->req, &ex->req.headers);
     return FY_FILTER_NEXT;
 }
 
@@ -565,6 +571,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
         fy_hname_init(&e->remove[e->nremove++], h->remove.v[i]);
     }
+    e->all_lit = true;
     for (int pass = 0; pass < 2; pass++) {
         const fy_conf_strmap_t *m = pass ? &h->append : &h->set;
         for (size_t i = 0; i < m->n; i++) {
@@ -586,6 +593,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
                 x->is_lit = true;
                 x->lit = x->v.n ? fy_str(x->v.s[0].p, x->v.s[0].len) : fy_str("", 0);
             }
+            e->all_lit = e->all_lit && x->is_lit;
             e->n++;
         }
     }
