@@ -609,6 +609,14 @@ static fy_str_t take_token(jwt_filter_t *j, fy_exchange_t *ex)
     const fy_jwt_conf_t *c = j->conf;
     fy_headers_t *hs = &ex->req.headers;
     fy_str_t tok = FY_STR_NULL;
+    if (!j->nch) { /* nothing to drop: the first field of that name decides */
+        for (size_t i = 0; i < hs->n; i++)
+            if (fy_hname_eq(&j->hdr, hs->v[i].name)) {
+                tok = bearer(hs->v[i].value);
+                if (tok.len) return tok;
+            }
+        return find_token_rest(c, ex);
+    }
     size_t k = 0;
     for (size_t i = 0; i < hs->n; i++) {
         fy_str_t nm = hs->v[i].name;
