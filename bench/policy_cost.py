@@ -104,7 +104,43 @@ def rows(tmp):
                            "min-per-second: 10}\n    retries: 1\n", None),
             # hedging armed on every GET, never firing (the origin answers within the delay)
             "plain-2srv": ("TWO:", None),
-            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None)}
+            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None),
+            # the JWT peer: HAProxy 2.6 (one thread), its plain proxy with and without the
+            # token, and `jwt_verify` on every request (HAProxy keeps no verified-token cache)
+            "haproxy-plain": ("HAPROXY:", None),
+            "haproxy-plain+es256-token": ("HAPROXY:", "es256"),
+            "haproxy-jwt-hs256": ("HAPROXY:HS256", "hs256"),
+            "haproxy-jwt-es256": ("HAPROXY:ES256", "es256")}
+
+
+def haproxy_conf(tmp, port, origin, alg):
+    """HAProxy as the JWT peer: one thread, keep-alive to the origin, and with `alg` the
+    documented jwt_verify recipe (alg from the token's header must be the one expected)."""
+    jwt = ""
+    if alg:
+        key = f'"{SECRET}"' if alg == "HS256" else f'"{tmp}/ec.pem"'
+        jwt = (f"  http-request set-var(txn.bearer) http_auth_bearer\n"
+               f"  http-request set-var(txn.alg) var(txn.bearer),jwt_header_query('$.alg')\n"
+               f'  http-request deny unless {{ var(txn.alg) -m str "{alg}" }}\n'
+               f"  http-request deny unless {{ var(txn.bearer),jwt_verify(txn.alg,{key}) "
+               f"-m int 1 }}\n")
+    return f"""global
+  nbthread 1
+  tune.ssl.default-dh-param 2048
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 600s
+  option http-keep-alive
+frontend f
+  bind 127.0.0.1:{port}
+{jwt}  default_backend b
+backend b
+  http-reuse always
+  server s 127.0.0.1:{origin}
+"""
 
 
 def nginx_conf(tmp, port, origin, modsec):
@@ -159,6 +195,10 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
         open(path, "w").write(nginx_conf(tmp, port, origin, extra == "NGINX:modsec"))
         cmd = ["nginx", "-p", tmp, "-c", path]
         return measure(cmd, port, token, k, tmp, tag)
+    if extra.startswith("HAPROXY:"):
+        path = f"{tmp}/{tag}-{k}.haproxy.cfg"
+        open(path, "w").write(haproxy_conf(tmp, port, origin, extra[8:]))
+        return measure(["haproxy", "-db", "-f", path], port, token, k, tmp, tag)
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
@@ -260,6 +300,12 @@ def main():
         print("\n| row | instructions/request | kept (plain / row) |\n|---|---|---|")
         for n, v in res.items():
             print(f"| {n} | {v:.0f} | {base / v:.3f}× |")
+    peer = res.get("haproxy-plain")
+    if peer:  # the HAProxy rows against HAProxy's own plain proxy
+        print("\n| HAProxy row | instructions/request | kept (haproxy-plain / row) |\n|---|---|---|")
+        for n, v in res.items():
+            if n.startswith("haproxy-"):
+                print(f"| {n} | {v:.0f} | {peer / v:.3f}× |")
     print(json.dumps(res))
 
 
