@@ -81,6 +81,7 @@ def rows(tmp):
 """
     compress = "    compress: enabled\n"
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
+    insp = f"inspector: {{dir: {tmp}/insp, address: 127.0.0.1:{free_port()}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
             "jwt-es256-fresh": (jwt_es, "es256-fresh"),
             "jwt-hs256-nohdr": (f"    jwt: {{secret: {SECRET}, algorithms: [HS256]}}\n", "hs256"),
@@ -121,7 +122,10 @@ def rows(tmp):
             "big-gzip1": ("BIG:    compress: {encodings: [gzip], gzip-level: 1, "
                           "types: [application/octet-stream]}\n", None),
             "nginx-big-plain": ("BIG:NGINX:plain", None),
-            "nginx-big-gzip1": ("BIG:NGINX:gzip1", None)}
+            "nginx-big-gzip1": ("BIG:NGINX:gzip1", None),
+            # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
+            "capture": ("    capture: {}\nTOP:" + insp, None),
+            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
 
 
 def text64k(path):
@@ -231,6 +235,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    top = ""
+    if "TOP:" in extra:  # top-level sections the row needs (after the routes)
+        extra, top = extra.split("TOP:", 1)
     servers = f"[http://127.0.0.1:{origin}]"
     if extra.startswith("TWO:"):  # two servers (the same origin under two names)
         servers, extra = f"[http://127.0.0.1:{origin}, http://localhost:{origin}]", extra[4:]
@@ -250,7 +257,7 @@ upstreams:
   - name: app
     servers: {servers}
 {upstream}routes:
-{route}{extra}"""
+{route}{extra}{top}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)
     return measure([ferry, "run", "-c", path], port, token, k, tmp, tag)

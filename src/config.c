@@ -503,6 +503,30 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
             rc = -1;
         }
     }
+    /* `webtransport: {handler: proxy, upstream: NAME}`: an upstream of h3:// servers */
+    for (size_t i = 0; i < cfg->routes.n; i++) {
+        const fy_wt_conf_t *wt = routes[i].webtransport;
+        if (!wt || wt->handler != FY_WT_PROXY) continue;
+        const fy_conf_node_t *at = fy_conf_map_at(item_at(map, "routes", i), "webtransport");
+        const char *why = NULL;
+        for (size_t j = 0; wt->upstream && j < cfg->upstreams.n; j++)
+            if (ups[j].name && strcmp(ups[j].name, wt->upstream) == 0)
+                routes[i].proxy_upstream = &ups[j];
+        const fy_upstream_conf_t *u = routes[i].proxy_upstream;
+        if (!wt->upstream)
+            why = "proxy needs `upstream`";
+        else if (!u)
+            why = "no such upstream";
+        for (size_t k = 0; u && !why && k < u->servers.n; k++)
+            if (!((const fy_upstream_server_conf_t *)u->servers.v)[k].h3)
+                why = "proxies only to h3:// servers";
+        if (why) {
+            char key[64];
+            snprintf(key, sizeof key, "routes[%zu].webtransport.upstream", i);
+            fy_conf_error(ctx, at, key, "%s", why);
+            rc = -1;
+        }
+    }
     if (rc == 0 && check_binds(ctx, map, cfg) < 0) rc = -1;
     if (fy_policies_check(ctx, map, cfg) < 0) rc = -1;
     return rc;

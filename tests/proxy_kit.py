@@ -696,3 +696,34 @@ def _ws_parse(buf):
         out.append((buf[0] & 0x0f, buf[o:o + n]))
         buf = buf[o + n:]
     return out, buf
+
+
+class WsEchoOrigin:
+    """python3-websockets echo server in its own thread and event loop."""
+
+    def __init__(self):
+        import asyncio
+        import websockets
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def echo(ws, path=None):
+            async for m in ws:
+                await ws.send(m)
+
+        async def main():
+            self.stop_fut = self.loop.create_future()
+            async with websockets.serve(echo, "127.0.0.1", self.port):
+                ready.set()
+                await self.stop_fut
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),),
+                                       daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.stop_fut.set_result, None)
+        self.thread.join(timeout=10)

@@ -26,7 +26,8 @@ from conftest import (FERRY as FERRY_BIN, _openssl, bound, conns_to, free_port, 
                       wait_for)
 from proxy_kit import (CHUNKED_BODY, client, CLIENTS, curl, dead_url, h1_get_many, H2,
                        _h2_connect, h2_post, nginx, origin_headers, origins, proxy_config,
-                       SOCK_TIMEOUT, start, TINY, _ws_frame, _ws_parse)  # noqa: F401 (fixtures)
+                       SOCK_TIMEOUT, start, TINY, _ws_frame, _ws_parse,
+                       WsEchoOrigin)  # noqa: F401 (fixtures)
 
 
 def test_chunked_origin_response(server, origins, client):
@@ -580,37 +581,6 @@ def test_mtls_client_certificate_to_origin(server, certs, tmp_path):
 
 
 # ---- WebSocket through the proxy (HTTP/1.1 Upgrade to the origin) ----
-
-class WsEchoOrigin:
-    """python3-websockets echo server in its own thread and event loop."""
-
-    def __init__(self):
-        import asyncio
-        import websockets
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        async def echo(ws, path=None):
-            async for m in ws:
-                await ws.send(m)
-
-        async def main():
-            self.stop_fut = self.loop.create_future()
-            async with websockets.serve(echo, "127.0.0.1", self.port):
-                ready.set()
-                await self.stop_fut
-
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),),
-                                       daemon=True)
-        self.thread.start()
-        assert ready.wait(10)
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.stop_fut.set_result, None)
-        self.thread.join(timeout=10)
-
 
 @pytest.fixture
 def ws_origin():

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from conftest import bound, http_origin, http_request, wait_for
-from test_proxy import proxy_config
+from proxy_kit import proxy_config
 from test_proxy_h2 import H2Origin
 
 

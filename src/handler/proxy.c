@@ -331,6 +331,10 @@ static void start(proxy_req_t *pr)
                               &lim,       pr->ex->arena};
     set_timer(pr, T_FIRST_BYTE);
     pr->sent_us = now_us();
+    if (__builtin_expect(pr->ex->layers != NULL, 0)) { /* for a capture (ops/inspector.c) */
+        pr->ex->timing.set =
+            fy_origin_stream_timing(pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
+    }
     pr->in_codec++;
     int rc = fy_origin_stream_submit(pr->os, &rq);
     pr->in_codec--;

@@ -27,6 +27,7 @@ typedef struct fy_http_limits {
     bool merge_slashes;         /* `merge-slashes`, default true: "//" -> "/" in paths */
     uint64_t body_total_timeout_ms; /* `body-total-timeout`, default 10m: a proxied body whole */
     int64_t max_informational;      /* `informational-responses`, default 32 per proxied request */
+    uint64_t max_conn_memory;       /* `connection-memory`, default 1m; 0: no budget */
 } fy_http_limits_t;
 
 extern const fy_conf_directive_t fy_http_limits_table[];

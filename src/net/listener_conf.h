@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "conf/conf.h"
+#include "net/net_cidr.h"
 #include "tls/tls_conf.h"
 
 /* Protocol bits for `protocols: [h1, h2c, h2, h3]`. */
@@ -45,6 +46,11 @@ typedef struct fy_listener_conf {
     int kind;           /* enum fy_listener_kind, default http */
     fy_conf_list_t sni; /* of fy_listener_sni_conf_t; needs tls */
     bool share;         /* `share: true`: bind even if another process holds the port */
+    /* `accept-proxy`: CIDRs of trusted fronts whose TCP connections must start with a PROXY
+     * v1/v2 header (its source address is then the client's); others connect as usual */
+    fy_conf_strlist_t accept_proxy;
+    fy_net_cidr_t *accept_proxy_cidrs; /* parsed (config arena) */
+    size_t n_accept_proxy;
 
     /* policies, by the names of top-level entries (net/ is below policy/), or NULL */
     char *cidr;          /* `cidr`: a cidr-lists entry */

@@ -1,7 +1,9 @@
 /* Typed configuration of the `waf:` policy (table: policy/waf_conf.c): per route inline, per
  * listener by name (listeners[].waf names an entry of the top-level `waf-policies:`), and the pure
  * pieces of the WAF filter that tests reach without ModSecurity traffic: the ModSecurity directives
- * a config turns into, and the rule id and message of a ModSecurity log line. */
+ * a config turns into, and the rule id and message of a ModSecurity log line.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_WAF_CONF_H
 #define FY_POLICY_WAF_CONF_H
 

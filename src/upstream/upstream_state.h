@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/counters.h"
+
 #include "upstream/discovery.h"
 #include "upstream/upstream.h"
 #include "upstream/upstream_breaker.h"
@@ -20,6 +22,9 @@ typedef struct srv_state {
     size_t nidle;
     int inflight;
     double ewma_us; /* least-time: decaying average of time to first byte */
+    /* ewma_us's bits + its owner's sample count != 0, published for other threads (the admin
+       API): written by the worker only (relaxed), read with relaxed loads; 0 = no sample */
+    _Atomic uint64_t ewma_pub;
     uint64_t samples;
     uint64_t last_pick_ms;
     int64_t cur_weight; /* smooth weighted round robin */
@@ -93,6 +98,7 @@ typedef struct dyn {
     pthread_mutex_t lock;
     fy_disc_entry_t *last;
     size_t nlast;
+    bool lookup_now; /* the set came from the generation before: look up at once */
 } dyn_t;
 
 struct fy_upstream {
@@ -108,6 +114,9 @@ struct fy_upstream {
     atomic_bool *drained; /* per server: the admin API drained it */
     /* per server, configured upstreams with detailed metrics only (fy_counters_detail) */
     fy_counter_id_t *pool_ids, *retry_ids, *eject_ids;
+    /* per server, the same: origin connections open (TCP for h1 and h2, QUIC for h3), and
+       requests waiting for a stream on an h2/h3 connection */
+    fy_counter_id_t *conn_ids, *wait_ids;
     /* per server, with `circuit-breaker`: workers whose breaker is open / half-open (gauges),
        transitions to open, half-open, closed (counters) */
     fy_counter_id_t *brk_open_ids, *brk_half_ids, *brk_to_ids[3];
@@ -133,6 +142,12 @@ struct fy_upstream {
 void fy__upstream_resil_init(fy_upstream_t *u);
 void fy__upstream_resil_free(fy_upstream_t *u);
 void fy__upstream_breaker_record(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+
+/* gauge ids[server] += d, when the per-server series exist (fy_counters_detail) */
+static inline void fy__upstream_gauge(const fy_counter_id_t *ids, int server, int64_t d)
+{
+    if (ids) fy_gauge_add(ids[server], d);
+}
 
 /* upstream_health.c: stop the active check of one server (its slot is being reused). */
 void fy__upstream_hc_stop_probe(fy_upstream_t *u, hc_probe_t *p);

@@ -188,7 +188,7 @@ static void test_top_level(void)
         "listeners:\n  - address: :80\n    cert: x\n",
         "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
         "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share, "
-        "cidr, client-limits, rate-limit, waf)\n");
+        "cidr, client-limits, rate-limit, waf, accept-proxy)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -297,8 +297,12 @@ static void test_listeners(void)
     CHECK_FAIL(
         "listeners:\n  - listen: :80\n",
         "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf\n"
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf, "
+        "accept-proxy\n"
         "c.yaml:2:5: listeners[0].address: is required\n");
+    CHECK_FAIL("listeners:\n  - address: :80\n    accept-proxy: [10.0.0.0/33]\n",
+               "c.yaml:3:19: listeners[0].accept-proxy: bad CIDR '10.0.0.0/33'; expected like "
+               "10.0.0.0/8 or ::1\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
                "HOST:PORT with a numeric host, like 127.0.0.1:8080, [::1]:8443 or :8080\n");
@@ -670,7 +674,8 @@ static void test_file_and_doc(void)
     snprintf(
         want, sizeof want,
         "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf\n",
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf, "
+        "accept-proxy\n",
         path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
