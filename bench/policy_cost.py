@@ -10,6 +10,10 @@ with ModSecurity-nginx (Debian libnginx-mod-http-modsecurity) and the same CRS f
         nginx-plain+browser,nginx-modsec-crs-pl1
 
     /usr/bin/python3 bench/policy_cost.py [--ferry build/ferry] [--k 200,1200] [--rows ...]
+
+The haproxy-* rows run HAProxy 2.6 (one thread) the same way, as the JWT peer; the big-* and
+nginx-big-* rows put 64 KiB of text behind the proxy, plain and with gzip level 1 (Ferry's
+compress filter, nginx's gzip); they are slow under callgrind, so use --k 20,120 for them.
 """
 import argparse
 import glob
@@ -106,9 +110,64 @@ def rows(tmp):
             # hedging armed on every GET, never firing (the origin answers within the delay)
             "plain-2srv": ("TWO:", None),
             "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None),
+            # the JWT peer: HAProxy 2.6 (one thread), its plain proxy with and without the
+            # token, and `jwt_verify` on every request (HAProxy keeps no verified-token cache)
+            "haproxy-plain": ("HAPROXY:", None),
+            "haproxy-plain+es256-token": ("HAPROXY:", "es256"),
+            "haproxy-jwt-hs256": ("HAPROXY:HS256", "hs256"),
+            "haproxy-jwt-es256": ("HAPROXY:ES256", "es256"),
+            # gzip level 1 on 64 KiB of text (BIG: the origin that answers with it; bare.c
+            # labels a body file application/octet-stream, so both compress that type)
+            "big-plain": ("BIG:", None),
+            "big-gzip1": ("BIG:    compress: {encodings: [gzip], gzip-level: 1, "
+                          "types: [application/octet-stream]}\n", None),
+            "nginx-big-plain": ("BIG:NGINX:plain", None),
+            "nginx-big-gzip1": ("BIG:NGINX:gzip1", None),
             # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
             "capture": ("    capture: {}\nTOP:" + insp, None),
             "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
+
+
+def text64k(path):
+    """64 KiB of English-like text with numbers, compressible about as well as HTML."""
+    words = ("the quick brown fox jumps over a lazy dog while proxy servers compress "
+             "responses for clients that accept gzip and every request carries headers").split()
+    out, i = [], 0
+    while sum(len(x) for x in out) < 65536:
+        line = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(12))
+        out.append(f"{i:05d} {line} {i * 2654435761 % 1000003}\n")
+        i += 1
+    open(path, "w").write("".join(out)[:65536])
+
+
+def haproxy_conf(tmp, port, origin, alg):
+    """HAProxy as the JWT peer: one thread, keep-alive to the origin, and with `alg` the
+    documented jwt_verify recipe (alg from the token's header must be the one expected)."""
+    jwt = ""
+    if alg:
+        key = f'"{SECRET}"' if alg == "HS256" else f'"{tmp}/ec.pem"'
+        jwt = (f"  http-request set-var(txn.bearer) http_auth_bearer\n"
+               f"  http-request set-var(txn.alg) var(txn.bearer),jwt_header_query('$.alg')\n"
+               f'  http-request deny unless {{ var(txn.alg) -m str "{alg}" }}\n'
+               f"  http-request deny unless {{ var(txn.bearer),jwt_verify(txn.alg,{key}) "
+               f"-m int 1 }}\n")
+    return f"""global
+  nbthread 1
+  tune.ssl.default-dh-param 2048
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 600s
+  option http-keep-alive
+frontend f
+  bind 127.0.0.1:{port}
+{jwt}  default_backend b
+backend b
+  http-reuse always
+  server s 127.0.0.1:{origin}
+"""
 
 
 def nginx_conf(tmp, port, origin, modsec):
@@ -116,7 +175,7 @@ def nginx_conf(tmp, port, origin, modsec):
     with `modsec` the ModSecurity-nginx connector with the same base directives and CRS files
     Ferry's `waf:` loads (policy/waf_conf.c)."""
     rules = f"{tmp}/modsec-main.conf"
-    if modsec:
+    if modsec is True:
         crs = "/usr/share/modsecurity-crs/rules"
         with open(rules, "w") as f:
             f.write("SecRuleEngine On\nSecRequestBodyAccess On\nSecRequestBodyLimit 131072\n"
@@ -129,9 +188,12 @@ def nginx_conf(tmp, port, origin, modsec):
                     'SecAction "id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level=1"\n')
             for r in sorted(glob.glob(f"{crs}/*.conf")):
                 f.write(f"Include {r}\n")
-    ms = (f"    modsecurity on;\n    modsecurity_rules_file {rules};\n" if modsec else "")
+    ms = (f"    modsecurity on;\n    modsecurity_rules_file {rules};\n" if modsec is True else "")
+    if modsec == "gzip1":
+        ms = ("    gzip on;\n    gzip_comp_level 1;\n    gzip_min_length 256;\n"
+              "    gzip_types application/octet-stream;\n")
     load = ("load_module /usr/lib/nginx/modules/ngx_http_modsecurity_module.so;\n"
-            if modsec else "")
+            if modsec is True else "")
     return f"""{load}daemon off;
 master_process off;
 worker_processes 1;
@@ -158,11 +220,18 @@ http {{
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
     port = free_port()
+    if extra.startswith("BIG:"):
+        origin, extra = big_origin(tmp), extra[4:]
     if extra.startswith("NGINX:"):
         path = f"{tmp}/{tag}-{k}.nginx.conf"
-        open(path, "w").write(nginx_conf(tmp, port, origin, extra == "NGINX:modsec"))
+        open(path, "w").write(nginx_conf(tmp, port, origin, True if extra == "NGINX:modsec"
+                                         else "gzip1" if extra == "NGINX:gzip1" else False))
         cmd = ["nginx", "-p", tmp, "-c", path]
         return measure(cmd, port, token, k, tmp, tag)
+    if extra.startswith("HAPROXY:"):
+        path = f"{tmp}/{tag}-{k}.haproxy.cfg"
+        open(path, "w").write(haproxy_conf(tmp, port, origin, extra[8:]))
+        return measure(["haproxy", "-db", "-f", path], port, token, k, tmp, tag)
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
@@ -216,6 +285,10 @@ def measure(cmd, port, token, k, tmp, tag):
                 if i < 0:
                     continue
                 m = re.search(rb"content-length: *(\d+)", buf[:i].lower())
+                if not m and b"transfer-encoding: chunked" in buf[:i].lower():
+                    if buf.endswith(b"\r\n0\r\n\r\n"):  # the last chunk (no trailers)
+                        break
+                    continue
                 if not m:
                     raise SystemExit(f"{tag}: no content-length: {buf[:300]!r}")
                 if len(buf) >= i + 4 + int(m.group(1)):
@@ -233,6 +306,19 @@ def measure(cmd, port, token, k, tmp, tag):
                 ir += int(line.split()[1])
                 break
     return ir
+
+
+BIG = {}
+
+
+def big_origin(tmp):
+    """A second bare.c origin answering with 64 KiB of text (started on first use)."""
+    if "port" not in BIG:
+        text64k(f"{tmp}/text64k")
+        BIG["port"] = free_port()
+        BIG["proc"] = subprocess.Popen([f"{tmp}/bare", str(BIG["port"]), f"{tmp}/text64k"])
+        wait_port(BIG["port"])
+    return BIG["port"]
 
 
 def main():
@@ -262,11 +348,20 @@ def main():
         finally:
             o.terminate()
             o.wait()
+            if "proc" in BIG:
+                BIG["proc"].terminate()
+                BIG["proc"].wait()
     base = res.get("plain")
     if base:
         print("\n| row | instructions/request | kept (plain / row) |\n|---|---|---|")
         for n, v in res.items():
             print(f"| {n} | {v:.0f} | {base / v:.3f}× |")
+    peer = res.get("haproxy-plain")
+    if peer:  # the HAProxy rows against HAProxy's own plain proxy
+        print("\n| HAProxy row | instructions/request | kept (haproxy-plain / row) |\n|---|---|---|")
+        for n, v in res.items():
+            if n.startswith("haproxy-"):
+                print(f"| {n} | {v:.0f} | {peer / v:.3f}× |")
     print(json.dumps(res))
 
 

@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/str.h"
+#include "policy/hname.h"
 #include "policy/json.h"
 #include "policy/jwt_int.h"
 
@@ -39,9 +40,11 @@ typedef struct jwt_filter {
     const fy_jwt_conf_t *conf;
     unsigned allowed; /* bit per enum jwt_alg; 0 = any the key fits */
     uint64_t seed;
-    size_t realm_len, hdr_len;
+    size_t realm_len;
+    int64_t leeway_s;
+    fy_hname_t hdr;    /* `header` */
     size_t nch;        /* claims-to-headers entries used (32 at most) */
-    size_t ch_len[32]; /* their header names' lengths */
+    fy_hname_t ch[32]; /* their header names */
     /* key sources */
     fy__jwt_key_t *fixed; /* secret and PEM keys (owned) */
     size_t nfixed;
@@ -317,7 +320,14 @@ typedef struct verdict {
 
 static fy_str_t bearer(fy_str_t v)
 {
-    if (v.len > 7 && fy_str_ieq(fy_str(v.p, 7), "bearer ", 7)) {
+    /* "bearer " in any case, as one word: the 8th byte is the token's first */
+    static const unsigned char lit[8] = "bearer ", low[8] = {32, 32, 32, 32, 32, 32, 0, 0},
+                               keep[8] = {255, 255, 255, 255, 255, 255, 255, 0};
+    uint64_t w, l, m, k;
+    memcpy(&l, lit, 8);
+    memcpy(&m, low, 8);
+    memcpy(&k, keep, 8);
+    if (v.len > 7 && (memcpy(&w, v.p, 8), ((w | m) & k) == l)) {
         size_t i = 7;
         while (i < v.len && v.p[i] == ' ') i++;
         size_t e = v.len;
@@ -559,16 +569,36 @@ static int check_token(jwt_filter_t *j, fy_arena_t *a, const char *tok, size_t n
     return 0;
 }
 
-/* Add the claim values as request headers (the client's own headers of those names were
- * dropped by take_token). */
+/* Add the claim values (lens[i] bytes at vals[i]; 0 = absent) as request headers, the client's
+ * own headers of those names dropped by take_token. `packed`: the values are vals_len bytes
+ * owned elsewhere (a cache entry that a later miss may evict while this request still holds
+ * its headers), copied into the arena in the same allocation as the grown header array. */
 static void add_claim_headers(jwt_filter_t *j, fy_exchange_t *ex, const char *const *vals,
-                              const uint16_t *lens)
+                              const uint16_t *lens, const char *packed, size_t vals_len)
 {
-    const fy_conf_strmap_t *m = &j->conf->claims_to_headers;
-    for (size_t i = 0; i < j->nch; i++)
-        if (lens[i])
-            fy_headers_add(ex->arena, &ex->req.headers, m->values[i], j->ch_len[i], vals[i],
-                           lens[i]);
+    fy_headers_t *hs = &ex->req.headers;
+    size_t np = 0;
+    for (size_t i = 0; i < j->nch; i++) np += lens[i] != 0;
+    if (!np) return;
+    size_t need = hs->n + np, asz = hs->cap >= need ? 0 : need * sizeof(fy_header_t);
+    char *mem = (asz || packed) ? fy_arena_alloc(ex->arena, asz + (packed ? vals_len : 0)) : NULL;
+    if (asz) { /* exactly the room needed: no doubling for the few headers a filter adds */
+        if (hs->n) memcpy(mem, hs->v, hs->n * sizeof(fy_header_t));
+        hs->v = (fy_header_t *)(void *)mem;
+        hs->cap = need;
+    }
+    const char *vp = NULL;
+    if (packed) {
+        memcpy(mem + asz, packed, vals_len);
+        vp = mem + asz;
+    }
+    for (size_t i = 0; i < j->nch; i++) {
+        if (!lens[i]) continue;
+        fy_header_t *h = &hs->v[hs->n++];
+        h->name = fy_str(j->ch[i].lower, j->ch[i].len);
+        h->value = fy_str(packed ? vp : vals[i], lens[i]);
+        vp += packed ? lens[i] : 0;
+    }
 }
 
 /* One pass over the request headers: the bearer token of `header`, and the headers that
@@ -577,18 +607,25 @@ static void add_claim_headers(jwt_filter_t *j, fy_exchange_t *ex, const char *co
 static fy_str_t take_token(jwt_filter_t *j, fy_exchange_t *ex)
 {
     const fy_jwt_conf_t *c = j->conf;
-    const fy_conf_strmap_t *m = &c->claims_to_headers;
     fy_headers_t *hs = &ex->req.headers;
     fy_str_t tok = FY_STR_NULL;
+    if (!j->nch) { /* nothing to drop: the first field of that name decides */
+        for (size_t i = 0; i < hs->n; i++)
+            if (fy_hname_eq(&j->hdr, hs->v[i].name)) {
+                tok = bearer(hs->v[i].value);
+                if (tok.len) return tok;
+            }
+        return find_token_rest(c, ex);
+    }
     size_t k = 0;
     for (size_t i = 0; i < hs->n; i++) {
         fy_str_t nm = hs->v[i].name;
-        if (!tok.len && nm.len == j->hdr_len && fy_str_ieq(nm, c->header, j->hdr_len))
-            tok = bearer(hs->v[i].value);
+        if (!tok.len && fy_hname_eq(&j->hdr, nm)) tok = bearer(hs->v[i].value);
         bool drop = false;
-        for (size_t x = 0; x < j->nch && !drop; x++)
-            drop = nm.len == j->ch_len[x] && fy_str_ieq(nm, m->values[x], j->ch_len[x]);
-        if (!drop) hs->v[k++] = hs->v[i];
+        for (size_t x = 0; x < j->nch && !drop; x++) drop = fy_hname_eq(&j->ch[x], nm);
+        if (drop) continue;
+        if (k != i) hs->v[k] = hs->v[i];
+        k++;
     }
     hs->n = k;
     return tok.len ? tok : find_token_rest(c, ex);
@@ -625,7 +662,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
     }
     /* the loop's wall clock, cached per turn (a second's resolution is what exp/nbf have) */
     int64_t now = ex->ctx->loop->now_sec ? (int64_t)ex->ctx->loop->now_sec : (int64_t)time(NULL);
-    int64_t leeway = (int64_t)(c->leeway_ms / 1000);
+    int64_t leeway = j->leeway_s;
     wcache_t *wc = cache_of(j, ex->ctx->worker_id);
     uint64_t h = 0;
     if (wc) {
@@ -635,14 +672,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             bool fresh = e->keygen == atomic_load_explicit(&j->gen, memory_order_relaxed);
             if (fresh && now < e->exp + leeway && now + leeway >= e->nbf) {
                 e->used = ++wc->tick;
-                if (j->nch) {
-                    /* the entry may be evicted while the request still holds its headers */
-                    const char *vals[32];
-                    char *p = fy_arena_alloc(ex->arena, e->vals_len + 1);
-                    memcpy(p, e->vals, e->vals_len);
-                    for (size_t i = 0, o = 0; i < j->nch; o += e->vlen[i], i++) vals[i] = p + o;
-                    add_claim_headers(j, ex, vals, e->vlen);
-                }
+                if (j->nch) add_claim_headers(j, ex, NULL, e->vlen, e->vals, e->vals_len);
                 return FY_FILTER_NEXT;
             }
             centry_clear(e); /* expired or verified with keys since replaced: check again */
@@ -659,7 +689,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         lens[i] = (uint16_t)(l > 4096 ? 0 : l); /* absurdly long values are not copied */
         vl += lens[i];
     }
-    if (j->nch) add_claim_headers(j, ex, ck.vals, lens);
+    if (j->nch) add_claim_headers(j, ex, ck.vals, lens, NULL, 0);
     if (wc) {
         centry_t *e = cache_slot(wc, h);
         e->tok = malloc(tok.len);
@@ -729,13 +759,16 @@ fy_filter_t *fy_jwt_filter_new(const fy_jwt_conf_t *conf, char *err, size_t errl
     j->f.ops = &jwt_ops;
     j->conf = conf;
     j->realm_len = strlen(conf->realm);
-    j->hdr_len = strlen(conf->header);
+    j->leeway_s = (int64_t)(conf->leeway_ms / 1000);
+    for (char *p = conf->header; *p; p++) /* compared in any case with the request's names */
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+    fy_hname_init(&j->hdr, conf->header);
     j->nch = conf->claims_to_headers.n < 32 ? conf->claims_to_headers.n : 32;
     for (size_t i = 0; i < j->nch; i++) {
         /* header names go on the wire lowercase (h2 and h3 require it) */
         for (char *p = conf->claims_to_headers.values[i]; *p; p++)
             if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-        j->ch_len[i] = strlen(conf->claims_to_headers.values[i]);
+        fy_hname_init(&j->ch[i], conf->claims_to_headers.values[i]);
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);

@@ -12,6 +12,7 @@
 
 #include "http/path.h"
 #include "net/sock.h"
+#include "policy/hname.h"
 
 #define MAX_WORKERS 256
 #define MAX_SEGS 32
@@ -111,16 +112,18 @@ typedef struct rule {
 } rule_t;
 
 typedef struct hdr_edit {
-    const char *name; /* borrowed (config) */
-    size_t nlen;
+    fy_hname_t name; /* lowercase (borrowed from the config) */
     tpl_t v;
-    bool append;
+    fy_str_t lit; /* the value when the template is one literal (planned at config time) */
+    bool is_lit, append;
 } hdr_edit_t;
 
 typedef struct hdr_edits {
     hdr_edit_t *v; /* owned */
     size_t n;
-    const fy_conf_strlist_t *remove; /* borrowed */
+    fy_hname_t *remove; /* owned; names borrowed from the config */
+    size_t nremove;
+    bool all_lit; /* every value is a literal: no expansion context needed */
 } hdr_edits_t;
 
 typedef struct transform_filter {
@@ -130,6 +133,9 @@ typedef struct transform_filter {
     size_t nredirect, nrewrite;
     hdr_edits_t req, res;
     size_t reqid_len;
+    fy_hname_t reqid;                  /* `request-id`, lowercase */
+    bool need_layer;                   /* a response edit or the request id echoed */
+    bool req_work;                     /* rules, request edits or a request id */
     pcre2_match_data *md[MAX_WORKERS]; /* slot w: made and used by worker w only */
 } transform_filter_t;
 
@@ -243,26 +249,67 @@ static bool wire_ok(fy_str_t s)
     return !(s.len && (s.p[0] == ' ' || s.p[s.len - 1] == ' '));
 }
 
-static void remove_named(fy_headers_t *hs, const char *name, size_t n)
+static void remove_named(fy_headers_t *hs, const fy_hname_t *name)
 {
     size_t k = 0;
-    for (size_t i = 0; i < hs->n; i++)
-        if (!fy_str_ieq(hs->v[i].name, name, n)) hs->v[k++] = hs->v[i];
+    for (size_t i = 0; i < hs->n; i++) {
+        if (fy_hname_eq(name, hs->v[i].name)) continue;
+        if (k != i) hs->v[k] = hs->v[i];
+        k++;
+    }
     hs->n = k;
 }
 
-static void apply_edits(vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+/* Append (name, value): in place while the array has room (the proxy sizes the response's
+ * with spare entries), else through fy_headers_add's growth. */
+static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
 {
-    fy_arena_t *a = v->ex->arena;
-    if (e->remove)
-        for (size_t i = 0; i < e->remove->n; i++)
-            remove_named(hs, e->remove->v[i], strlen(e->remove->v[i]));
+    if (hs->n < hs->cap) {
+        hs->v[hs->n].name = fy_str(name->lower, name->len);
+        hs->v[hs->n].value = val;
+        hs->n++;
+        return;
+    }
+    fy_headers_add(a, hs, name->lower, name->len, val.p, val.len);
+}
+
+/* `set`: the first field of that name takes the value in place, the others go; appended when
+ * there is none. One pass over the fields. */
+static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
+{
+    size_t k = 0;
+    bool done = false;
+    for (size_t i = 0; i < hs->n; i++) {
+        if (fy_hname_eq(name, hs->v[i].name)) {
+            if (done) continue;
+            done = true;
+            hs->v[i].name = fy_str(name->lower, name->len);
+            hs->v[i].value = val;
+        }
+        if (k != i) hs->v[k] = hs->v[i];
+        k++;
+    }
+    hs->n = k;
+    if (!done) add_hdr(a, hs, name, val);
+}
+
+/* v may be NULL when e->all_lit. */
+static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+{
+    for (size_t i = 0; i < e->nremove; i++) remove_named(hs, &e->remove[i]);
     for (size_t i = 0; i < e->n; i++) {
         const hdr_edit_t *h = &e->v[i];
-        fy_str_t val = expand(v, &h->v);
-        if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
-        if (!h->append) remove_named(hs, h->name, h->nlen);
-        fy_headers_add(a, hs, h->name, h->nlen, val.p, val.len);
+        fy_str_t val;
+        if (h->is_lit) {
+            val = h->lit;
+        } else {
+            val = expand(v, &h->v);
+            if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
+        }
+        if (h->append)
+            add_hdr(a, hs, &h->name, val);
+        else
+            set_hdr(a, hs, &h->name, val);
     }
 }
 
@@ -279,13 +326,17 @@ static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
 {
     if (rl->done) return;
     rl->done = true;
-    vctx_t v = {.ex = ex, .reqid = rl->reqid};
-    apply_edits(&v, &rl->t->res, &ex->res.headers);
+    const hdr_edits_t *e = &rl->t->res;
+    if (e->all_lit) {
+        apply_edits(ex->arena, NULL, e, &ex->res.headers);
+    } else {
+        vctx_t v = {.ex = ex, .reqid = rl->reqid};
+        apply_edits(ex->arena, &v, e, &ex->res.headers);
+    }
     const fy_transform_conf_t *c = rl->t->conf;
     if (c->request_id && c->request_id_response && rl->reqid.len) {
-        remove_named(&ex->res.headers, c->request_id, rl->t->reqid_len);
-        fy_headers_add(ex->arena, &ex->res.headers, c->request_id, rl->t->reqid_len, rl->reqid.p,
-                       rl->reqid.len);
+        remove_named(&ex->res.headers, &rl->t->reqid);
+        add_hdr(ex->arena, &ex->res.headers, &rl->t->reqid, rl->reqid);
     }
 }
 
@@ -371,20 +422,29 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
 {
     transform_filter_t *t = (transform_filter_t *)f;
     const fy_transform_conf_t *c = t->conf;
+    if (!t->req_work) { /* response edits only (planned at build time) */
+        if (!t->need_layer) return FY_FILTER_NEXT;
+        res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
+        rl->t = t;
+        rl->reqid = FY_STR_NULL;
+        rl->done = false;
+        fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
+        return FY_FILTER_NEXT;
+    }
     vctx_t v = {.ex = ex};
     if (c->request_id) {
-        const fy_header_t *h = fy_headers_find(&ex->req.headers, c->request_id, t->reqid_len);
+        const fy_header_t *h = NULL;
+        for (size_t i = 0; i < ex->req.headers.n && !h; i++)
+            if (fy_hname_eq(&t->reqid, ex->req.headers.v[i].name)) h = &ex->req.headers.v[i];
         if (h && reqid_ok(h->value)) {
             v.reqid = h->value;
         } else {
             v.reqid = new_reqid(ex->arena);
-            remove_named(&ex->req.headers, c->request_id, t->reqid_len);
-            fy_headers_add(ex->arena, &ex->req.headers, c->request_id, t->reqid_len, v.reqid.p,
-                           v.reqid.len);
+            remove_named(&ex->req.headers, &t->reqid);
+            add_hdr(ex->arena, &ex->req.headers, &t->reqid, v.reqid);
         }
     }
-    if (t->res.n || (t->res.remove && t->res.remove->n) ||
-        (c->request_id && c->request_id_response)) {
+    if (t->need_layer) {
         res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
         rl->t = t;
         rl->reqid = v.reqid;
@@ -444,7 +504,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             break;
         }
     }
-    apply_edits(&v, &t->req, &ex->req.headers);
+    apply_edits(ex->arena, &v, &t->req, &ex->req.headers);
     return FY_FILTER_NEXT;
 }
 
@@ -459,6 +519,8 @@ static void destroy(fy_filter_t *f)
     free(t->rewrite);
     free(t->req.v);
     free(t->res.v);
+    free(t->req.remove);
+    free(t->res.remove);
     for (size_t w = 0; w < MAX_WORKERS; w++) pcre2_match_data_free(t->md[w]);
     free(t);
 }
@@ -502,7 +564,14 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
     size_t n = h->set.n + h->append.n;
     e->v = calloc(n ? n : 1, sizeof *e->v);
     if (!e->v) return -1;
-    e->remove = h->remove.n ? &h->remove : NULL;
+    e->remove = calloc(h->remove.n ? h->remove.n : 1, sizeof *e->remove);
+    if (!e->remove) return -1;
+    for (size_t i = 0; i < h->remove.n; i++) {
+        for (char *p = h->remove.v[i]; *p; p++)
+            if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+        fy_hname_init(&e->remove[e->nremove++], h->remove.v[i]);
+    }
+    e->all_lit = true;
     for (int pass = 0; pass < 2; pass++) {
         const fy_conf_strmap_t *m = pass ? &h->append : &h->set;
         for (size_t i = 0; i < m->n; i++) {
@@ -511,14 +580,20 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             char *nm = m->keys[i];
             for (char *p = nm; *p; p++)
                 if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-            x->name = nm;
-            x->nlen = strlen(nm);
+            fy_hname_init(&x->name, nm);
             x->append = pass == 1;
             const char *why = compile(m->values[i], &x->v);
             if (why) {
                 snprintf(err, errlen, "transform: header %s: %s", nm, why);
                 return -1;
             }
+            /* a literal value needs no expansion and no check per request (compile() made
+               one literal segment of it; an empty value has no segment) */
+            if (x->v.n == 0 || (x->v.n == 1 && x->v.s[0].kind == S_LIT)) {
+                x->is_lit = true;
+                x->lit = x->v.n ? fy_str(x->v.s[0].p, x->v.s[0].len) : fy_str("", 0);
+            }
+            e->all_lit = e->all_lit && x->is_lit;
             e->n++;
         }
     }
@@ -535,6 +610,7 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
         for (char *p = conf->request_id; *p; p++)
             if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
         t->reqid_len = strlen(conf->request_id);
+        fy_hname_init(&t->reqid, conf->request_id);
     }
     if (build_rules(&conf->redirect, &t->redirect, &t->nredirect, err, errlen) < 0 ||
         build_rules(&conf->rewrite, &t->rewrite, &t->nrewrite, err, errlen) < 0 ||
@@ -543,5 +619,7 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
         destroy(&t->f);
         return NULL;
     }
+    t->need_layer = t->res.n || t->res.nremove || (conf->request_id && conf->request_id_response);
+    t->req_work = t->nredirect || t->nrewrite || t->req.n || t->req.nremove || conf->request_id;
     return &t->f;
 }
