@@ -19,9 +19,8 @@ fy_str_t fy__h2_hdup(h2_stream_t *s, const uint8_t *p, size_t n)
 /* A header field's bytes as the exchange keeps them: those of HPACK's static table (most
  * names, and values such as GET, https or /) are nghttp2's static storage, which outlives
  * every stream, so they are pointed at; the others are copied into the stream's arena. */
-static fy_str_t hkeep(h2_stream_t *s, nghttp2_rcbuf *rb)
+static fy_str_t hkeep(h2_stream_t *s, nghttp2_rcbuf *rb, nghttp2_vec v)
 {
-    nghttp2_vec v = nghttp2_rcbuf_get_buf(rb);
     if (nghttp2_rcbuf_is_static(rb)) return fy_str((const char *)v.base, v.len);
     return fy__h2_hdup(s, v.base, v.len);
 }
@@ -47,12 +46,12 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf 
     }
     fy_request_t *q = &s->ex.req;
     if (f->headers.cat == NGHTTP2_HCAT_HEADERS) { /* trailers */
-        fy_str_t n = hkeep(s, namebuf), v = hkeep(s, valuebuf);
+        fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
         fy_headers_add(&s->arena, &s->ex.req_trailers, n.p, n.len, v.p, v.len);
         return 0;
     }
     if (namelen && name[0] == ':') {
-        fy_str_t v = hkeep(s, valuebuf);
+        fy_str_t v = hkeep(s, valuebuf, val);
         if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
             q->method = v;
             q->method_id = fy_http_method_id(v);
@@ -71,7 +70,7 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf 
         s->hdr_too_large = true;
         return 0;
     }
-    fy_str_t n = hkeep(s, namebuf), v = hkeep(s, valuebuf);
+    fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
     if (namelen == 4 && memcmp(name, "host", 4) == 0 && q->authority.len == 0) q->authority = v;
     if (namelen == 14 && memcmp(name, "content-length", 14) == 0) {
         /* nghttp2 has validated it against the DATA it will see */
