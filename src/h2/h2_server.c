@@ -24,8 +24,6 @@
 #include "h2/h2_server.h"
 #include "h2/h2_server_int.h"
 
-#define WBUF_SOFT (32 * 1024) /* stop pulling frames from nghttp2 past this */
-
 static void conn_close(h2_conn_t *c);
 static void conn_flush(h2_conn_t *c);
 static void reread_cb(fy_defer_t *d);
@@ -195,7 +193,8 @@ static void conn_flush(h2_conn_t *c)
                 return;
             }
             if (n == 0) {
-                drained = !c->wblocked;
+                drained = !c->wblocked && !c->wfull;
+                c->wfull = false;
                 break;
             }
             fy__h2_wbuf_put(c, d, (size_t)n);

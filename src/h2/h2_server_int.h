@@ -29,6 +29,7 @@
 #include "tls/tls.h"
 
 #define MAX_PEND 8
+#define WBUF_SOFT (32 * 1024) /* stop pulling frames from nghttp2 past this */
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef struct h2_conn h2_conn_t;
@@ -107,6 +108,7 @@ struct h2_conn {
     size_t wcap, wlen, wsent;
     bool wblocked; /* send_data found the transport full: wait for EPOLLOUT */
     bool werr;     /* send_data failed to write: close */
+    bool wfull;    /* send_data refused a frame, wbuf past WBUF_SOFT: write, then pull */
     fy_list_t streams;
     size_t nstreams;
     h2_stream_t *hstream; /* the stream whose request HEADERS are being read, or NULL */

@@ -282,6 +282,13 @@ int fy__h2_send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, s
     h2_conn_t *c = ud;
     h2_stream_t *s = src->ptr;
     if (c->wblocked) return NGHTTP2_ERR_WOULDBLOCK;
+    /* nghttp2 goes on to the next frame within the same mem_send: past WBUF_SOFT, stop it
+       (it offers the frame again) so that wbuf is written first instead of growing by the
+       whole flow-control window */
+    if (c->wlen - c->wsent >= WBUF_SOFT) {
+        c->wfull = true;
+        return NGHTTP2_ERR_WOULDBLOCK;
+    }
     if (s->file_claim) {
         if (send_file_frame(c, s, hd, length) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
         after_send(s);

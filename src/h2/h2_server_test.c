@@ -168,7 +168,8 @@ static int p_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_
     (void)ng, (void)flags, (void)ud;
     resp_t *r = resp_of(f->hd.stream_id);
     if (!r) return 0;
-    if (namelen == 7 && memcmp(name, ":status", 7) == 0) r->status = atoi((const char *)value);
+    if (namelen == 7 && memcmp(name, ":status", 7) == 0)
+        r->status = (int)strtol((const char *)value, NULL, 10);
     if (namelen == 6 && memcmp(name, "x-echo", 6) == 0 && valuelen < sizeof r->echo)
         memcpy(r->echo, value, valuelen);
     return 0;
