@@ -69,11 +69,15 @@ test: build check-style
 	FERRY_BIN=$(CURDIR)/$(BUILD)/ferry $(PYTEST) -q tests
 	$(MAKE) asan
 
-asan: deps
+# the load generator is a peer tool, not the code under test: the Release one drives the
+# sanitized server
+asan: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target ferry-load
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFY_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
-	FERRY_BIN=$(CURDIR)/$(ASAN_BUILD)/ferry FERRY_SANITIZED=1 $(PYTEST) -q tests
+	FERRY_BIN=$(CURDIR)/$(ASAN_BUILD)/ferry FERRY_LOAD_BIN=$(CURDIR)/$(BUILD)/ferry-load \
+	  FERRY_SANITIZED=1 $(PYTEST) -q tests
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,8 +1,13 @@
 #!/usr/bin/python3
-"""Instructions per request of the issue-15 policy filters (JWT, transforms, compression) as
-ratios to the plain reverse proxy h1->h1 route, measured with callgrind the way bench/run's
+"""Instructions per request of the issue-15 policy filters (JWT, transforms, compression, WAF)
+as ratios to the plain reverse proxy h1->h1 route, measured with callgrind the way bench/run's
 `--instructions` does: ferry (workers: 1) under callgrind, K requests on one keep-alive
-connection, marginal Ir = (Ir(K2) - Ir(K1)) / (K2 - K1). The origin is bench/bare.c.
+connection, marginal Ir = (Ir(K2) - Ir(K1)) / (K2 - K1). The origin is bench/bare.c. The
+nginx-* rows run nginx (one process, master_process off) the same way: its plain proxy, and
+with ModSecurity-nginx (Debian libnginx-mod-http-modsecurity) and the same CRS files.
+
+    /usr/bin/python3 bench/policy_cost.py --rows plain+browser,waf-norules,waf-crs-pl1,\
+        nginx-plain+browser,nginx-modsec-crs-pl1
 
     /usr/bin/python3 bench/policy_cost.py [--ferry build/ferry] [--k 200,1200] [--rows ...]
 """
@@ -20,6 +25,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECRET = "bench-secret-0123456789abcdef"
+# A benign GET as a browser sends it (the WAF rows: the CRS looks at every header)
+BROWSER = ("User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+           "Chrome/120.0.0.0 Safari/537.36\r\n"
+           "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,"
+           "image/webp,*/*;q=0.8\r\n"
+           "Accept-Language: en-GB,en;q=0.9\r\n"
+           "Referer: http://x/products?page=2\r\n"
+           "Cookie: session=3f9a1c2b7d; theme=dark\r\n")
 
 
 def free_port():
@@ -64,6 +77,7 @@ def rows(tmp):
 """
     compress = "    compress: enabled\n"
     one_header = "    transform: {response-headers: {set: {x-frame-options: DENY}}}\n"
+    insp = f"inspector: {{dir: {tmp}/insp, address: 127.0.0.1:{free_port()}}}\n"
     return {"plain": ("", None), "jwt-hs256": (jwt_hs, "hs256"), "jwt-es256": (jwt_es, "es256"),
             "jwt-es256-fresh": (jwt_es, "es256-fresh"),
             "jwt-hs256-nohdr": (f"    jwt: {{secret: {SECRET}, algorithms: [HS256]}}\n", "hs256"),
@@ -73,44 +87,131 @@ def rows(tmp):
             "plain+hs256-token": ("", "hs256"), "plain+es256-token": ("", "es256"),
             "transforms": (transform, None), "transform-1hdr": (one_header, None),
             "compress-skip": (compress, None),
+            # WAF: the full CRS 3.3.4 at PL1 on a benign browser GET; with the engine on and no
+            # rules (the library's own cost); the plain proxy with the same request
+            "waf-crs-pl1": ("    waf: {mode: blocking, paranoia: 1}\n", "BROWSER"),
+            "waf-norules": ("    waf: {crs: false}\n", "BROWSER"),
+            "plain+browser": ("", "BROWSER"),
+            # the peer: nginx 1.22 plain proxy, and with ModSecurity-nginx 1.0.3 + the same CRS
+            "nginx-plain+browser": ("NGINX:plain", "BROWSER"),
+            "nginx-modsec-crs-pl1": ("NGINX:modsec", "BROWSER"),
             # the same header set by the proxy handler itself: what the header costs the codec
             "proxy-1hdr": ("ROUTE:  - proxy: {upstream: app, response-set-headers: "
-                           "{x-frame-options: DENY}}\n", None)}
+                           "{x-frame-options: DENY}}\n", None),
+            # issue 15 resilience: breaker and retry budget on the upstream, never tripping
+            "resilience": ("UPSTREAM:    circuit-breaker: {consecutive-failures: 5, "
+                           "error-rate: 50%, window: 10s, min-requests: 20, open-for: 10s, "
+                           "half-open-requests: 3}\n    retry-budget: {ratio: 0.2, "
+                           "min-per-second: 10}\n    retries: 1\n", None),
+            # hedging armed on every GET, never firing (the origin answers within the delay)
+            "plain-2srv": ("TWO:", None),
+            "hedge-2srv": ("TWO:UPSTREAM:    hedge: {delay: 1s}\n", None),
+            # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
+            "capture": ("    capture: {}\nTOP:" + insp, None),
+            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
+
+
+def nginx_conf(tmp, port, origin, modsec):
+    """nginx as the WAF peer: one process (master_process off), a keep-alive upstream, and
+    with `modsec` the ModSecurity-nginx connector with the same base directives and CRS files
+    Ferry's `waf:` loads (policy/waf_conf.c)."""
+    rules = f"{tmp}/modsec-main.conf"
+    if modsec:
+        crs = "/usr/share/modsecurity-crs/rules"
+        with open(rules, "w") as f:
+            f.write("SecRuleEngine On\nSecRequestBodyAccess On\nSecRequestBodyLimit 131072\n"
+                    "SecRequestBodyLimitAction ProcessPartial\nSecResponseBodyAccess Off\n"
+                    "SecAuditEngine Off\n"
+                    'SecRule REQUEST_HEADERS:Content-Type "^application/json" '
+                    '"id:200001,phase:1,t:none,t:lowercase,pass,nolog,'
+                    'ctl:requestBodyProcessor=JSON"\n'
+                    "Include /etc/modsecurity/crs/crs-setup.conf\n"
+                    'SecAction "id:900000,phase:1,nolog,pass,t:none,setvar:tx.paranoia_level=1"\n')
+            for r in sorted(glob.glob(f"{crs}/*.conf")):
+                f.write(f"Include {r}\n")
+    ms = (f"    modsecurity on;\n    modsecurity_rules_file {rules};\n" if modsec else "")
+    load = ("load_module /usr/lib/nginx/modules/ngx_http_modsecurity_module.so;\n"
+            if modsec else "")
+    return f"""{load}daemon off;
+master_process off;
+worker_processes 1;
+error_log {tmp}/nginx-error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path {tmp}/ngx-body;
+  proxy_temp_path {tmp}/ngx-proxy;
+  upstream app {{ server 127.0.0.1:{origin}; keepalive 8; }}
+  server {{
+    listen 127.0.0.1:{port};
+{ms}    location / {{
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
+}}
+"""
 
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
     port = free_port()
+    if extra.startswith("NGINX:"):
+        path = f"{tmp}/{tag}-{k}.nginx.conf"
+        open(path, "w").write(nginx_conf(tmp, port, origin, extra == "NGINX:modsec"))
+        cmd = ["nginx", "-p", tmp, "-c", path]
+        return measure(cmd, port, token, k, tmp, tag)
     route = "  - proxy: app\n"
     if extra.startswith("ROUTE:"):
         route, extra = extra[6:], ""
+    top = ""
+    if "TOP:" in extra:  # top-level sections the row needs (after the routes)
+        extra, top = extra.split("TOP:", 1)
+    servers = f"[http://127.0.0.1:{origin}]"
+    if extra.startswith("TWO:"):  # two servers (the same origin under two names)
+        servers, extra = f"[http://127.0.0.1:{origin}, http://localhost:{origin}]", extra[4:]
+    upstream = ""
+    if extra.startswith("UPSTREAM:"):
+        upstream, extra = extra[9:], ""
     cfg = f"""workers: 1
 data-dir: {tmp}/data
 log: {{level: warn}}
+# under callgrind on a busy machine one WAF request can take seconds: no timer may close the
+# connection meanwhile (timers cost the same whatever their length)
+limits: {{header-timeout: 600s, keepalive-timeout: 600s}}
 listeners:
   - address: 127.0.0.1:{port}
     protocols: [h1]
 upstreams:
   - name: app
-    servers: [http://127.0.0.1:{origin}]
-routes:
-{route}{extra}"""
+    servers: {servers}
+{upstream}routes:
+{route}{extra}{top}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)
+    return measure([ferry, "run", "-c", path], port, token, k, tmp, tag)
+
+
+def measure(cmd, port, token, k, tmp, tag):
     out = f"{tmp}/cg-{tag}-{k}"
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
-                          ferry, "run", "-c", path], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
+                         + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(port)
+        wait_port(port, timeout=180)
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         for n in range(k):
             t = token[n] if isinstance(token, list) else token
-            hdr = f"Authorization: Bearer {t}\r\n" if t else ""
+            hdr = BROWSER if t == "BROWSER" else f"Authorization: Bearer {t}\r\n" if t else ""
             s.sendall(f"GET /hello HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n{hdr}\r\n"
                       .encode())
             buf = b""
             while True:
-                buf += s.recv(65536)
+                got = s.recv(65536)
+                if not got:
+                    raise SystemExit(f"{tag}: connection closed after {n} requests")
+                buf += got
                 i = buf.find(b"\r\n\r\n")
                 if i < 0:
                     continue
@@ -153,7 +254,7 @@ def main():
             res = {}
             for name in a.rows.split(","):
                 extra, tk = rows(tmp)[name]
-                t = toks[tk] if tk else None
+                t = "BROWSER" if tk == "BROWSER" else toks[tk] if tk else None
                 i1 = run_one(a.ferry, origin, extra, t, k1, tmp, name)
                 i2 = run_one(a.ferry, origin, extra, t, k2, tmp, name)
                 res[name] = (i2 - i1) / (k2 - k1)

@@ -289,6 +289,14 @@ static const fy_conf_directive_t route_table[] = {
      .shorthand_key = "enabled",
      .doc = "Compress responses on the fly with gzip, br or zstd (policy/compress.c); "
             "`compress: enabled` takes the defaults."},
+    {.key = "waf",
+     .type = FY_CT_TABLE_PTR,
+     .offset = offsetof(fy_route_conf_t, waf),
+     .sub = fy_waf_conf_table,
+     .sub_size = sizeof(fy_waf_conf_t),
+     .shorthand_key = "mode",
+     .doc = "Inspect requests with ModSecurity and the OWASP Core Rule Set (policy/waf.c); "
+            "`waf: blocking` or `waf: detection` takes the defaults."},
     {.key = "cidr",
      .type = FY_CT_TABLE_PTR,
      .offset = offsetof(fy_route_conf_t, cidr),
@@ -495,6 +503,30 @@ static int check_config(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj
             rc = -1;
         }
     }
+    /* `webtransport: {handler: proxy, upstream: NAME}`: an upstream of h3:// servers */
+    for (size_t i = 0; i < cfg->routes.n; i++) {
+        const fy_wt_conf_t *wt = routes[i].webtransport;
+        if (!wt || wt->handler != FY_WT_PROXY) continue;
+        const fy_conf_node_t *at = fy_conf_map_at(item_at(map, "routes", i), "webtransport");
+        const char *why = NULL;
+        for (size_t j = 0; wt->upstream && j < cfg->upstreams.n; j++)
+            if (ups[j].name && strcmp(ups[j].name, wt->upstream) == 0)
+                routes[i].proxy_upstream = &ups[j];
+        const fy_upstream_conf_t *u = routes[i].proxy_upstream;
+        if (!wt->upstream)
+            why = "proxy needs `upstream`";
+        else if (!u)
+            why = "no such upstream";
+        for (size_t k = 0; u && !why && k < u->servers.n; k++)
+            if (!((const fy_upstream_server_conf_t *)u->servers.v)[k].h3)
+                why = "proxies only to h3:// servers";
+        if (why) {
+            char key[64];
+            snprintf(key, sizeof key, "routes[%zu].webtransport.upstream", i);
+            fy_conf_error(ctx, at, key, "%s", why);
+            rc = -1;
+        }
+    }
     if (rc == 0 && check_binds(ctx, map, cfg) < 0) rc = -1;
     if (fy_policies_check(ctx, map, cfg) < 0) rc = -1;
     return rc;
@@ -554,6 +586,12 @@ const fy_conf_directive_t fy_config_table[] = {
      .sub = fy_ratelimit_conf_table,
      .sub_size = sizeof(fy_ratelimit_conf_t),
      .doc = "Named rate limits for listeners (`listeners[].rate-limit: NAME`); `name` required."},
+    {.key = "waf-policies",
+     .type = FY_CT_TABLE_LIST,
+     .offset = C(waf_policies),
+     .sub = fy_waf_conf_table,
+     .sub_size = sizeof(fy_waf_conf_t),
+     .doc = "Named WAF policies for listeners (`listeners[].waf: NAME`); `name` required."},
     {.key = "limits",
      .type = FY_CT_TABLE,
      .offset = C(limits),

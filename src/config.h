@@ -1,5 +1,7 @@
 /* The whole typed configuration of one ferry process (one generation), and its loader.
- * Composes the modules' directive tables; the top-level table lives in config.c. */
+ * Composes the modules' directive tables; the top-level table lives in config.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_CONFIG_H
 #define FY_CONFIG_H
 
@@ -27,6 +29,7 @@
 #include "policy/cidr_conf.h"
 #include "policy/ratelimit_conf.h"
 #include "policy/cache_conf.h"
+#include "policy/waf_conf.h"
 #include "quic/quic_conf.h"
 #include "upstream/upstream_conf.h"
 
@@ -60,6 +63,7 @@ typedef struct fy_route_conf {
     fy_capture_route_conf_t *capture; /* `capture`: the inspector's flight recorder, or NULL */
     fy_wt_conf_t *webtransport; /* `webtransport`: WebTransport sessions (handler/wt_conf.c) */
     fy_cache_conf_t *cache;     /* `cache` (policy/cache_conf.h): NULL when absent */
+    fy_waf_conf_t *waf;         /* `waf` (policy/waf_conf.h): NULL when absent */
     /* exactly one handler key must be present (checked) */
 } fy_route_conf_t;
 
@@ -72,6 +76,7 @@ typedef struct fy_config {
     fy_conf_list_t cidr_lists;      /* of fy_cidr_conf_t: named CIDR lists */
     fy_conf_list_t client_limits;   /* of fy_client_limits_conf_t: named per-client limits */
     fy_conf_list_t rate_limits;     /* of fy_ratelimit_conf_t: named rate limits (listeners) */
+    fy_conf_list_t waf_policies;    /* of fy_waf_conf_t: named WAF policies (listeners) */
     fy_http_limits_t limits;        /* `limits` */
     fy_h2_conf_t http2;             /* `http2` */
     fy_quic_conf_t quic;            /* `quic` (QUIC and HTTP/3 settings of h3 listeners) */

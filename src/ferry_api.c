@@ -1,6 +1,7 @@
 /* include/ferry/mitm.h: Ferry embedded as an intercepting proxy. */
 #include <errno.h>
 #include <ferry/mitm.h>
+#include <ferry/webtransport.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,12 @@ int ferry_set_hooks(ferry_t *f, const ferry_hooks_t *hooks)
     if (!m || f->started) return -EINVAL;
     fy_mitm_set_hooks(m, hooks);
     return 0;
+}
+
+int ferry_set_webtransport(ferry_t *f, const ferry_wt_ops_t *ops)
+{
+    if (f->started) return -EINVAL;
+    return fy_server_set_wt_app(f->srv, ops) > 0 ? 0 : -EINVAL;
 }
 
 int ferry_start(ferry_t *f)

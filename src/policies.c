@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf/conf_valid.h"
 #include "core/log.h"
@@ -13,6 +14,7 @@
 #include "policy/ratelimit.h"
 #include "policy/trace.h"
 #include "policy/transform.h"
+#include "policy/waf.h"
 
 /* ---- access and limits: named lists (cidr-lists, client-limits) ---- */
 
@@ -36,6 +38,14 @@ static const fy_ratelimit_conf_t *rl_named(const fy_config_t *cfg, const char *n
 {
     const fy_ratelimit_conf_t *v = cfg->rate_limits.v;
     for (size_t i = 0; i < cfg->rate_limits.n; i++)
+        if (v[i].name && !strcmp(v[i].name, name)) return &v[i];
+    return NULL;
+}
+
+static const fy_waf_conf_t *waf_named(const fy_config_t *cfg, const char *name)
+{
+    const fy_waf_conf_t *v = cfg->waf_policies.v;
+    for (size_t i = 0; i < cfg->waf_policies.n; i++)
         if (v[i].name && !strcmp(v[i].name, name)) return &v[i];
     return NULL;
 }
@@ -74,6 +84,9 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
         if (ls[i].rate_limit && !rl_named(cfg, ls[i].rate_limit))
             rc = unknown(ctx, node_at(map, "listeners", i, "rate-limit", NULL), "listeners", i,
                          "rate-limit", ls[i].rate_limit, "rate-limits");
+        if (ls[i].waf && !waf_named(cfg, ls[i].waf))
+            rc = unknown(ctx, node_at(map, "listeners", i, "waf", NULL), "listeners", i, "waf",
+                         ls[i].waf, "waf-policies");
     }
     const fy_route_conf_t *rs = cfg->routes.v;
     for (size_t i = 0; i < cfg->routes.n; i++) {
@@ -96,6 +109,13 @@ int fy_policies_check(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, fy_config_t
     for (size_t i = 0; i < cfg->rate_limits.n; i++) {
         if (rl[i].name) continue;
         fy_conf_error(ctx, node_at(map, "rate-limits", i, "rate", NULL), "rate-limits",
+                      "entry %zu needs a `name` (listeners refer to it)", i);
+        rc = -1;
+    }
+    const fy_waf_conf_t *wp = cfg->waf_policies.v;
+    for (size_t i = 0; i < cfg->waf_policies.n; i++) {
+        if (wp[i].name) continue;
+        fy_conf_error(ctx, node_at(map, "waf-policies", i, "mode", NULL), "waf-policies",
                       "entry %zu needs a `name` (listeners refer to it)", i);
         rc = -1;
     }
@@ -151,6 +171,21 @@ static int add_capture(const fy_config_t *cfg, const fy_capture_route_conf_t *rc
     return 0;
 }
 
+static int add_waf(const fy_config_t *cfg, const fy_waf_conf_t *c, const char *where,
+                   fy_filter_chain_t *out)
+{
+    char err[512] = "out of memory", label[96];
+    snprintf(label, sizeof label, "%s%s%s", where, c->name ? " " : "", c->name ? c->name : "");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN); /* `workers: auto`, as server.c counts them */
+    int nw = cfg->workers > 0 ? (int)cfg->workers : ncpu > 0 ? (int)ncpu : 1;
+    fy_filter_t *f = fy_waf_filter_new(c, label, nw, cfg, err, sizeof err);
+    if (!f) {
+        fy_log(FY_LOG_EMERG, "%s.waf: %s", where, err);
+        return -1;
+    }
+    return add(out, f);
+}
+
 int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t *out)
 {
     const fy_route_conf_t *rc = &((const fy_route_conf_t *)cfg->routes.v)[i];
@@ -182,6 +217,9 @@ int fy_policies_build_route(const fy_config_t *cfg, size_t i, fy_filter_chain_t 
         snprintf(name, sizeof name, "route-%zu", i);
         if (add(out, fy_ratelimit_filter_new(rc->rate_limit, name, where)) < 0) return -1;
     }
+
+    /* ---- WAF: ModSecurity + CRS (policy/waf*.c); rules load here, once per generation ---- */
+    if (rc->waf && add_waf(cfg, rc->waf, where, out) < 0) return -1;
 
     /* ---- auth and transforms: jwt, headers/rewrite/redirect, compression ---- */
     const void *auth[3] = {rc->jwt, rc->transform,
@@ -233,6 +271,7 @@ int fy_policies_build_listener(const fy_config_t *cfg, size_t i, fy_filter_chain
         const fy_ratelimit_conf_t *c = rl_named(cfg, lc->rate_limit);
         if (add(out, fy_ratelimit_filter_new(c, c->name, where)) < 0) return -1;
     }
+    if (lc->waf && add_waf(cfg, waf_named(cfg, lc->waf), where, out) < 0) return -1;
 
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "handler/wt_app.h"
 #include "core/counters.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -64,7 +65,7 @@ fy_server_t *fy_server_new(const fy_config_t *cfg)
         s->workers[w].id = w;
         fy_list_init(&s->workers[w].ctxs);
     }
-    s->gen = gen_new(cfg, s->nworkers);
+    s->gen = gen_new(cfg, s->nworkers, NULL);
     if (!s->gen) goto fail;
     s->gen->id = ++s->next_id;
     /* layer 4: its listeners are bound here too; it keeps this generation's upstreams */
@@ -358,4 +359,15 @@ size_t fy_server_upstreams(const fy_server_t *s, fy_upstream_t *const **v)
 fy_handler_t *fy_server_mitm(fy_server_t *s)
 {
     return s->gen ? s->gen->mitm : NULL;
+}
+
+int fy_server_set_wt_app(fy_server_t *s, const ferry_wt_ops_t *ops)
+{
+    int n = 0;
+    for (size_t i = 0; s->gen && i < s->gen->router.n; i++)
+        if (fy_wt_app_is(s->gen->router.routes[i].handler)) {
+            fy_wt_app_set(s->gen->router.routes[i].handler, ops);
+            n++;
+        }
+    return n;
 }

@@ -27,6 +27,10 @@ void fy_server_free(fy_server_t *s);
 /* The intercepting proxy's handler (listeners of kind intercept/socks5), or NULL. */
 struct fy_handler;
 struct fy_handler *fy_server_mitm(fy_server_t *s);
+/* Give the current generation's `webtransport: app` routes these callbacks (copied); returns
+ * how many routes took them. Before fy_server_start. */
+struct ferry_wt_ops;
+int fy_server_set_wt_app(fy_server_t *s, const struct ferry_wt_ops *ops);
 /* The current generation's config, id and upstreams (ops/admin.c through main.c). Read them
  * on the thread that reloads, or under the lock that serializes reloads (main.c). */
 struct fy_upstream;

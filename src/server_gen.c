@@ -14,7 +14,9 @@
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
 #include "handler/echo.h"
+#include "handler/wt_app.h"
 #include "handler/wt_echo.h"
+#include "handler/wt_proxy.h"
 #include "handler/mitm.h"
 #include "handler/proxy.h"
 #include "handler/respond.h"
@@ -60,6 +62,13 @@ static int build_router(fy_gen_t *g)
             r->handler = fy_respond_handler_new(rc[i].respond);
         else if (rc[i].echo)
             r->handler = fy_echo_handler_new();
+        else if (rc[i].webtransport && rc[i].webtransport->handler == FY_WT_PROXY) {
+            const fy_upstream_conf_t *ups = cfg->upstreams.v;
+            for (size_t j = 0; j < cfg->upstreams.n; j++)
+                if (&ups[j] == rc[i].proxy_upstream)
+                    r->handler = fy_wt_proxy_handler_new(rc[i].webtransport, g->upstreams[j]);
+        } else if (rc[i].webtransport && rc[i].webtransport->handler == FY_WT_APP)
+            r->handler = fy_wt_app_handler_new(rc[i].webtransport);
         else if (rc[i].webtransport)
             r->handler = fy_wt_handler_new(rc[i].webtransport);
         else if (rc[i].proxy) {
@@ -134,7 +143,7 @@ void gen_unref(fy_gen_t *g)
 
 /* The parts of a generation that do not depend on sockets: upstreams, router, handlers,
  * interception, TLS contexts (certificates are read now: a rotated file is seen at once). */
-fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
+fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers, const fy_gen_t *prev)
 {
     fy_gen_t *g = fy_xcalloc(1, sizeof *g);
     atomic_init(&g->refs, 1);
@@ -150,7 +159,11 @@ fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers)
     g->upstreams = fy_xcalloc(cfg->upstreams.n ? cfg->upstreams.n : 1, sizeof *g->upstreams);
     const fy_upstream_conf_t *ups = cfg->upstreams.v;
     for (size_t i = 0; i < cfg->upstreams.n; i++) {
-        g->upstreams[i] = fy_upstream_new(&ups[i], nworkers);
+        const fy_upstream_t *before = NULL; /* the running generation's, by name */
+        const fy_upstream_conf_t *pu = prev ? prev->cfg->upstreams.v : NULL;
+        for (size_t j = 0; prev && j < prev->cfg->upstreams.n; j++)
+            if (strcmp(pu[j].name, ups[i].name) == 0) before = prev->upstreams[j];
+        g->upstreams[i] = fy_upstream_new_next(&ups[i], nworkers, before);
         if (!g->upstreams[i]) goto fail;
     }
     if (build_router(g) < 0) goto fail;
@@ -227,6 +240,7 @@ static gen_ctx_t *gen_ctx_new(struct fy_worker *w, worker_listener_t *wl, fy_gen
     gen_ctx_t *gc = fy_xcalloc(1, sizeof *gc);
     gc->gen = g;
     gc->wl = wl;
+    gc->lc = lc;
     worker_gen_get(w, g);
     fy_http_ctx_t *c = &gc->ctx;
     c->router = &g->router;
@@ -339,7 +353,7 @@ int fy_server_reload(fy_server_t *s, fy_config_t *cfg)
     if (cfg->l4.n || s->cfg->l4.n)
         fy_notice("reload: l4 relays and listeners' sni maps keep the configuration the "
                   "server started with");
-    fy_gen_t *g = gen_new(cfg, s->nworkers);
+    fy_gen_t *g = gen_new(cfg, s->nworkers, s->gen);
     if (!g) {
         fy_error("reload: %s: not applied; generation %u goes on serving", cfg->source, s->gen->id);
         fy_config_free(cfg);

@@ -45,6 +45,8 @@ typedef struct worker_listener {
     int udp_fd; /* h3: this worker's UDP socket until the endpoint takes it, else -1 */
     fy_quic_endpoint_t *quic; /* h3 endpoint (owns udp_fd once started) */
     int l4_front;             /* the listener's `sni:` map in l4/l4.c, or -1 */
+    fy_list_t pp_pending;     /* conns from `accept-proxy` fronts still sending the header */
+    size_t npending;          /* of them (counted in limits.connections) */
 } worker_listener_t;
 
 /* One listening address for every worker (main thread makes it; never freed before the
@@ -97,6 +99,8 @@ struct gen_ctx {
     fy_list_t link;             /* worker's ctxs */
     fy_defer_t reap;            /* retired and empty: free once the conns' deferred frees ran */
     fy_http_metrics_t *metrics; /* owned: the metrics observer of ctx */
+
+    const fy_listener_conf_t *lc; /* borrowed from gen->cfg: the listener's settings */
 };
 
 struct fy_worker {
@@ -135,7 +139,7 @@ struct fy_server {
 };
 
 /* server_gen.c */
-fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers);
+fy_gen_t *gen_new(const fy_config_t *cfg, int nworkers, const fy_gen_t *prev);
 void gen_unref(fy_gen_t *g);
 void worker_gen_get(struct fy_worker *w, fy_gen_t *g);
 void worker_gen_put(struct fy_worker *w, fy_gen_t *g);

@@ -6,6 +6,7 @@
 #include "policies.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@
 #include "h1/h1_server.h"
 #include "h3/h3_server.h"
 #include "handler/mitm.h"
+#include "l4/l4_proxy.h"
+#include "net/net_cidr.h"
 #include "net/sock.h"
 
 /* ---- slots (listening sockets) ---- */
@@ -70,6 +73,7 @@ static slot_t *slot_new(fy_server_t *s, const fy_config_t *cfg, const fy_listene
         sl->wl[w].udp_fd = -1;
         sl->wl[w].l4_front = -1;
         sl->wl[w].slot = sl;
+        fy_list_init(&sl->wl[w].pp_pending);
     }
     sl->next = s->slots;
     s->slots = sl;
@@ -126,7 +130,7 @@ int gen_bind(fy_server_t *s, fy_gen_t *g)
 /* Conns of `wl` on this worker, every generation (limits.connections). */
 static size_t wl_nconns(const worker_listener_t *wl)
 {
-    size_t n = wl->cur ? wl->cur->ctx.nconns : 0;
+    size_t n = (wl->cur ? wl->cur->ctx.nconns : 0) + wl->npending;
     if (wl->nold == 0) return n;
     const fy_list_t *h = &wl->w->ctxs;
     for (const fy_list_t *l = h->next; l != h; l = l->next) {
@@ -159,9 +163,10 @@ static bool at_limit(void *ud)
     return true;
 }
 
-static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
+/* A connection (the PROXY header's client address in `sa` when there was one) goes to its
+ * codec: connection-rate limits, then the `sni:` map, SOCKS5, transparent or HTTP. */
+static void dispatch(worker_listener_t *wl, int fd, const struct sockaddr *sa, socklen_t sl)
 {
-    worker_listener_t *wl = ud;
     fy_http_ctx_t *ctx = &wl->cur->ctx;
     fy_handler_t *mitm = wl->cur->gen->mitm;
     if (ctx->filters && !fy_policies_admit_connection(ctx->filters, sa, wl->w->loop.now_ms)) {
@@ -176,6 +181,134 @@ static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
         fy_mitm_transparent_accept(mitm, ctx, fd, sa, sl);
     else
         fy_h1_conn_accept(ctx, fd, sa, sl);
+}
+
+/* ---- `accept-proxy`: the PROXY protocol header from a trusted front ----
+ * Read before anything else (TLS, HTTP, SOCKS5): peeked, edge-triggered, so that only the
+ * header's own bytes are consumed and the codec finds the socket as the client left it. */
+
+typedef struct pp_conn {
+    fy_io_t io;
+    fy_timer_t timer;
+    worker_listener_t *wl;
+    fy_list_t link; /* wl->pp_pending */
+    struct sockaddr_storage peer;
+    socklen_t peerlen;
+} pp_conn_t;
+
+/* Forget `p` and its timer; `fd` stays open when keep_fd (it went to a codec). */
+static void pp_free(pp_conn_t *p, bool keep_fd)
+{
+    worker_listener_t *wl = p->wl;
+    fy_timer_stop(&wl->w->loop, &p->timer);
+    fy_io_set(&wl->w->loop, &p->io, 0);
+    if (!keep_fd) close(p->io.fd);
+    fy_list_remove(&p->link);
+    wl->npending--;
+    free(p);
+}
+
+/* Close a front's connection that did not send a valid header, with the named line. */
+static void pp_fail(pp_conn_t *p, const char *why)
+{
+    char a[64];
+    fy_sock_host_str((const struct sockaddr *)&p->peer, a, sizeof a);
+    fy_warn("listener %s: accept-proxy: %s from %s: closed", p->wl->slot->name, why, a);
+    worker_listener_t *wl = p->wl;
+    pp_free(p, false);
+    if (wl->cur) on_conn_closed(&wl->cur->ctx);
+}
+
+static void pp_read(pp_conn_t *p, uint32_t ev)
+{
+    uint8_t b[FY_L4_PROXY_MAX];
+    ssize_t n = recv(p->io.fd, b, sizeof b, MSG_PEEK);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        pp_fail(p, "connection closed before the PROXY header");
+        return;
+    }
+    if (n < 0) return;
+    struct sockaddr_storage src, dst;
+    bool has = false;
+    int r = fy_l4_proxy_parse(b, (size_t)n, &src, &dst, &has);
+    if (r == 0 && (size_t)n == sizeof b) r = -1;
+    if (r < 0) {
+        pp_fail(p, "bad PROXY protocol header");
+        return;
+    }
+    if (r == 0 && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+        pp_fail(p, "connection closed before the PROXY header");
+        return;
+    }
+    if (r == 0) return; /* more to come (edge-triggered: the next bytes wake us) */
+    if (recv(p->io.fd, b, (size_t)r, 0) != r) {
+        pp_fail(p, "PROXY header read failed");
+        return;
+    }
+    worker_listener_t *wl = p->wl;
+    int fd = p->io.fd;
+    struct sockaddr_storage peer = p->peer;
+    socklen_t plen = p->peerlen;
+    if (has) { /* v1 UNKNOWN / v2 LOCAL (health checks): the front's own address stays */
+        peer = src;
+        plen = src.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    }
+    pp_free(p, true);
+    if (!wl->cur || wl->w->draining) {
+        close(fd);
+        return;
+    }
+    dispatch(wl, fd, (const struct sockaddr *)&peer, plen);
+    /* the pending slot is free again: a listener paused at limits.connections (which counts
+     * pending conns) rechecks, as if a conn had closed (dispatch may have refused this one) */
+    if (wl->paused && wl->cur) on_conn_closed(&wl->cur->ctx);
+}
+
+static void pp_on_io(fy_io_t *io, uint32_t ev)
+{
+    pp_read(io->data, ev);
+}
+
+static void pp_on_timer(fy_timer_t *t)
+{
+    pp_fail(t->data, "no PROXY protocol header within limits.header-timeout");
+}
+
+static void pp_start(worker_listener_t *wl, int fd, const struct sockaddr *sa, socklen_t sl)
+{
+    pp_conn_t *p = fy_xcalloc(1, sizeof *p);
+    p->wl = wl;
+    memcpy(&p->peer, sa, sl < sizeof p->peer ? sl : sizeof p->peer);
+    p->peerlen = sl;
+    p->io.fd = fd;
+    p->io.cb = pp_on_io;
+    p->io.data = p;
+    fy_timer_init(&p->timer, pp_on_timer, p);
+    fy_list_insert_tail(&wl->pp_pending, &p->link);
+    wl->npending++;
+    fy_timer_start(&wl->w->loop, &p->timer, wl->cur->ctx.limits->header_timeout_ms);
+    if (fy_io_set(&wl->w->loop, &p->io, EPOLLIN | EPOLLRDHUP | EPOLLET) < 0) {
+        pp_fail(p, "cannot watch the connection");
+        return;
+    }
+    pp_read(p, 0);
+}
+
+/* The listener stops (drain, reload): connections still sending their header are closed. */
+static void pp_close_all(worker_listener_t *wl)
+{
+    while (!fy_list_empty(&wl->pp_pending))
+        pp_free(fy_container_of(wl->pp_pending.next, pp_conn_t, link), false);
+}
+
+static void on_conn(void *ud, int fd, const struct sockaddr *sa, socklen_t sl)
+{
+    worker_listener_t *wl = ud;
+    const fy_listener_conf_t *lc = wl->cur->lc;
+    if (lc->n_accept_proxy && fy_net_cidr_match(lc->accept_proxy_cidrs, lc->n_accept_proxy, sa))
+        pp_start(wl, fd, sa, sl);
+    else
+        dispatch(wl, fd, sa, sl);
 }
 
 static const fy_accept_ops_t accept_ops = {"listener", at_limit, on_conn};
@@ -235,6 +368,7 @@ void listener_start(struct fy_worker *w, worker_listener_t *wl)
 void listener_stop(struct fy_worker *w, worker_listener_t *wl)
 {
     fy_accept_pause_stop(&wl->fdpause);
+    pp_close_all(wl);
     if (wl->io.fd >= 0) {
         fy_io_set(&w->loop, &wl->io, 0);
         close(wl->io.fd);

@@ -457,3 +457,88 @@ def http_origin(handler):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# ---------------------------------------------------------------------------------------------
+# shared origins: a test CA with a localhost leaf, and Debian's nginx
+# ---------------------------------------------------------------------------------------------
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, timeout=30,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def make_certs(d, ca_cn="Origin Test CA"):
+    """A CA (`ca_cn`) and a leaf for localhost / 127.0.0.1 signed by it, in directory d:
+    {"ca", "cert", "key"} paths."""
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", f"/CN={ca_cn}",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost", cwd=d)
+    (d / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+                                "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    _openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext", cwd=d)
+    return {"ca": d / "ca.pem", "cert": d / "leaf.pem", "key": d / "leaf.key"}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    """The origins' own CA (CN "Origin Test CA") and a leaf for localhost / 127.0.0.1."""
+    return make_certs(tmp_path_factory.mktemp("origin-certs"))
+
+
+NGINX = "/usr/sbin/nginx"
+
+
+class NginxOrigin:
+    """Debian's nginx as an origin, in directory d: `servers` is the text of its server blocks
+    (and any http-level directives), `ports` the ports to wait for. The access log is
+    d/access.log, in `log_format` (nginx's default when None)."""
+
+    def __init__(self, d, servers, ports, log_format=None):
+        self.d = d
+        self.access_log = d / "access.log"
+        self.wait_ports = list(ports)
+        log = f"access_log {d}/access.log;" if log_format is None else \
+            f"log_format t '{log_format}';\n    access_log {d}/access.log t;"
+        temp = "".join(f"    {k}_temp_path {d}/tmp_{k};\n"
+                       for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        (d / "nginx.conf").write_text(
+            f"daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/err;\n"
+            f"pid {d}/pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n    {log}\n"
+            f"{temp}    default_type application/octet-stream;\n{servers}\n}}\n")
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen([NGINX, "-p", str(self.d), "-c", str(self.d / "nginx.conf")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            for p in self.wait_ports:
+                wait_port(p, proc=self.proc)
+        except TimeoutError:
+            self.stop()
+            raise AssertionError("nginx did not start: " + self.error_log())
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def error_log(self):
+        try:
+            return (self.d / "err").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)

@@ -73,7 +73,13 @@ const { chromium } = require('playwright-core');
     out.reqUA = await ui.textContent('#req-headers tr[data-name="user-agent"] td:nth-child(2)');
     out.resBody = JSON.parse(await ui.textContent('#res-body pre'));
     out.pretty = (await ui.textContent('#res-body pre')).includes('\n  ');
+    out.timingRows = await ui.evaluate(() => [...document.querySelectorAll('#timing tr')]
+      .map((r) => r.children[0].textContent));
     await ui.screenshot({ path: shots + '/inspector-detail.png' });
+    // Copy as Python: the snippet is shown (the clipboard may be denied headless)
+    await ui.click('#python');
+    await ui.waitForFunction(() => !document.getElementById('curl-out').hidden, null, { timeout: 20000 });
+    out.python = await ui.textContent('#curl-out');
 
     // replay: the UI says so and the new flow shows up in the (filtered) list
     await ui.click('#replay');
@@ -95,6 +101,34 @@ const { chromium } = require('playwright-core');
     }, null, { timeout: 20000 });
     out.image = true;
 
+    // compare the filtered flows (the /data.json ones) against another upstream (nginx: 404)
+    await ui.fill('#filter', '~u /data.json');
+    await ui.waitForFunction(() => [...document.querySelectorAll('#list .row')]
+      .some((r) => r.style.display !== 'none' && r.children[3].textContent === '/data.json'), null, { timeout: 20000 });
+    await ui.click('#compare');
+    await ui.fill('#cmp-upstream', hdrUrl.replace('/hdr', ''));
+    await ui.click('#cmp-run');
+    await ui.waitForFunction(() => /compared/.test(document.getElementById('cmp-summary').textContent), null, { timeout: 30000 });
+    out.cmpSummary = await ui.textContent('#cmp-summary');
+    out.cmpRows = await ui.evaluate(() => [...document.querySelectorAll('#cmp-results tr')]
+      .map((r) => [r.className, r.children[0].textContent, r.children[1].textContent]));
+    await ui.screenshot({ path: shots + '/inspector-compare.png' });
+    await ui.click('#compare');
+
+    // a WebSocket flow: its messages are listed, both directions
+    await ui.fill('#filter', '~u /ws/chat');
+    await ui.waitForFunction(() => [...document.querySelectorAll('#list .row')]
+      .some((r) => r.style.display !== 'none' && r.children[3].textContent === '/ws/chat'),
+      null, { timeout: 20000 });
+    await ui.evaluate(() => [...document.querySelectorAll('#list .row')]
+      .find((r) => r.style.display !== 'none' && r.children[3].textContent === '/ws/chat').click());
+    await ui.waitForSelector('#ws-list tr', { timeout: 20000 });
+    out.wsRows = await ui.evaluate(() => [...document.querySelectorAll('#ws-list tr')]
+      .map((r) => [r.children[0].textContent, r.children[1].textContent, r.children[3].textContent.trim()])
+      .filter((r) => r[1] === 'text' || r[1] === 'binary'));
+    await ui.evaluate(() => document.getElementById('ws-pane').scrollIntoView());
+    await ui.screenshot({ path: shots + '/inspector-websocket.png' });
+
     // breakpoint: hold the request, edit its header in the UI, release; the origin sees it
     await ui.fill('#filter', '');
     await ui.fill('#bp', '~u /hdr');
@@ -115,6 +149,24 @@ const { chromium } = require('playwright-core');
     await ui.click('.held-item button.release');
     const file = await (await dl).path();
     out.heldBody = require('fs').readFileSync(file, 'utf8');
+    await ui.waitForFunction(() => document.getElementById('held').hidden, null, { timeout: 20000 });
+
+    // response breakpoint: hold the origin's JSON, replace its body in the UI, release
+    await ui.fill('#bp', '');
+    await ui.click('#bp-set');
+    await ui.fill('#bp-res', '~u /data.json & ~c 200');
+    await ui.click('#bp-res-set');
+    await ui.waitForFunction(() => document.getElementById('bp-res').classList.contains('on'), null, { timeout: 20000 });
+    const rpage = await webCtx.newPage();
+    const rdone = rpage.goto(pageUrl.replace('page.html', 'data.json?held=1'), { timeout: 30000 });
+    await ui.waitForSelector('.held-item[data-phase=response] textarea.body', { timeout: 20000 });
+    out.heldResWhat = await ui.textContent('.held-item .what');
+    await ui.fill('.held-item textarea.body', '{"edited": "in the UI"}');
+    await ui.screenshot({ path: shots + '/inspector-response-breakpoint.png' });
+    await ui.click('.held-item button.release');
+    const rresp = await rdone;
+    out.heldResStatus = rresp.status();
+    out.heldResBody = await rresp.text();
     await ui.waitForFunction(() => document.getElementById('held').hidden, null, { timeout: 20000 });
     out.ok = true;
   } catch (e) {

@@ -317,6 +317,53 @@ admin:
         o2.shutdown()
 
 
+def test_admin_upstreams_ewma_and_ejection(server):
+    """GET /upstreams shows the least-time balancer's EWMA of the time to first byte per
+    server (null before any response, a number once proxied) and a passive ejection of a
+    server that refuses connections."""
+    o1 = origin("one")
+    try:
+        srv = server(f"""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{{port}}
+upstreams:
+  - name: app
+    balance: least-time
+    servers: [http://127.0.0.1:{o1.server_port}]
+  - name: dead
+    servers: [http://127.0.0.1:9]
+    max-fails: 1
+    fail-timeout: 60s
+routes:
+  - match: {{{{path: /dead}}}}
+    proxy: dead
+  - proxy: app
+admin:
+  address: 127.0.0.1:{{port2}}
+""")
+        p, a = srv.ports[0], srv.ports[1]
+        ups = {u["name"]: u for u in jadmin(a, path="/upstreams")[1]["upstreams"]}
+        s0 = ups["app"]["servers"][0]
+        assert s0["ewma_ttfb_seconds"] is None and s0["ewma_workers"] == 0, s0
+        for _ in range(5):
+            assert http_request(p, "/")[0] == 200
+        ups = {u["name"]: u for u in jadmin(a, path="/upstreams")[1]["upstreams"]}
+        s0 = ups["app"]["servers"][0]
+        assert s0["ewma_workers"] == 1, s0
+        assert 0 < s0["ewma_ttfb_seconds"] < 30, s0  # a loopback origin: microseconds to ms
+        assert s0["healthy"] and not s0["ejected"]
+        d = ups["dead"]["servers"][0]
+        assert not d["ejected"] and d["ewma_ttfb_seconds"] is None
+        assert http_request(p, "/dead")[0] == 502
+        d = {u["name"]: u for u in jadmin(a, path="/upstreams")[1]["upstreams"]}["dead"]
+        d = d["servers"][0]
+        assert d["ejected"] is True and d["healthy"] is False, d
+        assert 0 < d["ejected_for_ms"] <= 60000, d
+    finally:
+        o1.shutdown()
+
+
 def test_admin_cli_reload_and_status(server):
     """`ferry status` and `ferry reload` ask the admin listener when the config has one:
     reload reports the new generation (or the errors, exit 1) synchronously."""

@@ -886,3 +886,86 @@ def test_cache_survives_reload(cached, origin):
              srv.proc)
     get(srv, "/rl")
     assert origin.hits["/rl"] == 2
+
+
+# ---- Vary: Accept-Encoding (normalised secondary key) and the compression filter ----
+
+def test_cache_vary_accept_encoding_normalised(cached, origin):
+    """An origin that varies on Accept-Encoding: requests that accept the same codings (order,
+    case, spacing, q=1, unknown codings aside) share one variant; others get their own."""
+    origin.routes["/ae"] = lambda h, n: (200, [("Cache-Control", "max-age=60"),
+                                               ("Vary", "Accept-Encoding")],
+                                         f"ae {n} {h.headers.get('Accept-Encoding')}\n")
+    srv = cached()
+    s, h, b = get(srv, "/ae", {"Accept-Encoding": "gzip, deflate, br"})
+    assert b == b"ae 1 gzip, deflate, br\n" and "stored" in cs(h)
+    for same in ("br,gzip,deflate", "GZIP;q=1, Deflate ,br, sdch", "deflate, x-gzip, br"):
+        s, h, b = get(srv, "/ae", {"Accept-Encoding": same})
+        assert b == b"ae 1 gzip, deflate, br\n", same
+        assert cs(h).startswith("ferry; hit"), same
+    s, h, b = get(srv, "/ae", {"Accept-Encoding": "gzip"})
+    assert b == b"ae 2 gzip\n"
+    s, h, b = get(srv, "/ae", {"Accept-Encoding": "gzip;q=0.5, br"})  # a preference differs
+    assert b == b"ae 3 gzip;q=0.5, br\n"
+    s, h, b = get(srv, "/ae")  # no field: its own variant
+    assert b == b"ae 4 None\n"
+    s, h, b = get(srv, "/ae", {"Accept-Encoding": "gzip;q=0, identity"})
+    assert b == b"ae 5 gzip;q=0, identity\n"
+    s, h, b = get(srv, "/ae", {"Accept-Encoding": "identity"})  # the same meaning
+    assert b == b"ae 5 gzip;q=0, identity\n" and cs(h).startswith("ferry; hit")
+    assert origin.hits["/ae"] == 5
+
+
+def test_cache_with_compression_filter(server, origin):
+    """The compression filter sits between the client and the cache: the cache stores the
+    identity response once and every hit is compressed for its own client (Vary sent)."""
+    import gzip
+    body = "compressible text " * 200
+    origin.routes["/c"] = (200, [("Cache-Control", "max-age=60"),
+                                 ("Content-Type", "text/plain")], body)
+    cfg = config(origin.port, "{{}}").replace("    cache: {{}}\n",
+                                              "    cache: {{}}\n    compress: enabled\n")
+    srv = server(cfg)
+    s, h, b = get(srv, "/c", {"Accept-Encoding": "gzip"})
+    assert s == 200 and h.get("content-encoding") == "gzip"
+    assert "accept-encoding" in h.get("vary", "").lower()
+    assert gzip.decompress(b).decode() == body and "stored" in cs(h)
+    s, h, b = get(srv, "/c")  # a hit, identity for a client that accepts nothing
+    assert s == 200 and "content-encoding" not in h and b.decode() == body
+    assert cs(h).startswith("ferry; hit")
+    s, h, b = get(srv, "/c", {"Accept-Encoding": "gzip, br"})  # a hit, compressed
+    assert h.get("content-encoding") in ("gzip", "br") and cs(h).startswith("ferry; hit")
+    assert origin.hits["/c"] == 1
+
+
+# ---- freshening with HEAD (RFC 9111 §4.3.5) ----
+
+def test_cache_head_freshens_stored_get(cached, origin):
+    """A stale stored GET and a HEAD whose 200 carries the same strong ETag and length: the
+    stored response takes the HEAD's fields (and freshness); a HEAD that shows another ETag
+    makes the stored one unusable."""
+    def r(h, n):
+        if h.command == "HEAD":
+            return (200, [("Cache-Control", "max-age=60"), ("ETag", '"v1"'),
+                          ("X-Gen", str(n))], "body-v1")
+        return (200, [("Cache-Control", "max-age=0"), ("ETag", '"v1"'), ("X-Gen", str(n))],
+                "body-v1")
+    origin.routes["/hf"] = r
+    srv = cached()
+    assert get(srv, "/hf")[2] == b"body-v1"
+    s, h, b = get(srv, "/hf", method="HEAD")  # stale: asks the origin, which answers 200
+    assert s == 200 and h.get("x-gen") == "2" and b == b""
+    s, h, b = get(srv, "/hf")  # fresh again from the HEAD's max-age, with its fields
+    assert (s, b) == (200, b"body-v1") and h.get("x-gen") == "2"
+    assert cs(h).startswith("ferry; hit")
+    assert origin.hits["/hf"] == 2
+
+    def m(h, n):
+        tag = '"b"' if h.command == "HEAD" else f'"a{n}"'
+        return (200, [("Cache-Control", "max-age=0"), ("ETag", tag)], f"m{n}")
+    origin.routes["/hm"] = m
+    get(srv, "/hm")
+    get(srv, "/hm", method="HEAD")  # another representation: the stored one goes
+    s, h, b = get(srv, "/hm", headers={"Cache-Control": "max-stale=600"})
+    assert b == b"m3" and "hit" not in cs(h).split("; ")[1]  # not the invalidated m1
+    assert origin.hits["/hm"] == 3

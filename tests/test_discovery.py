@@ -285,11 +285,12 @@ def test_discovery_h2c_servers_drain(server, tmp_path):
 
 class Dns:
     """A UDP DNS server on loopback answering A and SRV questions from `records`
-    {(name, type): [(ttl, rdata)]} (name lowercase, no final dot); `fail` answers SERVFAIL.
-    Counts the questions it got per (name, type)."""
+    {(name, type): [(ttl, rdata)]} (name lowercase, no final dot); `fail` answers SERVFAIL,
+    `silent` answers nothing (a resolver that is gone). Counts the questions it got per
+    (name, type)."""
 
     def __init__(self):
-        self.records, self.fail, self.asked = {}, False, {}
+        self.records, self.fail, self.asked, self.silent = {}, False, {}, False
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -320,6 +321,8 @@ class Dns:
             qend = i + 5
             name = ".".join(labels)
             self.asked[(name, qtype)] = self.asked.get((name, qtype), 0) + 1
+            if self.silent:
+                continue
             rcode = 2 if self.fail else 0
             rrs = [] if self.fail else self.records.get((name, qtype), [])
             if not self.fail and not rrs and not any(k[0] == name for k in self.records):
@@ -457,6 +460,35 @@ def test_discovery_reload_keeps_set(server, tmp_path):
         dns.fail = True
         f.proc.send_signal(1)  # SIGHUP
         wait_for(lambda: "reload: generation 2 active on all workers" in f.log(), 30, "reload")
+        grows(a)
+    finally:
+        load.stop()
+    assert load.failed == 0, load.errors[:5]
+    a.close()
+    dns.close()
+
+
+def test_discovery_reload_does_not_wait_for_dns(server):
+    """A reload asking DNS what the running generation asks starts from that generation's set
+    and looks up on the worker loop: with a resolver that no longer answers (and a 30 s
+    resolve-timeout) the reload is active at once, traffic goes on without an error, and the
+    new generation's lookups start as soon as it runs."""
+    port = free_port()
+    a = Origin("127.0.0.1", port)
+    dns = Dns()
+    dns.records[("app.test", 1)] = [(1, Dns.a("127.0.0.1"))]
+    f = server(CFG_DNS % ("app.test", "A", f"port: {port}, resolve-timeout: 30s,", dns.port))
+    load = Load(f.port, n=2)
+    try:
+        grows(a)
+        dns.silent = True
+        asked = dns.asked[("app.test", 1)]
+        f.proc.send_signal(1)  # SIGHUP
+        wait_for(lambda: "reload: generation 2 active on all workers" in f.log(), 10,
+                 "the reload (well before resolve-timeout)")
+        grows(a)
+        wait_for(lambda: dns.asked[("app.test", 1)] > asked, 10, "the new generation's lookup")
+        dns.silent = False
         grows(a)
     finally:
         load.stop()

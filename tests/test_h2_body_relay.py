@@ -17,7 +17,7 @@ import h2.events
 import h2.settings
 import pytest
 
-from test_proxy import SOCK_TIMEOUT, _h2_connect, certs, nginx, origins, start  # noqa: F401
+from proxy_kit import SOCK_TIMEOUT, _h2_connect, nginx, origins, start  # noqa: F401
 
 
 def _slow_get_many(port, tls, paths, pause=1.0):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY, ROOT, SANITIZED, bound, wait_for
-from test_mitm import certs, nginx  # noqa: F401  (fixtures)
+from test_mitm import nginx  # noqa: F401  (fixtures)
 
 CFG = """\
 workers: 2
@@ -129,7 +129,9 @@ def test_inspector_api_redaction_and_filters(insp):
     assert s["stored"] == 3 and s["flows"] == 3
 
     all_ = flows(insp)
-    assert [f["path"] for f in all_] == ["/missing.txt", "/echo", "/data.json"]  # newest first
+    # newest first; ids follow completion, which two workers may swap for back-to-back flows
+    assert [f["id"] for f in all_] == sorted((f["id"] for f in all_), reverse=True)
+    assert sorted(f["path"] for f in all_) == ["/data.json", "/echo", "/missing.txt"]
     assert all(f["flags"] == ["intercepted"] for f in all_)
     assert [f["path"] for f in flows(insp, "~m POST")] == ["/echo"]
     assert [f["path"] for f in flows(insp, "~c 4xx")] == ["/missing.txt"]
@@ -459,6 +461,25 @@ def test_inspector_https_interception_h1_and_h2(server, certs, nginx):  # noqa: 
     d = detail(srv, got[0]["id"])
     assert d["scheme"] == "https" and d["host"] == f"localhost:{nginx.tls_port}"
     assert d["response"]["text"] == "hello from nginx\n"
+    # the client's HTTP/2 stream id (curl's first stream is 1); HTTP/1.1 has none
+    assert got[0]["stream"] == 1 and d["stream"] == 1 and got[1]["stream"] == 0
+    # TLS of both sides: what curl agreed with us, the certificate we forged for localhost
+    # (issued by Ferry's CA), and the origin's certificate (nginx's, issued by the test CA)
+    ca_pem = ca.read_text()
+    forged_issuer = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253"],
+                                   input=ca_pem, capture_output=True, text=True).stdout
+    origin_fp = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in",
+                                str(certs["cert"])], capture_output=True, text=True).stdout
+    for f in got:
+        tls = detail(srv, f["id"])["tls"]
+        assert tls["sni"] == "localhost" and tls["client_version"].startswith("TLSv1.")
+        assert tls["client_alpn"] == ("h2" if f["protocol"] == "HTTP/2" else "http/1.1")
+        assert tls["client_cipher"] and tls["origin_version"].startswith("TLSv1.")
+        assert "CN=localhost" in tls["forged_subject"]
+        assert tls["forged_issuer"] in forged_issuer and tls["forged_issuer"]
+        assert tls["origin_sha256"] == origin_fp.strip().split("=", 1)[1], (tls, origin_fp)
+        assert tls["origin_sha256"] != tls["forged_sha256"]
+    assert "origin_seen" in detail(srv, got[0]["id"])["tls"]  # the second tunnel's probe was cached
 
 
 def test_inspector_doc_samples_pass_check(tmp_path):
@@ -555,3 +576,319 @@ def test_inspector_survives_reload(insp):
     s = wait_handled(insp, 2)
     assert s["stored"] == 2 and s["last"] == 2
     assert [f["path"] for f in flows(insp)] == ["/echo", "/data.json"]
+
+
+def test_inspector_timings_in_detail_and_har(insp):
+    """Each proxied flow records how its origin connection was made: the first on a fresh
+    connection (connect measured, no TLS on plain HTTP), the next on the pooled one (connect,
+    TLS and DNS did not happen: -1). HAR timings carry them (connect includes ssl)."""
+    keep = http.client.HTTPConnection("127.0.0.1", insp.port, timeout=bound(20))
+    assert via_proxy(insp, "/data.json", keep=keep)[0] == 200
+    assert via_proxy(insp, "/rp/ok.txt", keep=keep)[0] == 200
+    keep.close()
+    wait_handled(insp, 2)
+    second, first = flows(insp)
+    t1, t2 = detail(insp, first["id"])["timings"], detail(insp, second["id"])["timings"]
+    assert t1["connect"] is not None and t1["connect"] >= 0 and t1["tls"] == -1
+    assert t1["dns"] is not None and t1["dns"] >= 0 and t1["wait"] is not None
+    assert t2["connect"] == -1 and t2["tls"] == -1 and t2["dns"] == -1
+    assert {"first_byte", "total"} <= set(t1)
+    entries = check_har(jget(insp, f"/api/export.har?ids={first['id']},{second['id']}"))
+    h1, h2 = (e["timings"] for e in entries)
+    assert h1["connect"] >= 0 and h1["ssl"] == -1 and h1["dns"] >= 0
+    assert h2["connect"] == -1 and h2["ssl"] == -1 and h2["dns"] == -1
+    for e in entries:
+        assert all(v == -1 or v >= 0 for v in e["timings"].values())
+    # imported back, the timings come along
+    doc = {"log": {"version": "1.2", "creator": {"name": "t", "version": "1"}, "entries": entries}}
+    st, _, out = api(insp, "/api/import", "POST", body=json.dumps(doc).encode())
+    assert st == 200 and json.loads(out) == {"imported": 2}
+    imp = detail(insp, flows(insp)[1]["id"])
+    assert "imported" in imp["flags"] and imp["timings"]["connect"] == t1["connect"]
+
+
+def test_inspector_python_export_runs(insp):
+    """Copy as Python: the snippet is valid Python that sends the same request (method,
+    headers, body) and prints the response; run here against the origin listener."""
+    body = b'{"q": "it\'s \\"quoted\\"", "bin": "\xc3\xa9"}'
+    st, _ = via_proxy(insp, "/echo?a=1", "PUT", body=body,
+                      headers={"Content-Type": "application/json", "X-Quote": "a'b\"c"})
+    assert st == 200
+    wait_handled(insp, 1)
+    fid = flows(insp)[0]["id"]
+    st, h, src = api(insp, f"/api/flows/{fid}/python")
+    assert st == 200 and h["Content-Type"].startswith("text/x-python")
+    src = src.decode()
+    assert src.isascii() and "urllib.request.Request(" in src and "method='PUT'" in src
+    compile(src, "snippet.py", "exec")
+    p = subprocess.run(["/usr/bin/python3", "-c", src], capture_output=True, timeout=bound(30))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode("utf-8")
+    assert out.startswith("200 ")
+    assert body.decode("utf-8") in out  # /echo answers the body it got
+    assert api(insp, "/api/flows/424242/python")[0] == 404
+
+
+def test_inspector_response_breakpoints(server):
+    """A response breakpoint holds matching responses before their head reaches the client:
+    released with an edited status and header the client (and the store) get the edit;
+    released with a new body the client gets that body; dropped the client gets 502;
+    unanswered it goes on unchanged after breakpoint-timeout. The request breakpoint is a
+    separate filter."""
+    import threading
+    srv = server(CFG + "  breakpoint-timeout: 1s\n")
+    (srv.docroot / "data.json").write_text('{"items": [1, 2, 3]}')
+    st, _, out = api(srv, "/api/breakpoint", "POST", body=b"response=~c+(")
+    assert st == 400 and "at" in json.loads(out)
+    out = jget(srv, "/api/breakpoint", method="POST",
+               body=urllib.parse.urlencode({"response": "~u /data.json & ~c 200 & ~t json"}).encode())
+    assert out["response"] == "~u /data.json & ~c 200 & ~t json" and out["filter"] == ""
+    results = {}
+
+    def client(key, path="/data.json"):
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=bound(30))
+        c.request("GET", f"http://127.0.0.1:{srv.ports[2]}{path}")
+        r = c.getresponse()
+        results[key] = (r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read())
+        c.close()
+
+    client("free", "/rp/none.txt")  # not matching: passes at once
+    assert results["free"][0] == 404
+
+    def held_one():
+        h = jget(srv, "/api/breakpoint")["held"]
+        return h[0] if len(h) == 1 else None
+
+    def hold(key):
+        t = threading.Thread(target=client, args=(key,))
+        t.start()
+        h = wait_for(held_one, 20, "a held response")
+        assert h["phase"] == "response" and h["status"] == 200 and h["path"] == "/data.json"
+        assert "json" in hdr(h["headers"], "content-type") and key not in results
+        return t, h
+
+    t, h = hold("edit")
+    headers = "\n".join(f"{n}: {v}" for n, v in h["headers"]) + "\nX-Edited: yes"
+    out = jget(srv, f"/api/held/{h['id']}/release", method="POST",
+               body=urllib.parse.urlencode({"headers": headers, "status": "203"}).encode())
+    assert out == {"released": h["id"]}
+    t.join(bound(30))
+    st, hs, body = results["edit"]
+    assert st == 203 and hs["x-edited"] == "yes" and json.loads(body) == {"items": [1, 2, 3]}
+
+    t, h = hold("body")
+    jget(srv, f"/api/held/{h['id']}/release", method="POST",
+         body=urllib.parse.urlencode({"body": '{"replaced": true}'}).encode())
+    t.join(bound(30))
+    st, hs, body = results["body"]
+    assert st == 200 and body == b'{"replaced": true}' and hs["content-length"] == str(len(body))
+
+    t, h = hold("drop")
+    assert jget(srv, f"/api/held/{h['id']}/drop", method="POST", body=b"") == {"dropped": h["id"]}
+    t.join(bound(30))
+    assert results["drop"][0] == 502 and results["drop"][2] == b""
+
+    t, h = hold("timeout")
+    t.join(bound(30))  # breakpoint-timeout: 1s, then it goes on as it was
+    assert results["timeout"][0] == 200 and json.loads(results["timeout"][2]) == {"items": [1, 2, 3]}
+
+    # a client that goes away while its response is held: the hold goes with it
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))
+    s.sendall(f"GET http://127.0.0.1:{srv.ports[2]}/data.json HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    wait_for(held_one, 20, "a held response")
+    s.close()
+    wait_for(lambda: jget(srv, "/api/breakpoint")["held"] == [], 20, "the hold to go")
+
+    # the store keeps what the client got (the abandoned one too)
+    wait_handled(srv, 6)
+    got = {f["id"]: f for f in flows(srv, "~u /data.json")}
+    stored = [detail(srv, i) for i in sorted(got)]
+    assert [d["status"] for d in stored] == [203, 200, 502, 200, 200]
+    assert hdr(stored[0]["response"]["headers"], "x-edited") == "yes"
+    assert stored[1]["response"]["text"] == '{"replaced": true}'
+    # cleared: nothing is held any more
+    jget(srv, "/api/breakpoint", method="POST", body=b"response=")
+    client("after")
+    assert results["after"][0] == 200
+
+
+WS_CFG = CFG.replace("routes:\n", """routes:
+  - match: {{path: /ws/}}
+    proxy: wsorigin
+    capture: {{}}
+""", 1).replace("intercept:\n", """upstreams:
+  - name: wsorigin
+    servers: [{ws}]
+intercept:
+""", 1)
+
+
+def test_inspector_websocket_messages(server):
+    """WebSocket flows are stored with their messages: through a reverse-proxy route with
+    `capture:` (python3-websockets both ends) and through the intercepting proxy (a raw
+    Upgrade in absolute form). Direction, opcode, size, the payload unmasked, a binary one as
+    base64, a big one cut at body-cap, JSON redacted as bodies are."""
+    import asyncio
+    import websockets
+    from proxy_kit import WsEchoOrigin, _ws_frame, _ws_parse
+    o = WsEchoOrigin()
+    try:
+        srv = server(WS_CFG.replace("{ws}", o.url) + "  body-cap: 64k\n")
+
+        async def run():
+            # no permessage-deflate: the payloads are stored as sent (compressed ones are
+            # marked so, not inflated)
+            async with websockets.connect(f"ws://127.0.0.1:{srv.ports[2]}/ws/chat",
+                                          open_timeout=5, close_timeout=5,
+                                          compression=None) as ws:
+                for m in ["hello", b"\x00\x01binary\xff", '{"password": "pw", "n": 1}',
+                          "x" * 100000]:
+                    await ws.send(m)
+                    assert await asyncio.wait_for(ws.recv(), 5) == m
+
+        asyncio.run(run())
+        wait_handled(srv, 1)
+        f = flows(srv)[0]
+        assert f["status"] == 101 and f["path"] == "/ws/chat"
+        d = detail(srv, f["id"])
+        ws = [m for m in d["ws"] if m["opcode"] in (1, 2)]
+        assert [(m["from"], m["opcode"]) for m in ws] == [
+            ("client", 1), ("origin", 1), ("client", 2), ("origin", 2),
+            ("client", 1), ("origin", 1), ("client", 1), ("origin", 1)]
+        assert ws[0]["text"] == "hello" and ws[1]["text"] == "hello" and ws[0]["size"] == 5
+        assert ws[2]["base64"] == "AAFiaW5hcnn/" and not ws[2]["cut"]
+        assert ws[4]["text"] == '{"password": "[redacted]", "n": 1}' and ws[4]["size"] == 26
+        big = ws[6]
+        assert big["size"] == 100000 and big["cut"] and len(big["text"]) < 65536
+        assert any(m["opcode"] == 8 for m in d["ws"])  # the close handshake
+
+        # intercepted: an Upgrade in absolute form through the proxy
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))
+        host = o.url[len("http://"):]
+        s.sendall((f"GET {o.url}/raw HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(4096)
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101")
+        s.sendall(_ws_frame(b"via the proxy"))
+        msgs = []
+        while not msgs:
+            got, buf = _ws_parse(buf + s.recv(4096))
+            msgs += got
+        assert msgs[0] == (1, b"via the proxy")
+        s.sendall(_ws_frame(b"\x03\xe8", opcode=8))
+        while s.recv(4096):
+            pass
+        s.close()
+        wait_handled(srv, 2)
+        f = flows(srv)[0]
+        assert f["path"] == "/raw" and f["flags"] == ["intercepted"] and f["status"] == 101
+        ws = detail(srv, f["id"])["ws"]
+        assert [(m["from"], m["opcode"], m.get("text")) for m in ws][:2] == [
+            ("client", 1, "via the proxy"), ("origin", 1, "via the proxy")]
+    finally:
+        o.stop()
+
+
+def test_inspector_compare_against_new_upstream(insp):
+    """POST /api/compare sends a filtered set (or ids) to another upstream and reports the
+    differences: status, headers (added, removed, changed; `ignore` leaves some out), a
+    SHA-256 of the body (the new one redacted as the store redacts, so redaction alone is no
+    difference), latency. The new upstream gets the flow's Host, method and body."""
+    import hashlib
+    from http.server import BaseHTTPRequestHandler
+    from conftest import http_origin
+    seen = []
+
+    class New(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.command, self.path, self.headers["Host"], b""))
+            if self.path == "/data.json":
+                body, st = (insp.docroot / "data.json").read_bytes(), 200
+            else:
+                body, st = b"gone\n", 404
+            self.send_response(st)
+            self.send_header("Content-Type", "application/json" if st == 200 else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.command, self.path, self.headers["Host"], body))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-New", "1")
+            self.send_header("Content-Length", str(len(body) + 1))
+            self.end_headers()
+            self.wfile.write(body + b"!")
+
+        def log_message(self, *a):
+            pass
+
+    assert via_proxy(insp, "/data.json")[0] == 200
+    assert via_proxy(insp, "/echo", "POST", body=b"shadow me",
+                     headers={"Content-Type": "text/plain; charset=utf-8"})[0] == 200
+    assert via_proxy(insp, "/rp/ok.txt")[0] == 200
+    wait_handled(insp, 3)
+    ign = "server,etag,last-modified,accept-ranges,cache-control,content-type"
+    with http_origin(New) as port:
+        form = {"upstream": f"http://127.0.0.1:{port}", "filter": "~d 127.0.0.1", "ignore": ign}
+        rep = jget(insp, "/api/compare", method="POST", body=urllib.parse.urlencode(form).encode())
+        assert rep["compared"] == 3 and rep["differ"] == 2
+        by = {r["path"]: r for r in rep["results"]}
+        d = by["/data.json"]
+        assert d["status"] == [200, 200] and d["body"]["same"] is True and not d["differs"]
+        assert d["headers"] == {"added": [], "removed": [], "changed": []}
+        assert d["body"]["new"] == d["body"]["stored"]
+        assert len(d["latency_ms"]) == 2 and all(v >= 0 for v in d["latency_ms"])
+        e = by["/echo"]
+        assert e["status"] == [200, 200] and e["differs"] and e["body"]["same"] is False
+        assert e["body"]["new"] == hashlib.sha256(b"shadow me!").hexdigest()
+        assert e["body"]["stored"] == hashlib.sha256(b"shadow me").hexdigest()
+        assert ["X-New", "1"] in e["headers"]["added"]
+        assert by["/rp/ok.txt"]["status"] == [200, 404] and by["/rp/ok.txt"]["differs"]
+        # the new upstream got the requests as they were made, with the flow's Host
+        assert ("POST", "/echo", f"127.0.0.1:{insp.ports[2]}", b"shadow me") in seen
+        # by ids; a bad upstream and a bad filter are 400; an unreachable one is per flow
+        ids = [f["id"] for f in flows(insp, "~m POST")]
+        rep = jget(insp, "/api/compare", method="POST", body=urllib.parse.urlencode(
+            {"upstream": f"http://127.0.0.1:{port}", "ids": ",".join(map(str, ids))}).encode())
+        assert [r["path"] for r in rep["results"]] == ["/echo"]
+    assert api(insp, "/api/compare", "POST", body=b"upstream=ftp://x")[0] == 400
+    assert api(insp, "/api/compare", "POST",
+               body=b"upstream=http://127.0.0.1:1&filter=~c+(")[0] == 400
+    rep = jget(insp, "/api/compare", method="POST", body=b"upstream=http://127.0.0.1:1&limit=1")
+    assert rep["compared"] == 1 and "error" in rep["results"][0] and rep["differ"] == 1
+
+
+def test_inspector_h3_stream_ids(server, tmp_path):
+    """Flows of an HTTP/3 listener's `capture:` route carry the client's QUIC stream ids
+    (gtlsclient, Debian ngtcp2-client: two requests on one connection, streams 0 and 4)."""
+    import shutil
+    from test_h3 import gtls, statuses
+    if not shutil.which("gtlsclient"):
+        pytest.fail("gtlsclient (Debian ngtcp2-client) is not installed")
+    srv = server("""workers: 1
+data-dir: {data}
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h2, h3]
+    tls: self-signed
+routes:
+  - respond: {{status: 200, body: "h3 flow\\n"}}
+    capture: {{}}
+inspector:
+  dir: {tmp}/store
+  address: 127.0.0.1:{port2}
+""")
+    rc, out, _ = gtls(srv.port, ["/one", "/two"], tmp_path)
+    assert rc == 0 and statuses(out) == [200, 200], out[-2000:]
+    wait_handled(srv, 2)
+    got = flows(srv)
+    assert {f["path"] for f in got} == {"/one", "/two"}
+    assert all(f["protocol"] == "HTTP/3" for f in got)
+    assert sorted(f["stream"] for f in got) == [0, 4]

@@ -1,7 +1,7 @@
 """Black-box tests of ferry-load (tools/load): request counts, verification, pipelining, TLS,
 h2 against a local nginx when one is installed, echo, CLI errors.
 
-ferry-load is found at $FERRY_LOAD_BIN (default build/ferry-load); a missing binary fails."""
+ferry-load is found at $FERRY_LOAD_BIN (default: beside $FERRY_BIN); a missing binary fails."""
 import json
 import os
 import shutil
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port, wait_port
+from conftest import FERRY, free_port, wait_port
 
-LOAD = os.environ.get("FERRY_LOAD_BIN", str(ROOT / "build" / "ferry-load"))
+LOAD = os.environ.get("FERRY_LOAD_BIN", str(Path(FERRY).parent / "ferry-load"))
 
 ROUTES = """\
 listeners:

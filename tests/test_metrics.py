@@ -8,6 +8,7 @@ TSDB directory on a free loopback port; every wait is bounded.
 """
 import json
 import re
+import socket
 import shutil
 import subprocess
 import urllib.parse
@@ -111,7 +112,8 @@ FAMILIES = [
     "ferry_intercept_flows_total", "ferry_intercept_certs_forged_total",
     "ferry_process_resident_memory_bytes", "ferry_config_generation",
     "ferry_upstream_server_up", "ferry_upstream_server_ejected", "ferry_upstream_server_drained",
-    "ferry_upstream_pool_idle",
+    "ferry_upstream_pool_idle", "ferry_upstream_pool_connections", "ferry_upstream_pool_waiters",
+    "ferry_quic_connections_active", "ferry_quic_connections_total",
 ]
 
 
@@ -181,6 +183,16 @@ admin:
     assert s[("ferry_intercept_flows_total", '{mode="decrypted"}')] == 1
     assert s[("ferry_intercept_certs_forged_total", "{}")] == 1
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1
+    assert s[("ferry_quic_connections_total", '{side="server"}')] == 1
+    assert 0 <= s[("ferry_quic_connections_active", '{side="server"}')] <= 1
+    assert s[("ferry_upstream_pool_connections", "{" + up + "}")] == 1  # that same connection
+    assert s[("ferry_upstream_pool_waiters", "{" + up + "}")] == 0
+    # the histograms' first bucket is implicit: count == the responses counted for the route
+    for fam in ("ferry_http_ttfb_seconds", "ferry_http_duration_seconds"):
+        for (n, l), v in s.items():
+            if n == fam + "_count":
+                inf = s[(fam + "_bucket", l[:-1] + ',le="+Inf"}')]
+                assert inf == v and s[(fam + "_bucket", l[:-1] + ',le="0.000010"}')] <= v
     # the admin listener's own connections (these scrapes) are not counted
     before = s[("ferry_connections_total", '{proto="h1"}')]
     for _ in range(3):
@@ -212,6 +224,14 @@ admin:
              "the L4 sessions to close")
     s = samples(metrics(a))
     assert s[("ferry_l4_sessions_total", "{}")] == 3
+    # per l4 route (its name defaults to the listen address): sessions, and the bytes both ways
+    route = [l for (n, l) in s if n == "ferry_l4_route_sessions_total"]
+    assert len(route) == 1 and s[("ferry_l4_route_sessions_total", route[0])] == 3, route
+    rl = route[0][1:-1]
+    up = s[("ferry_l4_bytes_total", "{" + rl + ',direction="up"}')]
+    down = s[("ferry_l4_bytes_total", "{" + rl + ',direction="down"}')]
+    req = len(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert up >= 3 * 20 and down >= 3 * len(b"hi\n") + 3 * 20, (up, down, req)
     rc, out = promtool(metrics(a))
     assert rc == 0, out
 
@@ -265,3 +285,52 @@ admin:
     assert s[("ferry_upstream_responses_total", lv[:-1] + ',code="2xx"}')] == 4
     rc, out = promtool(metrics(a))
     assert rc == 0, out
+
+
+def test_metrics_limit_rejections_by_name(server):
+    """Each refusal counts under its limits: key: request-line (414), header-bytes and
+    header-count (431) from the h1 codec, body-size (413); every named limit is exported."""
+    srv = server("""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{port}
+routes:
+  - respond: {{status: 200, body: "hi\\n"}}
+limits:
+  request-line: 256
+  header-bytes: 1k
+  header-count: 10
+  body-size: 4k
+admin:
+  address: 127.0.0.1:{port2}
+""")
+    p, a = srv.ports[0], srv.ports[1]
+
+    def raw(data):
+        c = socket.create_connection(("127.0.0.1", p), timeout=10)
+        try:
+            c.sendall(data)
+            got = b""
+            while b"\r\n" not in got:
+                b = c.recv(4096)
+                if not b:
+                    break
+                got += b
+            return int(got.split()[1])
+        finally:
+            c.close()
+
+    assert raw(b"GET /" + b"a" * 400 + b" HTTP/1.1\r\nHost: a\r\n\r\n") == 414
+    assert raw(b"GET / HTTP/1.1\r\nHost: a\r\nX: " + b"b" * 2000 + b"\r\n\r\n") == 431
+    many = b"".join(b"X-%d: 1\r\n" % i for i in range(12))
+    assert raw(b"GET / HTTP/1.1\r\nHost: a\r\n" + many + b"\r\n") == 431
+    assert raw(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n") == 413
+    text = metrics(a)
+    rc, out = promtool(text)
+    assert rc == 0, out
+    s = samples(text)
+    got = {l: v for (n, l), v in s.items() if n == "ferry_limit_rejections_total"}
+    want = {"request-line": 1, "header-bytes": 1, "header-count": 1, "body-size": 1,
+            "connections": 0, "header-timeout": 0, "body-timeout": 0, "send-timeout": 0,
+            "connection-memory": 0}
+    assert got == {f'{{limit="{k}"}}': v for k, v in want.items()}, got

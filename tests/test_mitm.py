@@ -14,50 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, bound, free_port, wait_port
+from conftest import FERRY, NginxOrigin, bound, free_port, wait_port
 
 CURL_TIMEOUT = 15
 BIG = 300 * 1024
 
 
-def _openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, timeout=30,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    """The origin's own CA and a leaf for localhost / 127.0.0.1 signed by it."""
-    d = tmp_path_factory.mktemp("origin-certs")
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=Origin Test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost", cwd=d)
-    (d / "leaf.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                                "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
-    _openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext", cwd=d)
-    return {"ca": d / "ca.pem", "cert": d / "leaf.pem", "key": d / "leaf.key"}
-
-
-NGINX_CONF = """\
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/err;
-pid {d}/pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log {d}/access.log;
-    client_body_temp_path {d}/tmp_body;
-    proxy_temp_path {d}/tmp_proxy;
-    fastcgi_temp_path {d}/tmp_fastcgi;
-    uwsgi_temp_path {d}/tmp_uwsgi;
-    scgi_temp_path {d}/tmp_scgi;
-    default_type application/octet-stream;
+NGINX_SERVERS = """\
     server {{
         listen 127.0.0.1:{port};
         root {d}/www;
@@ -75,40 +38,23 @@ http {{
         ssl_certificate {cert};
         ssl_certificate_key {key};
         root {d}/www;
-    }}
-}}
-"""
+    }}"""
 
 
-class Nginx:
+class Nginx(NginxOrigin):
+    """nginx with the origins' CA (conftest's `certs`): plain, TLS h2, TLS h1 only."""
+
     def __init__(self, d, certs):
-        self.d = d
         self.port, self.tls_port, self.h1_port = free_port(), free_port(), free_port()
         www = d / "www"
         www.mkdir()
         (www / "index.html").write_text("hello from nginx\n")
         self.big = os.urandom(BIG)
         (www / "big.bin").write_bytes(self.big)
-        (d / "nginx.conf").write_text(NGINX_CONF.format(
-            d=d, port=self.port, tls_port=self.tls_port, h1_port=self.h1_port,
-            cert=certs["cert"], key=certs["key"]))
-        self.proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            for p in (self.port, self.tls_port, self.h1_port):
-                wait_port(p, proc=self.proc)
-        except TimeoutError:
-            self.stop()
-            raise AssertionError("nginx did not start: " + (d / "err").read_text())
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        super().__init__(d, NGINX_SERVERS.format(d=d, port=self.port, tls_port=self.tls_port,
+                                                 h1_port=self.h1_port, cert=certs["cert"],
+                                                 key=certs["key"]),
+                         [self.port, self.tls_port, self.h1_port])
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from test_mitm import certs, mitm, nginx  # noqa: F401  (fixtures)
+from test_mitm import mitm, nginx  # noqa: F401  (fixtures)
 
 NODE_DIR = Path(os.environ.get("FERRY_NODE_DIR", ROOT / "build" / "test-node"))
 PNG = base64.b64decode(  # 1x1 transparent PNG

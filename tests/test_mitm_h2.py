@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY
-from test_mitm import certs, curl, mitm, nginx  # noqa: F401  (fixtures and helpers)
+from test_mitm import curl, mitm, nginx  # noqa: F401  (fixtures and helpers)
 
 
 def log_lines(n, tag, want=1):

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import FERRY, free_port, raw, statuses, wait_for, wait_port
-from test_mitm import certs, curl, mitm, nginx  # noqa: F401 (fixtures)
+from test_mitm import curl, mitm, nginx  # noqa: F401 (fixtures)
 
 
 # ---- item 4: CA directory and certificate modes ----

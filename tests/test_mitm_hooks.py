@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY, SANITIZED, BAD_LOG, free_port, wait_port
-from test_mitm import certs, curl, nginx, s_client_issuer  # noqa: F401  (fixtures)
+from test_mitm import curl, nginx, s_client_issuer  # noqa: F401  (fixtures)
 
 EXAMPLE = Path(FERRY).parent / "examples" / "mitm_hooks"
 

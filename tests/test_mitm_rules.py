@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from test_mitm import Nginx, certs, curl, mitm  # noqa: F401  (fixtures)
+from test_mitm import Nginx, curl, mitm  # noqa: F401  (fixtures)
 
 TEXT = b"hello world, hello again\n" * 400  # 10 KB, compressible
 
@@ -18,8 +18,7 @@ TEXT = b"hello world, hello again\n" * 400  # 10 KB, compressible
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory, certs):  # noqa: F811
     d = tmp_path_factory.mktemp("nginx-rules")
-    n = Nginx.__new__(Nginx)
-    n.__init__(d, certs)
+    n = Nginx(d, certs)
     www = d / "www"
     (www / "text.txt").write_bytes(TEXT)
     (www / "text.zst").write_bytes(subprocess.run(["zstd", "-c", "-q"], input=TEXT,
@@ -39,12 +38,7 @@ def nginx_with_gzip(n):
                             "text/plain; add_header Content-Encoding zstd; alias {d}/www/text.zst; }}"
                             "\n        location /hdr".format(d=n.d))
         (n.d / "nginx.conf").write_text(conf)
-        n.stop()
-        n.proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(n.d), "-c",
-                                   str(n.d / "nginx.conf")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        from conftest import wait_port
-        wait_port(n.port, proc=n.proc)
+        n.restart()
     return n
 
 

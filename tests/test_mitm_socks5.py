@@ -3,7 +3,7 @@ and --socks5, and raw sockets for the protocol's refusals."""
 import socket
 import struct
 
-from test_mitm import certs, curl, nginx  # noqa: F401  (fixtures)
+from test_mitm import curl, nginx  # noqa: F401  (fixtures)
 
 
 def socks(server, certs, extra=""):  # noqa: F811

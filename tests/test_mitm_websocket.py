@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from test_mitm import certs, mitm  # noqa: F401  (fixtures)
+from test_mitm import mitm  # noqa: F401  (fixtures)
 
 websockets = pytest.importorskip("websockets", reason="python3-websockets is in TEST_PKGS")
 

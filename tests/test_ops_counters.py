@@ -133,7 +133,7 @@ def test_ops_counters_exact_mix(server, tmp_path, monkeypatch):
     total = sum(v for (n, _), v in c.items() if n == "ferry_http_responses_total")
     assert total == 13
     assert c[("ferry_limit_rejections_total", 'limit="body-size"')] == 1
-    assert c[("ferry_limit_rejections_total", 'limit="header-size"')] == 0
+    assert c[("ferry_limit_rejections_total", 'limit="header-bytes"')] == 0
     # latency histograms per route: one observation per response
     assert c[("ferry_http_duration_seconds_count", 'route="0"')] == 8
     assert c[("ferry_http_ttfb_seconds_count", 'route="0"')] == 8

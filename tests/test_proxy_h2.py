@@ -26,9 +26,9 @@ import h2.events
 import h2.settings
 import pytest
 
-from conftest import bound, free_port, wait_for, wait_port
-from test_proxy import (CLIENTS, SOCK_TIMEOUT, _h2_connect, _ws_frame, _ws_parse, certs,  # noqa
-                        curl, h2_get_many, h2_post, start)
+from conftest import NginxOrigin, bound, free_port, wait_for
+from proxy_kit import (CLIENTS, SOCK_TIMEOUT, _h2_connect, _ws_frame, _ws_parse, curl,
+                        h2_get_many, h2_post, start)
 
 BIG = 256 * 1024
 HOLD_LIMIT = 25.0
@@ -39,22 +39,7 @@ TINY = b"tiny file from nginx over h2\n"
 # nginx: http, https, h2c, h2, and an h2c server that allows one stream per connection
 # ---------------------------------------------------------------------------------------------
 
-NGINX_CONF = """\
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/err;
-pid {d}/pid;
-events {{ worker_connections 1024; }}
-http {{
-    log_format conn '$server_port $connection $request';
-    access_log {d}/access.log conn;
-    client_body_temp_path {d}/tmp_body;
-    proxy_temp_path {d}/tmp_proxy;
-    fastcgi_temp_path {d}/tmp_fastcgi;
-    uwsgi_temp_path {d}/tmp_uwsgi;
-    scgi_temp_path {d}/tmp_scgi;
-    default_type application/octet-stream;
+NGINX_SERVERS = """\
     keepalive_timeout 60s;
     server {{ listen 127.0.0.1:{http}; root {d}/www; }}
     server {{ listen 127.0.0.1:{https} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
@@ -63,14 +48,11 @@ http {{
     server {{ listen 127.0.0.1:{h2} ssl http2; ssl_certificate {cert};
               ssl_certificate_key {key}; root {d}/www; }}
     server {{ listen 127.0.0.1:{h2c1} http2; http2_max_concurrent_streams 1; root {d}/www; }}
-    server {{ listen 127.0.0.1:{h2c20} http2; keepalive_requests 20; root {d}/www; }}
-}}
-"""
+    server {{ listen 127.0.0.1:{h2c20} http2; keepalive_requests 20; root {d}/www; }}"""
 
 
-class Nginx2:
+class Nginx2(NginxOrigin):
     def __init__(self, d, certs):
-        self.d = d
         self.ports = {k: free_port() for k in ("http", "https", "h2c", "h2", "h2c1", "h2c20")}
         www = d / "www"
         www.mkdir()
@@ -78,17 +60,9 @@ class Nginx2:
         self.big = os.urandom(BIG)
         (www / "big.bin").write_bytes(self.big)
         self.big_sha = hashlib.sha256(self.big).hexdigest()
-        self.access_log = d / "access.log"
-        (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, cert=certs["cert"], key=certs["key"],
-                                                        **self.ports))
-        self.proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            for p in self.ports.values():
-                wait_port(p, proc=self.proc)
-        except TimeoutError:
-            self.stop()
-            raise AssertionError("nginx did not start: " + (d / "err").read_text())
+        super().__init__(d, NGINX_SERVERS.format(d=d, cert=certs["cert"], key=certs["key"],
+                                                 **self.ports),
+                         self.ports.values(), log_format="$server_port $connection $request")
 
     def url(self, kind):
         scheme = {"http": "http", "https": "https", "h2c": "h2c", "h2": "h2", "h2c1": "h2c",
@@ -108,15 +82,6 @@ class Nginx2:
             if len(out) >= expect or time.time() > deadline:
                 return out
             time.sleep(0.05)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

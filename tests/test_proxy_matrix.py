@@ -17,16 +17,15 @@ Nothing asserts on durations; every subprocess has a timeout.
 import hashlib
 import os
 import shutil
-import subprocess
 import time
 
 import pytest
 
-from conftest import Ferry, free_port, wait_port
+from conftest import Ferry, NginxOrigin, free_port
 from test_h3 import GTLS, gtls, statuses
 from test_load import LOAD, assert_clean, load
-from test_proxy import CLIENTS as CURL_CLIENTS
-from test_proxy import certs, curl  # noqa: F401 (module fixture)
+from proxy_kit import CLIENTS as CURL_CLIENTS
+from proxy_kit import curl
 
 BIG = 256 * 1024
 POST = 64 * 1024
@@ -36,26 +35,6 @@ NGINX_PROTO = {"http": "HTTP/1.1", "https": "HTTP/1.1", "h2c": "HTTP/2.0", "h2":
 CLIENTS = ["h1", "h1tls", "h2c", "h2", "h3"]
 ORIGINS = ["http", "https", "h2c", "h2", "h3"]
 
-NGINX_CONF = """\
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/err;
-pid {d}/pid;
-events {{ worker_connections 1024; }}
-http {{
-    log_format proto '$server_port $server_protocol $request_method $request_uri';
-    access_log {d}/access.log proto;
-    client_body_temp_path {d}/tmp_body;
-    proxy_temp_path {d}/tmp_proxy;
-    fastcgi_temp_path {d}/tmp_fastcgi;
-    uwsgi_temp_path {d}/tmp_uwsgi;
-    scgi_temp_path {d}/tmp_scgi;
-    default_type application/octet-stream;
-    client_max_body_size 1m;
-    {servers}
-}}
-"""
 NGINX_SERVER = """
     server {{ listen 127.0.0.1:{port} {listen};
               {tls}
@@ -128,23 +107,10 @@ def nginx(tmp_path_factory, certs, content, h3origin):  # noqa: F811
              "h2": ("ssl http2", tls)}
     servers = "".join(NGINX_SERVER.format(port=ports[k], listen=kinds[k][0], tls=kinds[k][1], d=d,
                                           echo=h3origin.ports[1]) for k in ports)
-    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, servers=servers))
-    proc = subprocess.Popen(["/usr/sbin/nginx", "-p", str(d), "-c", str(d / "nginx.conf")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for p in ports.values():
-            wait_port(p, proc=proc)
-    except TimeoutError:
-        proc.kill()
-        proc.wait(timeout=10)
-        raise AssertionError("nginx did not start: " + (d / "err").read_text())
-    yield {"ports": ports, "log": d / "access.log"}
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    n = NginxOrigin(d, "    client_max_body_size 1m;\n" + servers, ports.values(),
+                    log_format="$server_port $server_protocol $request_method $request_uri")
+    yield {"ports": ports, "log": n.access_log}
+    n.stop()
 
 
 FRONT = """

@@ -137,6 +137,40 @@
     location.href = api('/api/export.har', params);
   });
 
+  // ---- compare against another upstream ----
+
+  $('compare').addEventListener('click', () => { $('cmp').hidden = !$('cmp').hidden; });
+  $('cmp-run').addEventListener('click', async () => {
+    const p = { upstream: $('cmp-upstream').value.trim(), ignore: $('cmp-ignore').value.trim() };
+    if (selected.size) p.ids = [...selected].sort((a, b) => a - b).join(',');
+    else if (filter) p.filter = filter;
+    $('cmp-summary').textContent = 'sending…';
+    const r = await fetch(api('/api/compare'), { method: 'POST', body: new URLSearchParams(p),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const j = await r.json();
+    const tb = $('cmp-results');
+    tb.textContent = '';
+    if (j.error) { $('cmp-summary').textContent = j.error; return; }
+    $('cmp-summary').textContent = j.compared + ' compared, ' + j.differ + ' differ' +
+      (selected.size ? ' (the selection)' : filter ? ' (the filter)' : ' (every flow)');
+    for (const x of j.results) {
+      const tr = mk('tr');
+      tr.className = x.differs ? 'differs' : 'same';
+      tr.dataset.id = x.id;
+      const h = x.headers || { added: [], removed: [], changed: [] };
+      const hd = [...h.added.map(([n]) => '+' + n), ...h.removed.map(([n]) => '-' + n),
+                  ...h.changed.map(([n]) => '~' + n)].join(' ');
+      const body = !x.body ? '' : x.body.same === null ? 'not comparable (cut)' : x.body.same ? 'same' : 'differs';
+      for (const t of [x.method + ' ' + x.path,
+                       x.status[0] + ' → ' + (x.status[1] === null ? '-' : x.status[1]),
+                       x.error || hd || 'same headers', body,
+                       x.latency_ms ? x.latency_ms[0] + ' → ' + x.latency_ms[1].toFixed(1) + ' ms' : ''])
+        tr.appendChild(text(mk('td'), t));
+      tr.addEventListener('click', () => open(x.id));
+      tb.appendChild(tr);
+    }
+  });
+
   // ---- detail ----
 
   function headers(table, hs) {
@@ -220,12 +254,41 @@
     body($('res-body'), f.response, id, 'response');
     $('har-one').href = api('/api/export.har', { ids: String(id) });
     $('har-one').setAttribute('download', 'flow-' + id + '.har');
+    const t = f.timings || {};
+    const ms = (v) => v === null || v === undefined ? 'not measured' : v < 0 ? '- (none: reused or not needed)' : v + ' ms';
     headers($('timing'), [
       ['started', new Date(f.time).toISOString()],
+      ['DNS', ms(t.dns)], ['connect', ms(t.connect)], ['TLS', ms(t.tls)],
+      ['origin wait', ms(t.wait)],
       ['first byte', f.ttfb + ' ms'], ['total', f.duration + ' ms'],
       ['protocol', f.protocol + (f.stream ? ' stream ' + f.stream : '')],
       ['request body', f.request.size + ' bytes'], ['response body', f.response.size + ' bytes'],
       ['flags', f.flags.join(', ') || '-']]);
+    const ws = f.ws || [];
+    $('ws-pane').hidden = ws.length === 0;
+    if (ws.length) { // a tunnel: its bytes are the messages, not bodies
+      $('req-body').textContent = f.request.size + ' bytes of WebSocket frames (messages below)';
+      $('res-body').textContent = f.response.size + ' bytes of WebSocket frames (messages below)';
+    }
+    const OPS = { 0: 'cont', 1: 'text', 2: 'binary', 8: 'close', 9: 'ping', 10: 'pong' };
+    const wl = $('ws-list');
+    wl.textContent = '';
+    for (const m of ws) {
+      const tr = mk('tr');
+      tr.className = 'ws-' + m.from;
+      tr.appendChild(text(mk('td'), m.from === 'client' ? '→' : '←'));
+      tr.appendChild(text(mk('td'), OPS[m.opcode] || String(m.opcode)));
+      tr.appendChild(text(mk('td'), fmtSize(m.size) + (m.cut ? ' (cut)' : '') + (m.compressed ? ' deflate' : '')));
+      const td = mk('td');
+      const shown = m.text !== undefined ? m.text : hexdump(b64bytes(m.base64 || ''));
+      td.textContent = shown.length > 2000 ? shown.slice(0, 2000) + '…' : shown;
+      tr.appendChild(td);
+      wl.appendChild(tr);
+    }
+    $('ws-count').textContent = ws.length + ' messages' + (f.ws_dropped ? ', ' + f.ws_dropped + ' more not kept' : '');
+    const tls = Object.entries(f.tls || {});
+    $('tls-pane').hidden = tls.length === 0;
+    headers($('tls'), tls);
   }
 
   $('close').addEventListener('click', () => { $('detail').hidden = true; current = null; render(); });
@@ -267,6 +330,15 @@
     try { await navigator.clipboard.writeText(s); } catch (e) { /* shown instead */ }
   });
 
+  $('python').addEventListener('click', async () => {
+    const r = await fetch(api('/api/flows/' + detail.id + '/python'));
+    const s = await r.text();
+    const pre = $('curl-out');
+    pre.textContent = s;
+    pre.hidden = false;
+    try { await navigator.clipboard.writeText(s); } catch (e) { /* shown instead */ }
+  });
+
   list.addEventListener('keydown', (ev) => {
     if (!flows.length) return;
     let i = flows.findIndex((f) => f.id === current);
@@ -292,13 +364,35 @@
   function heldItem(h) {
     const d = mk('div', 'held-item');
     d.dataset.id = h.id;
-    d.appendChild(text(mk('div', 'what'), h.method + ' ' + h.scheme + '://' + h.host + h.path));
-    const ta = mk('textarea');
+    d.dataset.phase = h.phase;
+    const resp = h.phase === 'response';
+    d.appendChild(text(mk('div', 'what'), (resp ? 'response ' + h.status + ' to ' : 'request ') +
+                                         h.method + ' ' + h.scheme + '://' + h.host + h.path));
+    let st = null, bd = null;
+    if (resp) {
+      st = mk('input', 'status');
+      st.size = 4;
+      st.value = h.status;
+      st.title = 'status';
+      d.appendChild(st);
+    }
+    const ta = mk('textarea', 'headers');
     ta.rows = Math.min(10, h.headers.length + 1);
     ta.value = h.headers.map(([n, v]) => n + ': ' + v).join('\n');
     d.appendChild(ta);
+    if (resp) {
+      bd = mk('textarea', 'body');
+      bd.rows = 3;
+      bd.placeholder = 'new body (empty: the origin\'s)';
+      d.appendChild(bd);
+    }
     const rel = text(mk('button', 'release'), 'Release');
-    rel.addEventListener('click', () => post('/api/held/' + h.id + '/release', { headers: ta.value }).then(pollHeld));
+    rel.addEventListener('click', () => {
+      const p = { headers: ta.value };
+      if (st && st.value !== String(h.status)) p.status = st.value;
+      if (bd && bd.value) p.body = bd.value;
+      post('/api/held/' + h.id + '/release', p).then(pollHeld);
+    });
     const drop = text(mk('button', 'drop'), 'Drop');
     drop.addEventListener('click', () => post('/api/held/' + h.id + '/drop', {}).then(pollHeld));
     d.appendChild(rel); d.appendChild(drop);
@@ -315,18 +409,21 @@
       $('held-list').appendChild(el);
     }
     $('held').hidden = heldShown.size === 0;
-    $('bp-shown').textContent = j.filter ? '(' + j.filter + ')' : '';
+    $('bp-shown').textContent = [j.filter && 'requests: ' + j.filter, j.response && 'responses: ' + j.response]
+                                  .filter(Boolean).join(', ');
     clearTimeout(bpTimer);
-    if (j.filter || heldShown.size) bpTimer = setTimeout(pollHeld, 500);
+    if (j.filter || j.response || heldShown.size) bpTimer = setTimeout(pollHeld, 500);
   }
-  $('bp-set').addEventListener('click', async () => {
-    const v = $('bp').value.trim();
-    const { ok, j } = await post('/api/breakpoint', { filter: v });
-    $('bp').classList.toggle('bad', !ok);
-    $('bp').classList.toggle('on', ok && !!v);
-    $('bp').title = ok ? (v ? 'holding requests matching ' + v : 'no breakpoint') : j.error;
-    pollHeld();
-  });
+  for (const [input, key, what] of [['bp', 'filter', 'requests'], ['bp-res', 'response', 'responses']]) {
+    $(input + '-set').addEventListener('click', async () => {
+      const v = $(input).value.trim();
+      const { ok, j } = await post('/api/breakpoint', { [key]: v });
+      $(input).classList.toggle('bad', !ok);
+      $(input).classList.toggle('on', ok && !!v);
+      $(input).title = ok ? (v ? 'holding ' + what + ' matching ' + v : 'no breakpoint') : j.error;
+      pollHeld();
+    });
+  }
 
   window.__inspector = { flows: () => flows.length, ready: false };
   reload().then(() => { window.__inspector.ready = true; });

@@ -4,7 +4,8 @@
  * Memory: every node, string and typed struct made while loading is owned by one
  * fy_conf_arena_t and freed in one go by fy_conf_arena_free. Config is built once at boot
  * (or reload) and then read-only, so allocation failures abort (fy_xmalloc).
- */
+ * Threads: loading runs on one thread (the main thread, at boot or reload); the result is
+ * read-only after and may be read from any thread. */
 #ifndef FY_CONF_CONF_H
 #define FY_CONF_CONF_H
 

@@ -1,5 +1,6 @@
 /* Boot-time allocation that aborts on OOM (config, worker setup). Hot paths use arenas and
- * pools instead (core/arena.h, core/pool.h). */
+ * pools instead (core/arena.h, core/pool.h).
+ * Threads: thread-safe (the C allocator underneath). */
 #ifndef FY_CORE_ALLOC_H
 #define FY_CORE_ALLOC_H
 

@@ -107,3 +107,10 @@ void fy_arena_free(fy_arena_t *a)
     a->first_mem = NULL;
     a->cur = a->end = NULL;
 }
+
+size_t fy__arena_bytes_slow(const fy_arena_t *a)
+{
+    size_t n = a->first_mem ? a->first_size : 0;
+    for (const fy_arena_block_t *b = a->head; b; b = b->prev) n += sizeof *b + b->size;
+    return n;
+}

@@ -1,7 +1,9 @@
 /* Region allocator for per-conn and per-exchange memory: bump allocation in blocks, freed in
  * one go, with destructors for resources (fds, SSL*, cache references) run at reset/free in
  * reverse order of registration. fy_arena_reset keeps the first block, so a keep-alive
- * connection reuses its memory without calling malloc per request. */
+ * connection reuses its memory without calling malloc per request.
+ * Threads: an arena belongs to one thread (its connection's or exchange's worker); not
+ * thread-safe. */
 #ifndef FY_CORE_ARENA_H
 #define FY_CORE_ARENA_H
 
@@ -33,6 +35,13 @@ char *fy_arena_strndup(fy_arena_t *a, const char *s, size_t n);
 void fy_arena_on_reset(fy_arena_t *a, void (*fn)(void *arg), void *arg);
 /* Run destructors, free extra blocks, rewind to the first block. */
 void fy_arena_reset(fy_arena_t *a);
+/* Bytes the arena holds: its first block (caller-provided or not) and every block it took. */
+size_t fy__arena_bytes_slow(const fy_arena_t *a);
+static inline size_t fy_arena_bytes(const fy_arena_t *a)
+{
+    if (!a->head) return a->first_mem ? a->first_size : 0;
+    return fy__arena_bytes_slow(a);
+}
 /* fy_arena_reset plus nothing kept. */
 void fy_arena_free(fy_arena_t *a);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,6 +20,10 @@ typedef struct desc {
     int kind;
     fy_counter_id_t id;
     uint32_t next; /* hash chain: index + 1 into descs, 0 = end */
+    /* a histogram with an implicit first bucket: its count is the sum of these slot ranges
+       ({first, n}; owned) */
+    uint32_t (*count_from)[2];
+    uint32_t ncount_from;
 } desc_t;
 
 #define NHASH 4096u
@@ -109,6 +114,8 @@ static fy_counter_id_t add_locked(const char *name, const char *labels, int kind
     d->labels = fy_xstrdup(labels);
     d->kind = kind;
     d->id = nslots;
+    d->count_from = NULL;
+    d->ncount_from = 0;
     d->next = hash[h];
     hash[h] = (uint32_t)ndescs;
     nslots += need;
@@ -177,18 +184,56 @@ fy_counter_id_t fy_counter_lookup(const char *name, const char *labels)
     return id;
 }
 
+int fy_counter_hist_count_from(fy_counter_id_t hist, fy_counter_id_t first, uint32_t n)
+{
+    int r = -EINVAL;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < ndescs; i++) {
+        desc_t *d = &descs[i];
+        if (d->id != hist) continue;
+        if (d->kind != FY_HISTOGRAM || !hist || !first || first + n > nslots) break;
+        r = 0;
+        for (uint32_t k = 0; k < d->ncount_from; k++)
+            if (d->count_from[k][0] == first && d->count_from[k][1] == n) goto out;
+        void *v = realloc(d->count_from, (d->ncount_from + 1) * sizeof *d->count_from);
+        if (!v) {
+            r = -ENOMEM;
+            break;
+        }
+        d->count_from = v;
+        d->count_from[d->ncount_from][0] = first;
+        d->count_from[d->ncount_from][1] = n;
+        d->ncount_from++;
+        break;
+    }
+out:
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* The bounds grow by at least 2x from one to the next, so each [2^k, 2^(k+1)) holds at most
+ * one: the bucket of us is the first bound >= 2^k (k = floor(log2 us)) or the one after it,
+ * one table load and one compare instead of a search. first_at[k]: index of the first bound
+ * >= 2^k (NBOUNDS: none); bound_or_max[NBOUNDS] is the +Inf sentinel. */
+static uint8_t first_at[64];
+static uint64_t bound_or_max[FY_HIST_NBOUNDS + 1];
+
+__attribute__((constructor)) static void bucket_table(void)
+{
+    for (unsigned b = 0; b < FY_HIST_NBOUNDS; b++) bound_or_max[b] = fy_hist_bounds_us[b];
+    bound_or_max[FY_HIST_NBOUNDS] = UINT64_MAX;
+    for (unsigned k = 0; k < 64; k++) {
+        unsigned b = 0;
+        while (b < FY_HIST_NBOUNDS && fy_hist_bounds_us[b] < (1ull << k)) b++;
+        first_at[k] = (uint8_t)b;
+    }
+}
+
 unsigned fy_hist_bucket(uint64_t us)
 {
-    /* binary search for the first bound >= us */
-    unsigned lo = 0, hi = FY_HIST_NBOUNDS;
-    while (lo < hi) {
-        unsigned mid = (lo + hi) / 2;
-        if (fy_hist_bounds_us[mid] < us)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    if (us == 0) return 0;
+    unsigned b = first_at[63 - __builtin_clzll(us)];
+    return b + (us > bound_or_max[b]);
 }
 
 static uint64_t sum_slot(uint32_t slot)
@@ -196,6 +241,16 @@ static uint64_t sum_slot(uint32_t slot)
     uint64_t v = atomic_load_explicit(&unbound[slot], memory_order_relaxed);
     for (int w = 0; w < nworkers; w++)
         v += atomic_load_explicit(&workers[w][slot], memory_order_relaxed);
+    return v;
+}
+
+static uint64_t max_slot(uint32_t slot)
+{
+    uint64_t v = atomic_load_explicit(&unbound[slot], memory_order_relaxed);
+    for (int w = 0; w < nworkers; w++) {
+        uint64_t x = atomic_load_explicit(&workers[w][slot], memory_order_relaxed);
+        if (x > v) v = x;
+    }
     return v;
 }
 
@@ -216,13 +271,24 @@ int fy_counters_snapshot(fy_counters_snapshot_t *snap)
         s->labels = d->labels;
         s->kind = d->kind;
         if (d->kind != FY_HISTOGRAM) {
-            s->value = (int64_t)sum_slot(d->id);
+            s->value = (int64_t)(d->kind == FY_GAUGE_MAX ? max_slot(d->id) : sum_slot(d->id));
             continue;
         }
         uint64_t cum = 0;
         for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) {
             cum += sum_slot(d->id + b);
             s->buckets[b] = cum;
+        }
+        if (d->ncount_from) {
+            /* read after the buckets: a writer bumps the count before the bucket, so (x86 keeps
+               stores and loads in order) the count read here is never below them */
+            uint64_t total = 0;
+            for (uint32_t k = 0; k < d->ncount_from; k++)
+                for (uint32_t j = 0; j < d->count_from[k][1]; j++)
+                    total += sum_slot(d->count_from[k][0] + j);
+            uint64_t first = total > cum ? total - cum : 0;
+            for (unsigned b = 0; b <= FY_HIST_NBOUNDS; b++) s->buckets[b] += first;
+            cum += first;
         }
         s->value = (int64_t)cum;
         s->sum_us = sum_slot(d->id + FY_HIST_NBOUNDS + 1);
@@ -273,12 +339,30 @@ static const char *const helps[][2] = {
     {"ferry_upstream_ttfb_seconds", "Time to the response head of proxied exchanges, per server."},
     {"ferry_upstream_duration_seconds", "Total time of proxied exchanges, per upstream server."},
     {"ferry_upstream_pool_idle", "Idle keep-alive HTTP/1.1 connections pooled per server."},
+    {"ferry_upstream_pool_connections",
+     "Origin connections open per server (TCP for h1 and h2, QUIC for h3)."},
+    {"ferry_upstream_pool_waiters", "Requests waiting for a stream on an h2/h3 origin connection."},
     {"ferry_upstream_server_retries_total", "Requests sent again after this server failed them."},
     {"ferry_upstream_server_ejections_total", "Passive ejections of this server."},
+    {"ferry_upstream_circuit_open", "Workers whose circuit breaker of this server is open."},
+    {"ferry_upstream_circuit_half_open", "Workers whose breaker of this server is half-open."},
+    {"ferry_upstream_circuit_transitions_total", "Circuit breaker transitions, by new state."},
+    {"ferry_upstream_retry_budget_exhausted_total", "Retries refused by the retry budget."},
+    {"ferry_upstream_hedges_total", "Hedged attempts started (a second server asked)."},
+    {"ferry_upstream_hedge_wins_total", "Hedged attempts whose response head came first."},
     {"ferry_l4_sessions_total", "Layer-4 sessions (TCP connections, UDP flows) started."},
     {"ferry_l4_sessions_active", "Layer-4 sessions open."},
     {"ferry_intercept_flows_total", "Intercepted CONNECT/SOCKS/transparent flows, by mode."},
     {"ferry_intercept_certs_forged_total", "Certificates minted for interception."},
+    {"ferry_quic_connections_active", "QUIC connections open, by side (server, client)."},
+    {"ferry_quic_connections_total", "QUIC connections set up, by side (server, client)."},
+    {"ferry_l4_route_sessions_total", "Layer-4 sessions started, per l4 route."},
+    {"ferry_l4_bytes_total", "Layer-4 bytes relayed per l4 route (up: client to origin)."},
+    {"ferry_connection_memory_bytes",
+     "Bytes held by open client connections (buffers, TLS, codec state), by protocol."},
+    {"ferry_connection_memory_max_bytes", "Most bytes one client connection has held."},
+    {"ferry_stream_memory_bytes", "Bytes held by requests in progress, by protocol."},
+    {"ferry_stream_memory_max_bytes", "Most bytes one request has held."},
 };
 
 static const char *help_of(const char *name)
@@ -288,7 +372,7 @@ static const char *help_of(const char *name)
     return NULL;
 }
 
-static const char *const type_names[] = {"counter", "gauge", "histogram"};
+static const char *const type_names[] = {"counter", "gauge", "histogram", "gauge"};
 
 static void write_sample(const fy_counter_sample_t *s, FILE *out)
 {
@@ -341,9 +425,18 @@ int fy_counters_write_prometheus(const fy_counters_snapshot_t *snap, FILE *out)
 fy_counter_id_t fy_cid_conns_active[FY_CPROTO_N], fy_cid_conns_total[FY_CPROTO_N];
 fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N];
 fy_counter_id_t fy_cid_tls_handshakes[3];
-fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections, fy_cid_limit_connections;
+fy_counter_id_t fy_cid_upstream_retries, fy_cid_upstream_ejections;
+fy_counter_id_t fy_cid_limit[FY_LIMIT_N];
+const char *const fy_limit_names[FY_LIMIT_N] = {
+    "connections", "request-line",   "header-bytes", "header-count",
+    "body-size",   "header-timeout", "body-timeout", "send-timeout",
+};
 fy_counter_id_t fy_cid_l4_sessions_total, fy_cid_l4_sessions_active;
 fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
+fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
+fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N], fy_cid_conn_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N], fy_cid_stream_mem_max[FY_CPROTO_N];
+fy_counter_id_t fy_cid_limit_conn_memory;
 
 void fy_counters_register_builtin(void)
 {
@@ -363,8 +456,11 @@ void fy_counters_register_builtin(void)
     fy_cid_upstream_retries = fy_counter_register("ferry_upstream_retries_total", "", FY_COUNTER);
     fy_cid_upstream_ejections =
         fy_counter_register("ferry_upstream_ejections_total", "", FY_COUNTER);
-    fy_cid_limit_connections =
-        fy_counter_register("ferry_limit_rejections_total", "limit=\"connections\"", FY_COUNTER);
+    for (int i = 0; i < FY_LIMIT_N; i++) {
+        char lab[64];
+        snprintf(lab, sizeof lab, "limit=\"%s\"", fy_limit_names[i]);
+        fy_cid_limit[i] = fy_counter_register("ferry_limit_rejections_total", lab, FY_COUNTER);
+    }
     fy_cid_l4_sessions_total = fy_counter_register("ferry_l4_sessions_total", "", FY_COUNTER);
     fy_cid_l4_sessions_active = fy_counter_register("ferry_l4_sessions_active", "", FY_GAUGE);
     static const char *const modes[FY_CINT_N] = {"mode=\"decrypted\"", "mode=\"passthrough\""};
@@ -372,4 +468,22 @@ void fy_counters_register_builtin(void)
         fy_cid_intercept_flows[i] =
             fy_counter_register("ferry_intercept_flows_total", modes[i], FY_COUNTER);
     fy_cid_certs_forged = fy_counter_register("ferry_intercept_certs_forged_total", "", FY_COUNTER);
+    static const char *const sides[2] = {"side=\"server\"", "side=\"client\""};
+    for (int i = 0; i < 2; i++) {
+        fy_cid_quic_conns_active[i] =
+            fy_counter_register("ferry_quic_connections_active", sides[i], FY_GAUGE);
+        fy_cid_quic_conns_total[i] =
+            fy_counter_register("ferry_quic_connections_total", sides[i], FY_COUNTER);
+    }
+    for (int p = 0; p < FY_CPROTO_N; p++) {
+        fy_cid_conn_mem[p] =
+            fy_counter_register("ferry_connection_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_conn_mem_max[p] =
+            fy_counter_register("ferry_connection_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+        fy_cid_stream_mem[p] = fy_counter_register("ferry_stream_memory_bytes", proto[p], FY_GAUGE);
+        fy_cid_stream_mem_max[p] =
+            fy_counter_register("ferry_stream_memory_max_bytes", proto[p], FY_GAUGE_MAX);
+    }
+    fy_cid_limit_conn_memory = fy_counter_register("ferry_limit_rejections_total",
+                                                   "limit=\"connection-memory\"", FY_COUNTER);
 }

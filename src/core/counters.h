@@ -24,7 +24,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum fy_counter_kind { FY_COUNTER = 0, FY_GAUGE = 1, FY_HISTOGRAM = 2 };
+/* FY_GAUGE_MAX: a gauge whose workers' slots are read as their maximum, not their sum (each
+ * worker keeps its own high-water mark there with fy_gauge_raise); exported as a gauge. */
+enum fy_counter_kind { FY_COUNTER = 0, FY_GAUGE = 1, FY_HISTOGRAM = 2, FY_GAUGE_MAX = 3 };
 
 /* A slot index. 0 is the "none" id: writes to it land in a scratch slot nobody reads, so an id
  * that failed to register (table full) costs nothing and needs no check. */
@@ -75,14 +77,34 @@ fy_counter_id_t *fy_counters_register_servers(const char *name, int kind, const 
 /* The id of name+labels if registered, else 0. */
 fy_counter_id_t fy_counter_lookup(const char *name, const char *labels);
 
+/* Histogram `hist` (an id from a registration of kind FY_HISTOGRAM) counts its first bucket
+ * implicitly: at snapshot its count is the sum of the n counter slots from `first` (added to
+ * whatever other ranges were named for it; naming the same range again changes nothing), and
+ * the first bucket is that count minus the other buckets. Its writers then only observe values
+ * above the first bound (fy_hist_observe_above_at): a request path whose latencies are mostly
+ * under the clock's resolution writes no histogram slot at all, only the counters it keeps
+ * anyway. Returns 0, -EINVAL (not a histogram), -ENOMEM. Thread-safe. */
+int fy_counter_hist_count_from(fy_counter_id_t hist, fy_counter_id_t first, uint32_t n);
+
 /* the calling thread's slot array (never NULL) */
 extern _Thread_local _Atomic uint64_t *fy__counters_mine;
 
-static inline void fy_counter_add(fy_counter_id_t id, uint64_t n)
+/* One slot += n by its only writer. On x86-64 one `add` to memory (no `lock`): the aligned
+ * 8-byte store it ends with is never torn for a reader's relaxed load, and the asm keeps the
+ * compiler from treating it as a plain (racy) access; elsewhere a relaxed load and store. */
+static inline void fy__counter_slot_add(_Atomic uint64_t *s, uint64_t n)
 {
-    _Atomic uint64_t *s = &fy__counters_mine[id];
+#if defined(__x86_64__) && !defined(FY_COUNTERS_NO_ASM)
+    __asm__("addq %1, %0" : "+m"(*(uint64_t *)s) : "er"(n));
+#else
     atomic_store_explicit(s, atomic_load_explicit(s, memory_order_relaxed) + n,
                           memory_order_relaxed);
+#endif
+}
+
+static inline void fy_counter_add(fy_counter_id_t id, uint64_t n)
+{
+    fy__counter_slot_add(&fy__counters_mine[id], n);
 }
 static inline void fy_counter_inc(fy_counter_id_t id)
 {
@@ -92,6 +114,14 @@ static inline void fy_counter_inc(fy_counter_id_t id)
 static inline void fy_gauge_add(fy_counter_id_t id, int64_t d)
 {
     fy_counter_add(id, (uint64_t)d);
+}
+
+/* FY_GAUGE_MAX: this worker's slot becomes v if v is larger */
+static inline void fy_gauge_raise(fy_counter_id_t id, uint64_t v)
+{
+    _Atomic uint64_t *s = &fy__counters_mine[id];
+    if (v > atomic_load_explicit(s, memory_order_relaxed))
+        atomic_store_explicit(s, v, memory_order_relaxed);
 }
 
 /* The bucket index (0..FY_HIST_NBOUNDS) of a value in µs: the first bound >= us, or NBOUNDS
@@ -113,12 +143,18 @@ static inline void fy_hist_observe(fy_counter_id_t id, uint64_t us)
 /* The same on an array the caller loaded once from fy__counters_mine (hot paths). */
 static inline void fy_counter_add_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t n)
 {
-    atomic_store_explicit(&mine[id], atomic_load_explicit(&mine[id], memory_order_relaxed) + n,
-                          memory_order_relaxed);
+    fy__counter_slot_add(&mine[id], n);
 }
 static inline void fy_hist_observe_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t us)
 {
     fy_counter_add_at(mine, id + fy_hist_bucket_fast(us), 1);
+    fy_counter_add_at(mine, id + FY_HIST_NBOUNDS + 1, us);
+}
+/* Observe us on a histogram with an implicit first bucket (fy_counter_hist_count_from): the
+ * sum always, the bucket only above the first bound (the first is the remainder). */
+static inline void fy_hist_observe_above_at(_Atomic uint64_t *mine, fy_counter_id_t id, uint64_t us)
+{
+    if (us > fy_hist_bounds_us[0]) fy_counter_add_at(mine, id + fy_hist_bucket(us), 1);
     fy_counter_add_at(mine, id + FY_HIST_NBOUNDS + 1, us);
 }
 
@@ -166,13 +202,57 @@ extern fy_counter_id_t fy_cid_streams_active[FY_CPROTO_N]; /* ferry_streams_acti
 extern fy_counter_id_t fy_cid_tls_handshakes[3];           /* ferry_tls_handshakes_total{result} */
 extern fy_counter_id_t fy_cid_upstream_retries;            /* ferry_upstream_retries_total */
 extern fy_counter_id_t fy_cid_upstream_ejections;          /* ferry_upstream_ejections_total */
-extern fy_counter_id_t fy_cid_limit_connections; /* ferry_limit_rejections_total{connections} */
+/* ferry_limit_rejections_total{limit=NAME}, NAME the `limits:` key of the bound that refused a
+   request or closed a connection (fy_limit_names) */
+enum {
+    FY_LIMIT_CONNECTIONS = 0,
+    FY_LIMIT_REQUEST_LINE,
+    FY_LIMIT_HEADER_BYTES,
+    FY_LIMIT_HEADER_COUNT,
+    FY_LIMIT_BODY_SIZE,
+    FY_LIMIT_HEADER_TIMEOUT,
+    FY_LIMIT_BODY_TIMEOUT,
+    FY_LIMIT_SEND_TIMEOUT,
+    FY_LIMIT_N
+};
+extern const char *const fy_limit_names[FY_LIMIT_N];
+extern fy_counter_id_t fy_cid_limit[FY_LIMIT_N];
+#define fy_cid_limit_connections (fy_cid_limit[FY_LIMIT_CONNECTIONS])
 enum { FY_CINT_DECRYPTED = 0, FY_CINT_PASSTHROUGH = 1, FY_CINT_N = 2 };
 extern fy_counter_id_t fy_cid_l4_sessions_total;          /* ferry_l4_sessions_total */
 extern fy_counter_id_t fy_cid_l4_sessions_active;         /* ferry_l4_sessions_active (gauge) */
 extern fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N]; /* ferry_intercept_flows_total{mode} */
 extern fy_counter_id_t fy_cid_certs_forged;               /* ferry_intercept_certs_forged_total */
+/* QUIC connections by side ([0] server: clients' connections to us; [1] client: ours to h3
+   origins): ferry_quic_connections_active (gauge) and ferry_quic_connections_total */
+extern fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
+/* Memory held by server connections and their streams (exchanges), in bytes: buffers, TLS
+ * state and record buffers, codec state (issue 19). Totals are summed over workers; the _max
+ * gauges are the largest one connection / stream has held on any worker since start. */
+extern fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N];       /* ferry_connection_memory_bytes */
+extern fy_counter_id_t fy_cid_conn_mem_max[FY_CPROTO_N];   /* ferry_connection_memory_max_bytes */
+extern fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N];     /* ferry_stream_memory_bytes */
+extern fy_counter_id_t fy_cid_stream_mem_max[FY_CPROTO_N]; /* ferry_stream_memory_max_bytes */
+extern fy_counter_id_t fy_cid_limit_conn_memory; /* ..._rejections_total{connection-memory} */
 void fy_counters_register_builtin(void);
+
+/* A connection of protocol p now holds `now` bytes where it held *held (0 when new; pass now
+ * = 0 at its close): the total moves by the difference, the max rises, *held = now. */
+static inline void fy_counters_conn_mem(int p, size_t *held, size_t now)
+{
+    if (now == *held) return;
+    fy_gauge_add(fy_cid_conn_mem[p], (int64_t)now - (int64_t)*held);
+    fy_gauge_raise(fy_cid_conn_mem_max[p], now);
+    *held = now;
+}
+/* the same for one stream (an exchange) of protocol p */
+static inline void fy_counters_stream_mem(int p, size_t *held, size_t now)
+{
+    if (now == *held) return;
+    fy_gauge_add(fy_cid_stream_mem[p], (int64_t)now - (int64_t)*held);
+    fy_gauge_raise(fy_cid_stream_mem_max[p], now);
+    *held = now;
+}
 
 /* a server connection of protocol p (FY_CPROTO_*) opened / closed */
 static inline void fy_counters_conn_open(int p)
@@ -185,6 +265,12 @@ static inline void fy_counters_l4_open(void)
 {
     fy_counter_inc(fy_cid_l4_sessions_total);
     fy_gauge_add(fy_cid_l4_sessions_active, 1);
+}
+/* a QUIC connection of side 0 (server) or 1 (client) set up; its teardown: -1 on the gauge */
+static inline void fy_counters_quic_open(int side)
+{
+    fy_gauge_add(fy_cid_quic_conns_active[side], 1);
+    fy_counter_inc(fy_cid_quic_conns_total[side]);
 }
 static inline void fy_counters_conn_close(int p)
 {

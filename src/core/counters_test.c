@@ -4,6 +4,7 @@
 #include "core/counters.h"
 #include "core/test.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -51,6 +52,25 @@ static void test_buckets(void)
         if (i) CHECK(fy_hist_bounds_us[i] > fy_hist_bounds_us[i - 1]);
     }
     CHECK_EQ_INT(fy_hist_bucket(UINT64_MAX), FY_HIST_NBOUNDS);
+    /* the table lookup relies on each bound being at least twice the one before */
+    for (unsigned i = 1; i < FY_HIST_NBOUNDS; i++)
+        CHECK(fy_hist_bounds_us[i] >= 2 * fy_hist_bounds_us[i - 1]);
+    /* against a linear search: every value to 0.3 s, then powers of two and their neighbours */
+    for (uint64_t us = 0; us <= 300000; us++) {
+        unsigned want = 0;
+        while (want < FY_HIST_NBOUNDS && fy_hist_bounds_us[want] < us) want++;
+        if (fy_hist_bucket(us) != want) {
+            CHECK_EQ_INT(fy_hist_bucket(us), want);
+            break;
+        }
+    }
+    for (unsigned k = 0; k < 64; k++)
+        for (int d = -1; d <= 1; d++) {
+            uint64_t us = (1ull << k) + (uint64_t)(int64_t)d;
+            unsigned want = 0;
+            while (want < FY_HIST_NBOUNDS && fy_hist_bounds_us[want] < us) want++;
+            CHECK_EQ_INT(fy_hist_bucket(us), want);
+        }
     CHECK_EQ_INT(fy_hist_bounds_us[6], 1000);                       /* 1 ms */
     CHECK_EQ_INT(fy_hist_bounds_us[FY_HIST_NBOUNDS - 1], 60000000); /* 60 s */
 
@@ -85,6 +105,50 @@ static void test_buckets(void)
         CHECK(strstr(buf, "t_hist_seconds_bucket{le=\"+Inf\"} 4\n") != NULL);
         CHECK(strstr(buf, "t_hist_seconds_count{} 4\n") != NULL);
         CHECK(strstr(buf, "t_requests_total{route=\"0\"} 5\n") != NULL);
+    }
+    fy_counters_snapshot_free(&s);
+}
+
+/* A histogram whose first bucket is implicit: its count comes from counter slots (two ranges,
+ * one named twice), its writers observe only values above the first bound. */
+static void test_implicit_first(void)
+{
+    const char *names[3] = {"t_imp_total", "t_imp_total", "t_imp_other"};
+    const char *labels[3] = {"c=\"a\"", "c=\"b\"", NULL};
+    const int kinds[3] = {FY_COUNTER, FY_COUNTER, FY_COUNTER};
+    fy_counter_id_t blk = fy_counter_register_block(names, labels, kinds, 3);
+    fy_counter_id_t other = fy_counter_register("t_imp2_total", "", FY_COUNTER);
+    fy_counter_id_t h = fy_counter_register("t_imp_seconds", "", FY_HISTOGRAM);
+    CHECK(blk && other && h);
+    CHECK_EQ_INT(fy_counter_hist_count_from(h, blk, 2), 0);
+    CHECK_EQ_INT(fy_counter_hist_count_from(h, blk, 2), 0); /* again: no change */
+    CHECK_EQ_INT(fy_counter_hist_count_from(h, other, 1), 0);
+    CHECK_EQ_INT(fy_counter_hist_count_from(blk, other, 1), -EINVAL); /* not a histogram */
+    CHECK_EQ_INT(fy_counter_hist_count_from(h, 0, 1), -EINVAL);
+    _Atomic uint64_t *mine = fy__counters_mine;
+    /* five exchanges: three under the first bound (no histogram write), two above */
+    fy_counter_add(blk, 3);
+    fy_counter_add(blk + 1, 1);
+    fy_counter_inc(other);
+    fy_counter_add(blk + 2, 50); /* not a source */
+    fy_hist_observe_above_at(mine, h, 0);
+    fy_hist_observe_above_at(mine, h, 5);
+    fy_hist_observe_above_at(mine, h, 2000);
+    fy_hist_observe_above_at(mine, h, 70000000);
+    fy_counters_snapshot_t s;
+    CHECK_EQ_INT(fy_counters_snapshot(&s), 0);
+    const fy_counter_sample_t *x = NULL;
+    for (size_t i = 0; i < s.n; i++)
+        if (strcmp(s.v[i].name, "t_imp_seconds") == 0) x = &s.v[i];
+    CHECK(x != NULL);
+    if (x) {
+        CHECK_EQ_INT(x->value, 5);
+        CHECK_EQ_INT(x->buckets[0], 3); /* 5 - the two stored */
+        CHECK_EQ_INT(x->buckets[6], 3); /* le 1 ms */
+        CHECK_EQ_INT(x->buckets[7], 4); /* le 2.5 ms */
+        CHECK_EQ_INT(x->buckets[FY_HIST_NBOUNDS - 1], 4);
+        CHECK_EQ_INT(x->buckets[FY_HIST_NBOUNDS], 5);
+        CHECK_EQ_INT(x->sum_us, 5 + 2000 + 70000000);
     }
     fy_counters_snapshot_free(&s);
 }
@@ -192,4 +256,5 @@ static void test_prometheus(void)
     fy_counters_snapshot_free(&s);
 }
 
-FY_TEST_MAIN(test_registry(), test_buckets(), test_threads(), test_prometheus())
+FY_TEST_MAIN(test_registry(), test_buckets(), test_implicit_first(), test_threads(),
+             test_prometheus())

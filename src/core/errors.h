@@ -1,5 +1,6 @@
 /* Error codes: functions return 0 on success, a negative FY_E* or -errno on failure;
- * I/O-style calls return >0 progress, 0 would block, <0 error (CONVENTIONS.md habit 3). */
+ * I/O-style calls return >0 progress, 0 would block, <0 error (CONVENTIONS.md habit 3).
+ * Threads: constants only. */
 #ifndef FY_CORE_ERRORS_H
 #define FY_CORE_ERRORS_H
 

@@ -1,4 +1,5 @@
-/* Shared forward typedefs (no umbrella header: include what you use). */
+/* Shared forward typedefs (no umbrella header: include what you use).
+ * Threads: declarations only. */
 #ifndef FY_CORE_FWD_H
 #define FY_CORE_FWD_H
 

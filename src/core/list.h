@@ -1,4 +1,5 @@
-/* Intrusive circular doubly-linked list. */
+/* Intrusive circular doubly-linked list.
+ * Threads: no locking; a list belongs to the thread that owns its container. */
 #ifndef FY_CORE_LIST_H
 #define FY_CORE_LIST_H
 

@@ -1,4 +1,5 @@
-/* Length-delimited string slices. */
+/* Length-delimited string slices.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_CORE_STR_H
 #define FY_CORE_STR_H
 

@@ -1,6 +1,7 @@
 /* Minimal unit-test support for foo_test.c files (run by ctest). A failed CHECK prints the
  * file:line and expression and the test exits non-zero; FY_TEST_MAIN prints
- * "N passed, N failed" for the checks. */
+ * "N passed, N failed" for the checks.
+ * Threads: test-only, single-threaded. */
 #ifndef FY_CORE_TEST_H
 #define FY_CORE_TEST_H
 

@@ -1,5 +1,6 @@
 /* A PROT_NONE guard page for parser tests (CONVENTIONS.md habit 9): input copied to end
- * exactly where readable memory ends, so any read past the end faults. Test-only. */
+ * exactly where readable memory ends, so any read past the end faults. Test-only.
+ * Threads: test-only, single-threaded. */
 #ifndef FY_CORE_TEST_GUARD_H
 #define FY_CORE_TEST_GUARD_H
 

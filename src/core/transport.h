@@ -2,7 +2,9 @@
  * socket, later a tunnel inside an exchange). Codecs talk to transports only through these ops,
  * so stacking TLS on a tunnel (MITM) needs no codec change.
  * I/O convention: >0 bytes moved, 0 would block (see `want`), <0 error (FY_EEOF on a clean
- * end of stream, -errno or FY_ETLS otherwise). */
+ * end of stream, -errno or FY_ETLS otherwise).
+ * Threads: a transport belongs to one connection and is used only on that connection's worker
+ * thread. */
 #ifndef FY_CORE_TRANSPORT_H
 #define FY_CORE_TRANSPORT_H
 

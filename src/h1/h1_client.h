@@ -16,7 +16,8 @@
  *  - on_data's bytes stay valid until the owner calls fy_h1_client_consume for all of them;
  *    the codec reads nothing more until then (that is the backpressure). on_end may follow
  *    while they are still unconsumed (the last piece and the end arrive together).
- *  - submit takes the request body length (0 none, >0 Content-Length, -1 chunked). */
+ *  - submit takes the request body length (0 none, >0 Content-Length, -1 chunked).
+ * Threads: a codec instance lives on its origin connection's worker thread only. */
 #ifndef FY_H1_H1_CLIENT_H
 #define FY_H1_H1_CLIENT_H
 

@@ -7,7 +7,7 @@
  * the helpers that take a `const unsigned char *` into a head rely on the head ending with LF,
  * which no byte class contains: a class loop needs no bound, and p[1] is read only after
  * *p == '\r', which is never the last byte of a head.
- */
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_H1_FIELDS_H
 #define FY_H1_FIELDS_H
 

@@ -4,7 +4,7 @@
  * caller's buffer. It is restartable in the picohttpparser sense: call it again with the same
  * buffer grown by more bytes; `fy_h1_req_t.scanned` remembers how far the head was already
  * searched for its end, so a head arriving byte by byte costs O(n) overall, not O(n^2).
- */
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_H1_PARSE_H
 #define FY_H1_PARSE_H
 

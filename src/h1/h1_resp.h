@@ -1,7 +1,8 @@
 /* Strict, zero-copy, restartable HTTP/1.1 *response* head parser (RFC 9112), for the client
  * codec that talks to origins. Same conventions as h1_parse.h (slices of the caller's buffer,
  * FY_H1_INCOMPLETE, negative enum fy_h1_err), and the chunked decoder of h1_parse.h is reused
- * for bodies. */
+ * for bodies.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_H1_H1_RESP_H
 #define FY_H1_H1_RESP_H
 

@@ -35,6 +35,12 @@ static void on_timer(fy_timer_t *t)
                            : 0);
         return;
     }
+    if (c->timer_kind == T_HEADER)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_HEADER_TIMEOUT]);
+    else if (c->timer_kind == T_BODY)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_BODY_TIMEOUT]);
+    else if (c->timer_kind == T_SEND)
+        fy_counter_inc(fy_cid_limit[FY_LIMIT_SEND_TIMEOUT]);
     if (c->timer_kind != T_LINGER) {
         char a[64];
         fy_info("client %s: %s timeout, closing connection",
@@ -53,6 +59,7 @@ static void rbuf_get(h1_conn_t *c)
 {
     if (c->rbuf) return;
     c->rbuf = fy_pool_get(fy_chunk_pool());
+    c->mem_dirty = true;
     c->rcap = FY_CHUNK_SIZE;
     c->rstart = c->rlen = 0;
 }
@@ -88,6 +95,34 @@ static void idle_release(h1_conn_t *c)
     c->fbuf = NULL;
     fy__h1_hdrs_put(c);
     fy__h1_arena_put(c);
+    fy__h1_mem_sync(c);
+}
+
+bool fy__h1_mem_sync(h1_conn_t *c)
+{
+    if (c->closed) return false; /* its count went at the close */
+    c->mem_dirty = false;
+    size_t ex = 0;
+    if (c->hdrs) ex += sizeof(fy_h1_header_t) * (size_t)c->ctx->limits->max_headers;
+    ex += fy_arena_bytes(&c->arena);
+    size_t n = sizeof *c + ex + (c->rbuf ? c->rcap : 0) + (c->rbuf_prev ? FY_CHUNK_SIZE : 0) +
+               (c->wbuf ? FY_CHUNK_SIZE : 0) + (c->fbuf ? FY_CHUNK_SIZE : 0);
+    if (c->t != &c->sock) n += fy_tls_transport_mem(c->t);
+    if (n == c->mem_held) return false; /* a busy keep-alive connection: the same as last time */
+    fy_counters_conn_mem(FY_CPROTO_H1, &c->mem_held, n);
+    fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, c->ex_active ? ex : 0);
+    uint64_t max = c->ctx->limits->max_conn_memory;
+    if (!max || n <= max) return false;
+    char a[64];
+    fy_warn("client %s: connection memory budget exceeded (%zu bytes held, connection-memory "
+            "%llu): closing",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), n,
+            (unsigned long long)max);
+    fy_counter_inc(fy_cid_limit_conn_memory);
+    c->read_paused = true; /* nothing more is read; what is queued goes in the close */
+    if (c->ex_active && !c->res_final) c->ex.error = "connection memory budget exceeded";
+    fy__h1_conn_close(c);
+    return true;
 }
 
 /* ---- connection life ---- */
@@ -214,6 +249,8 @@ void fy__h1_conn_close(h1_conn_t *c)
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
     fy_counters_conn_close(FY_CPROTO_H1);
+    fy_counters_conn_mem(FY_CPROTO_H1, &c->mem_held, 0);
+    fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, 0);
     fy_defer_cancel(c->loop, &c->defer);
     fy_defer_cancel(c->loop, &c->rdefer);
     c->defer.cb = free_conn;
@@ -288,6 +325,7 @@ static void do_handshake(h1_conn_t *c)
     }
     fy__h1_set_timer(c, T_HEADER);
     c->read_paused = false;
+    if (fy__h1_mem_sync(c)) return;
     fy__h1_update_events(c);
 }
 
@@ -400,6 +438,8 @@ static void on_readable(h1_conn_t *c)
         if (!c->t->ops->pending(c->t) || c->read_paused) break;
     }
     c->in_read = false;
+    /* (a busy keep-alive connection took nothing new: nothing to count) */
+    if ((c->mem_dirty || c->arena.head) && fy__h1_mem_sync(c)) return;
     if (fy__h1_output_pending(c))
         fy__h1_flush(c);
     else if (!c->closed)

@@ -39,6 +39,7 @@ static void grow_for_body(h1_conn_t *c)
     c->rbuf = nb;
     c->rbuf_heap = true;
     c->rcap = BODY_BUF;
+    c->mem_dirty = true;
 }
 
 /* Hand the next slice of body to the handler, or read more. */

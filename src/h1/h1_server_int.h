@@ -111,8 +111,15 @@ typedef struct h1_conn {
     bool peer_eof;     /* the client half-closed (tunnel) */
     void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
     void (*mitm_tunnel_free)(void *);
-    char *arena_first; /* owned, from arena_pool while a request is in progress */
+    char *arena_first;  /* owned, from arena_pool while a request is in progress */
+    size_t mem_held;    /* what ferry_connection_memory_bytes has of this connection */
+    size_t stream_held; /* ... and ferry_stream_memory_bytes of its exchange */
+    bool mem_dirty;     /* a buffer was taken since the last fy__h1_mem_sync */
 } h1_conn_t;
+
+/* Count what the connection holds now (buffers, header array, arena, TLS) in the memory
+ * gauges; past limits.connection-memory it is read-paused and closed (returns true then). */
+bool fy__h1_mem_sync(h1_conn_t *c);
 
 static inline void fy__h1_set_timer(h1_conn_t *c, int kind)
 {
@@ -150,6 +157,7 @@ static inline void fy__h1_wbuf_get(h1_conn_t *c)
     if (c->wbuf) return;
     c->wbuf = fy_pool_get(fy_chunk_pool());
     c->wlen = c->wsent = 0;
+    c->mem_dirty = true;
 }
 
 static inline bool fy__h1_output_pending(const h1_conn_t *c)

@@ -34,6 +34,7 @@ static void req_mem_get(h1_conn_t *c)
 {
     hdrs_get(c);
     if (c->arena_first) return;
+    c->mem_dirty = true;
     if (arena_pool.size == 0) fy_pool_init(&arena_pool, ARENA_FIRST, 64);
     c->arena_first = fy_pool_get(&arena_pool);
     fy_arena_init(&c->arena, c->arena_first, ARENA_FIRST, 4096);
@@ -185,7 +186,9 @@ static void begin_exchange(h1_conn_t *c, int headlen)
         q->query = FY_STR_NULL;
     }
     q->headers.v = (fy_header_t *)c->hdrs; /* same layout: two slices */
-    q->headers.n = q->headers.cap = r->nheaders;
+    q->headers.n = r->nheaders;
+    /* the rest of the array is room for fields a filter adds (traceparent, transforms) */
+    q->headers.cap = (size_t)c->ctx->limits->max_headers;
     q->expect_continue = r->expect_continue && q->version >= 11;
     if (r->conn_upgrade && q->version >= 11) {
         /* `Connection: upgrade` + `Upgrade: websocket`: a tunnel request, like an extended
@@ -315,6 +318,10 @@ void fy__h1_process(h1_conn_t *c)
         }
         c->req.scanned = 0;
         if (r < 0) {
+            if (r == FY_H1_EURI_TOO_LONG || r == FY_H1_EHDR_TOO_LARGE || r == FY_H1_ETOO_MANY_HDRS)
+                fy_counter_inc(fy_cid_limit[r == FY_H1_EURI_TOO_LONG    ? FY_LIMIT_REQUEST_LINE
+                                            : r == FY_H1_EHDR_TOO_LARGE ? FY_LIMIT_HEADER_BYTES
+                                                                        : FY_LIMIT_HEADER_COUNT]);
             fy__h1_reject(c, fy_h1_err_status(r), fy_h1_err_str(r));
             return;
         }
@@ -345,6 +352,10 @@ void fy__h1_end_exchange(h1_conn_t *c)
     fy_exchange_t *ex = &c->ex;
     fy_exchange_done(ex);
     c->ex_active = false;
+    /* the exchange's memory at its end: its header array and arena (the stream gauges) */
+    fy_gauge_raise(fy_cid_stream_mem_max[FY_CPROTO_H1],
+                   (c->hdrs ? hdrs_size(c) : 0) + fy_arena_bytes(&c->arena));
+    fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, 0);
     fy_arena_reset(&c->arena);
     c->head_written = c->res_final = c->want_proceed = false;
     c->read_paused = false; /* the next request (or the close) is ours to read again */

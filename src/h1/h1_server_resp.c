@@ -367,7 +367,10 @@ void fy__h1_flush(h1_conn_t *c)
         } else {
             /* TLS: read the file in chunks and write them */
             if (c->flen == c->fsent) {
-                if (!c->fbuf) c->fbuf = fy_pool_get(fy_chunk_pool());
+                if (!c->fbuf) {
+                    c->fbuf = fy_pool_get(fy_chunk_pool());
+                    c->mem_dirty = true;
+                }
                 size_t want = c->file_left < FY_CHUNK_SIZE ? c->file_left : FY_CHUNK_SIZE;
                 ssize_t r = pread(c->file_fd, c->fbuf, want, c->file_off);
                 if (r <= 0) {

@@ -1,4 +1,6 @@
-/* Typed HTTP/2 settings and abuse limits (`http2:`). Table: h2/h2_conf.c. */
+/* Typed HTTP/2 settings and abuse limits (`http2:`). Table: h2/h2_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_H2_H2_CONF_H
 #define FY_H2_H2_CONF_H
 

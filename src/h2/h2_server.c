@@ -71,6 +71,43 @@ void fy__h2_rbuf_release(h2_rbuf_t *b)
 
 /* ---- connection ---- */
 
+/* What this connection holds now (ferry_connection_memory_bytes, limits.connection-memory):
+ * itself, the nghttp2 session's blocks, the write and read buffers, TLS. */
+static size_t mem_now(const h2_conn_t *c)
+{
+    return sizeof *c + fy_h2_mem_held(&c->mem) + (c->wbuf ? c->wcap : 0) +
+           (c->rbuf ? sizeof *c->rbuf : 0) + fy_tls_transport_mem(c->t);
+}
+
+static void mem_sync(h2_conn_t *c)
+{
+    fy_counters_conn_mem(FY_CPROTO_H2, &c->mem_held, mem_now(c));
+}
+
+/* Past limits.connection-memory: read no more, say why (GOAWAY ENHANCE_YOUR_CALM), close. */
+static bool over_budget(h2_conn_t *c)
+{
+    uint64_t max = c->ctx->limits->max_conn_memory;
+    if (!max || c->mem_held <= max) return false;
+    char a[64];
+    fy_warn("client %s: h2: connection memory budget exceeded (%zu bytes held, "
+            "connection-memory %llu): closing",
+            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), c->mem_held,
+            (unsigned long long)max);
+    fy_counter_inc(fy_cid_limit_conn_memory);
+    fy_io_set(c->loop, &c->io, 0); /* read-paused */
+    if (!c->goaway) nghttp2_session_terminate_session(c->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    c->goaway = true;
+    const uint8_t *d;
+    ssize_t n = nghttp2_session_mem_send(c->ng, &d);
+    if (n > 0) {
+        struct iovec iov = {(void *)d, (size_t)n};
+        c->t->ops->writev(c->t, &iov, 1); /* best effort: the GOAWAY, if the socket takes it */
+    }
+    conn_close(c);
+    return true;
+}
+
 static void on_timer(fy_timer_t *t)
 {
     h2_conn_t *c = t->data;
@@ -79,7 +116,12 @@ static void on_timer(fy_timer_t *t)
            rbuf after each read), then the rest of the keep-alive timeout */
         uint64_t ka = c->ctx->limits->keepalive_timeout_ms;
         c->timer_idle = false;
-        if (c->nstreams == 0 && c->wlen == c->wsent) fy_tls_transport_idle(c->t);
+        if (c->nstreams == 0 && c->wlen == c->wsent) {
+            fy_tls_transport_idle(c->t);
+            /* nghttp2's frame buffer: its pages, while no frame is in it */
+            if (!nghttp2_session_want_write(c->ng)) fy_h2_mem_trim(&c->mem);
+            mem_sync(c);
+        }
         fy_timer_start(c->loop, &c->timer, ka > IDLE_RELEASE_MS ? ka - IDLE_RELEASE_MS : 0);
         return;
     }
@@ -128,6 +170,7 @@ static void conn_close(h2_conn_t *c)
     }
     nghttp2_session_del(c->ng);
     c->ng = NULL;
+    fy_counters_conn_mem(FY_CPROTO_H2, &c->mem_held, 0);
     fy_timer_stop(c->loop, &c->timer);
     fy_io_set(c->loop, &c->io, 0);
     if (c->t != &c->sock) c->t->ops->destroy(c->t);
@@ -239,6 +282,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
     h2_conn_t *c = io->data;
     if (c->closed) return;
     c->in_io = true;
+    fy_h2_mem_wake(&c->mem);
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         for (int i = 0; i < 8; i++) {
             if (!c->rbuf) c->rbuf = rbuf_get();
@@ -261,6 +305,8 @@ static void on_io(fy_io_t *io, uint32_t ev)
                 return;
             }
             if (c->closed) return;
+            mem_sync(c);
+            if (over_budget(c)) return;
             if (c->rbuf->refs > 1) {
                 /* a handler holds a slice of it: the next read goes to another buffer */
                 fy__h2_rbuf_release(c->rbuf);
@@ -276,6 +322,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
     }
     c->in_io = false;
     if (!c->closed) conn_flush(c);
+    if (!c->closed) mem_sync(c);
 }
 
 static void reread_cb(fy_defer_t *d)
@@ -354,7 +401,8 @@ static int start_upgraded(h2_conn_t *c, const fy_h2_upgrade_t *up)
     return 0;
 }
 
-/* nghttp2 allocates through the C allocator; sanitizer builds see every block either way. */
+/* nghttp2 allocates through h2_mem.c (counted, its frame buffer trimmed when idle); sanitizer
+ * builds see every block either way. */
 
 int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const struct sockaddr *sa,
                      socklen_t salen, const char *data, size_t len, const fy_h2_upgrade_t *upgrade)
@@ -399,7 +447,8 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     c->reread.cb = reread_cb;
     c->reread.data = c;
     c->scan_magic = 24; /* the client magic comes first, also after an h2c upgrade */
-    if (nghttp2_session_server_new2(&c->ng, cbs, c, opt) != 0) {
+    fy_h2_mem_init(&c->mem);
+    if (nghttp2_session_server_new3(&c->ng, cbs, c, opt, &c->mem.mem) != 0) {
         free(c);
         c = NULL;
         goto fail;
@@ -421,6 +470,7 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
     nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)conf->connection_window_size);
     fy__h2_arm_keepalive(c);
+    mem_sync(c);
     if (upgrade && start_upgraded(c, upgrade) < 0) {
         conn_close(c);
         return -EPROTO;

@@ -10,6 +10,7 @@
 #define FY_H2_H2_SERVER_INT_H
 
 #include "h2/h2_server.h"
+#include "h2/h2_mem.h"
 #include "h2/h2_client.h"
 #include <errno.h>
 #include <stddef.h>
@@ -100,6 +101,8 @@ struct h2_conn {
     fy_loop_t *loop;
     struct sockaddr_storage remote;
     nghttp2_session *ng;
+    fy_h2_mem_t mem; /* the session's allocator and its count (h2_mem.h) */
+    size_t mem_held; /* what ferry_connection_memory_bytes has of this connection */
     fy_timer_t timer;
     bool timer_send;
     bool timer_idle; /* the keep-alive timer's first IDLE_RELEASE_MS (arm_keepalive) */

@@ -614,6 +614,7 @@ h2_stream_t *fy__h2_stream_new(h2_conn_t *c, int32_t id)
     ex->remote = (struct sockaddr *)&c->remote;
     ex->start_ms = c->loop->now_ms;
     ex->req.version = 20;
+    ex->stream_id = (uint32_t)id;
     ex->req.scheme = c->ctx->is_tls || c->t->is_tls ? FY_STR_LIT("https") : FY_STR_LIT("http");
     ex->tunnel = c->mitm_tunnel;
     fy_list_insert_tail(&c->streams, &s->link);

@@ -6,7 +6,9 @@
  * fy_h3_client_resume).
  *
  * Unlike the h2 codec this one does its own I/O (QUIC owns its UDP socket and timers), so
- * there is no recv/send pair: everything happens on the loop given at connect. */
+ * there is no recv/send pair: everything happens on the loop given at connect.
+ * Threads: a client connection and its streams live on one worker thread (the one whose loop
+ * owns the QUIC socket). */
 #ifndef FY_H3_H3_CLIENT_H
 #define FY_H3_H3_CLIENT_H
 

@@ -1,6 +1,7 @@
 /* HTTP/3 framing (RFC 9114 §7): QUIC variable-length integers, an incremental frame-header
  * reader, SETTINGS payloads, and the error, frame, stream-type and setting codepoints. Pure
- * functions over bytes: no allocation, no I/O. */
+ * functions over bytes: no allocation, no I/O.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_H3_H3_FRAME_H
 #define FY_H3_H3_FRAME_H
 

@@ -1,5 +1,6 @@
 /* The QPACK input path: one field section (a HEADERS frame payload) through nghttp3's QPACK
- * decoder, fields handed to a callback. Shared by the server codec and the fuzz driver. */
+ * decoder, fields handed to a callback. Shared by the server codec and the fuzz driver.
+ * Threads: a decoder belongs to one connection, on its worker thread. */
 #ifndef FY_H3_H3_QPACK_H
 #define FY_H3_H3_QPACK_H
 

@@ -71,6 +71,7 @@ static h3_stream_t *stream_new(h3_conn_t *c, fy_quic_stream_t *qs)
     ex->remote = (struct sockaddr *)&c->remote;
     ex->start_ms = c->ctx->loop->now_ms;
     ex->req.version = 30;
+    ex->stream_id = (uint32_t)qs->id;
     ex->req.scheme = FY_STR_LIT("https");
     ex->req.content_length = -1;
     fy_list_insert_tail(&c->streams, &s->link);

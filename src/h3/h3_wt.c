@@ -190,9 +190,15 @@ uint64_t fy_h3_wt_on_setting(fy_h3_wt_t *w, uint64_t id, uint64_t v)
 
 /* ---- streams ---- */
 
+/* Credit used bytes back: to the stream and the connection, or (the stream is closed in QUIC
+ * with bytes still buffered here) to the connection alone, else its window would shrink. */
 static void stream_credit(fy_wt_stream_t *st, size_t n)
 {
-    if (st->qs && n) fy_quic_stream_consumed(st->w->qc, st->qs, n);
+    if (!n) return;
+    if (st->qs)
+        fy_quic_stream_consumed(st->w->qc, st->qs, n);
+    else
+        fy_quic_conn_consumed(st->w->qc, n);
 }
 
 static void orphan(fy_wt_stream_t *st, uint64_t h3code)
@@ -258,6 +264,8 @@ static void deliver(fy_wt_stream_t *st, const uint8_t *p, size_t n, bool fin)
     }
 }
 
+static void stream_gone(fy_wt_stream_t *st);
+
 static void resume_cb(fy_defer_t *d)
 {
     fy_wt_stream_t *st = d->data;
@@ -271,6 +279,7 @@ static void resume_cb(fy_defer_t *d)
     memmove(st->buf, st->buf + used, n - used);
     st->len = n - used;
     stream_credit(st, used);
+    if (!st->qs && !st->len && (!st->fin || st->fin_given)) stream_gone(st); /* QUIC closed it */
 }
 
 void fy_wt_stream_resume(fy_wt_stream_t *st)
@@ -395,6 +404,15 @@ void fy_h3_wt_stream_close(fy_h3_wt_t *w, fy_quic_stream_t *qs)
     qs->app = NULL;
     if (!st) return;
     st->qs = NULL;
+    /* everything arrived and everything we sent was acknowledged, but the handler has not
+       used all the bytes yet (a proxy waiting for room on the other side): the stream stays
+       until it has (resume_cb) */
+    if (st->ss && (st->len || (st->fin && !st->fin_given))) return;
+    stream_gone(st);
+}
+
+static void stream_gone(fy_wt_stream_t *st)
+{
     fy_wt_session_t *ss = st->ss;
     if (ss) {
         if (st->counted) ss->npeer--;
@@ -575,20 +593,31 @@ int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n)
     return r;
 }
 
-fy_wt_stream_t *fy_wt_open_uni(fy_wt_session_t *ss)
+static fy_wt_stream_t *open_local(fy_wt_session_t *ss, bool uni)
 {
-    fy_quic_stream_t *qs = fy_quic_open_uni(ss->w->qc);
+    if (ss->closing || ss->waiting) return NULL;
+    fy_quic_stream_t *qs = uni ? fy_quic_open_uni(ss->w->qc) : fy_quic_open_bidi(ss->w->qc);
     if (!qs) return NULL;
-    fy_wt_stream_t *st = stream_new(ss->w, qs, true, true);
+    fy_wt_stream_t *st = stream_new(ss->w, qs, uni, true);
     st->have_sid = true;
     fy_list_remove(&st->link);
     fy_list_insert_tail(&ss->streams, &st->link);
     st->ss = ss;
     uint8_t b[16];
-    size_t k = fy_h3_varint_encode(b, FY_WT_STREAM_UNI);
+    size_t k = fy_h3_varint_encode(b, uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI);
     k += fy_h3_varint_encode(b + k, (uint64_t)ss->id);
     fy_quic_stream_write(ss->w->qc, qs, b, k);
     return st;
+}
+
+fy_wt_stream_t *fy_wt_open_uni(fy_wt_session_t *ss)
+{
+    return open_local(ss, true);
+}
+
+fy_wt_stream_t *fy_wt_open_bidi(fy_wt_session_t *ss)
+{
+    return open_local(ss, false);
 }
 
 void fy_h3_wt_datagram(fy_h3_wt_t *w, const uint8_t *p, size_t n)

@@ -8,7 +8,8 @@
  * then sees streams and datagrams through fy_wt_ops_t. Backpressure: a stream's received bytes
  * are credited back to the peer only as the handler consumes them (its `data` returns how
  * many); writes are copied into the QUIC stream queue, which the handler watches with
- * fy_wt_stream_buffered (`writable` when it drains). */
+ * fy_wt_stream_buffered (`writable` when it drains).
+ * Threads: sessions and their streams live on their QUIC connection's worker thread only. */
 #ifndef FY_H3_H3_WT_H
 #define FY_H3_H3_WT_H
 
@@ -107,6 +108,8 @@ void fy_wt_session_close(fy_wt_session_t *ss, uint32_t code, const char *reason,
 int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n);
 /* Open a unidirectional stream of ours (NULL: no QUIC credit or over the stream limit). */
 fy_wt_stream_t *fy_wt_open_uni(fy_wt_session_t *ss);
+/* Open a bidirectional stream of ours (0x41 + session id), the same way. */
+fy_wt_stream_t *fy_wt_open_bidi(fy_wt_session_t *ss);
 
 bool fy_wt_stream_is_uni(const fy_wt_stream_t *st);
 /* The stream's session (NULL once it was reset or its session ended). */

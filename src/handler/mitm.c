@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/errors.h"
@@ -134,7 +135,21 @@ typedef struct pending {
     fy__mitm_t *m;
     fy_exchange_t *ex;
     fy_mitm_target_t t; /* strings copied into the arena */
+    uint64_t t0_us;     /* the lookup started (the inspector's DNS timing) */
 } pending_t;
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void dns_took(fy_exchange_t *ex, int32_t us)
+{
+    ex->timing.dns_us = us;
+    ex->timing.dns_set = true;
+}
 
 static void dns_failed(fy_exchange_t *ex, const char *err)
 {
@@ -164,6 +179,7 @@ static void go_resolved(fy_resolve_req_t *q, const struct sockaddr *sa, socklen_
                         const char *err)
 {
     pending_t *p = q->data;
+    dns_took(p->ex, (int32_t)(mono_us() - p->t0_us));
     if (!sa) {
         dns_failed(p->ex, err);
         return;
@@ -182,6 +198,7 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     fy_upstream_dyn_entry_t *e = fy_upstream_dyn_find(m->dyn, ex->ctx->worker_id, t->host, t->port,
                                                       t->tls, t->h2, t->sni, t->insecure);
     if (e) {
+        dns_took(ex, -1); /* this destination was resolved for an earlier flow */
         go_entry(m, ex, e, t->host, t->port);
         return;
     }
@@ -202,12 +219,14 @@ static void go(fy_exchange_t *ex, const fy_mitm_target_t *t, void *ud)
     }
     p->q.cb = go_resolved;
     p->q.data = p;
+    p->t0_us = mono_us();
     int r = fy_resolve(m->resolver, ex->ctx->worker_id, ex->ctx->loop, p->t.host, p->t.port, &p->q);
     if (r < 0) {
         dns_failed(ex, p->q.err);
         return;
     }
     if (r == 1) {
+        dns_took(ex, (int32_t)(mono_us() - p->t0_us));
         go_addr(p, (struct sockaddr *)&p->q.addr, p->q.addrlen);
         return;
     }
@@ -337,6 +356,7 @@ static void free_proxy(void *p)
 static void destroy(fy_handler_t *h)
 {
     fy__mitm_t *m = (fy__mitm_t *)h;
+    for (size_t i = 0; i < FY__MITM_PROBE_CACHE; i++) free(m->probed[i].tls);
     fy_upstream_dyn_free(m->dyn);
     fy_resolver_free(m->resolver);
     fy__mitm_rules_free(m->rules);

@@ -45,6 +45,23 @@ int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
 #include "core/str.h"
 struct fy_exchange;
 bool fy_mitm_captured(const struct fy_exchange *ex, fy_str_t *req, fy_str_t *res, bool *cut);
+/* What the inspector shows of an intercepted TLS flow (NUL-terminated, "" when unknown). */
+typedef struct fy_mitm_peer_tls {
+    char version[16], cipher[64], alpn[16];
+    char subject[256], issuer[256]; /* the peer's (origin) or our (forged) certificate */
+    char sha256[96];                /* its fingerprint, hex with colons */
+    char not_after[32];
+} fy_mitm_peer_tls_t;
+typedef struct fy_mitm_tls_facts {
+    char sni[256];             /* what the client asked for ("" : no SNI) */
+    fy_mitm_peer_tls_t client; /* the client's handshake with us, and the certificate forged */
+    fy_mitm_peer_tls_t origin; /* the probe's handshake with the origin, its certificate */
+    bool origin_cached;        /* origin: from an earlier tunnel's probe (within its TTL) */
+} fy_mitm_tls_facts_t;
+/* The TLS facts of the intercepted tunnel ex came through, or NULL (not intercepted TLS).
+ * Valid while ex's connection lives (worker's thread). */
+const fy_mitm_tls_facts_t *fy_mitm_tls_facts(const struct fy_exchange *ex);
+
 /* One of our own proxy listeners' addresses: requests and tunnels addressed to it, in any
  * spelling (IPv4-mapped, 0.0.0.0, any of this host's addresses for a wildcard listener), get
  * 508 instead of looping through the proxy (up to 16 are remembered). */

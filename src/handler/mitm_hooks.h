@@ -1,5 +1,7 @@
 /* The C hooks of include/ferry/mitm.h on intercepted flows: ferry_flow_t accessors and a sink
- * filter that calls on_response / on_*_body. Folder-internal. */
+ * filter that calls on_response / on_*_body. Folder-internal.
+ * Threads: hooks run on the intercepted connection's worker thread; the hook table is
+ * read-only after load. */
 #ifndef FY_HANDLER_MITM_HOOKS_H
 #define FY_HANDLER_MITM_HOOKS_H
 

@@ -36,6 +36,7 @@ typedef struct fy__mitm_probed {
     uint64_t hash;
     uint64_t until_ms;
     bool h2;
+    fy_mitm_peer_tls_t *tls; /* owned: what the probe saw of the origin, or NULL */
 } fy__mitm_probed_t;
 
 typedef struct fy__mitm {
@@ -77,6 +78,7 @@ typedef struct fy__mitm_tunnel_info {
                             is offered h2 too */
     bool origin_alpn_h2; /* the origin chose h2 in the probe: requests go to it over h2 */
     bool plain;          /* transparent plain HTTP: no TLS either side; host "" = use Host */
+    fy_mitm_tls_facts_t tls; /* for the inspector (mitm_tls.c) */
 } fy__mitm_tunnel_info_t;
 
 enum {
@@ -163,6 +165,10 @@ void fy__mitm_probe_start(fy__mitm_tunnel_t *t);
 void fy__mitm_probe_drive(fy__mitm_tunnel_t *t);
 /* The probes' client context: ca NULL the system store; NULL after logging on error. */
 SSL_CTX *fy__mitm_probe_ctx(const char *ca, bool insecure);
+
+/* mitm_tls.c: what ssl's handshake agreed (version, cipher, ALPN) and the certificate of the
+   peer (peer true) or our own into *out. */
+void fy__mitm_tls_describe(SSL *ssl, bool peer, fy_mitm_peer_tls_t *out);
 
 /* mitm_pin.c: certificate-pinning bypass (under pin_lock) */
 bool fy__mitm_pinned(fy__mitm_t *m, const char *host, uint64_t now);

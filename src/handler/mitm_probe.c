@@ -8,6 +8,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -65,6 +66,7 @@ void fy__mitm_probe_drive(fy__mitm_tunnel_t *t)
         SSL_get0_alpn_selected(t->ossl, &p, &len);
         t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
         t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
+        fy__mitm_tls_describe(t->ossl, true, &t->info->tls.origin);
         probe_remember(t->m, t->info, t->loop->now_ms);
         probe_done(t, NULL, NULL, true);
         return;
@@ -120,8 +122,9 @@ static fy__mitm_probed_t *probe_set(fy__mitm_t *m, uint64_t k)
     return &m->probed[set * PROBE_WAYS];
 }
 
-/* A verified probe of this origin within PROBE_TTL_MS: its ALPN into *h2. */
-static bool probe_cached(fy__mitm_t *m, const fy__mitm_tunnel_info_t *ti, uint64_t now, bool *h2)
+/* A verified probe of this origin within PROBE_TTL_MS: its ALPN into *h2, what it saw of the
+   origin's TLS into ti. */
+static bool probe_cached(fy__mitm_t *m, fy__mitm_tunnel_info_t *ti, uint64_t now, bool *h2)
 {
     uint64_t k = probe_key(ti);
     bool hit = false;
@@ -131,6 +134,10 @@ static bool probe_cached(fy__mitm_t *m, const fy__mitm_tunnel_info_t *ti, uint64
         if (set[i].hash == k && set[i].until_ms > now) {
             hit = true;
             *h2 = set[i].h2;
+            if (set[i].tls) {
+                ti->tls.origin = *set[i].tls;
+                ti->tls.origin_cached = true;
+            }
         }
     pthread_mutex_unlock(&m->pin_lock);
     return hit;
@@ -152,6 +159,8 @@ static void probe_remember(fy__mitm_t *m, const fy__mitm_tunnel_info_t *ti, uint
     p->hash = k;
     p->until_ms = now + PROBE_TTL_MS;
     p->h2 = ti->origin_alpn_h2;
+    if (!p->tls) p->tls = malloc(sizeof *p->tls);
+    if (p->tls) *p->tls = ti->tls.origin;
     pthread_mutex_unlock(&m->pin_lock);
 }
 
@@ -163,6 +172,7 @@ void fy__mitm_probe_start(fy__mitm_tunnel_t *t)
     fy__mitm_tunnel_info_t *ti = fy_xcalloc(1, sizeof *ti);
     t->info = ti;
     const char *sni = fy_mint_sni(t->cssl);
+    snprintf(ti->tls.sni, sizeof ti->tls.sni, "%s", sni);
     if (!t->host[0]) {
         /* transparent, pointed at directly: the SNI names the origin */
         if (!sni[0]) {

@@ -1,7 +1,9 @@
 /* Interception rules at run time (`intercept.rules`, handler/mitm_conf.h): match an exchange,
  * edit request headers, answer it (respond / block), redirect it (map-remote), and install a
  * filter sink that edits the response head and rewrites bodies (decoded from gzip/br/zstd and
- * re-encoded) up to `body-cap`, streaming larger ones through unchanged. Folder-internal. */
+ * re-encoded) up to `body-cap`, streaming larger ones through unchanged. Folder-internal.
+ * Threads: the compiled rules are read-only after load and shared by workers; matching and
+ * body rewriting run on the exchange's worker thread. */
 #ifndef FY_HANDLER_MITM_RULES_H
 #define FY_HANDLER_MITM_RULES_H
 

@@ -248,6 +248,7 @@ static void hand_over(fy__mitm_tunnel_t *t)
     int fd = t->cio.fd;
     fy_io_set(t->loop, &t->cio, 0);
     t->cio.fd = -1;
+    if (t->info) fy__mitm_tls_describe(t->cssl, false, &t->info->tls.client);
     fy_mint_handed_over(t->cssl);
     fy_transport_t *tr = fy_tls_transport_from_ssl(t->cssl, fd);
     t->cssl = NULL;

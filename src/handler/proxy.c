@@ -51,7 +51,8 @@ void drop_origin(proxy_req_t *pr, bool reusable)
         fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
         pr->inflight = false;
     }
-    fy_origin_stream_close(&pr->os, reusable);
+    fy_origin_stream_close(pr->os, reusable);
+    if (pr->hg && pr->hg->side) hedge_drop(pr, false);
     if (!pr->finished) pr->zn = 0;
 }
 
@@ -63,18 +64,22 @@ static void cleanup(void *arg)
     fy_timer_stop(pr->loop, &pr->timer);
     fy_timer_stop(pr->loop, &pr->body_timer);
     drop_origin(pr, false);
-    fy_origin_stream_free(&pr->os);
+    fy_origin_stream_free(&pr->os_a);
+    if (pr->hg) hedge_free(pr);
 }
 
-static bool retryable(const proxy_req_t *pr)
+/* `unsent`: the attempt failed before any byte of the request left (no connection): then any
+ * method may go again, body or not, as long as none of the body was taken from the client. */
+static bool retryable(const proxy_req_t *pr, bool unsent)
 {
     const fy_request_t *q = &pr->ex->req;
     bool idempotent = q->method_id == FY_M_GET || q->method_id == FY_M_HEAD ||
                       q->method_id == FY_M_OPTIONS || q->method_id == FY_M_PUT ||
                       q->method_id == FY_M_DELETE || q->method_id == FY_M_TRACE;
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
-    if (!idempotent || q->content_length != 0 || pr->o_head || pr->got_bytes || pr->no_retry ||
-        pr->ex->response_started || pr->attempts > uc->retries)
+    bool again = unsent ? !pr->sent_any && !pr->tunnel : idempotent && q->content_length == 0;
+    if (!again || pr->o_head || pr->got_bytes || pr->no_retry || pr->ex->response_started ||
+        pr->attempts > uc->retries)
         return false;
     if (uc->retry_timeout_ms && pr->loop->now_ms - pr->start_ms >= uc->retry_timeout_ms)
         return false;
@@ -90,23 +95,36 @@ static bool retryable(const proxy_req_t *pr)
 
 /* The origin failed us. Before any response byte: another attempt, or 502/504. After: the
  * client sees an aborted response (h1: closed connection; h2: RST_STREAM), never a short 200. */
+static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
+                             bool unsent);
+
 void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail)
 {
+    origin_failed_at(pr, status, why, count_fail, false);
+}
+
+static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
+                             bool unsent)
+{
+    if (pr->hg && hedge_take_over(pr, count_fail, why)) return; /* the hedge is the attempt */
     char a[64];
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
     if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
-    pr->got_bytes = fy_origin_stream_got_bytes(&pr->os);
+    pr->got_bytes = fy_origin_stream_got_bytes(pr->os);
     /* a pooled connection the origin had already closed: try again on a fresh one (not after
        a timeout: that origin got the request and said nothing) */
-    bool stale = pr->os.reused && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
+    bool stale = pr->os->reused && !pr->o_head && !pr->got_bytes && !pr->fb_timed_out &&
                  !pr->no_retry && pr->ex->req.content_length == 0 && !pr->ex->response_started;
-    bool retry = !stale && retryable(pr);
+    bool retry = !stale && retryable(pr, unsent);
+    bool broke = retry && !fy_upstream_retry_take(pr->ph->up, pr->worker, pr->loop->now_ms);
+    retry &= !broke;
     /* one line per failure, saying what happens next */
     fy_warn("upstream %s: %s: %s%s", fy_upstream_conf(pr->ph->up)->name,
             fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why,
             stale   ? "; retrying on a new connection"
             : retry ? (pr->fb_timed_out ? "; retrying on another server" : "; retrying")
+            : broke ? "; not retried: retry budget exhausted"
                     : "");
     drop_origin(pr, false);
     fy_timer_stop(pr->loop, &pr->timer);
@@ -155,7 +173,7 @@ static void on_timer(fy_timer_t *t)
         /* a multiplexed connection that left a stream unanswered takes no new streams
            until it proves alive (h2: PING), and is closed once its streams end otherwise */
         bool sent = pr->ex->req.content_length == 0 || pr->q_end;
-        if (sent && fy_origin_stream_is_open(&pr->os)) fy_origin_stream_suspect(&pr->os);
+        if (sent && fy_origin_stream_is_open(pr->os)) fy_origin_stream_suspect(pr->os);
         origin_failed(pr, 504, "origin first-byte timeout", true);
     } else
         origin_failed(pr, 504, "origin idle timeout", false);
@@ -192,7 +210,7 @@ static int sticky_server(proxy_req_t *pr)
     return -1;
 }
 
-static void o_on_error(void *ud, int kind, uint64_t code, const char *why)
+void o_on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     proxy_req_t *pr = ud;
     if (pr->trail || pr->o_end) {
@@ -201,7 +219,7 @@ static void o_on_error(void *ud, int kind, uint64_t code, const char *why)
         deliver(pr);
         return;
     }
-    bool count = fy_origin_stream_blames(&pr->os, kind, code, pr->o_head);
+    bool count = fy_origin_stream_blames(pr->os, kind, code, pr->o_head);
     if (!pr->o_head) {
         if (kind == FY_CLIENT_REFUSED && !pr->sent_any &&
             ++pr->refusals <= fy_upstream_conf(pr->ph->up)->retries + FY_PROXY_REFUSED_EXTRA) {
@@ -247,7 +265,7 @@ static void on_req_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
 
 /* The next piece of the client's body for the origin codec, in place (*p): valid until the
  * client codec is asked for more, which happens here, once the piece is taken. */
-static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
+ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
 {
     proxy_req_t *pr = ud;
     if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_CLIENT_DEFER;
@@ -283,7 +301,7 @@ static ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_
     return FY_CLIENT_DEFER;
 }
 
-static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
 {
     const char *p = NULL;
     ssize_t n = take_body(ud, &p, len, trailers);
@@ -293,18 +311,9 @@ static ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t *
 
 /* ---- one attempt: a stream on a connection of the chosen server ---- */
 
-static void o_on_open(void *ud, const char *err);
-static void o_after_io(void *ud);
-
-static const fy_origin_stream_ops_t origin_ops = {
-    {o_on_head, o_on_data, o_on_end, o_on_error, o_read_body, take_body},
-    o_on_open,
-    o_after_io,
-};
-
 static void start(proxy_req_t *pr)
 {
-    if (pr->tunnel && !fy_origin_stream_can_tunnel(&pr->os)) {
+    if (pr->tunnel && !fy_origin_stream_can_tunnel(pr->os)) {
         drop_origin(pr, true);
         pr->finished = true;
         fy_warn("upstream %s: origin does not allow extended CONNECT (RFC 8441): no WebSocket",
@@ -322,27 +331,32 @@ static void start(proxy_req_t *pr)
                               &lim,       pr->ex->arena};
     set_timer(pr, T_FIRST_BYTE);
     pr->sent_us = now_us();
+    if (__builtin_expect(pr->ex->layers != NULL, 0)) { /* for a capture (ops/inspector.c) */
+        pr->ex->timing.set =
+            fy_origin_stream_timing(pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
+    }
     pr->in_codec++;
-    int rc = fy_origin_stream_submit(&pr->os, &rq);
+    int rc = fy_origin_stream_submit(pr->os, &rq);
     pr->in_codec--;
     if (rc < 0) {
         origin_failed(pr, 502, "cannot open a stream to the origin", false);
         return;
     }
+    if (pr->ph->hedge) hedge_arm(pr);
     deliver(pr);
 }
 
-static void o_on_open(void *ud, const char *err)
+void o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
     if (err) {
-        origin_failed(pr, 502, err, true);
+        origin_failed_at(pr, 502, err, true, true); /* no connection: nothing was sent */
         return;
     }
     start(pr);
 }
 
-static void o_after_io(void *ud)
+void o_after_io(void *ud)
 {
     deliver(ud);
 }
@@ -360,6 +374,17 @@ static void attempt(proxy_req_t *pr)
     }
     pr->server =
         pinned >= 0 ? pinned : fy_upstream_pick(up, pr->worker, pr->tried, pr->loop->now_ms);
+    if (pr->attempts == 1 && pr->ph->resil)
+        fy_upstream_count_request(up, pr->worker, pr->loop->now_ms);
+    if (pr->ph->resil && !fy_upstream_admit(up, pr->worker, pr->server, pr->loop->now_ms)) {
+        /* the balancer had nothing but open circuit breakers to offer */
+        fy_warn("upstream %s: every server's circuit breaker is open: 503",
+                fy_upstream_conf(up)->name);
+        pr->finished = true;
+        static const char body[] = "503 every server's circuit breaker is open\n";
+        fy_exchange_respond(pr->ex, 503, "text/plain", body, sizeof body - 1);
+        return;
+    }
     pr->tried |= 1ull << (pr->server & 63);
     pr->ex->upstream = up, pr->ex->upstream_server = pr->server; /* ops/http_metrics.c */
     pr->sent_any = false;
@@ -370,10 +395,11 @@ static void attempt(proxy_req_t *pr)
     const char *err = "origin connect failed";
     /* refused before: first in line on the next connection */
     int rc =
-        fy_origin_stream_open(&pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals, &err);
+        fy_origin_stream_open(pr->os, up, pr->worker, pr->server, pr->loop, pr->refusals, &err);
     if (rc < 0) { /* not even a socket */
         fy_upstream_report(up, pr->worker, pr->server, false, pr->loop->now_ms);
-        if (retryable(pr)) {
+        if (retryable(pr, true) && fy_upstream_retry_take(up, pr->worker, pr->loop->now_ms)) {
+            fy_upstream_count_retry(up, pr->server);
             attempt(pr);
             return;
         }
@@ -425,7 +451,8 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
-    fy_origin_stream_init(&pr->os, &origin_ops, pr);
+    fy_origin_stream_init(&pr->os_a, &proxy_stream_ops[0], pr);
+    pr->os = &pr->os_a;
     fy_timer_init(&pr->body_timer, on_body_timer, pr);
     pr->start_ms = pr->loop->now_ms;
     ex->handler_data = pr;
@@ -454,5 +481,8 @@ fy_handler_t *fy_proxy_handler_new(const fy_proxy_conf_t *conf, fy_upstream_t *u
     ph->h.ops = &proxy_ops;
     ph->conf = conf;
     ph->up = up;
+    const fy_upstream_conf_t *uc = fy_upstream_conf(up);
+    ph->resil = uc->breaker || uc->retry_budget;
+    ph->hedge = uc->hedge != NULL;
     return &ph->h;
 }

@@ -1,4 +1,6 @@
-/* Typed config of the reverse-proxy handler (`proxy:` in a route). Table: proxy_conf.c. */
+/* Typed config of the reverse-proxy handler (`proxy:` in a route). Table: proxy_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_HANDLER_PROXY_CONF_H
 #define FY_HANDLER_PROXY_CONF_H
 

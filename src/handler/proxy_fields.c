@@ -182,7 +182,7 @@ void build_fields(proxy_req_t *pr, fy_headers_t *hs)
     const fy_request_t *q = &ex->req;
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
-    fy_origin_framing_t fr = fy_origin_stream_framing(&pr->os);
+    fy_origin_framing_t fr = fy_origin_stream_framing(pr->os);
     /* sized once: 5 pseudo-headers, the client's fields, the route's, and ours (3 forwarded,
        via, te, content-length) */
     hs->cap = q->headers.n + pc->set_headers.n + 12;

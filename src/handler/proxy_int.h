@@ -24,7 +24,19 @@ typedef struct proxy_handler {
     fy_handler_t h;
     const fy_proxy_conf_t *conf;
     fy_upstream_t *up;
+    bool resil; /* the upstream has a circuit breaker or a retry budget */
+    bool hedge; /* ... `hedge` */
 } proxy_handler_t;
+
+/* A hedge (proxy_hedge.c): made in the exchange's arena when a request is armed for one. */
+typedef struct proxy_hedge {
+    fy_timer_t timer;      /* `hedge.delay` after the first attempt's request went out */
+    fy_origin_stream_t os; /* the second stream (ops: proxy_stream_ops[1]) */
+    bool used;             /* os was opened: free it at the end */
+    bool side;             /* os is the hedge in flight (the current one has no head yet) */
+    int server;            /* its server */
+    uint64_t sent_us;
+} proxy_hedge_t;
 
 enum { T_FIRST_BYTE = 1, T_IDLE };
 
@@ -65,8 +77,11 @@ typedef struct proxy_req {
                           request, so retries go only to servers not tried yet */
     bool no_retry;     /* the failure is the origin's answer itself (too many 1xx) */
     /* the origin stream of the current attempt (upstream/origin.h), whatever it speaks */
-    fy_origin_stream_t os; /* (calls on it are no-ops while nothing is open) */
-    const char *zp;        /* response bytes lent by the origin stream until consumed */
+    fy_origin_stream_t *os; /* the current attempt's: &os_a or &hg->os (calls on it are no-ops
+                               while nothing is open) */
+    fy_origin_stream_t os_a;
+    proxy_hedge_t *hg; /* NULL unless armed for a hedge */
+    const char *zp;    /* response bytes lent by the origin stream until consumed */
     size_t zn;
     const char *qp; /* client body slice not yet taken by the codec */
     size_t qn;
@@ -123,9 +138,25 @@ enum {
 
 /* proxy.c */
 uint64_t now_us(void);
+void o_on_open(void *ud, const char *err);
+void o_after_io(void *ud);
+void o_on_error(void *ud, int kind, uint64_t code, const char *why);
+ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
+ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
 void set_timer(proxy_req_t *pr, int kind);
 void drop_origin(proxy_req_t *pr, bool reusable);
 void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail);
+
+/* proxy_hedge.c: the callbacks of os_a and hg->os (each passes its stream's events on to the
+ * o_* functions while it is the current one, else treats them as the hedge's); arming the
+ * hedge after the first attempt's request went out (ph->hedge only); the hedge taking over
+ * when the current attempt fails before any head (true: nothing else to do); dropping it;
+ * the end (timer stopped, stream freed). */
+extern const fy_origin_stream_ops_t proxy_stream_ops[2];
+void hedge_arm(proxy_req_t *pr);
+bool hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why);
+void hedge_drop(proxy_req_t *pr, bool count_fail);
+void hedge_free(proxy_req_t *pr);
 
 /* proxy_fields.c */
 int field_class(fy_str_t n);

@@ -30,7 +30,7 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
 {
     pr->finished = true;
     fy_timer_stop(pr->loop, &pr->timer);
-    bool reusable = fy_origin_stream_finish(&pr->os);
+    bool reusable = fy_origin_stream_finish(pr->os);
     drop_origin(pr, reusable);
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
 }
@@ -39,7 +39,7 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
 static bool trail_body(proxy_req_t *pr)
 {
     const fy_exchange_t *ex = pr->ex;
-    if (pr->tunnel || !fy_origin_stream_sending(&pr->os)) return false;
+    if (pr->tunnel || !fy_origin_stream_sending(pr->os)) return false;
     if (ex->req.content_length <= 0 || ex->body_received > (uint64_t)ex->req.content_length)
         return false;
     /* HTTP/1.1 clients only, and only a response complete by its Content-Length: a chunked
@@ -53,7 +53,7 @@ static bool trail_body(proxy_req_t *pr)
 void deliver(proxy_req_t *pr)
 {
     if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec ||
-        fy_origin_stream_busy(&pr->os))
+        fy_origin_stream_busy(pr->os))
         return;
     if (pr->ws_closing) { /* WebSocket going away: our Close first, then nothing of the origin */
         if (!pr->ws_down_sent && ws_at_boundary(&pr->ws_down)) {
@@ -68,7 +68,7 @@ void deliver(proxy_req_t *pr)
     }
     if (pr->trail) {
         /* the response is out; finish once the body's end reached the origin */
-        if (!pr->trail_abort && fy_origin_stream_sending(&pr->os)) return;
+        if (!pr->trail_abort && fy_origin_stream_sending(pr->os)) return;
         finish(pr, NULL, 0);
         return;
     }
@@ -99,10 +99,10 @@ static void proceed(fy_exchange_t *ex)
     pr->res_sending = false;
     size_t n = pr->sending_len;
     pr->sending_len = 0;
-    if (n && fy_origin_stream_is_open(&pr->os)) {
+    if (n && fy_origin_stream_is_open(pr->os)) {
         pr->zn = 0;
         pr->in_codec++;
-        fy_origin_stream_consume(&pr->os, n); /* the origin may send as much again */
+        fy_origin_stream_consume(pr->os, n); /* the origin may send as much again */
         pr->in_codec--;
     }
     if (!pr->o_end && !pr->finished) set_timer(pr, T_IDLE);
@@ -112,9 +112,9 @@ static void proceed(fy_exchange_t *ex)
 /* More of the client's body (or tunnel bytes) may go to the origin. */
 void resume_body(proxy_req_t *pr)
 {
-    if (!fy_origin_stream_is_open(&pr->os)) return;
+    if (!fy_origin_stream_is_open(pr->os)) return;
     pr->in_codec++;
-    fy_origin_stream_resume(&pr->os);
+    fy_origin_stream_resume(pr->os);
     pr->in_codec--;
     deliver(pr);
 }
@@ -124,7 +124,7 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     proxy_req_t *pr = ud;
     fy_exchange_t *ex = pr->ex;
     const fy_proxy_conf_t *pc = pr->ph->conf;
-    bool upgrade = fy_origin_stream_framing(&pr->os).upgrade; /* 101 opens tunnels */
+    bool upgrade = fy_origin_stream_framing(pr->os).upgrade; /* 101 opens tunnels */
     if (status < 200 && !(status == 101 && upgrade)) {
         /* a bound on them, or an origin trickling 1xx holds the exchange forever */
         int64_t max = ex->ctx->limits->max_informational;
@@ -186,7 +186,6 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     add_response_extras(pr);
     pr->o_head = true;
     ex->res.status = status;
-    bool ok = status < 500;
     if (pr->tunnel && (upgrade ? status == 101 : status >= 200 && status < 300)) {
         /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
         pr->tunnel_open = true;
@@ -231,10 +230,12 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     else
         ex->res.content_length = cl;
     if (status == 204 || status == 304) ex->res.content_length = -1;
-    fy_origin_stream_expect(&pr->os, ex->res.content_length);
-    fy_upstream_report(pr->ph->up, pr->worker, pr->server, ok, pr->loop->now_ms);
+    fy_origin_stream_expect(pr->os, ex->res.content_length);
+    fy_upstream_report_status(pr->ph->up, pr->worker, pr->server, status, pr->loop->now_ms);
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
         fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
+    if (__builtin_expect(ex->layers != NULL, 0)) /* a capture may want it (ops/inspector.c) */
+        ex->timing.wait_us = (int32_t)(now_us() - pr->sent_us);
     fy_exchange_start_response(ex, &proxy_producer);
 }
 

@@ -98,11 +98,11 @@ void ws_drop_down(proxy_req_t *pr)
 {
     for (int guard = 0; guard < 64 && !pr->finished && !pr->stopped; guard++) {
         /* (a ring lends its next bytes from inside the consume) */
-        if (pr->zn && fy_origin_stream_is_open(&pr->os)) {
+        if (pr->zn && fy_origin_stream_is_open(pr->os)) {
             size_t n = pr->zn;
             pr->zn = 0;
             pr->in_codec++;
-            fy_origin_stream_consume(&pr->os, n);
+            fy_origin_stream_consume(pr->os, n);
             pr->in_codec--;
             continue;
         }

@@ -1,4 +1,6 @@
-/* Fixed responses (`respond: {status, headers, body}`): health checks and benchmarks. */
+/* Fixed responses (`respond: {status, headers, body}`): health checks and benchmarks.
+ * Threads: the handler object is built with its generation and read-only after; each
+ * exchange's state lives on its connection's worker thread only. */
 #ifndef FY_HANDLER_RESPOND_H
 #define FY_HANDLER_RESPOND_H
 

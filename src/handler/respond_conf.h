@@ -1,4 +1,6 @@
-/* Typed config of the fixed-response handler (`respond:` in a route). Table: respond_conf.c */
+/* Typed config of the fixed-response handler (`respond:` in a route). Table: respond_conf.c
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_HANDLER_RESPOND_CONF_H
 #define FY_HANDLER_RESPOND_CONF_H
 

@@ -1,6 +1,7 @@
 /* SOCKS5 (RFC 1928, RFC 1929) message parser for the intercepting proxy's `kind: socks5`
  * listeners: the greeting, the username/password sub-negotiation and the request. Pure and
- * restartable: call again with more bytes (fuzzed: fuzz/fuzz_socks5.c). */
+ * restartable: call again with more bytes (fuzzed: fuzz/fuzz_socks5.c).
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_HANDLER_SOCKS5_H
 #define FY_HANDLER_SOCKS5_H
 

@@ -199,6 +199,15 @@ struct fy_exchange {
     /* filters (http/filter.h) */
     struct fy_sink_layer *layers; /* response layers pushed by filters, highest stage first */
     unsigned filter_pos;          /* the next filter to run: listener's chain, then route's */
+    /* The origin side's timings for the inspector, µs, filled by the handler that proxied it
+       (set false: none measured; -1: it did not happen, e.g. a pooled connection needs no
+       connect). connect is TCP alone, tls the handshake after it, wait the request sent to
+       the origin's response head. */
+    struct {
+        int32_t dns_us, connect_us, tls_us, wait_us;
+        bool set, dns_set;
+    } timing;
+    uint32_t stream_id; /* the client's h2/h3 stream (0: h1), set by the server codec */
 };
 
 /* Graceful shutdown of every conn of ctx (each finishes its current work), and the hard stop

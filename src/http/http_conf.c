@@ -136,5 +136,15 @@ const fy_conf_directive_t fy_http_limits_table[] = {
      .max = 100000,
      .doc = "Most interim (1xx) responses an origin may send before the final response of "
             "one proxied request; past it the exchange fails with 502."},
+    {.key = "connection-memory",
+     .type = FY_CT_SIZE,
+     .offset = H(max_conn_memory),
+     .dflt = "1m",
+     .min = 0,
+     .max = (int64_t)1 << 34,
+     .doc = "Memory budget of one client connection: its buffers, TLS state and codec state "
+            "(the bytes `ferry_connection_memory_bytes` counts). Past it the connection stops "
+            "being read and is closed, logged as `connection memory budget exceeded` and counted "
+            "in `ferry_limit_rejections_total{limit=\"connection-memory\"}`. 0: no budget."},
     {.key = NULL},
 };

@@ -1,5 +1,7 @@
 /* Typed HTTP limits and timeouts (`limits:`), shared by every server codec.
- * Table: http/http_conf.c. */
+ * Table: http/http_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_HTTP_HTTP_CONF_H
 #define FY_HTTP_HTTP_CONF_H
 
@@ -25,6 +27,7 @@ typedef struct fy_http_limits {
     bool merge_slashes;         /* `merge-slashes`, default true: "//" -> "/" in paths */
     uint64_t body_total_timeout_ms; /* `body-total-timeout`, default 10m: a proxied body whole */
     int64_t max_informational;      /* `informational-responses`, default 32 per proxied request */
+    uint64_t max_conn_memory;       /* `connection-memory`, default 1m; 0: no budget */
 } fy_http_limits_t;
 
 extern const fy_conf_directive_t fy_http_limits_table[];

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -164,6 +165,13 @@ fy_l4_t *fy_l4_new(const fy_conf_list_t *confs, const fy_conf_list_t *http_liste
         l->conf = l->front ? l->own_conf : &lc[i];
         const fy_l4_conf_t *ci = l->conf;
         l->udp = ci->mode == FY_L4_UDP || ci->mode == FY_L4_QUIC_PASSTHROUGH;
+        char lab[160];
+        snprintf(lab, sizeof lab, "route=\"%s\"", ci->name);
+        l->cid_sessions = fy_counter_register("ferry_l4_route_sessions_total", lab, FY_COUNTER);
+        snprintf(lab, sizeof lab, "route=\"%s\",direction=\"up\"", ci->name);
+        l->cid_bytes[0] = fy_counter_register("ferry_l4_bytes_total", lab, FY_COUNTER);
+        snprintf(lab, sizeof lab, "route=\"%s\",direction=\"down\"", ci->name);
+        l->cid_bytes[1] = fy_counter_register("ferry_l4_bytes_total", lab, FY_COUNTER);
         if (ci->to.upstream_index >= 0) l->up = upstreams[ci->to.upstream_index];
         l->sni_up = fy_xcalloc(ci->sni.n ? ci->sni.n : 1, sizeof *l->sni_up);
         const fy_l4_sni_conf_t *sc = ci->sni.v;
@@ -668,6 +676,7 @@ static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
                 return progress;
             }
             progress = 1;
+            fy_counter_add(s->wl->l->cid_bytes[d == &s->down], (uint64_t)n);
             if (from_pipe)
                 d->inpipe -= (size_t)n;
             else if ((d->off += (size_t)n) == d->len)
@@ -855,6 +864,7 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
     wl->nsessions++;
     wl->w->nsessions++;
     fy_counters_l4_open();
+    fy_counter_inc(wl->l->cid_sessions);
     fy_loop_t *loop = wl->w->loop;
     if (c->n_accept_proxy && fy_l4_cidr_match(c->accept_proxy_cidrs, c->n_accept_proxy, sa)) {
         s->state = S_PROXY_HDR;

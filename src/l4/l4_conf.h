@@ -1,4 +1,6 @@
-/* Typed configuration of layer-4 listeners (`l4:` items). Table: l4/l4_conf.c. */
+/* Typed configuration of layer-4 listeners (`l4:` items). Table: l4/l4_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_L4_L4_CONF_H
 #define FY_L4_L4_CONF_H
 
@@ -8,6 +10,7 @@
 
 #include "conf/conf.h"
 #include "tls/tls_conf.h"
+#include "net/net_cidr.h"
 
 enum fy_l4_mode {
     FY_L4_TCP = 0,
@@ -37,11 +40,7 @@ typedef struct fy_l4_sni_conf {
                                 plaintext relayed (tls-passthrough listeners only) */
 } fy_l4_sni_conf_t;
 
-typedef struct fy_l4_cidr {
-    int family;
-    uint8_t addr[16];
-    int bits;
-} fy_l4_cidr_t;
+typedef fy_net_cidr_t fy_l4_cidr_t; /* net/net_cidr.h */
 
 typedef struct fy_l4_conf {
     char *listen; /* `listen`: HOST:PORT */

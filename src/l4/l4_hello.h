@@ -1,7 +1,8 @@
 /* TLS ClientHello peek: a pure, bounded parser that reads the first flight of a TLS connection
  * (a stream of TLS records) or the CRYPTO stream of a QUIC Initial (bare handshake messages)
  * and extracts the server name (SNI) and the ALPN protocols, without terminating TLS.
- * Restartable by re-parsing: call again with a longer prefix of the same stream. */
+ * Restartable by re-parsing: call again with a longer prefix of the same stream.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_L4_L4_HELLO_H
 #define FY_L4_L4_HELLO_H
 

@@ -1,4 +1,6 @@
-/* Internals shared by l4.c (listeners, TCP sessions) and l4_udp.c (UDP and QUIC sessions). */
+/* Internals shared by l4.c (listeners, TCP sessions) and l4_udp.c (UDP and QUIC sessions).
+ * Threads: sessions live on the worker thread that accepted them; the route tables are
+ * read-only per generation. */
 #ifndef FY_L4_L4_INT_H
 #define FY_L4_L4_INT_H
 
@@ -6,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/counters.h"
 #include "core/list.h"
 #include "core/loop.h"
 #include "l4/l4.h"
@@ -24,6 +27,9 @@ typedef struct fy__l4_listener {
     fy_tls_ctx_t *tls;      /* owned: tls-terminate / terminate routes */
     fy_upstream_t *up;      /* borrowed: the listener's own upstream group, or NULL */
     fy_upstream_t **sni_up; /* owned array: per sni route, NULL for a plain target */
+    /* route="NAME": ferry_l4_route_sessions_total, ferry_l4_bytes_total{direction="up"} (client
+       to origin) and {direction="down"} */
+    fy_counter_id_t cid_sessions, cid_bytes[2];
 } fy__l4_listener_t;
 
 /* one listener on one worker */

@@ -1,5 +1,6 @@
 /* PROXY protocol v1 (text) and v2 (binary) headers: built toward origins, parsed from trusted
- * fronts (haproxy.org/download/2.9/doc/proxy-protocol.txt). Pure functions. */
+ * fronts (haproxy.org/download/2.9/doc/proxy-protocol.txt). Pure functions.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_L4_L4_PROXY_H
 #define FY_L4_L4_PROXY_H
 

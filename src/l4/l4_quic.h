@@ -1,7 +1,8 @@
 /* QUIC v1 Initial decoder for passthrough routing (RFC 9000 §17.2, RFC 9001 §5): derive the
  * client's Initial keys from the Destination Connection ID, remove header protection, decrypt
  * the payload, and collect its CRYPTO frames into a bounded reassembly buffer until the
- * ClientHello inside is complete. Pure (no sockets); OpenSSL for HKDF, AES-ECB and AES-GCM. */
+ * ClientHello inside is complete. Pure (no sockets); OpenSSL for HKDF, AES-ECB and AES-GCM.
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_L4_L4_QUIC_H
 #define FY_L4_L4_QUIC_H
 

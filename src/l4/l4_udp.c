@@ -219,6 +219,7 @@ static void on_origin_read(fy_io_t *io, uint32_t ev)
         }
         for (int i = 0; i < n; i++) {
             iov[i].iov_len = m[i].msg_len;
+            fy_counter_add(wl->l->cid_bytes[1], m[i].msg_len);
             memset(&m[i].msg_hdr, 0, sizeof m[i].msg_hdr);
             m[i].msg_hdr.msg_iov = &iov[i];
             m[i].msg_hdr.msg_iovlen = 1;
@@ -275,6 +276,7 @@ static fy__l4_udp_sess_t *sess_new(fy__l4_wl_t *wl, const struct sockaddr_storag
     wl->nsessions++;
     wl->w->nsessions++;
     fy_counters_l4_open();
+    fy_counter_inc(wl->l->cid_sessions);
     return s;
 }
 
@@ -470,6 +472,7 @@ void fy__l4_udp_on_read(fy_io_t *io, uint32_t ev)
             run = s;
             memset(&out[nout], 0, sizeof out[nout]);
             iov[i].iov_len = m[i].msg_len;
+            fy_counter_add(wl->l->cid_bytes[0], m[i].msg_len);
             out[nout].msg_hdr.msg_iov = &iov[i];
             out[nout].msg_hdr.msg_iovlen = 1;
             nout++;

@@ -1,5 +1,6 @@
 /* Directive table of one listener (`listeners:` items), and numeric address parsing. */
 #include "net/listener_conf.h"
+#include "net/net_cidr.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -129,6 +130,23 @@ static int check_sni(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
                       "cannot use '%s'; expected HOST:PORT with a resolvable host", t);
         return -1;
     }
+    return 0;
+}
+
+static int validate_accept_proxy(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                                 void *obj)
+{
+    fy_listener_conf_t *l = obj;
+    const fy_conf_strlist_t *sl = field;
+    l->accept_proxy_cidrs =
+        fy_conf_alloc(fy_conf_ctx_arena(ctx), (sl->n + 1) * sizeof(fy_net_cidr_t));
+    l->n_accept_proxy = sl->n;
+    for (size_t i = 0; i < sl->n; i++)
+        if (fy_net_cidr_parse(sl->v[i], &l->accept_proxy_cidrs[i]) < 0) {
+            fy_conf_error(ctx, node, NULL, "bad CIDR '%.60s'; expected like 10.0.0.0/8 or ::1",
+                          sl->v[i]);
+            return -1;
+        }
     return 0;
 }
 
@@ -346,5 +364,21 @@ const fy_conf_directive_t fy_listener_conf_table[] = {
      .offset = L(rate_limit),
      .doc = "Name of a top-level `rate-limits` entry applied to every request of this listener "
             "(intercepted flows included; a CONNECT is a request) before routing."},
+    {.key = "waf",
+     .type = FY_CT_STRING,
+     .offset = L(waf),
+     .doc = "Name of a top-level `waf-policies` entry (ModSecurity + CRS) run on every request "
+            "of this listener, intercepted flows included, before the route's filters."},
+    {.key = "accept-proxy",
+     .type = FY_CT_STRLIST,
+     .offset = L(accept_proxy),
+     .validate = validate_accept_proxy,
+     .doc = "CIDRs of trusted fronts (HAProxy `send-proxy`, a load balancer) whose TCP "
+            "connections must start with a PROXY protocol v1/v2 header, read before TLS and "
+            "HTTP within `limits.header-timeout`; its source address is then the client's "
+            "address everywhere (CIDR lists, X-Forwarded-For, rate limits, the access log). "
+            "A peer in the list that sends no valid header is closed and logged; peers not in "
+            "the list connect as usual and a PROXY header from them is not believed. Not for "
+            "QUIC (h3)."},
     {.key = NULL, .check = check_listener},
 };

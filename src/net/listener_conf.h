@@ -1,4 +1,6 @@
-/* Typed configuration of one listener (`listeners:` items). Table: net/listener_conf.c. */
+/* Typed configuration of one listener (`listeners:` items). Table: net/listener_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_NET_LISTENER_CONF_H
 #define FY_NET_LISTENER_CONF_H
 
@@ -7,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "conf/conf.h"
+#include "net/net_cidr.h"
 #include "tls/tls_conf.h"
 
 /* Protocol bits for `protocols: [h1, h2c, h2, h3]`. */
@@ -43,11 +46,17 @@ typedef struct fy_listener_conf {
     int kind;           /* enum fy_listener_kind, default http */
     fy_conf_list_t sni; /* of fy_listener_sni_conf_t; needs tls */
     bool share;         /* `share: true`: bind even if another process holds the port */
+    /* `accept-proxy`: CIDRs of trusted fronts whose TCP connections must start with a PROXY
+     * v1/v2 header (its source address is then the client's); others connect as usual */
+    fy_conf_strlist_t accept_proxy;
+    fy_net_cidr_t *accept_proxy_cidrs; /* parsed (config arena) */
+    size_t n_accept_proxy;
 
     /* policies, by the names of top-level entries (net/ is below policy/), or NULL */
     char *cidr;          /* `cidr`: a cidr-lists entry */
     char *client_limits; /* `client-limits`: a client-limits entry */
     char *rate_limit;    /* `rate-limit`: a rate-limits entry */
+    char *waf;           /* `waf`: a waf-policies entry */
 } fy_listener_conf_t;
 
 extern const fy_conf_directive_t fy_listener_conf_table[];

@@ -1,4 +1,5 @@
-/* Sockets: listening sockets (one per worker with SO_REUSEPORT), and the plain-TCP transport. */
+/* Sockets: listening sockets (one per worker with SO_REUSEPORT), and the plain-TCP transport.
+ * Threads: sockets belong to the worker that created them; the functions keep no shared state. */
 #ifndef FY_NET_SOCK_H
 #define FY_NET_SOCK_H
 

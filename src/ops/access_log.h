@@ -1,7 +1,9 @@
 /* Access log: one line per exchange in combined, common or JSON-lines format, buffered per
  * worker (flushed when the buffer fills, before the first line of a new second, just after
  * every wall-clock second, before the drain notice and at exit) so that the hot path does no
- * system call for it. */
+ * system call for it.
+ * Threads: one buffer per worker, written only by that worker; a full buffer goes out in one
+ * write(2). */
 #ifndef FY_OPS_ACCESS_LOG_H
 #define FY_OPS_ACCESS_LOG_H
 

@@ -1,5 +1,6 @@
 /* The admin listener's thread, connections and request handler (see ops/admin.h). */
 #include "ops/admin.h"
+#include "ops/admin_cache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -434,9 +435,15 @@ static void upstreams(fy_admin_t *a, fy_exchange_t *ex)
             snprintf(lab, sizeof lab, "upstream=\"%s\",server=\"%s\"", uc->name, sv[j].url);
             double m = ttfb_mean(have ? &snap : NULL, lab);
             if (m >= 0)
-                fprintf(f, ", \"ttfb_mean_seconds\": %.6f}", m);
+                fprintf(f, ", \"ttfb_mean_seconds\": %.6f", m);
             else
-                fputs(", \"ttfb_mean_seconds\": null}", f);
+                fputs(", \"ttfb_mean_seconds\": null", f);
+            /* the balancer's own view (least-time), per worker, averaged */
+            if (st.ewma_ttfb_us >= 0)
+                fprintf(f, ", \"ewma_ttfb_seconds\": %.6f, \"ewma_workers\": %d}",
+                        st.ewma_ttfb_us / 1e6, st.ewma_workers);
+            else
+                fputs(", \"ewma_ttfb_seconds\": null, \"ewma_workers\": 0}", f);
         }
         fputs("]}", f);
     }
@@ -589,6 +596,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
         if (!is(ex, FY_M_POST)) return method_not_allowed(ex, "POST");
         return server_action(a, ex, seg[1], seg[3], seg[4][0] == 'd');
     }
+    if (n >= 1 && !strcmp(seg[0], "cache")) return fy_admin_cache(ex, seg, n); /* admin_cache.c */
     json_error(ex, 404,
                "no such admin endpoint (GET /metrics, /status, /config, /upstreams; "
                "POST /config[?dry-run=1], /config/rollback, /config/reload, "

@@ -1,4 +1,6 @@
-/* Typed config of the admin listener (`admin:`; absent = off). Table: ops/admin_conf.c. */
+/* Typed config of the admin listener (`admin:`; absent = off). Table: ops/admin_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_OPS_ADMIN_CONF_H
 #define FY_OPS_ADMIN_CONF_H
 

@@ -60,7 +60,24 @@ typedef struct fy_cs_flow {
     size_t n_req_headers, n_res_headers;
     fy_str_t req_body, res_body; /* what was kept (up to body_cap) */
     uint64_t req_size, res_size; /* whole body sizes */
+    /* Named facts about the flow, "name" → "value" (FY_CS_META_* below): timings in µs, TLS
+       details, WebSocket messages... Stored as given (no redaction: callers put no secrets). */
+    const fy_cs_header_t *meta;
+    size_t n_meta;
 } fy_cs_flow_t;
+
+/* Meta names the inspector writes (values are decimal µs for the timings; absent: unknown,
+   "-1": did not happen, e.g. a reused connection has no connect). */
+#define FY_CS_META_DNS "t.dns"
+#define FY_CS_META_CONNECT "t.connect"
+#define FY_CS_META_TLS "t.tls"
+/* One WebSocket message each, in order: direction ('>' from the client, '<' from the origin),
+   the opcode as one hex digit, flags as one hex digit (1: the payload is cut, 2: compressed
+   with permessage-deflate), the whole size in decimal, ':', then the payload kept
+   (uncompressed text messages are JSON-redacted as bodies are). */
+#define FY_CS_META_WS "ws"
+#define FY_CS_META_WS_DROPPED "ws.dropped" /* messages past the per-flow count, decimal */
+#define FY_CS_META_WAIT "t.wait"           /* the request sent to the origin to its response head */
 
 enum {
     FY_CS_REQ_TRUNCATED = 1, /* req_body is a prefix of req_size bytes */
@@ -124,6 +141,7 @@ typedef struct fy_cs_loaded {
     fy_cs_flow_t f;
     char *buf;
     fy_cs_header_t *hdrs; /* owned: both header arrays */
+    fy_cs_header_t *meta; /* owned, or NULL */
 } fy_cs_loaded_t;
 
 /* Read flow `id` from its segment. 0, -ENOENT (not stored or deleted), -EIO (unreadable). */
@@ -141,6 +159,9 @@ bool fy_cs_wait_newer(fy_cs_t *cs, uint64_t after_id, int timeout_ms);
  * arrays) by "[redacted]" in body[0..len): returns a new malloc'd body and its length in
  * *out_len, or NULL when nothing matched. Tolerates invalid JSON (stops scanning). */
 char *fy_cs_redact_json(const char *body, size_t len, const char *const *names, size_t *out_len);
+/* A body redacted as the store redacts bodies (its redact-json names; NULL when redaction
+ * is off or nothing matched): for comparing a new body with a stored one. */
+char *fy_cs_redact_body(const fy_cs_t *cs, const char *body, size_t len, size_t *out_len);
 /* Is the (any case) header name one the store redacts? */
 bool fy_cs_header_redacted(const fy_cs_t *cs, fy_str_t name);
 

@@ -96,6 +96,10 @@ static void test_roundtrip_and_redaction(const char *dir)
     char big[3000];
     memset(big, 'b', sizeof big);
     fy_cs_flow_t g = flow("/big", big, sizeof big);
+    static const fy_cs_header_t meta[] = {{FY_STR_LIT(FY_CS_META_CONNECT), FY_STR_LIT("250")},
+                                          {FY_STR_LIT("tls.sni"), FY_STR_LIT("example.test")}};
+    g.meta = meta;
+    g.n_meta = 2;
     CHECK_EQ_INT(fy_cs_submit(cs, &g), 0);
     fy_cs_flush(cs);
     fy_cs_stats_t st;
@@ -126,6 +130,12 @@ static void test_roundtrip_and_redaction(const char *dir)
     CHECK_EQ_INT(l.f.req_body.len, 1000); /* body-cap */
     CHECK_EQ_INT(l.f.req_size, 3000);
     CHECK(l.f.flags & FY_CS_REQ_TRUNCATED);
+    CHECK_EQ_INT(l.f.n_meta, 2); /* meta ride after the bodies */
+    CHECK_STRN(l.f.meta[1].name.p, l.f.meta[1].name.len, "tls.sni");
+    CHECK_STRN(l.f.meta[1].value.p, l.f.meta[1].value.len, "example.test");
+    fy_cs_loaded_free(&l);
+    CHECK_EQ_INT(fy_cs_load(cs, 1, &l), 0);
+    CHECK_EQ_INT(l.f.n_meta, 0); /* a record without them (as before meta existed) */
     fy_cs_loaded_free(&l);
     CHECK_EQ_INT(fy_cs_load(cs, 3, &l), -ENOENT);
     fy_cs_close(cs);
@@ -137,6 +147,8 @@ static void test_roundtrip_and_redaction(const char *dir)
     CHECK_EQ_INT(st.last_id, 2);
     CHECK_EQ_INT(fy_cs_load(cs, 2, &l), 0);
     CHECK_STRN(l.f.target.p, l.f.target.len, "/big");
+    CHECK_EQ_INT(l.f.n_meta, 2);
+    CHECK_STRN(l.f.meta[0].value.p, l.f.meta[0].value.len, "250");
     fy_cs_loaded_free(&l);
     CHECK_EQ_INT(fy_cs_submit(cs, &f), 0);
     fy_cs_flush(cs);

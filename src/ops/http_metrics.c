@@ -13,10 +13,6 @@
 enum { NCLASS = 5, NPROTO = 3 };
 static const char *const proto_names[NPROTO] = {"h1", "h2", "h3"};
 
-/* limit rejections the observer can tell by status (index order of `limit_names`) */
-static const char *const limit_names[] = {"request-timeout", "body-size", "uri-size",
-                                          "header-size"};
-
 /* One block of consecutive slots per listener x route x protocol (responses by class, then
  * body bytes), and one per route (TTFB histogram, then total): the observer loads two ids and
  * writes at constant offsets from them. */
@@ -42,18 +38,11 @@ struct fy_http_metrics {
     route_up_t *ups;       /* owned: [nroutes] */
 };
 
-static fy_counter_id_t limit_ids[4];
-
 int fy_http_metrics_setup(int nworkers)
 {
     int r = fy_counters_init(nworkers);
     if (r < 0) return r;
     fy_counters_register_builtin();
-    for (size_t i = 0; i < 4; i++) {
-        char l[64];
-        snprintf(l, sizeof l, "limit=\"%s\"", limit_names[i]);
-        limit_ids[i] = fy_counter_register("ferry_limit_rejections_total", l, FY_COUNTER);
-    }
     return 0;
 }
 
@@ -93,11 +82,21 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
         const char *hl[2] = {lab[0], lab[0]};
         const int hk[2] = {FY_HISTOGRAM, FY_HISTOGRAM};
         m->hist[r] = fy_counter_register_block(hn, hl, hk, 2);
+        /* the route's histograms count every exchange of its blocks: their first bucket is
+           implicit (most exchanges take under the clock's 1 ms and then write no slot) */
+        for (int p = 0; p < NPROTO && m->hist[r]; p++)
+            if (m->blk[r * NPROTO + p]) {
+                fy_counter_hist_count_from(m->hist[r] + H_TTFB, m->blk[r * NPROTO + p] + B_RESP,
+                                           NCLASS);
+                fy_counter_hist_count_from(m->hist[r] + H_DUR, m->blk[r * NPROTO + p] + B_RESP,
+                                           NCLASS);
+            }
     }
     return m;
 }
 
-static void route_up_register(route_up_t *ru, const fy_upstream_t *u)
+static __attribute__((noinline, cold)) void route_up_register(route_up_t *ru,
+                                                              const fy_upstream_t *u)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(u);
     const fy_upstream_server_conf_t *sv = uc->servers.v;
@@ -120,53 +119,112 @@ static void route_up_register(route_up_t *ru, const fy_upstream_t *u)
         names[NCLASS + 1] = "ferry_upstream_duration_seconds";
         kinds[NCLASS] = kinds[NCLASS + 1] = FY_HISTOGRAM;
         for (int k = 0; k < U_N; k++) labels[k] = lab[k];
-        ru->blk[i] = fy_counter_register_block(names, labels, kinds, U_N);
+        fy_counter_id_t b = ru->blk[i] = fy_counter_register_block(names, labels, kinds, U_N);
+        if (b) {
+            fy_counter_hist_count_from(b + U_TTFB, b + U_RESP, NCLASS);
+            fy_counter_hist_count_from(b + U_DUR, b + U_RESP, NCLASS);
+        }
     }
 }
 
-/* A proxied exchange: by the upstream server that got its last attempt. */
-static void count_upstream(const fy_http_metrics_t *m, const fy_exchange_t *ex, size_t r,
-                           unsigned cls, uint64_t ttfb_us, uint64_t dur_us)
+/* A 4xx that is a limit's: the h1 codec counts its own head limits (414, 431) where it
+ * parses; h2 and h3 heads (nghttp2, QPACK) are told here by their status. */
+static void count_limit(const fy_exchange_t *ex)
 {
-    route_up_t *ru = &m->ups[r];
-    if (!ru->u) route_up_register(ru, ex->upstream);
-    if (ru->u != ex->upstream || (size_t)ex->upstream_server >= ru->n) return;
-    fy_counter_id_t b = ru->blk[ex->upstream_server];
-    if (!b) return;
-    _Atomic uint64_t *c = fy__counters_mine;
-    fy_counter_add_at(c, b + U_RESP + cls, 1);
-    fy_hist_observe_at(c, b + U_TTFB, ttfb_us);
-    fy_hist_observe_at(c, b + U_DUR, dur_us);
+    int st = ex->res.status, l = -1;
+    if (st == 413)
+        l = FY_LIMIT_BODY_SIZE;
+    else if (ex->req.version >= 20 && st == 414)
+        l = FY_LIMIT_REQUEST_LINE;
+    else if (ex->req.version >= 20 && st == 431)
+        l = FY_LIMIT_HEADER_BYTES;
+    if (l >= 0) fy_counter_inc(fy_cid_limit[l]);
 }
 
-void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
+static inline size_t route_index(const fy_http_metrics_t *m, const fy_exchange_t *ex)
 {
-    const fy_http_metrics_t *m = arg;
-    _Atomic uint64_t *c = fy__counters_mine;
     size_t r = ex->route ? (size_t)(ex->route - m->routes) : m->nroutes;
-    if (r > m->nroutes) r = m->nroutes; /* another router's route (cannot happen today) */
-    unsigned cls = (unsigned)ex->res.status / 100u - 1u;
-    if (cls >= NCLASS) cls = NCLASS - 1;
+    return r > m->nroutes ? m->nroutes : r; /* another router's route (cannot happen today) */
+}
+
+static inline unsigned status_class(int status)
+{
+    unsigned cls = (unsigned)status / 100u - 1u;
+    return cls >= NCLASS ? NCLASS - 1 : cls;
+}
+
+static inline fy_counter_id_t route_block(const fy_http_metrics_t *m, const fy_exchange_t *ex,
+                                          size_t r)
+{
     unsigned p = ex->req.version >= 30 ? 2 : ex->req.version >= 20;
-    fy_counter_id_t b = m->blk[r * NPROTO + p];
+    return m->blk[r * NPROTO + p];
+}
+
+/* Every case: the first use of a route's upstream (registration), an exchange that took 1 ms
+ * or more by the loop's clock (the histograms' other buckets and sums), a 4xx that may be a
+ * limit. Off the common path, which is fy_http_metrics_exchange's copy of the counter part. */
+static __attribute__((noinline, cold)) void exchange_full(fy_exchange_t *ex,
+                                                          const fy_http_metrics_t *m)
+{
+    _Atomic uint64_t *c = fy__counters_mine;
+    size_t r = route_index(m, ex);
+    unsigned cls = status_class(ex->res.status);
+    fy_counter_id_t b = route_block(m, ex, r);
     if (b) {
         fy_counter_add_at(c, b + B_RESP + cls, 1);
         fy_counter_add_at(c, b + B_IN, ex->body_received);
         fy_counter_add_at(c, b + B_OUT, ex->bytes_sent);
     }
-    fy_counter_id_t h = m->hist[r];
-    if (h) {
-        uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
-        uint64_t head = ex->head_ms ? ex->head_ms : now;
-        fy_hist_observe_at(c, h + H_TTFB, (head - start) * 1000);
-        fy_hist_observe_at(c, h + H_DUR, (now - start) * 1000);
-        if (ex->upstream && r < m->nroutes)
-            count_upstream(m, ex, r, cls, (head - start) * 1000, (now - start) * 1000);
+    fy_counter_id_t ub = 0;
+    if (ex->upstream && r < m->nroutes) {
+        route_up_t *ru = &m->ups[r];
+        if (!ru->u) route_up_register(ru, ex->upstream);
+        if (ru->u == ex->upstream && (size_t)ex->upstream_server < ru->n)
+            ub = ru->blk[ex->upstream_server];
+        if (ub) fy_counter_add_at(c, ub + U_RESP + cls, 1);
     }
-    if (cls == 3) {
-        int s = ex->res.status;
-        int li = s == 408 ? 0 : s == 413 ? 1 : s == 414 ? 2 : s == 431 ? 3 : -1;
-        if (li >= 0) fy_counter_inc(limit_ids[li]);
+    uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
+    uint64_t head = ex->head_ms ? ex->head_ms : now;
+    uint64_t ttfb_us = (head - start) * 1000, dur_us = (now - start) * 1000;
+    fy_counter_id_t h = m->hist[r];
+    if (h && dur_us) {
+        fy_hist_observe_above_at(c, h + H_TTFB, ttfb_us);
+        fy_hist_observe_above_at(c, h + H_DUR, dur_us);
+    }
+    if (ub && dur_us) {
+        fy_hist_observe_above_at(c, ub + U_TTFB, ttfb_us);
+        fy_hist_observe_above_at(c, ub + U_DUR, dur_us);
+    }
+    if (cls == 3) count_limit(ex);
+}
+
+/* The request path's cost: four counter adds and no call. Every histogram here counts its
+ * first bucket implicitly (from the response counters; fy_counter_hist_count_from), so an
+ * exchange under the loop clock's millisecond writes no histogram slot. */
+void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
+{
+    const fy_http_metrics_t *m = arg;
+    size_t r = route_index(m, ex);
+    const route_up_t *ru = &m->ups[r];
+    if (__builtin_expect(ex->ctx->loop->now_ms != ex->start_ms ||
+                             (unsigned)(ex->res.status - 408) <= 431 - 408 ||
+                             (ex->upstream && r < m->nroutes && !ru->u),
+                         0)) {
+        exchange_full(ex, m);
+        return;
+    }
+    _Atomic uint64_t *c = fy__counters_mine;
+    unsigned cls = status_class(ex->res.status);
+    fy_counter_id_t b = route_block(m, ex, r);
+    if (b) {
+        fy_counter_add_at(c, b + B_RESP + cls, 1);
+        fy_counter_add_at(c, b + B_IN, ex->body_received);
+        fy_counter_add_at(c, b + B_OUT, ex->bytes_sent);
+    }
+    if (ex->upstream && r < m->nroutes && ru->u == ex->upstream &&
+        (size_t)ex->upstream_server < ru->n) {
+        fy_counter_id_t ub = ru->blk[ex->upstream_server];
+        if (ub) fy_counter_add_at(c, ub + U_RESP + cls, 1);
     }
 }
 

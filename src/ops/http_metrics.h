@@ -10,8 +10,11 @@
  *   ferry_upstream_responses_total{upstream,server,code}, ferry_upstream_ttfb_seconds and
  *   ferry_upstream_duration_seconds{upstream,server}: proxied exchanges by the server that got
  *   the last attempt (ex->upstream, set by handler/proxy.c), on routes of this router
- *   ferry_limit_rejections_total{limit}   body-size (413), header-size (431),
- *                                         request-timeout (408), uri-size (414), connections
+ *   ferry_limit_rejections_total{limit}   by the `limits:` key (core/counters.h fy_limit_names):
+ *                                         body-size (413) here, and request-line (414) and
+ *                                         header-bytes (431) of h2/h3 heads; the h1 codec counts
+ *                                         its own head and timeout limits, the listener
+ *                                         `connections`
  * Latencies use the worker loop's cached clock (millisecond resolution): the exchange's start
  * (head parsed), the handler's fy_exchange_start_response, and completion.
  *

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "ops/inspector_ws.h"
 
 static fy_inspector_t *the;
 
@@ -130,12 +131,14 @@ typedef struct cap_filter {
 typedef struct cap_layer {
     fy_sink_layer_t l;
     cap_filter_t *f;
-    bool sampled; /* stored whatever the conditions say */
+    bool sampled;   /* stored whatever the conditions say */
+    bool head_seen; /* the first send went by (a response breakpoint looks at it) */
     size_t max;
     char *req, *res; /* arena, grown by doubling up to max bytes each */
     size_t req_len, res_len, req_cap, res_cap;
     uint64_t req_seen, res_seen;
     void (*saved_on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
+    fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
 } cap_layer_t;
 
 /* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 4 KiB) in
@@ -166,20 +169,48 @@ static void keep(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t *len, siz
     *len += k;
 }
 
+static void pass(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                 int state)
+{
+    cap_layer_t *c = (cap_layer_t *)l;
+    for (size_t i = 0; i < n && state != FY_SEND_ERROR; i++) {
+        if (c->ws)
+            fy_insp_ws_feed(c->ws, false, bufs[i].iov_base, bufs[i].iov_len);
+        else
+            keep(c, ex, &c->res, &c->res_len, &c->res_cap, &c->res_seen, bufs[i].iov_base,
+                 bufs[i].iov_len);
+    }
+    fy_layer_next_send(l, ex, bufs, n, state);
+}
+
+/* The first send carries the response head: a response breakpoint may hold it there. */
+static bool held_at_head(cap_layer_t *c, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                         int state, fy__insp_pass_fn fn)
+{
+    if (c->head_seen) return false;
+    c->head_seen = true;
+    if (c->ws) return false; /* a 101 is not held: the tunnel's bytes follow it at once */
+    return fy__insp_break_response(c->f->ins, ex, &c->l, bufs, n, state, fn);
+}
+
 static void layer_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                        int state)
 {
-    cap_layer_t *c = (cap_layer_t *)l;
-    for (size_t i = 0; i < n && state != FY_SEND_ERROR; i++)
-        keep(c, ex, &c->res, &c->res_len, &c->res_cap, &c->res_seen, bufs[i].iov_base,
-             bufs[i].iov_len);
-    fy_layer_next_send(l, ex, bufs, n, state);
+    if (!held_at_head((cap_layer_t *)l, ex, bufs, n, state, pass)) pass(l, ex, bufs, n, state);
+}
+
+static void layer_send_nobody(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs,
+                              size_t n, int state)
+{
+    if (!held_at_head((cap_layer_t *)l, ex, bufs, n, state, fy_layer_next_send))
+        fy_layer_next_send(l, ex, bufs, n, state);
 }
 
 static void layer_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
                             int state)
 {
     cap_layer_t *c = (cap_layer_t *)l;
+    c->head_seen = true; /* files are not held (their bytes are not the handler's to lend) */
     if (c->max && c->res_len < c->max && len) {
         size_t want = reserve(c, ex, &c->res, c->res_len, &c->res_cap, len);
         ssize_t got = pread(fd, c->res + c->res_len, want, off);
@@ -194,7 +225,10 @@ static const fy_layer_ops_t layer_ops;
 static void layer_on_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
 {
     cap_layer_t *c = (cap_layer_t *)fy_exchange_find_layer(ex, &layer_ops);
-    keep(c, ex, &c->req, &c->req_len, &c->req_cap, &c->req_seen, p, n);
+    if (c->ws)
+        fy_insp_ws_feed(c->ws, true, p, n);
+    else
+        keep(c, ex, &c->req, &c->req_len, &c->req_cap, &c->req_seen, p, n);
     ex->on_body = c->saved_on_body;
     c->saved_on_body(ex, p, n, end);
 }
@@ -216,7 +250,8 @@ static const fy_layer_ops_t layer_ops = {
     .read_body = layer_read_body,
 };
 
-static const fy_layer_ops_t layer_ops_nobody = {.name = "inspector-nobody"};
+static const fy_layer_ops_t layer_ops_nobody = {.name = "inspector-nobody",
+                                                .send = layer_send_nobody};
 
 static uint64_t rnd(void)
 {
@@ -236,7 +271,10 @@ static uint64_t rnd(void)
 static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
 {
     cap_filter_t *f = (cap_filter_t *)base;
-    if (ex->req.method_id == FY_M_CONNECT || ex->req.protocol.len) return FY_FILTER_NEXT;
+    /* WebSocket (h1 Upgrade, h2/h3 extended CONNECT) is a flow with messages; other tunnels
+       (CONNECT, WebTransport) are not flows */
+    bool ws = ex->req.protocol.len == 9 && fy_str_ieq(ex->req.protocol, "websocket", 9);
+    if (!ws && (ex->req.method_id == FY_M_CONNECT || ex->req.protocol.len)) return FY_FILTER_NEXT;
     bool sampled = !f->route || (f->sample > 0 && (int)(rnd() % 100) < f->sample);
     bool cond = f->status_min || f->slower || f->header;
     if (!sampled && !cond) {
@@ -247,6 +285,10 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
     c->f = f;
     c->sampled = sampled;
     c->max = f->bodies ? f->ins->body_cap : 0;
+    if (ws && f->bodies) {
+        c->ws = fy_arena_alloc(ex->arena, sizeof *c->ws);
+        fy_insp_ws_init(c->ws, ex->arena, f->ins->body_cap);
+    }
     fy_exchange_push_layer(ex, &c->l, f->bodies ? &layer_ops : &layer_ops_nobody, FY_STAGE_CAPTURE);
     return fy__insp_break(f->ins, ex) ? FY_FILTER_WAIT : FY_FILTER_NEXT;
 }
@@ -343,7 +385,13 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.res_body = fy_str(c->res ? c->res : "", c->res_len);
     f.req_size = ex->body_received > c->req_seen ? ex->body_received : c->req_seen;
     f.res_size = ex->bytes_sent > c->res_seen ? ex->bytes_sent : c->res_seen;
-    if (c->max && f.req_size > c->req_len) f.flags |= FY_CS_REQ_TRUNCATED;
-    if (c->max && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
+    if (c->max && !c->ws && f.req_size > c->req_len) f.flags |= FY_CS_REQ_TRUNCATED;
+    if (c->max && !c->ws && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
+    f.stream_id = ex->stream_id;
+    size_t nws = c->ws ? c->ws->n + 1 : 0;
+    fy_cs_header_t *meta = fy_arena_alloc(ex->arena, (FY__INSP_MAX_META + nws) * sizeof *meta);
+    f.meta = meta;
+    f.n_meta = fy__insp_meta(ex, meta, FY__INSP_MAX_META);
+    if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }

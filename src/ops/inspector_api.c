@@ -116,6 +116,27 @@ static bool matches(fy_inspector_t *ins, const fy_insp_expr_t *x, const fy_cs_en
     return m;
 }
 
+size_t fy__insp_select(fy_inspector_t *ins, const fy_insp_expr_t *x, uint64_t *ids, size_t max)
+{
+    fy_cs_flush(ins->store);
+    batch_t *bt = fy_xmalloc(sizeof *bt);
+    uint64_t from = 0;
+    size_t n = 0;
+    while (n < max) {
+        bt->n = 0;
+        fy_cs_walk(ins->store, false, from, collect_cb, bt);
+        if (!bt->n) break;
+        for (size_t i = 0; i < bt->n && n < max; i++)
+            if (matches(ins, x, &bt->v[i])) ids[n++] = bt->v[i].id;
+        from = bt->last;
+        size_t got = bt->n;
+        batch_free(bt);
+        if (got < BATCH) break;
+    }
+    free(bt);
+    return n;
+}
+
 static void flags_json(fy__sb_t *b, unsigned f)
 {
     fy__sb_puts(b, "[");
@@ -296,6 +317,10 @@ static void flow_json(fy__sb_t *b, const fy_cs_flow_t *f)
     fy__sb_json(b, f->error.p, f->error.len);
     fy__sb_puts(b, ", \"flags\": ");
     flags_json(b, f->flags);
+    fy__sb_puts(b, ", ");
+    fy__insp_meta_json(b, f);
+    fy__sb_puts(b, ", ");
+    fy__insp_ws_json(b, f);
     fy__sb_puts(b, ",\n \"request\": {\"headers\": ");
     headers_json(b, f->req_headers, f->n_req_headers);
     fy__sb_puts(b, ", \"type\": ");
@@ -523,15 +548,18 @@ static int import_har(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
     return json_reply(o, 200, &b);
 }
 
-/* GET: the breakpoint and the held requests; POST (form `filter`): set it, blank clears. */
+/* GET: the breakpoints and what they hold; POST (form `filter` for requests, `response` for
+   responses): set them, blank clears, absent leaves alone. */
 static int breakpoint(fy_inspector_t *ins, const fy__insp_req_t *r, bool post, fy__sb_t *o)
 {
-    if (post) {
+    for (int which = 0; post && which < 2; which++) {
         char *f = fy_xmalloc(r->body_len + 1);
-        long fl = fy_insp_query_get(r->body, r->body_len, "filter", f, r->body_len + 1);
+        long fl = fy_insp_query_get(r->body, r->body_len, which ? "response" : "filter", f,
+                                    r->body_len + 1);
         const char *err = NULL;
         size_t at = 0;
-        int rc = fy__insp_break_set(ins, f, fl > 0 ? (size_t)fl : 0, &err, &at);
+        /* a form without `filter` leaves the request breakpoint alone, and so for `response` */
+        int rc = fl < 0 ? 0 : fy__insp_break_set(ins, which, f, (size_t)fl, &err, &at);
         free(f);
         if (rc < 0) return error_reply(o, 400, err, (long)at);
     }
@@ -540,7 +568,8 @@ static int breakpoint(fy_inspector_t *ins, const fy__insp_req_t *r, bool post, f
     return json_reply(o, 200, &b);
 }
 
-/* POST /api/held/ID/release (form `headers`: replacement request headers) or .../drop */
+/* POST /api/held/ID/release (form `headers`: replacement headers; for a response also
+   `status` and `body`) or .../drop */
 static int held(fy_inspector_t *ins, const fy__insp_req_t *r, const char *rest, fy__sb_t *o)
 {
     char *end;
@@ -548,10 +577,19 @@ static int held(fy_inspector_t *ins, const fy__insp_req_t *r, const char *rest, 
     bool drop = strcmp(end, "/drop") == 0;
     if (end == rest || (!drop && strcmp(end, "/release") != 0))
         return error_reply(o, 404, "no such resource", -1);
-    char *h = fy_xmalloc(r->body_len + 1);
+    char *h = fy_xmalloc(r->body_len + 1), *bd = fy_xmalloc(r->body_len + 1);
     long hl = fy_insp_query_get(r->body, r->body_len, "headers", h, r->body_len + 1);
-    int rc = fy__insp_break_decide(ins, id, drop, hl >= 0 ? h : NULL);
+    long bl = fy_insp_query_get(r->body, r->body_len, "body", bd, r->body_len + 1);
+    fy__insp_decision_t d = {
+        .drop = drop,
+        .headers = hl >= 0 ? h : NULL,
+        .status = (int)fy_insp_query_uint(r->body, r->body_len, "status", 0, 999),
+        .body = bl >= 0 ? bd : NULL,
+        .body_len = bl >= 0 ? (size_t)bl : 0,
+    };
+    int rc = fy__insp_break_decide(ins, id, &d);
     free(h);
+    free(bd);
     if (rc < 0)
         return error_reply(o, 404, "no such held request (released, dropped, timed out?)", -1);
     fy__sb_t b = {0};
@@ -584,6 +622,11 @@ int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
     if (get && strcmp(p, "/api/stats") == 0) return stats(ins, o);
     if (strcmp(p, "/api/breakpoint") == 0 && (get || post)) return breakpoint(ins, r, post, o);
     if (post && strncmp(p, "/api/held/", 10) == 0) return held(ins, r, p + 10, o);
+    if (post && strcmp(p, "/api/compare") == 0) {
+        fy__sb_t b = {0};
+        int st = fy__insp_compare(ins, r->body, r->body_len, &b);
+        return json_reply(o, st, &b);
+    }
     if (get && strcmp(p, "/api/export.har") == 0) return export_har(ins, r, o);
     if (post && strcmp(p, "/api/import") == 0) return import_har(ins, r, o);
     if (strncmp(p, "/api/flows/", 11) == 0) {
@@ -615,6 +658,11 @@ int fy__insp_api(fy_inspector_t *ins, const fy__insp_req_t *r, fy__sb_t *o)
             fy__sb_t b = {0};
             curl_cmd(&b, &l.f);
             respond(o, 200, "text/plain; charset=utf-8", NULL, b.p, b.len);
+            free(b.p);
+        } else if (strcmp(end, "/python") == 0) {
+            fy__sb_t b = {0};
+            fy__insp_python(&b, &l.f);
+            respond(o, 200, "text/x-python; charset=utf-8", NULL, b.p, b.len);
             free(b.p);
         } else if (strcmp(end, "/har") == 0) {
             fy__sb_t b = {0};

@@ -1,5 +1,7 @@
 /* Typed config of the inspector (`inspector:` top level, and a route's `capture:`). Tables:
- * ops/inspector_conf.c. */
+ * ops/inspector_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_OPS_INSPECTOR_CONF_H
 #define FY_OPS_INSPECTOR_CONF_H
 

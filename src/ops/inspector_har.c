@@ -69,6 +69,26 @@ static void query(fy__sb_t *b, fy_str_t t)
     fy__sb_puts(b, "]");
 }
 
+/* HAR 1.2 timings: dns, connect (which includes ssl), ssl, send, wait, receive, -1 for what
+   did not happen or was not measured; wait is the origin's when measured, else the time to
+   the response head; receive is what is left of the flow's time. */
+static void har_timings(fy__sb_t *b, const fy_cs_flow_t *f)
+{
+    double dns = fy__insp_meta_ms(f, FY_CS_META_DNS), con = fy__insp_meta_ms(f, FY_CS_META_CONNECT);
+    double ssl = fy__insp_meta_ms(f, FY_CS_META_TLS), wait = fy__insp_meta_ms(f, FY_CS_META_WAIT);
+    if (dns < 0) dns = -1;
+    if (con < 0) con = -1;
+    if (ssl < 0) ssl = -1;
+    if (con >= 0 && ssl >= 0) con += ssl;
+    if (wait < 0) wait = f->ttfb_ms;
+    double used = (dns > 0 ? dns : 0) + (con > 0 ? con : 0) + wait;
+    double receive = f->duration_ms > used ? f->duration_ms - used : 0;
+    fy__sb_printf(b,
+                  "\"timings\": {\"blocked\": -1, \"dns\": %.3f, \"connect\": %.3f, \"ssl\": %.3f, "
+                  "\"send\": 0, \"wait\": %.3f, \"receive\": %.3f}",
+                  dns, con, ssl, wait, receive);
+}
+
 void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f)
 {
     time_t sec = (time_t)(f->start_us / 1000000);
@@ -133,9 +153,9 @@ void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f)
         fy__sb_puts(b, ", \"comment\": \"body cut at inspector.body-cap\"");
     fy__sb_printf(b,
                   "}, \"redirectURL\": \"\", \"headersSize\": -1, \"bodySize\": %llu}, "
-                  "\"cache\": {}, \"timings\": {\"send\": 0, \"wait\": %u, \"receive\": %u}",
-                  (unsigned long long)f->res_size, f->ttfb_ms,
-                  f->duration_ms >= f->ttfb_ms ? f->duration_ms - f->ttfb_ms : 0);
+                  "\"cache\": {}, ",
+                  (unsigned long long)f->res_size);
+    har_timings(b, f);
     if (f->error.len) {
         fy__sb_puts(b, ", \"comment\": ");
         fy__sb_json(b, f->error.p, f->error.len);
@@ -490,6 +510,25 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
             const jv_t *sz = jget(ct, "size");
             f.res_size =
                 sz && sz->t == J_NUM && sz->num >= 0 ? jint(sz, UINT64_MAX / 2) : f.res_body.len;
+            fy_cs_header_t meta[4];
+            char mv[4][24];
+            static const char *const tn[4] = {"dns", "connect", "ssl", "wait"};
+            static const char *const mn[4] = {FY_CS_META_DNS, FY_CS_META_CONNECT, FY_CS_META_TLS,
+                                              FY_CS_META_WAIT};
+            const jv_t *tm = jget(e, "timings");
+            const jv_t *sv = jget(tm, "ssl");
+            double ssl = sv && sv->t == J_NUM ? sv->num : -1;
+            for (int k = 0; k < 4; k++) {
+                const jv_t *v = jget(tm, tn[k]);
+                if (!v || v->t != J_NUM || k == 3) continue; /* wait is the ttfb above */
+                double ms = v->num;
+                if (k == 1 && ms >= 0 && ssl >= 0) ms -= ssl; /* ours: connect without TLS */
+                snprintf(mv[f.n_meta], sizeof mv[0], "%ld", ms < 0 ? -1L : (long)(ms * 1000));
+                meta[f.n_meta].name = fy_str(mn[k], strlen(mn[k]));
+                meta[f.n_meta].value = fy_str(mv[f.n_meta], strlen(mv[f.n_meta]));
+                f.n_meta++;
+            }
+            f.meta = meta;
             if (fy_cs_submit(ins->store, &f) == 0) count++;
         }
     }

@@ -28,9 +28,10 @@ struct fy_inspector {
     atomic_uint_fast64_t sampled_out; /* route flows not kept by `capture:` */
     /* breakpoints (inspector_break.c), under bp_lock */
     pthread_mutex_t bp_lock;
-    atomic_bool bp_on; /* a breakpoint filter is set (read without the lock) */
-    struct fy_insp_expr *bp_expr;
-    char *bp_text;
+    atomic_bool bp_on;     /* a request breakpoint filter is set (read without the lock) */
+    atomic_bool bp_res_on; /* a response breakpoint filter is set */
+    struct fy_insp_expr *bp_expr, *bp_res_expr;
+    char *bp_text, *bp_res_text;
     struct fy__insp_held *held;
     uint64_t bp_next;
     uint64_t bp_timeout_ms;
@@ -42,14 +43,48 @@ typedef struct fy__insp_held fy__insp_held_t;
 /* On a worker: hold ex when the breakpoint filter matches its request (true: the caller
    returns FY_FILTER_WAIT; the exchange goes on, or fails with 502 when dropped, later). */
 bool fy__insp_break(fy_inspector_t *ins, fy_exchange_t *ex);
-/* Set (or, with a blank filter, clear) the breakpoint. 0, or -1 with *err and *at. */
-int fy__insp_break_set(fy_inspector_t *ins, const char *filter, size_t n, const char **err,
-                       size_t *at);
-/* {"filter", "timeout", "held": [...]} */
+/* In the capture layer's first send (the response head not yet on its way): hold it when the
+   response breakpoint matches. True: the hold keeps the send (the bytes stay the handler's,
+   unsent) and later calls pass(l, ex, ...) with it, or with a replacement body (FINAL). */
+typedef void (*fy__insp_pass_fn)(struct fy_sink_layer *l, fy_exchange_t *ex,
+                                 const struct iovec *bufs, size_t n, int state);
+bool fy__insp_break_response(fy_inspector_t *ins, fy_exchange_t *ex, struct fy_sink_layer *l,
+                             const struct iovec *bufs, size_t n, int state, fy__insp_pass_fn pass);
+/* Set (or, with a blank filter, clear) the request or the response breakpoint. 0, or -1 with
+ *err and *at. */
+int fy__insp_break_set(fy_inspector_t *ins, bool response, const char *filter, size_t n,
+                       const char **err, size_t *at);
+/* {"filter", "response", "timeout", "held": [...]} */
 void fy__insp_break_list(fy_inspector_t *ins, struct fy__sb *b);
-/* Release (with replacement request headers, or NULL) or drop held request `id`. 0 or -1. */
-int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, bool drop, const char *headers);
+/* What the UI decided for a held request or response. */
+typedef struct fy__insp_decision {
+    bool drop;
+    const char *headers; /* replacement headers ("name: value" lines), or NULL */
+    int status;          /* response: the new status, 0 unchanged */
+    const char *body;    /* response: the new body, or NULL (unchanged) */
+    size_t body_len;
+} fy__insp_decision_t;
+/* Decide held request or response `id`. 0, or -1 when it is not held (any more). */
+int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, const fy__insp_decision_t *d);
 void fy__insp_break_free(fy_inspector_t *ins);
+
+/* inspector_meta.c: the flow's named facts (timings, TLS) as meta pairs, strings in ex's
+   arena. The number of pairs written (at most max). */
+#define FY__INSP_MAX_META 24
+size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max);
+/* The recorded WebSocket messages as FY_CS_META_WS pairs (and the count of those not kept),
+   values in ex's arena: at most w->n + 1 pairs. */
+struct fy_insp_ws;
+size_t fy__insp_ws_meta(fy_exchange_t *ex, const struct fy_insp_ws *w, fy_cs_header_t *meta);
+/* Flow f's meta `name`: true and *out, or false when absent. */
+bool fy__insp_meta_get(const fy_cs_flow_t *f, const char *name, fy_str_t *out);
+/* A timing meta in ms: -1 it did not happen, -2 unknown. */
+double fy__insp_meta_ms(const fy_cs_flow_t *f, const char *name);
+/* `"timings": {...}, "tls": {...}` (members of the flow's JSON object, no comma around). */
+struct fy__sb;
+void fy__insp_meta_json(struct fy__sb *b, const fy_cs_flow_t *f);
+/* `"ws": [{"from", "opcode", "size", "cut", "text"|"base64"}...]` (and `"ws_dropped"`). */
+void fy__insp_ws_json(struct fy__sb *b, const fy_cs_flow_t *f);
 
 /* inspector_http.c: serve the listener until stopping (the thread's body). */
 void *fy__insp_http_main(void *arg);
@@ -89,10 +124,30 @@ void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f);
    imported, or -1 with *err (static) when the document is not a HAR log. */
 long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const char **err);
 
+/* inspector_export.c: flow f's request as a Python (urllib) snippet. */
+void fy__insp_python(struct fy__sb *b, const fy_cs_flow_t *f);
+
 /* inspector_replay.c: send flow f again (through the intercepting listener when there is one,
    else straight to its origin), with its edits applied by the caller. The response status, or
    -1 with *err (static). The replayed flow is captured like any other. */
 int fy__insp_replay(fy_inspector_t *ins, const fy_cs_flow_t *f, const char **err);
+
+/* One request as flow f made it, to host:port (TLS unverified, SNI the flow's host), read
+   with Connection: close until the end (at most cap bytes, within replay-timeout) into resp:
+   the raw response. 0, or -1 with *err (static). Not captured. */
+int fy__insp_fetch(fy_inspector_t *ins, const fy_cs_flow_t *f, const char *host, const char *port,
+                   bool tls, size_t cap, struct fy__sb *resp, const char **err);
+
+/* inspector_api.c: the ids of the stored flows matching x (NULL: all), oldest first, at most
+   max of them. */
+struct fy_insp_expr;
+size_t fy__insp_select(fy_inspector_t *ins, const struct fy_insp_expr *x, uint64_t *ids,
+                       size_t max);
+
+/* inspector_compare.c: POST /api/compare (form `upstream`, `filter` or `ids`, `limit`,
+   `ignore`): the stored flows sent again to another upstream, and how the answers differ.
+   Returns the HTTP status of the report it wrote into out (a JSON body, no head). */
+int fy__insp_compare(fy_inspector_t *ins, const char *form, size_t n, struct fy__sb *out);
 
 /* The UI files embedded at build time (ui/, tools/embed-ui.sh). */
 typedef struct fy__insp_asset {

@@ -265,3 +265,68 @@ out:
     rc_close(&c);
     return status;
 }
+
+/* ---- for inspector_compare.c: one request to a given address, the whole response kept ---- */
+
+int fy__insp_fetch(fy_inspector_t *ins, const fy_cs_flow_t *f, const char *host, const char *port,
+                   bool tls, size_t cap, fy__sb_t *resp, const char **err)
+{
+    rconn_t c = {.fd = -1, .deadline_ms = mono_ms() + (int64_t)ins->replay_timeout_ms};
+    int rc = -1;
+    fy__sb_t rq = {0};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    *err = "cannot resolve the upstream";
+    if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai) goto out;
+    *err = "cannot connect to the upstream";
+    int r = dial(&c, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    if (r < 0) goto out;
+    if (tls) {
+        /* the flow's own name (the new upstream serves the same site), unless it has none */
+        char sni[512], sport[16];
+        split(f->authority, true, sni, sizeof sni, sport, sizeof sport);
+        *err = "TLS handshake with the upstream failed";
+        if (tls_start(&c, strspn(sni, "0123456789.:[]") == strlen(sni) ? host : sni) < 0) goto out;
+    }
+    fy__sb_put(&rq, f->method.p, f->method.len);
+    fy__sb_puts(&rq, " ");
+    if (f->target.len && f->target.p[0] == '/')
+        fy__sb_put(&rq, f->target.p, f->target.len);
+    else
+        fy__sb_puts(&rq, "/");
+    fy__sb_puts(&rq, " HTTP/1.1\r\nHost: ");
+    fy__sb_put(&rq, f->authority.p, f->authority.len);
+    fy__sb_puts(&rq, "\r\n");
+    for (size_t i = 0; i < f->n_req_headers; i++) {
+        fy_str_t n = f->req_headers[i].name, v = f->req_headers[i].value;
+        if (skip_header(n) || memchr(v.p, '\n', v.len) || memchr(v.p, '\r', v.len)) continue;
+        fy__sb_put(&rq, n.p, n.len);
+        fy__sb_puts(&rq, ": ");
+        fy__sb_put(&rq, v.p, v.len);
+        fy__sb_puts(&rq, "\r\n");
+    }
+    if (f->req_body.len || (f->method.len == 4 && !strncasecmp(f->method.p, "POST", 4)) ||
+        (f->method.len == 3 && !strncasecmp(f->method.p, "PUT", 3)))
+        fy__sb_printf(&rq, "Content-Length: %zu\r\n", f->req_body.len);
+    fy__sb_puts(&rq, "Connection: close\r\n\r\n");
+    fy__sb_put(&rq, f->req_body.p, f->req_body.len);
+    *err = "sending the request failed";
+    if (rc_write(&c, rq.p, rq.len) < 0) goto out;
+    *err = "no response (or replay-timeout)";
+    char buf[16384];
+    for (;;) {
+        ssize_t got = rc_read(&c, buf, sizeof buf);
+        if (got < 0) goto out;
+        if (got == 0) break;
+        if (resp->len + (size_t)got > cap) {
+            *err = "the response is larger than the comparison's limit";
+            goto out;
+        }
+        fy__sb_put(resp, buf, (size_t)got);
+    }
+    rc = resp->len ? 0 : -1;
+out:
+    free(rq.p);
+    rc_close(&c);
+    return rc;
+}

@@ -1,4 +1,6 @@
-/* Typed logging config (`log:`). Table: ops/log_conf.c. */
+/* Typed logging config (`log:`). Table: ops/log_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_OPS_LOG_CONF_H
 #define FY_OPS_LOG_CONF_H
 

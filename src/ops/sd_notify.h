@@ -1,7 +1,8 @@
 /* systemd readiness (Type=notify) through libsystemd's sd_notify. Every call is a no-op
  * returning 0 when NOTIFY_SOCKET is unset (not started by systemd), so callers never check
  * whether they run under systemd. Returns > 0 when a message was sent, 0 when there is no
- * NOTIFY_SOCKET, -errno when sending failed (the server keeps running either way). */
+ * NOTIFY_SOCKET, -errno when sending failed (the server keeps running either way).
+ * Threads: main thread (readiness, reload and stop notices). */
 #ifndef FY_OPS_SD_NOTIFY_H
 #define FY_OPS_SD_NOTIFY_H
 

@@ -275,7 +275,7 @@ static fy_filter_verdict_t follow(cache_ex_t *ce, fy_cache_obj_t *o)
         fy__cache_push_layer(ce);
         return FY_FILTER_NEXT;
     }
-    if (atomic_load(&o->state) != FY_CACHE_PENDING) { /* it moved on meanwhile */
+    if (!fy__cache_follow_waits(o)) { /* it moved on meanwhile */
         fy__cache_unwait(ce);
         return fy__cache_follow_ready(ce) ? FY_FILTER_DONE : FY_FILTER_NEXT;
     }
@@ -373,6 +373,24 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
     strip_unkeyed(ce); /* the origin (or a fetch we may follow) answers this one */
     ce->mode = M_MISS;
     ce->fwd = "fwd=uri-miss";
+    fy_cache_disk_t *disk = fy_cache_zone_disk(cf->zone);
+    if (disk && !fat && !pending) {
+        /* not in memory: on disk? Then the disk's reader loads it into a new object that this
+           request follows like a collapsed fetch (and so do others meanwhile); ranges, HEAD
+           and conditionals are answered from it as from any stored object */
+        uint64_t name =
+            fy_cache_disk_find(disk, ce->hash, ce->key, ce->keylen, &ex->req.headers, ex->arena);
+        bool fl = false;
+        fy_cache_obj_t *lo =
+            name ? fy_cache_begin(cf->zone, ce->hash, ce->key, ce->keylen, &fl) : NULL;
+        if (lo && !fl) lo->disk_load = true; /* before the reader can see it */
+        if (lo && (fl || fy_cache_disk_load(disk, lo, name) == 0)) {
+            if (o) fy_cache_obj_release(o);
+            return follow(ce, lo);
+        }
+        if (lo) fy_cache_abort(cf->zone, lo, FY_CACHE_PASS); /* the reader's queue is full */
+        if (lo) fy_cache_obj_release(lo);
+    }
     if (fat || ranged || head || ce->client_cond || (ce->qi.cc.flags & FY_CC_NO_STORE)) {
         /* answered by the origin, not stored: a partial, bodiless or unkeyed-input answer */
         if (o) fy_cache_obj_release(o);
@@ -526,6 +544,53 @@ static void invalidate_uri(cache_ex_t *ce, fy_str_t v)
     fy_cache_invalidate(ce->cf->zone, fy_cache_hash(k, kl), k, kl);
 }
 
+/* A copy of so with the response's fields merged in (§4.3.4), stored when still storable:
+   a reference, or NULL. */
+static fy_cache_obj_t *refresh(cache_ex_t *ce, fy_cache_obj_t *so)
+{
+    fy_exchange_t *ex = ce->ex;
+    fy_headers_t merged;
+    merge_304(ex, so, &merged);
+    fy_cache_obj_t *no = fy_cache_obj_copy(so, &merged);
+    if (!no) return NULL;
+    fy_cache_resp_info_t ri;
+    fy_cache_resp_scan(&merged, ce->cf->conf->targeted_lower, &ri);
+    /* judged as the 200 it stands for */
+    int saved = ex->res.status;
+    ex->res.status = so->status;
+    int64_t scl = ex->res.content_length;
+    ex->res.content_length = (int64_t)atomic_load(&so->body_len);
+    bool ok = fill_head(ce, no, &ri);
+    ex->res.status = saved;
+    ex->res.content_length = scl;
+    if (ok) fy_cache_insert(ce->cf->zone, no);
+    return no;
+}
+
+/* Does the HEAD response in ex describe the stored so (§4.3.5): the same ETag, else the same
+   Last-Modified, else (neither has one) the same Content-Length? */
+static bool head_describes(fy_exchange_t *ex, const fy_cache_obj_t *so)
+{
+    const fy_header_t *cl = FY_HDR_FIND(&ex->res.headers, "content-length");
+    if (cl) { /* another length is another representation, whatever the validators say */
+        uint64_t v = 0;
+        for (size_t i = 0; i < cl->value.len; i++) {
+            char c = cl->value.p[i];
+            if (c < '0' || c > '9' || v > UINT64_MAX / 10 - 1) return false;
+            v = v * 10 + (uint64_t)(c - '0');
+        }
+        if (!cl->value.len || v != atomic_load(&so->body_len)) return false;
+    }
+    const fy_header_t *et = FY_HDR_FIND(&ex->res.headers, "etag");
+    if (et || so->etag.len) /* a strong ETag, the same */
+        return et && fy_str_eq(so->etag, et->value.p, et->value.len) &&
+               !(et->value.len > 1 && et->value.p[0] == 'W' && et->value.p[1] == '/');
+    const fy_header_t *lm = FY_HDR_FIND(&ex->res.headers, "last-modified");
+    if (lm || so->last_modified.len)
+        return lm && fy_str_eq(so->last_modified, lm->value.p, lm->value.len);
+    return cl != NULL;
+}
+
 static void on_head(cache_ex_t *ce)
 {
     fy_exchange_t *ex = ce->ex;
@@ -551,22 +616,21 @@ static void on_head(cache_ex_t *ce)
     }
     if (ce->mode == M_REVALIDATE && ce->obj) {
         fy_cache_obj_t *so = ce->obj;
+        if (status == 200 && ex->req.method_id == FY_M_HEAD &&
+            atomic_load(&so->state) == FY_CACHE_COMPLETE) {
+            /* §4.3.5: a 200 to HEAD freshens the stored GET response it describes, or shows
+               that the stored one is outdated */
+            fy_cache_obj_t *no = head_describes(ex, so) ? refresh(ce, so) : NULL;
+            if (no)
+                fy_cache_obj_release(no);
+            else
+                fy_cache_invalidate(cf->zone, so->hash, so->key, so->keylen);
+            add_status_z(ce, ce->fwd);
+            return;
+        }
         if (status == 304 && atomic_load(&so->state) == FY_CACHE_COMPLETE) {
-            fy_headers_t merged;
-            merge_304(ex, so, &merged);
-            fy_cache_obj_t *no = fy_cache_obj_copy(so, &merged);
+            fy_cache_obj_t *no = refresh(ce, so);
             if (no) {
-                fy_cache_resp_info_t ri;
-                fy_cache_resp_scan(&merged, c->targeted_lower, &ri);
-                /* judged as the 200 it stands for */
-                int saved = ex->res.status;
-                ex->res.status = so->status;
-                int64_t scl = ex->res.content_length;
-                ex->res.content_length = (int64_t)atomic_load(&so->body_len);
-                bool ok = fill_head(ce, no, &ri);
-                ex->res.status = saved;
-                ex->res.content_length = scl;
-                if (ok) fy_cache_insert(cf->zone, no);
                 if (ce->fill) {
                     fy_cache_abort(cf->zone, ce->fill, FY_CACHE_PASS);
                     fy_cache_obj_release(ce->fill);
@@ -682,6 +746,9 @@ fy_filter_t *fy_cache_filter_new(const fy_cache_conf_t *conf)
     cf->f.ops = &cache_ops;
     cf->conf = conf;
     cf->zone = fy_cache_zone_get(conf->zone, (size_t)conf->size);
+    if (conf->disk_path && *conf->disk_path)
+        fy_cache_zone_set_disk(cf->zone, conf->disk_path, conf->disk_size,
+                               (unsigned)conf->disk_queue);
     cf->name_len = strlen(conf->status_name);
     for (size_t i = 0; i < conf->methods.n; i++) {
         if (!strcmp(conf->methods.v[i], "GET")) cf->get_ok = true;

@@ -268,5 +268,28 @@ const fy_conf_directive_t fy_cache_conf_table[] = {
      .dflt = "ferry",
      .validate = fy_conf_valid_token,
      .doc = "This cache's name in the Cache-Status field (RFC 9211)."},
+    {.key = "disk-path",
+     .type = FY_CT_STRING,
+     .offset = C(disk_path),
+     .dflt = "",
+     .doc = "Directory of the zone's disk tier (made if missing; files of other names are "
+            "left alone); complete objects are written there by a thread and survive a "
+            "restart; `\"\"`: memory only. The first route of a zone that names one sets it."},
+    {.key = "disk-size",
+     .type = FY_CT_SIZE,
+     .offset = C(disk_size),
+     .dflt = "1g",
+     .min = 4096,
+     .max = (int64_t)1 << 50,
+     .doc = "Bytes of files the disk tier holds; least recently used files are removed past "
+            "it."},
+    {.key = "disk-queue",
+     .type = FY_CT_INT,
+     .offset = C(disk_queue),
+     .dflt = "1024",
+     .min = 1,
+     .max = 1 << 20,
+     .doc = "Objects waiting to be written (and loads waiting to be read), at most; past it a "
+            "write is dropped (counted) and a load goes to the origin."},
     {.key = NULL},
 };

@@ -37,6 +37,9 @@ typedef struct fy_cache_conf {
     fy_conf_strlist_t strip_headers;    /* `strip-request-headers`: unkeyed request headers that
                                            could change a response, removed before the origin */
     char *status_name;                  /* `status-name`: our name in Cache-Status */
+    char *disk_path;                    /* `disk-path`: directory of the disk tier; "" none */
+    uint64_t disk_size;                 /* `disk-size`: bytes of files the disk tier holds */
+    int64_t disk_queue;                 /* `disk-queue`: writes (and loads) waiting, at most */
     /* derived by the validators */
     fy_cache_cidr_t *purge_cidrs;
     size_t npurge_cidrs;

@@ -1,9 +1,9 @@
 /* What the cache filter (cache.c: request phase, the layer, the filter) and its producer
- * (cache_serve.c: answering from a stored object) share. The exchange's worker only. */
+ * (cache_serve.c: answering from a stored object) share.
+ * Threads: the cache's stores are shared by workers (see cache_store.h for their locking);
+ * everything declared here runs on the exchange's worker thread. */
 #ifndef FY_POLICY_CACHE_INT_H
 #define FY_POLICY_CACHE_INT_H
-
-#include "policy/cache.h"
 
 #include "policy/cache.h"
 
@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "policy/cache_disk.h"
 #include "policy/cache_fresh.h"
 #include "policy/cache_key.h"
 #include "policy/cache_store.h"
@@ -95,6 +96,14 @@ typedef struct cache_wait {
     fy_defer_t defer; /* take the response over from the handler */
     cache_ex_t *ce;
 } cache_wait_t;
+
+/* Is a followed object still to be waited for? A disk load is followed until it is complete
+   (its body is already in memory: ranges and validators then see the whole object). */
+static inline bool fy__cache_follow_waits(const fy_cache_obj_t *o)
+{
+    int st = atomic_load(&o->state);
+    return st == FY_CACHE_PENDING || (o->disk_load && st == FY_CACHE_STREAMING);
+}
 
 char *fy__cache_put_u64(char *p, uint64_t v);
 char *fy__cache_put_s(char *p, const char *s, size_t n);

@@ -143,11 +143,91 @@ char *fy_cache_vary_names(fy_arena_t *a, const fy_headers_t *hs, size_t *len)
     return out;
 }
 
+/* Accept-Encoding by what it means: the codings we know, best first (RFC 9110 §12.5.3) */
+static const char *const codings[] = {"br", "compress", "deflate", "gzip", "identity", "zstd"};
+#define NCODINGS 6
+#define AE_NORM_MAX 48 /* "br,compress,deflate,gzip,identity,zstd" and separators */
+
+/* q-value "0.5" in thousandths; -1 when malformed */
+static int qvalue(const char *p, const char *e)
+{
+    if (p == e || (*p != '0' && *p != '1')) return -1;
+    int v = (*p++ - '0') * 1000, scale = 100;
+    if (p < e && *p == '.') {
+        p++;
+        for (int k = 0; p < e && k < 3; k++, p++, scale /= 10) {
+            if (*p < '0' || *p > '9') return -1;
+            v += (*p - '0') * scale;
+        }
+    }
+    return p == e && v <= 1000 ? v : -1;
+}
+
+/* One Accept-Encoding line into q[] (per known coding; -1: not named) and *star. */
+static void ae_scan(const char *v, const char *ve, int *q, int *star)
+{
+    while (v < ve) {
+        while (v < ve && (is_ws(*v) || *v == ',')) v++;
+        const char *ts = v;
+        while (v < ve && *v != ',' && *v != ';' && !is_ws(*v)) v++;
+        fy_str_t t = fy_str(ts, (size_t)(v - ts));
+        int qv = 1000;
+        while (v < ve && *v != ',') { /* parameters: only q counts */
+            while (v < ve && (is_ws(*v) || *v == ';')) v++;
+            const char *ps = v;
+            while (v < ve && *v != ',' && *v != ';') v++;
+            const char *pe = v;
+            while (pe > ps && is_ws(pe[-1])) pe--;
+            if (pe - ps >= 2 && (ps[0] == 'q' || ps[0] == 'Q') && ps[1] == '=') {
+                qv = qvalue(ps + 2, pe);
+                if (qv < 0) qv = 0; /* malformed: not acceptable (as compress_neg.c) */
+            }
+        }
+        if (!t.len) continue;
+        if (t.len == 1 && t.p[0] == '*') {
+            if (qv > *star) *star = qv;
+            continue;
+        }
+        if (fy_str_ieq(t, "x-gzip", 6)) t = fy_str("gzip", 4);
+        if (fy_str_ieq(t, "x-compress", 10)) t = fy_str("compress", 8);
+        for (int k = 0; k < NCODINGS; k++)
+            if (fy_str_ieq(t, codings[k], strlen(codings[k])) && qv > q[k]) q[k] = qv;
+    }
+}
+
+/* The acceptable known codings by falling q, ',' between equals, '>' between levels; "-"
+   when none is acceptable. Unknown codings are left out: no origin answers with them. */
+static char *ae_emit(char *p, const int *q0, int star)
+{
+    int q[NCODINGS];
+    for (int k = 0; k < NCODINGS; k++)
+        q[k] = q0[k] >= 0 ? q0[k] : star >= 0 ? star : k == 4 ? 1000 : 0; /* 4: identity */
+    int last = -1;
+    char *start = p;
+    for (int level = 1000; level > 0;) {
+        int next = 0;
+        for (int k = 0; k < NCODINGS; k++) {
+            if (q[k] == level) {
+                if (p > start) *p++ = last == level ? ',' : '>';
+                size_t l = strlen(codings[k]);
+                memcpy(p, codings[k], l);
+                p += l;
+                last = level;
+            } else if (q[k] < level && q[k] > next)
+                next = q[k];
+        }
+        level = next;
+    }
+    if (p == start) *p++ = '-';
+    return p;
+}
+
 char *fy_cache_vary_key(fy_arena_t *a, const fy_headers_t *req_headers, const char *names,
                         size_t nlen, size_t *len)
 {
     size_t need = nlen + 2;
     for (size_t i = 0; i < req_headers->n; i++) need += req_headers->v[i].value.len + 2;
+    need += AE_NORM_MAX;
     char *out = fy_arena_alloc(a, need), *p = out;
     const char *n = names, *ne = names + nlen;
     while (n < ne) {
@@ -156,6 +236,22 @@ char *fy_cache_vary_key(fy_arena_t *a, const fy_headers_t *req_headers, const ch
         fy_str_t nm = fy_str(s, (size_t)(n - s));
         if (n < ne) n++;
         bool any = false;
+        if (nm.len == 15 && fy_str_ieq(nm, "accept-encoding", 15)) {
+            int q[NCODINGS] = {-1, -1, -1, -1, -1, -1}, star = -1;
+            for (size_t i = 0; i < req_headers->n; i++)
+                if (fy_str_ieq(req_headers->v[i].name, "accept-encoding", 15)) {
+                    any = true;
+                    const char *v = req_headers->v[i].value.p;
+                    ae_scan(v, v + req_headers->v[i].value.len, q, &star);
+                }
+            if (any) {
+                *p++ = ':';
+                p = ae_emit(p, q, star);
+            } else
+                *p++ = '!';
+            *p++ = '\n';
+            continue;
+        }
         for (size_t i = 0; i < req_headers->n; i++) {
             if (!fy_str_ieq(req_headers->v[i].name, nm.p, nm.len)) continue;
             *p++ = any ? ',' : ':';

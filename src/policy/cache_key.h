@@ -28,7 +28,10 @@ char *fy_cache_vary_names(fy_arena_t *a, const fy_headers_t *hs, size_t *len);
 
 /* The secondary key of `req_headers` for the names `names[0..nlen)` (from
  * fy_cache_vary_names): per name, the request's lines of that name combined with ',' and
- * whitespace around members removed; an absent field differs from an empty one. Arena
+ * whitespace around members removed; an absent field differs from an empty one.
+ * Accept-Encoding is keyed by its meaning instead: the known codings (br, compress, deflate,
+ * gzip, identity, zstd; x-gzip is gzip) that are acceptable, by falling q-value ("br,gzip" /
+ * "identity>gzip"), so order, case, q=1 and unknown codings make no new variant. Arena
  * memory. */
 char *fy_cache_vary_key(fy_arena_t *a, const fy_headers_t *req_headers, const char *names,
                         size_t nlen, size_t *len);

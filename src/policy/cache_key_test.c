@@ -72,10 +72,50 @@ static void test_vary(void)
     fy_headers_t rh = {rq, 4, 4};
     const char *names = "accept-encoding\naccept-language\nx-a";
     char *k = fy_cache_vary_key(&A, &rh, names, strlen(names), &l);
-    CHECK_STRN(k, l, ":gzip,br,zstd\n!\n:\n");
+    CHECK_STRN(k, l, ":br,gzip,identity,zstd\n!\n:\n");
     rq[0].value = FY_STR_LIT("gzip,br");
     char *k2 = fy_cache_vary_key(&A, &rh, names, strlen(names), &l);
-    CHECK_STRN(k2, l, ":gzip,br,zstd\n!\n:\n");
+    CHECK_STRN(k2, l, ":br,gzip,identity,zstd\n!\n:\n");
 }
 
-FY_TEST_MAIN(fy_arena_init(&A, NULL, 0, 0); test_primary(); test_vary(); fy_arena_free(&A))
+/* Accept-Encoding is keyed by what it means, so spelling, order, case, unknown codings and
+   redundant q=1 make no new variant, while what a negotiator would choose by does. */
+static void test_accept_encoding(void)
+{
+    static const struct {
+        const char *ae, *key;
+    } cases[] = {
+        {"gzip, deflate, br", ":br,deflate,gzip,identity\n"},
+        {"br;q=1.0,GZIP , Deflate,sdch", ":br,deflate,gzip,identity\n"},
+        {"x-gzip", ":gzip,identity\n"},
+        {"gzip;q=0.5, br", ":br,identity>gzip\n"},
+        {"gzip;q=0.5, br;q=0.500", ":identity>br,gzip\n"},
+        {"gzip;q=0", ":identity\n"},
+        {"gzip, identity;q=0", ":gzip\n"},
+        {"*;q=0", ":-\n"},
+        {"*", ":br,compress,deflate,gzip,identity,zstd\n"},
+        {"gzip;q=0.8, *;q=0.1", ":gzip>br,compress,deflate,identity,zstd\n"},
+        {"gzip;q=2", ":identity\n"}, /* malformed q: not acceptable */
+        {"gzip;q=abc", ":identity\n"},
+        {"", ":identity\n"},
+        {"  ,, ", ":identity\n"},
+        {"gzip ; q=0.3 ; foo=bar", ":identity>gzip\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fy_header_t rq[1] = {
+            {FY_STR_LIT("accept-encoding"), fy_str(cases[i].ae, strlen(cases[i].ae))}};
+        fy_headers_t rh = {rq, 1, 1};
+        size_t l;
+        char *k = fy_cache_vary_key(&A, &rh, "accept-encoding", 15, &l);
+        if (l != strlen(cases[i].key) || memcmp(k, cases[i].key, l))
+            fprintf(stderr, "case %zu: %s -> %.*s\n", i, cases[i].ae, (int)l, k);
+        CHECK_STRN(k, l, cases[i].key);
+    }
+    fy_headers_t none = {0};
+    size_t l;
+    char *k = fy_cache_vary_key(&A, &none, "accept-encoding", 15, &l);
+    CHECK_STRN(k, l, "!\n"); /* absent differs from empty */
+}
+
+FY_TEST_MAIN(fy_arena_init(&A, NULL, 0, 0); test_primary(); test_vary(); test_accept_encoding();
+             fy_arena_free(&A))

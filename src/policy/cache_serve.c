@@ -37,8 +37,19 @@ bool fy__cache_follow_ready(cache_ex_t *ce)
         int64_t age = fy__cache_obj_age(o, ex->ctx->loop->now_sec);
         int use = fy_cache_use(&o->fresh, age, &ce->qi, ce->cf->conf->ignore_request_no_cache);
         if (match && use != FY_CACHE_USE_REVALIDATE) {
-            fy__cache_serve_start(ce, o, "fwd=uri-miss; collapsed");
+            fy__cache_serve_start(ce, o,
+                                  o->from_disk ? "hit; detail=disk" : "fwd=uri-miss; collapsed");
             return true;
+        }
+    }
+    if (o->disk_load && st == FY_CACHE_PASS && !ce->fill && ex->req.method_id == FY_M_GET &&
+        !ce->range && !ce->client_cond) {
+        /* the file was bad or gone: this request fetches and stores it again */
+        bool fl = false;
+        ce->fill = fy_cache_begin(ce->cf->zone, o->hash, o->key, o->keylen, &fl);
+        if (ce->fill && fl) {
+            fy_cache_obj_release(ce->fill);
+            ce->fill = NULL;
         }
     }
     fy_cache_obj_release(o);
@@ -56,7 +67,7 @@ void fy__cache_on_wait(fy_cache_waiter_t *w)
         if (!ce->sending && !ce->finished) fy__cache_serve_step(ce);
         return;
     }
-    if (atomic_load(&ce->obj->state) == FY_CACHE_PENDING) return;
+    if (fy__cache_follow_waits(ce->obj)) return;
     fy_cache_unwait(w);
     fy_timer_stop(ce->ex->ctx->loop, &ce->w->timer);
     if (!fy__cache_follow_ready(ce)) fy_filter_resume(ce->ex);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "policy/cache_disk.h"
 #include "policy/cache_key.h"
 
 #define NBUCKETS 4096 /* per shard; chains are short well past a million objects */
@@ -27,6 +28,7 @@ struct fy_cache_zone {
     unsigned refs; /* main thread */
     size_t nshards;
     shard_t *shards;
+    fy_cache_disk_t *disk; /* owned; NULL: memory only */
     struct fy_cache_zone *next;
 };
 
@@ -88,6 +90,7 @@ void fy_cache_zone_put(fy_cache_zone_t *z)
             break;
         }
     pthread_mutex_unlock(&zones_mu);
+    fy_cache_disk_close(z->disk); /* its reader fills objects of this zone: first */
     for (size_t i = 0; i < z->nshards; i++) {
         shard_t *s = &z->shards[i];
         while (s->lru.lru_next != &s->lru) unlink_locked(s, s->lru.lru_next);
@@ -96,6 +99,35 @@ void fy_cache_zone_put(fy_cache_zone_t *z)
     free(z->shards);
     free(z->name);
     free(z);
+}
+
+int fy_cache_zone_set_disk(fy_cache_zone_t *z, const char *dir, uint64_t max_bytes, unsigned queue)
+{
+    if (!dir || !*dir) return 0;
+    if (z->disk && !strcmp(fy_cache_disk_dir(z->disk), dir)) {
+        fy_cache_disk_set_max(z->disk, max_bytes);
+        return 0;
+    }
+    if (z->disk) return 0; /* another directory for a live zone: the first stays */
+    z->disk = fy_cache_disk_open(dir, max_bytes, queue, z);
+    return z->disk ? 0 : -1;
+}
+
+fy_cache_disk_t *fy_cache_zone_disk(fy_cache_zone_t *z)
+{
+    return z->disk;
+}
+
+const char *fy_cache_zone_name(const fy_cache_zone_t *z)
+{
+    return z->name;
+}
+
+void fy_cache_zone_foreach(void (*fn)(fy_cache_zone_t *z, void *arg), void *arg)
+{
+    pthread_mutex_lock(&zones_mu);
+    for (fy_cache_zone_t *z = zones; z; z = z->next) fn(z, arg);
+    pthread_mutex_unlock(&zones_mu);
 }
 
 size_t fy_cache_zone_bytes(fy_cache_zone_t *z)
@@ -362,8 +394,10 @@ static void replace_locked(shard_t *s, fy_cache_obj_t *o)
             atomic_load(&p->state) != FY_CACHE_PENDING && p->vnlen == o->vnlen &&
             p->vklen == o->vklen &&
             (!p->vnlen || !memcmp(p->vary_names, o->vary_names, p->vnlen)) &&
-            (!p->vklen || !memcmp(p->vary_key, o->vary_key, p->vklen)))
+            (!p->vklen || !memcmp(p->vary_key, o->vary_key, p->vklen))) {
+            atomic_store(&p->dead, true);
             unlink_locked(s, p);
+        }
         p = n;
     }
 }
@@ -462,9 +496,9 @@ int fy_cache_append(fy_cache_zone_t *z, fy_cache_obj_t *o, const char *p, size_t
 
 void fy_cache_finish(fy_cache_zone_t *z, fy_cache_obj_t *o)
 {
-    (void)z;
     atomic_store_explicit(&o->state, FY_CACHE_COMPLETE, memory_order_seq_cst);
     wake(o);
+    if (z->disk && !o->from_disk && !atomic_load(&o->dead)) fy_cache_disk_store(z->disk, o);
 }
 
 void fy_cache_abort(fy_cache_zone_t *z, fy_cache_obj_t *o, int state)
@@ -530,6 +564,8 @@ fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *h
     atomic_init(&c->wait_mask, 0);
     c->hnext = c->lru_next = c->lru_prev = NULL;
     c->indexed = false;
+    c->from_disk = false; /* new headers: written again */
+    atomic_init(&c->dead, false);
     c->charge = sizeof *c + total + (b ? sizeof *b + len : 0);
     return c;
 }
@@ -541,6 +577,7 @@ void fy_cache_insert(fy_cache_zone_t *z, fy_cache_obj_t *o)
     index_locked(s, o);
     replace_locked(s, o);
     pthread_mutex_unlock(&s->mu);
+    if (z->disk) fy_cache_disk_store(z->disk, o);
 }
 
 size_t fy_cache_invalidate(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen)
@@ -552,12 +589,17 @@ size_t fy_cache_invalidate(fy_cache_zone_t *z, uint64_t hash, const char *key, s
     while (p) {
         fy_cache_obj_t *nx = p->hnext;
         if (same_key(p, hash, key, keylen) && atomic_load(&p->state) != FY_CACHE_PENDING) {
+            atomic_store(&p->dead, true);
             unlink_locked(s, p);
             n++;
         }
         p = nx;
     }
     pthread_mutex_unlock(&s->mu);
+    if (z->disk) {
+        size_t k = fy_cache_disk_remove_key(z->disk, hash, key, keylen);
+        if (k > n) n = k; /* objects in memory are mostly on disk too: count each once */
+    }
     return n;
 }
 
@@ -594,12 +636,18 @@ static size_t purge_if(fy_cache_zone_t *z, const char *prefix, size_t plen, cons
                        (prefix ? o->keylen >= plen && !memcmp(o->key, prefix, plen)
                                : has_tag(o, tag, tlen));
             if (hit) {
+                atomic_store(&o->dead, true);
                 unlink_locked(s, o);
                 n++;
             }
             o = nx;
         }
         pthread_mutex_unlock(&s->mu);
+    }
+    if (z->disk) {
+        size_t k = prefix ? fy_cache_disk_remove_prefix(z->disk, prefix, plen)
+                          : fy_cache_disk_remove_tag(z->disk, tag, tlen);
+        if (k > n) n = k;
     }
     return n;
 }

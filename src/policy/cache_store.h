@@ -61,6 +61,9 @@ typedef struct fy_cache_obj {
     /* body */
     atomic_int state;
     atomic_bool revalidating; /* a request is revalidating it (stale-while-revalidate) */
+    atomic_bool dead;         /* invalidated, purged or replaced: not to be written to disk */
+    bool from_disk;           /* loaded from the disk tier (not written back) */
+    bool disk_load;           /* made for a disk load (set before it is queued) */
     atomic_size_t body_len;
     fy_cache_chunk_t *first, *tail; /* owned; tail written by the writer only */
     fy_cache_chunk_t *inline_chunk; /* the first chunk when it lives in `mem` */
@@ -79,6 +82,16 @@ typedef struct fy_cache_obj {
 /* The zone named `name` (created with `size` bytes, or the existing one resized to it), with a
  * reference: a reload's new generation keeps the objects of the old one. Any thread. */
 fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size);
+/* Give the zone a disk tier under `dir` (policy/cache_disk.h), or resize the one it has on
+ * the same directory; NULL dir: none (an existing one stays until the zone goes). 0, or -1
+ * when the directory cannot be used (logged; the zone goes on in memory). Main thread. */
+int fy_cache_zone_set_disk(fy_cache_zone_t *z, const char *dir, uint64_t max_bytes, unsigned queue);
+/* The zone's disk tier, or NULL. */
+struct fy_cache_disk *fy_cache_zone_disk(fy_cache_zone_t *z);
+/* The zone's name (owned by z). */
+const char *fy_cache_zone_name(const fy_cache_zone_t *z);
+/* Call fn for each zone, under the zones' lock (fn must not get or put zones). */
+void fy_cache_zone_foreach(void (*fn)(fy_cache_zone_t *z, void *arg), void *arg);
 /* Drop a reference; the last frees the zone and its index (objects still read live on). */
 void fy_cache_zone_put(fy_cache_zone_t *z);
 /* Bytes and objects held (for tests and metrics). */
@@ -117,7 +130,7 @@ void fy_cache_insert(fy_cache_zone_t *z, fy_cache_obj_t *o);
  * reference for the caller. */
 fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *hs);
 
-/* Remove every object of key (all variants). Returns how many. */
+/* Remove every object of key (all variants), from memory and disk. Returns how many. */
 size_t fy_cache_invalidate(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen);
 /* Remove objects whose key starts with prefix. Returns how many. */
 size_t fy_cache_purge_prefix(fy_cache_zone_t *z, const char *prefix, size_t plen);

@@ -1,6 +1,8 @@
 /* Typed configuration of the `cidr:` policy (table: policy/cidr_conf.c): per route inline or
  * by name, per listener by name (listeners[].cidr names an entry of the top-level
- * `cidr-lists:`). */
+ * `cidr-lists:`).
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_CIDR_CONF_H
 #define FY_POLICY_CIDR_CONF_H
 

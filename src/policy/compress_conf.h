@@ -1,4 +1,6 @@
-/* Typed config of the compression filter (`compress:` in a route). Table: compress_conf.c. */
+/* Typed config of the compression filter (`compress:` in a route). Table: compress_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_COMPRESS_CONF_H
 #define FY_POLICY_COMPRESS_CONF_H
 

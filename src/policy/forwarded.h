@@ -4,7 +4,8 @@
  * one hop to the left; the first untrusted address is the client ("rightmost untrusted"). A hop
  * that does not parse (garbage, `unknown`, an obfuscated RFC 7239 node) ends the walk at the
  * trusted address to its right, so a client can never pick an address of its choice by
- * sending garbage; so does running out of hops (everything was trusted: the leftmost one). */
+ * sending garbage; so does running out of hops (everything was trusted: the leftmost one).
+ * Threads: pure; no shared state, callable from any thread. */
 #ifndef FY_POLICY_FORWARDED_H
 #define FY_POLICY_FORWARDED_H
 

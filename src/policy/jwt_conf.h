@@ -1,4 +1,6 @@
-/* Typed config of the JWT filter (`jwt:` in a route). Table: jwt_conf.c. */
+/* Typed config of the JWT filter (`jwt:` in a route). Table: jwt_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_JWT_CONF_H
 #define FY_POLICY_JWT_CONF_H
 

@@ -1,7 +1,9 @@
 /* Typed configuration of the rate-limit policies (tables: policy/ratelimit_conf.c):
  * `rate-limit:` per route (GCRA per key, local to the process or shared through Redis) and
  * `client-limits:` (connection rate at accept and concurrent requests per client address),
- * per route inline or by name, per listener by name (top-level `client-limits:` list). */
+ * per route inline or by name, per listener by name (top-level `client-limits:` list).
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_RATELIMIT_CONF_H
 #define FY_POLICY_RATELIMIT_CONF_H
 

@@ -6,6 +6,9 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/log.h"
 
@@ -49,32 +52,39 @@ int fy_traceparent_parse(const char *p, size_t n, fy_traceparent_t *out)
     return 0;
 }
 
-/* "00" "01" ... "ff": two characters per byte with one copy */
-static const char hex2[513] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-                              "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
-                              "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
-                              "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
-                              "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
-                              "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
-                              "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
-                              "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
-
-static char *puthex(char *o, const uint8_t *b, size_t n)
+/* 16 lowercase hex characters of the 8 bytes at b, in their order. SSE2 (every x86-64): the
+ * nibbles interleaved into 16 bytes, then '0'..'9' or 'a'..'f' for all at once. */
+static void hex16(char *o, const uint8_t *b)
 {
-    for (size_t i = 0; i < n; i++, o += 2) memcpy(o, hex2 + 2 * b[i], 2);
-    return o;
+#if defined(__SSE2__)
+    __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)b);
+    __m128i mask = _mm_set1_epi8(0x0f);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask), lo = _mm_and_si128(v, mask);
+    __m128i n = _mm_unpacklo_epi8(hi, lo); /* hi0 lo0 hi1 lo1 ... */
+    __m128i gt9 = _mm_and_si128(_mm_cmpgt_epi8(n, _mm_set1_epi8(9)), _mm_set1_epi8(39));
+    n = _mm_add_epi8(_mm_add_epi8(n, _mm_set1_epi8('0')), gt9);
+    _mm_storeu_si128((__m128i *)(void *)o, n);
+#else
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 8; i++) {
+        o[2 * i] = digits[b[i] >> 4];
+        o[2 * i + 1] = digits[b[i] & 15];
+    }
+#endif
 }
 
 void fy_traceparent_format(const fy_traceparent_t *tp, char out[FY_TRACEPARENT_LEN + 1])
 {
-    char *o = out;
-    memcpy(o, "00-", 3);
-    o = puthex(o + 3, tp->trace_id, 16);
-    *o++ = '-';
-    o = puthex(o, tp->parent_id, 8);
-    *o++ = '-';
-    o = puthex(o, &tp->flags, 1);
-    *o = '\0';
+    memcpy(out, "00-", 3);
+    hex16(out + 3, tp->trace_id);
+    hex16(out + 19, tp->trace_id + 8);
+    out[35] = '-';
+    hex16(out + 36, tp->parent_id);
+    out[52] = '-';
+    static const char digits[] = "0123456789abcdef";
+    out[53] = digits[tp->flags >> 4];
+    out[54] = digits[tp->flags & 15];
+    out[55] = '\0';
 }
 
 /* ---- tracestate ---- */
@@ -100,37 +110,37 @@ size_t fy_tracestate_trim(const char *p, size_t n, size_t max)
 
 /* ---- ids ---- */
 
-/* xorshift128+, seeded per thread from getrandom: ids must not repeat, not be secret */
-static __thread uint64_t rng[2];
+/* splitmix64, seeded per thread from getrandom: ids must not repeat, not be secret (one add
+ * and two multiplies per 64 bits) */
+static __thread uint64_t rng;
+static __thread bool rng_seeded;
 
-static uint64_t rng_next(void)
+static __attribute__((cold, noinline)) void rng_seed(void)
 {
-    if (!rng[0] && !rng[1]) {
-        if (getrandom(rng, sizeof rng, 0) != (ssize_t)sizeof rng) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            rng[0] = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uintptr_t)&ts;
-            rng[1] = 0x9e3779b97f4a7c15ull ^ (uintptr_t)rng;
-        }
-        rng[1] |= 1;
+    if (getrandom(&rng, sizeof rng, 0) != (ssize_t)sizeof rng) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        rng = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uintptr_t)&ts;
     }
-    uint64_t s1 = rng[0];
-    const uint64_t s0 = rng[1];
-    rng[0] = s0;
-    s1 ^= s1 << 23;
-    rng[1] = s1 ^ s0 ^ (s1 >> 17) ^ (s0 >> 26);
-    return rng[1] + s0;
+    rng_seeded = true;
 }
 
-/* n is 8 or 16; never all zeros (an invalid id) */
-static void random_id(uint8_t *b, size_t n)
+static inline uint64_t rng_next(void)
 {
-    uint64_t r[2];
-    do {
-        r[0] = rng_next();
-        r[1] = n > 8 ? rng_next() : 0;
-    } while (!r[0] && !r[1]);
-    memcpy(b, r, n);
+    if (__builtin_expect(!rng_seeded, 0)) rng_seed();
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* a random 64-bit value that is not 0 (an all-zero id is invalid) */
+static uint64_t random_nz(void)
+{
+    uint64_t r;
+    while (!(r = rng_next())) {
+    }
+    return r;
 }
 
 /* ---- the filter ---- */
@@ -162,6 +172,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
     }
     fy_traceparent_t tp;
     bool valid = ntp == 1 && fy_traceparent_parse(tph->value.p, tph->value.len, &tp) == 0;
+    const char *got = valid ? tph->value.p : NULL; /* tph moves when the fields go below */
     /* tracestate, only with a valid traceparent: its fields joined, then trimmed */
     char *ts = NULL;
     size_t tsn = 0;
@@ -184,16 +195,29 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
                 hs->v[k++] = hs->v[i];
         hs->n = k;
     }
-    if (!valid) {
-        if (!c->generate) return FY_FILTER_NEXT;
-        random_id(tp.trace_id, sizeof tp.trace_id);
-        tp.flags = c->sampled ? 1 : 0;
-    }
-    tp.version = 0;
-    random_id(tp.parent_id, sizeof tp.parent_id);
+    if (!valid && !c->generate) return FY_FILTER_NEXT;
+    /* version 00, written straight from the characters: a kept trace id and flags are the
+       received (validated, lowercase) hex; new ids are hex of random 64-bit words */
     char *v = fy_arena_alloc(ex->arena, FY_TRACEPARENT_LEN + 1);
-    fy_traceparent_format(&tp, v);
-    FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
+    memcpy(v, "00-", 3);
+    if (valid) {
+        memcpy(v + 3, got + 3, 32);
+        memcpy(v + 53, got + 53, 2);
+    } else {
+        uint64_t id[2] = {rng_next(), random_nz()}; /* never all zeros */
+        hex16(v + 3, (const uint8_t *)&id[0]);
+        hex16(v + 19, (const uint8_t *)&id[1]);
+        memcpy(v + 53, c->sampled ? "01" : "00", 2);
+    }
+    v[35] = '-';
+    uint64_t parent = random_nz();
+    hex16(v + 36, (const uint8_t *)&parent);
+    v[52] = '-';
+    v[55] = '\0';
+    if (hs->n < hs->cap) /* the codec's array has room (h1): no call */
+        hs->v[hs->n++] = (fy_header_t){FY_STR_LIT("traceparent"), fy_str(v, FY_TRACEPARENT_LEN)};
+    else
+        FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
     if (tsn) FY_HDR_ADD(ex->arena, hs, "tracestate", ts, tsn);
     ex->trace_id = v + 3; /* 32 hex characters */
     return FY_FILTER_NEXT;

@@ -1,4 +1,6 @@
-/* Typed config of `tracing:` (W3C Trace Context propagation). Table: policy/trace_conf.c. */
+/* Typed config of `tracing:` (W3C Trace Context propagation). Table: policy/trace_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_TRACE_CONF_H
 #define FY_POLICY_TRACE_CONF_H
 

@@ -28,6 +28,19 @@ static void test_parse(void)
     char out[FY_TRACEPARENT_LEN + 1];
     fy_traceparent_format(&tp, out);
     CHECK(strcmp(out, TP) == 0);
+    /* every nibble value in every position: the formatter's hex is the parser's */
+    for (int k = 0; k < 256; k++) {
+        fy_traceparent_t t = {.flags = (uint8_t)k};
+        for (int i = 0; i < 16; i++) t.trace_id[i] = (uint8_t)(k + i * 17);
+        for (int i = 0; i < 8; i++) t.parent_id[i] = (uint8_t)(255 - k - i * 31);
+        t.trace_id[0] |= 1;
+        t.parent_id[0] |= 1;
+        fy_traceparent_format(&t, out);
+        fy_traceparent_t back;
+        CHECK(strlen(out) == FY_TRACEPARENT_LEN && parse(out, &back) == 0);
+        CHECK(!memcmp(back.trace_id, t.trace_id, 16) && !memcmp(back.parent_id, t.parent_id, 8));
+        CHECK(back.flags == t.flags);
+    }
     /* a later version: longer, with '-' after the flags; or exactly 55 */
     CHECK(parse("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz", &tp) == 0);
     CHECK_EQ_INT(tp.version, 0xcc);
@@ -145,6 +158,13 @@ static void test_filter(void)
     CHECK(n == 1 && h && h->value.len == 7 && !memcmp(h->value.p, "a=1,b=2", 7));
     CHECK(only(&ex.req.headers, "Traceparent", &n) == NULL && n == 0);
     CHECK(only(&ex.req.headers, "user-agent", &n) && n == 1);
+
+    /* a field after it: the kept trace id is the received one (not what moved into its place) */
+    run(&ch, &a, &ex, (const char *const[]){"traceparent", TP, "accept", "*/*", NULL});
+    h = only(&ex.req.headers, "traceparent", &n);
+    CHECK(n == 1 && h && memcmp(h->value.p, TP, 36) == 0 && memcmp(h->value.p + 52, "-01", 3) == 0);
+    CHECK(ex.trace_id && memcmp(ex.trace_id, TP + 3, 32) == 0);
+    CHECK(only(&ex.req.headers, "accept", &n) && n == 1);
 
     /* absent: a new trace, not sampled */
     run(&ch, &a, &ex, (const char *const[]){NULL});

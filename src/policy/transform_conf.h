@@ -1,4 +1,6 @@
-/* Typed config of the transform filter (`transform:` in a route). Table: transform_conf.c. */
+/* Typed config of the transform filter (`transform:` in a route). Table: transform_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_POLICY_TRANSFORM_CONF_H
 #define FY_POLICY_TRANSFORM_CONF_H
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "net/sock.h"
@@ -93,6 +94,7 @@ void fy__quic_conn_destroy(fy_quic_conn_t *c, bool send_close)
 {
     if (c->closed) return;
     fy_quic_endpoint_t *ep = c->ep;
+    fy_gauge_add(fy_cid_quic_conns_active[ep->client], -1);
     if (send_close && !ngtcp2_conn_is_in_draining_period(c->conn)) {
         ngtcp2_path_storage ps;
         ngtcp2_path_storage_zero(&ps);
@@ -119,8 +121,13 @@ void fy__quic_conn_destroy(fy_quic_conn_t *c, bool send_close)
     if (c->app && ep->ops->close) ep->ops->close(c->app);
     c->app = NULL;
     while (c->ncids) fy__quic_map_del(c, &c->cids[c->ncids - 1]);
-    for (size_t i = 0; i < c->ndgrams; i++) free(c->dgrams[i].p);
-    c->ndgrams = 0;
+    while (c->dg_head) {
+        dgram_t *d = c->dg_head;
+        c->dg_head = d->next;
+        free(d);
+    }
+    c->dg_tail = &c->dg_head;
+    c->ndgrams = c->dg_bytes = 0;
     fy_timer_stop(ep->loop, &c->timer);
     fy_defer_cancel(ep->loop, &c->write_defer);
     fy_defer_cancel(ep->loop, &c->close_defer);
@@ -387,6 +394,7 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     ep->nconns++;
     fy__quic_map_add(c, &scid);
     fy__quic_map_add(c, &hd->dcid); /* the client's Initials still carry its own DCID */
+    fy_counters_quic_open(0);
     return c;
 }
 

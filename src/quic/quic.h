@@ -128,6 +128,12 @@ fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc);
 /* Send one DATAGRAM frame (copied; may be lost). Returns 0, -EMSGSIZE (peer's limit), -EAGAIN
  * (queue full) or -ENOTSUP (peer does not accept DATAGRAM). */
 int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n);
+/* How many more datagrams the send queue takes now (0: the next send gets -EAGAIN). The queue
+ * drains as congestion control lets packets out; an application that must not lose datagrams
+ * to it checks this first and holds or paces its own. */
+size_t fy_quic_datagram_room(const fy_quic_conn_t *qc);
+/* Datagrams fy_quic_send_datagram refused (-EAGAIN) on this connection so far. */
+uint64_t fy_quic_datagrams_dropped(const fy_quic_conn_t *qc);
 
 /* For test tools that misbehave on purpose: send `n` raw TLS handshake bytes (copied) in
  * CRYPTO frames at `level` (1: Handshake, 2: 1-RTT) as if TLS had produced them. Returns 0,
@@ -148,6 +154,9 @@ bool fy_quic_stream_is_write_closed(const fy_quic_stream_t *s);
 size_t fy_quic_stream_buffered(const fy_quic_stream_t *s);
 /* The application used `n` received bytes: give that much flow-control credit back. */
 void fy_quic_stream_consumed(fy_quic_conn_t *qc, fy_quic_stream_t *s, size_t n);
+/* Connection-level credit only: for bytes of a stream that QUIC already closed (all received)
+ * which the application used later. */
+void fy_quic_conn_consumed(fy_quic_conn_t *qc, size_t n);
 /* Abort the sending side (RESET_STREAM) and/or the receiving side (STOP_SENDING). */
 void fy_quic_stream_reset(fy_quic_conn_t *qc, fy_quic_stream_t *s, uint64_t code);
 void fy_quic_stream_stop_reading(fy_quic_conn_t *qc, fy_quic_stream_t *s, uint64_t code);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/counters.h"
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -193,6 +194,7 @@ fy_quic_conn_t *fy_quic_connect(fy_loop_t *loop, const struct sockaddr *sa, sock
     fy__quic_map_add(c, &scid);
     c->app = ud; /* ops->close reaches the application even if the handshake never completes */
     fy__quic_schedule_write(c);
+    fy_counters_quic_open(1);
     return c;
 fail:
     if (c->tls) gnutls_deinit(c->tls);

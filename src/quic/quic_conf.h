@@ -1,5 +1,7 @@
 /* Typed QUIC transport settings (`quic:`), shared by every listener that lists `h3`.
- * Table: quic/quic_conf.c. */
+ * Table: quic/quic_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_QUIC_QUIC_CONF_H
 #define FY_QUIC_QUIC_CONF_H
 

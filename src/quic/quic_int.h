@@ -30,7 +30,12 @@
 #define TX_MAX_PKTS 64  /* packets per write round (one GSO send at most) */
 #define TX_PKT_MAX 1452 /* bytes per packet we ever write */
 #define MAX_CIDS 16     /* connection IDs one connection may have in the map */
-#define MAX_DGRAMS 32   /* queued outgoing DATAGRAM frames per connection */
+/* Queued outgoing DATAGRAM frames per connection: a FIFO that drains as congestion control
+ * lets packets out. Sized for an echo of a browser's burst (1,000 datagrams in one go) at the
+ * cost of at most DGRAM_Q_BYTES per connection; beyond either bound a datagram is refused
+ * (-EAGAIN) and counted in dgrams_dropped. */
+#define DGRAM_Q_MAX 2048
+#define DGRAM_Q_BYTES (1u << 20)
 #define RETRY_TOKEN_TTL (10 * NGTCP2_SECONDS)
 #define MAX_EPS 255    /* endpoints (workers) per listener a CID byte can name */
 #define INBOX_MAX 1024 /* datagrams queued for another worker; more are dropped */
@@ -69,9 +74,14 @@ struct fy_quic_server {
 
 typedef struct qchunk {
     struct qchunk *next;
-    size_t len;
+    uint32_t len;
+    uint32_t cap; /* QCHUNK_SMALL (a small block) or sizeof data (a pooled I/O chunk) */
     uint8_t data[FY_CHUNK_SIZE - 2 * sizeof(void *)];
 } qchunk_t;
+/* A stream's first write of at most this many bytes goes into a small block, not a 16 KiB
+ * chunk: the h3 control and QPACK streams' few bytes, small responses (issue 19: each QUIC
+ * connection took four chunks until the peer acknowledged a few dozen bytes). */
+#define QCHUNK_SMALL 496u /* with the header: one 512-byte spool class */
 
 typedef struct qstream {
     fy_quic_stream_t pub;
@@ -88,8 +98,9 @@ typedef struct qstream {
 } qstream_t;
 
 typedef struct dgram {
+    struct dgram *next;
     size_t len;
-    uint8_t *p;
+    uint8_t p[];
 } dgram_t;
 
 /* TLS handshake-message framing of the peer's CRYPTO stream at one level (tls_rx_check). */
@@ -122,10 +133,11 @@ struct fy_quic_conn {
     /* while the endpoint drains: a socket of this connection's own, connected to the peer
        (fd -1 otherwise; then the endpoint's socket carries it) */
     fy_io_t pio;
-    dgram_t dgrams[MAX_DGRAMS];
-    size_t ndgrams;
-    tls_rx_t tls_rx[3]; /* per level: Initial, Handshake, 1-RTT */
-    fy_list_t link;     /* ep->conns */
+    dgram_t *dg_head, **dg_tail; /* owned: outgoing DATAGRAM frames, oldest first */
+    size_t ndgrams, dg_bytes;
+    uint64_t dgrams_dropped; /* refused by a full queue (fy_quic_datagrams_dropped) */
+    tls_rx_t tls_rx[3];      /* per level: Initial, Handshake, 1-RTT */
+    fy_list_t link;          /* ep->conns */
 };
 
 typedef struct cid_entry {

@@ -3,12 +3,14 @@
 #include "quic/quic_int.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/spool.h"
 #include "net/sock.h"
 
 /* ---- streams ---- */
@@ -16,6 +18,14 @@
 static fy_pool_t *chunk_pool(void)
 {
     return fy_chunk_pool(); /* qchunk_t is exactly one I/O chunk */
+}
+
+static void chunk_put(qchunk_t *k)
+{
+    if (k->cap == QCHUNK_SMALL)
+        fy_spool_free(k);
+    else
+        fy_pool_put(chunk_pool(), k);
 }
 
 static qstream_t *qs_of(fy_quic_stream_t *s)
@@ -38,7 +48,7 @@ static void stream_drop_data(qstream_t *s)
 {
     for (qchunk_t *k = s->head, *next; k; k = next) {
         next = k->next;
-        fy_pool_put(chunk_pool(), k);
+        chunk_put(k);
     }
     s->head = s->tail = NULL;
     s->head_off = s->buffered = s->sent = 0;
@@ -84,11 +94,18 @@ static void sendq_del(qstream_t *s)
     fy_list_remove(&s->qlink);
 }
 
-uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *avail)
+static uint8_t *stream_wbuf(qstream_t *s, size_t *avail, size_t want)
 {
-    qstream_t *s = qs_of(ps);
-    if (!s->tail || s->tail->len == sizeof s->tail->data) {
-        qchunk_t *k = fy_pool_get(chunk_pool());
+    if (!s->tail || s->tail->len == s->tail->cap) {
+        qchunk_t *k;
+        if (!s->tail && want <= QCHUNK_SMALL) {
+            k = fy_spool_alloc(offsetof(qchunk_t, data) + QCHUNK_SMALL);
+            if (!k) abort(); /* out of memory, as the pool */
+            k->cap = QCHUNK_SMALL;
+        } else {
+            k = fy_pool_get(chunk_pool());
+            k->cap = sizeof k->data;
+        }
         k->next = NULL;
         k->len = 0;
         if (s->tail)
@@ -97,8 +114,14 @@ uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *a
             s->head = k;
         s->tail = k;
     }
-    *avail = sizeof s->tail->data - s->tail->len;
+    *avail = s->tail->cap - s->tail->len;
     return s->tail->data + s->tail->len;
+}
+
+uint8_t *fy_quic_stream_wbuf(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t *avail)
+{
+    (void)qc;
+    return stream_wbuf(qs_of(ps), avail, (size_t)-1);
 }
 
 void fy_quic_stream_commit(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t n)
@@ -118,7 +141,7 @@ int fy_quic_stream_write(fy_quic_conn_t *qc, fy_quic_stream_t *ps, const void *p
     const uint8_t *q = p;
     while (n) {
         size_t avail;
-        uint8_t *d = fy_quic_stream_wbuf(qc, ps, &avail);
+        uint8_t *d = stream_wbuf(s, &avail, n);
         size_t k = n < avail ? n : avail;
         memcpy(d, q, k);
         fy_quic_stream_commit(qc, ps, k);
@@ -146,6 +169,13 @@ void fy_quic_stream_consumed(fy_quic_conn_t *qc, fy_quic_stream_t *ps, size_t n)
 {
     if (qc->closed || !n) return;
     ngtcp2_conn_extend_max_stream_offset(qc->conn, ps->id, n);
+    ngtcp2_conn_extend_max_offset(qc->conn, n);
+    fy__quic_schedule_write(qc);
+}
+
+void fy_quic_conn_consumed(fy_quic_conn_t *qc, size_t n)
+{
+    if (qc->closed || !n) return;
     ngtcp2_conn_extend_max_offset(qc->conn, n);
     fy__quic_schedule_write(qc);
 }
@@ -193,16 +223,46 @@ fy_quic_stream_t *fy_quic_open_uni(fy_quic_conn_t *qc)
 
 int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n)
 {
+    if (qc->closed) return -ENOTSUP;
     const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(qc->conn);
     if (!rp || rp->max_datagram_frame_size == 0) return -ENOTSUP;
     if (n + 8 > rp->max_datagram_frame_size || n > 1200) return -EMSGSIZE;
-    if (qc->ndgrams == MAX_DGRAMS) return -EAGAIN;
-    dgram_t *d = &qc->dgrams[qc->ndgrams++];
-    d->p = fy_xmalloc(n ? n : 1);
+    if (qc->ndgrams >= DGRAM_Q_MAX || qc->dg_bytes + n > DGRAM_Q_BYTES) {
+        qc->dgrams_dropped++;
+        return -EAGAIN;
+    }
+    dgram_t *d = fy_xmalloc(sizeof *d + n);
+    d->next = NULL;
     memcpy(d->p, p, n);
     d->len = n;
+    if (!qc->dg_tail) qc->dg_tail = &qc->dg_head;
+    *qc->dg_tail = d;
+    qc->dg_tail = &d->next;
+    qc->ndgrams++;
+    qc->dg_bytes += n;
     fy__quic_schedule_write(qc);
     return 0;
+}
+
+size_t fy_quic_datagram_room(const fy_quic_conn_t *qc)
+{
+    if (qc->closed || qc->ndgrams >= DGRAM_Q_MAX || qc->dg_bytes >= DGRAM_Q_BYTES) return 0;
+    return DGRAM_Q_MAX - qc->ndgrams;
+}
+
+uint64_t fy_quic_datagrams_dropped(const fy_quic_conn_t *qc)
+{
+    return qc->dgrams_dropped;
+}
+
+static void dgram_pop(fy_quic_conn_t *c)
+{
+    dgram_t *d = c->dg_head;
+    c->dg_head = d->next;
+    if (!c->dg_head) c->dg_tail = &c->dg_head;
+    c->ndgrams--;
+    c->dg_bytes -= d->len;
+    free(d);
 }
 
 /* ---- connection output ---- */
@@ -246,16 +306,12 @@ static void conn_write(fy_quic_conn_t *c)
         ngtcp2_ssize nd = -1, n;
         if (c->ndgrams) {
             int accepted = 0;
-            ngtcp2_vec dv = {c->dgrams[0].p, c->dgrams[0].len};
+            ngtcp2_vec dv = {c->dg_head->p, c->dg_head->len};
             /* an empty DATAGRAM is legal, but libngtcp2 0.12.1 asserts on an empty vec: none */
             n = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, ep->tx + off, pktmax, &accepted,
                                             NGTCP2_WRITE_DATAGRAM_FLAG_NONE, 0, &dv, dv.len ? 1 : 0,
                                             ts);
-            if (accepted || n < 0) { /* sent, or cannot ever be: drop it */
-                free(c->dgrams[0].p);
-                memmove(c->dgrams, c->dgrams + 1, (c->ndgrams - 1) * sizeof c->dgrams[0]);
-                c->ndgrams--;
-            }
+            if (accepted || n < 0) dgram_pop(c); /* sent, or cannot ever be: drop it */
             if (n < 0) {
                 if (n == NGTCP2_ERR_INVALID_ARGUMENT || n == NGTCP2_ERR_INVALID_STATE) continue;
                 fy__quic_conn_fail(c, (int)n);
@@ -393,7 +449,7 @@ int fy__quic_cb_acked(ngtcp2_conn *conn, int64_t id, uint64_t offset, uint64_t l
         s->head = k->next;
         s->head_off = 0;
         if (!s->head) s->tail = NULL;
-        fy_pool_put(chunk_pool(), k);
+        chunk_put(k);
     }
     if (!c->closing && c->app && c->ep->ops->acked) c->ep->ops->acked(c->app, &s->pub);
     return 0;

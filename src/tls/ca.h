@@ -1,7 +1,9 @@
 /* The interception CA (`ferry ca`, `intercept:`): an ECDSA P-256 root that signs the leaf
  * certificates forged for intercepted hosts (tls/mint.c). Files in the CA directory:
  * ferry-ca.pem (certificate), ferry-ca.key (private key, mode 0600), and after export
- * ferry-ca.der. */
+ * ferry-ca.der.
+ * Threads: the CA is loaded on the main thread and read-only after; signing may run on any
+ * worker. */
 #ifndef FY_TLS_CA_H
 #define FY_TLS_CA_H
 

@@ -5,7 +5,9 @@
  * accepted and renewed under the first). Read when a listener's TLS context is built (start,
  * and every reload), so rotating means: put the new key first, keep the old one listed until
  * its tickets have expired, reload. Pure file parsing plus an OpenSSL callback; the keys are
- * immutable once loaded and read by any worker. */
+ * immutable once loaded and read by any worker.
+ * Threads: loaded on the main thread; the keys are immutable and the callback runs on any
+ * worker. */
 #ifndef FY_TLS_TICKETS_H
 #define FY_TLS_TICKETS_H
 

@@ -1,6 +1,9 @@
 #include "tls/tls.h"
 
 #include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -42,7 +45,21 @@ typedef struct tls_transport {
     size_t staged;
     bool short_read; /* fy_tls_track_reads: the last socket read got less than asked */
     bool peek_plain; /* server side of an HTTP listener: first bytes not yet looked at */
+    int64_t mem;     /* bytes OpenSSL took for this connection (fy_tls_transport_mem) */
 } tls_transport_t;
+
+/* OpenSSL's allocations on this thread, net (taken - given back, usable sizes): a connection
+ * counts the difference across each of its own SSL calls (CHARGE). Frees of another
+ * connection's memory inside a call (rare: shared session state) blur it a little; the
+ * connection's count goes whole with it at destroy. Stays 0 in FY_NO_POOL builds. */
+static _Thread_local int64_t tls_net;
+#define CHARGE(tt, call)                                                                           \
+    ({                                                                                             \
+        int64_t charge_b0_ = tls_net;                                                              \
+        __typeof__(call) charge_r_ = (call);                                                       \
+        (tt)->mem += tls_net - charge_b0_;                                                         \
+        charge_r_;                                                                                 \
+    })
 
 /* An idle connection holds no record buffer (issue 19: OpenSSL's read and write buffers,
  * ~16.6 KiB each, were ~33 KiB of every idle TLS connection). Server connections free them
@@ -53,8 +70,12 @@ typedef struct tls_transport {
  * OpenSSL 3.0 keeps no buffer freelist of its own, so its allocator is replaced, before its
  * first allocation, by one that serves those sizes from a slab of fixed blocks with a
  * per-thread freelist: a pop to take one, an address compare and a push to give it back.
- * Everything else (and record buffers once the slab is used up) goes straight to
- * malloc/free. Compiled out with FY_NO_POOL (sanitizer builds), as the other pools are. */
+ * Everything else (and record buffers once the slab is used up) goes to small_get/small_put:
+ * OpenSSL 3.0 takes and gives back ~12 small blocks per record (parameter and context
+ * blocks), which through glibc's malloc and free cost ~1,000 instructions per h1+TLS
+ * request; from per-thread lists they cost a pop, a push and a malloc_usable_size. Those
+ * sizes are also what each connection's accounting counts (fy_tls_transport_mem). Compiled out with
+ * FY_NO_POOL (sanitizer builds), as the other pools are. */
 #ifndef FY_NO_POOL
 #define RECBUF_MIN 16384u                /* the smallest record buffer OpenSSL asks for */
 #define RECBUF_SIZE 20480u               /* every slab block: more than the largest it asks for */
@@ -64,37 +85,72 @@ static atomic_size_t recbuf_next;        /* blocks never handed out start here *
 static _Thread_local void *recbuf_free;  /* blocks given back on this thread */
 static _Thread_local size_t recbuf_held; /* blocks taken minus given back on this thread */
 
+/* Small blocks: per-thread lists by glibc chunk size (16-byte steps, 8 bytes of glibc header),
+ * no header of our own (an idle connection's SSL state is ~100 small blocks: a 16-byte header
+ * each cost ~1 KiB per connection). The list a freed block joins comes from
+ * malloc_usable_size, which is exactly its chunk size - 8. */
+#define SMALL_MAX 512u /* chunk bytes */
+#define SMALL_KEEP 256u
+static _Thread_local void *small_free[SMALL_MAX / 16 + 1];
+static _Thread_local unsigned small_nfree[SMALL_MAX / 16 + 1];
+
+static inline size_t chunk_of(size_t n)
+{
+    size_t c = (n + 8 + 15) & ~(size_t)15;
+    return c < 32 ? 32 : c;
+}
+
+static void *small_get(size_t n)
+{
+    size_t c = chunk_of(n);
+    if (c <= SMALL_MAX) {
+        void *p = small_free[c >> 4];
+        if (p) {
+            small_free[c >> 4] = *(void **)p;
+            small_nfree[c >> 4]--;
+            tls_net += (int64_t)c;
+            return p;
+        }
+        p = malloc(c - 8);
+        if (p) tls_net += (int64_t)c;
+        return p;
+    }
+    void *p = malloc(n);
+    if (p) tls_net += (int64_t)(malloc_usable_size(p) + 8);
+    return p;
+}
+
+static void small_put(void *p)
+{
+    size_t c = malloc_usable_size(p) + 8;
+    tls_net -= (int64_t)c;
+    if (c <= SMALL_MAX && small_nfree[c >> 4] < SMALL_KEEP) {
+        *(void **)p = small_free[c >> 4];
+        small_free[c >> 4] = p;
+        small_nfree[c >> 4]++;
+        return;
+    }
+    free(p);
+}
+
 static void *tls_mem_malloc(size_t n, const char *file, int line)
 {
     (void)file, (void)line;
-    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) return malloc(n);
+    if (n < RECBUF_MIN || n > RECBUF_SIZE || !recbuf_slab) return small_get(n);
     void *p = recbuf_free;
     if (p) {
         recbuf_free = *(void **)p;
         recbuf_held++;
+        tls_net += RECBUF_SIZE;
         return p;
     }
     size_t off = atomic_fetch_add_explicit(&recbuf_next, RECBUF_SIZE, memory_order_relaxed);
     if (off <= RECBUF_SLAB - RECBUF_SIZE) {
         recbuf_held++;
+        tls_net += RECBUF_SIZE;
         return recbuf_slab + off;
     }
-    return malloc(n);
-}
-
-static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
-{
-    (void)file, (void)line;
-    if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
-        void *q = malloc(n);
-        if (!q) return NULL;
-        memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
-        *(void **)p = recbuf_free;
-        recbuf_free = p;
-        recbuf_held--;
-        return q;
-    }
-    return realloc(p, n);
+    return small_get(n);
 }
 
 static void tls_mem_free(void *p, const char *file, int line)
@@ -104,9 +160,26 @@ static void tls_mem_free(void *p, const char *file, int line)
         *(void **)p = recbuf_free;
         recbuf_free = p;
         recbuf_held--;
+        tls_net -= RECBUF_SIZE;
         return;
     }
-    free(p);
+    if (p) small_put(p);
+}
+
+static void *tls_mem_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    if (p && (size_t)((char *)p - recbuf_slab) < RECBUF_SLAB) { /* OpenSSL does not do it */
+        void *q = small_get(n);
+        if (!q) return NULL;
+        memcpy(q, p, n < RECBUF_SIZE ? n : RECBUF_SIZE);
+        tls_mem_free(p, file, line);
+        return q;
+    }
+    int64_t old = p ? (int64_t)(malloc_usable_size(p) + 8) : 0;
+    void *q = realloc(p, n); /* a listed block is a plain glibc block */
+    if (q) tls_net += (int64_t)(malloc_usable_size(q) + 8) - old;
+    return q;
 }
 
 /* Runs before main(): CRYPTO_set_mem_functions fails once OpenSSL has allocated anything.
@@ -131,7 +204,8 @@ size_t fy_tls_record_buffer_bytes(void)
 static char *staging_get(void)
 {
     char *p = tls_mem_malloc(16384, NULL, 0);
-    return p ? p : fy_xmalloc(16384);
+    if (!p) abort(); /* out of memory, as fy_xmalloc (staging_put frees it as ours) */
+    return p;
 }
 static void staging_put(char *p)
 {
@@ -464,7 +538,7 @@ static int tls_handshake(fy_transport_t *t)
         if (r <= 0) return r;
     }
     ERR_clear_error();
-    int r = SSL_do_handshake(tt->ssl);
+    int r = CHARGE(tt, SSL_do_handshake(tt->ssl));
     if (r == 1) {
         fy_counter_inc(fy_cid_tls_handshakes[SSL_session_reused(tt->ssl) ? FY_CTLS_RESUMED : 0]);
         const unsigned char *p;
@@ -489,7 +563,7 @@ static ssize_t tls_read(fy_transport_t *t, void *buf, size_t len)
     size_t n = 0;
     /* the error queue is kept empty by ssl_status(): no ERR_clear_error per call (~900
        instructions each) */
-    int r = SSL_read_ex(tt->ssl, buf, len, &n);
+    int r = CHARGE(tt, SSL_read_ex(tt->ssl, buf, len, &n));
     if (r == 1) return (ssize_t)n;
     return ssl_status(tt, 0, "read");
 }
@@ -505,7 +579,7 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
             /* one buffer: write it straight from the caller's memory */
             size_t n = 0;
             size_t len = iov[0].iov_len > 16384 ? 16384 : iov[0].iov_len;
-            if (SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n) == 1) return (ssize_t)n;
+            if (CHARGE(tt, SSL_write_ex(tt->ssl, iov[0].iov_base, len, &n)) == 1) return (ssize_t)n;
             return ssl_status(tt, 0, "write");
         }
         if (!tt->staging) tt->staging = staging_get();
@@ -517,7 +591,7 @@ static ssize_t tls_writev(fy_transport_t *t, const struct iovec *iov, int iovcnt
         }
     }
     size_t n = 0;
-    if (SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n) == 1) {
+    if (CHARGE(tt, SSL_write_ex(tt->ssl, tt->staging, tt->staged, &n)) == 1) {
         tt->staged = 0;
         staging_put(tt->staging); /* an idle connection holds none */
         tt->staging = NULL;
@@ -536,7 +610,7 @@ static int tls_shutdown(fy_transport_t *t)
 {
     tls_transport_t *tt = (tls_transport_t *)t;
     ERR_clear_error();
-    if (SSL_is_init_finished(tt->ssl)) SSL_shutdown(tt->ssl);
+    if (SSL_is_init_finished(tt->ssl)) CHARGE(tt, SSL_shutdown(tt->ssl));
     ERR_clear_error();
     return shutdown(t->fd, SHUT_WR) < 0 ? -errno : 0;
 }
@@ -578,6 +652,83 @@ bool fy_tls_read_drained(const fy_transport_t *t)
 
 static const struct fy_transport_ops tls_ops;
 
+/* The socket BIO of server connections: OpenSSL 3.0 asks its BIO ~12 ctrl questions per
+ * record (kTLS? pending? flush?), each through BIO_s_socket's general ctrl; these answer
+ * them at once, and read and write are one syscall each, as there. */
+static int fbio_read(BIO *b, char *buf, int len)
+{
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t n = recv(fd, buf, (size_t)len, 0);
+    BIO_clear_retry_flags(b);
+    if (n > 0) return (int)n;
+    if (n == 0) {
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+        return 0;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
+    return -1;
+}
+
+static int fbio_write(BIO *b, const char *buf, int len)
+{
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_write(b);
+    return -1;
+}
+
+static long fbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_C_GET_FD:
+        if (ptr) *(int *)ptr = (int)(intptr_t)BIO_get_data(b);
+        return (long)(intptr_t)BIO_get_data(b);
+    case BIO_CTRL_EOF:
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+    default:
+        return 0; /* kTLS, pending, push/pop, close flags: none here */
+    }
+}
+
+static int fbio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *fbio_method;
+
+static void fbio_method_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR,
+                                 "ferry socket");
+    if (!m) return;
+    BIO_meth_set_read(m, fbio_read);
+    BIO_meth_set_write(m, fbio_write);
+    BIO_meth_set_ctrl(m, fbio_ctrl);
+    BIO_meth_set_create(m, fbio_create);
+    fbio_method = m;
+}
+
+/* fd as the SSL's BIO (not owned: the codec closes it), or SSL_set_fd's if none could be made */
+static void set_fd(SSL *ssl, int fd)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fbio_method_init);
+    BIO *b = fbio_method ? BIO_new(fbio_method) : NULL;
+    if (!b) {
+        SSL_set_fd(ssl, fd);
+        return;
+    }
+    BIO_set_data(b, (void *)(intptr_t)fd);
+    SSL_set_bio(ssl, b, b);
+}
+
 void fy_tls_transport_idle(fy_transport_t *t)
 {
     if (t->ops != &tls_ops) return;
@@ -586,7 +737,15 @@ void fy_tls_transport_idle(fy_transport_t *t)
         staging_put(tt->staging);
         tt->staging = NULL;
     }
-    SSL_free_buffers(tt->ssl); /* refused (0) while a record is half read or written */
+    /* refused (0) while a record is half read or written */
+    CHARGE(tt, SSL_free_buffers(tt->ssl));
+}
+
+size_t fy_tls_transport_mem(const fy_transport_t *t)
+{
+    if (t->ops != &tls_ops) return 0;
+    const tls_transport_t *tt = (const tls_transport_t *)t;
+    return sizeof *tt + (tt->mem > 0 ? (size_t)tt->mem : 0) + (tt->staging ? 16384 : 0);
 }
 
 static const struct fy_transport_ops tls_ops = {
@@ -604,12 +763,12 @@ fy_transport_t *fy_tls_transport_new(fy_tls_ctx_t *ctx, int fd)
 {
     tls_transport_t *tt = calloc(1, sizeof *tt);
     if (!tt) return NULL;
-    tt->ssl = SSL_new(ctx->dflt);
+    tt->ssl = CHARGE(tt, SSL_new(ctx->dflt));
     if (!tt->ssl) {
         free(tt);
         return NULL;
     }
-    SSL_set_fd(tt->ssl, fd);
+    set_fd(tt->ssl, fd);
     SSL_set_accept_state(tt->ssl);
     tt->peek_plain = ctx->alpn_len > 0; /* an HTTP listener, not a layer-4 termination */
     tt->t.ops = &tls_ops;

@@ -69,6 +69,11 @@ int fy_tls_selfsigned_ensure(const char *dir, char *cert, char *key, size_t len)
  * by the next read or write. No-op for a transport that is not TLS, or while OpenSSL holds
  * part of a record. */
 void fy_tls_transport_idle(fy_transport_t *t);
+/* Bytes a TLS transport holds for its connection: itself, what OpenSSL allocated inside this
+ * connection's own calls (SSL object, handshake state, record buffers while held; 0 in
+ * FY_NO_POOL builds, which do not replace OpenSSL's allocator) and its staging buffer. 0 for
+ * a transport that is not TLS. Loop thread of the connection. */
+size_t fy_tls_transport_mem(const fy_transport_t *t);
 
 /* Bytes of TLS record buffers (OpenSSL's read and write buffers, which every connection
  * takes while a record is in flight and gives back when they are empty) held on the calling

@@ -1,4 +1,6 @@
-/* Typed TLS configuration of a listener (`tls:` inside a listener). Table: tls/tls_conf.c. */
+/* Typed TLS configuration of a listener (`tls:` inside a listener). Table: tls/tls_conf.c.
+ * Threads: built on the main thread while a config generation loads, then read-only and shared
+ * by every worker for that generation's life. */
 #ifndef FY_TLS_TLS_CONF_H
 #define FY_TLS_TLS_CONF_H
 

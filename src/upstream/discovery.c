@@ -420,8 +420,8 @@ fy__discovery_t *fy__discovery_start(fy_upstream_t *u, const fy_upstream_conf_t 
         return NULL;
     }
     /* the set from loading is fresh: the next lookup when its TTL would have run out is not
-       known here, so ask again after min-ttl */
-    fy_timer_start(loop, &d->next, d->dc->min_ttl_ms);
+       known here, so ask again after min-ttl; a reload's set is the generation before's: now */
+    fy_timer_start(loop, &d->next, fy__upstream_lookup_now(u) ? 0 : d->dc->min_ttl_ms);
     return d;
 }
 

@@ -111,6 +111,9 @@ static inline bool fy_origin_stream_is_open(const fy_origin_stream_t *os)
 fy_origin_framing_t fy_origin_stream_framing(const fy_origin_stream_t *os);
 /* Whether the opened stream may carry a tunnel (h2: the origin allowed extended CONNECT). */
 bool fy_origin_stream_can_tunnel(const fy_origin_stream_t *os);
+/* After a successful open: how the connection under the stream was made, µs (-1: a pooled
+ * connection, or no TLS). False when not measured (h2/h3 connections are shared). */
+bool fy_origin_stream_timing(const fy_origin_stream_t *os, int32_t *connect_us, int32_t *tls_us);
 /* Send the request head (and start pulling the body). 0, or -1 when the session cannot take
  * a stream after all (the owner closes it). Callbacks may run from inside. */
 int fy_origin_stream_submit(fy_origin_stream_t *os, const fy_origin_request_t *rq);

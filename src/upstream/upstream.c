@@ -23,9 +23,19 @@
 
 #include "upstream/upstream_state.h"
 
+static fy_upstream_t *upstream_make(const fy_upstream_conf_t *conf, int nworkers,
+                                    fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2,
+                                    const fy_upstream_t *prev);
+
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
 {
-    fy_upstream_t *u = fy_upstream_new_with_tls(conf, nworkers, NULL, NULL);
+    return fy_upstream_new_next(conf, nworkers, NULL);
+}
+
+fy_upstream_t *fy_upstream_new_next(const fy_upstream_conf_t *conf, int nworkers,
+                                    const fy_upstream_t *prev)
+{
+    fy_upstream_t *u = upstream_make(conf, nworkers, NULL, NULL, prev);
     if (u && fy_counters_detail) {
         size_t st = sizeof *u->servers, off = offsetof(fy_upstream_server_conf_t, url);
         u->pool_ids = fy_counters_register_servers("ferry_upstream_pool_idle", FY_GAUGE, conf->name,
@@ -36,12 +46,64 @@ fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers)
         u->eject_ids =
             fy_counters_register_servers("ferry_upstream_server_ejections_total", FY_COUNTER,
                                          conf->name, u->servers, u->nservers, st, off);
+        u->conn_ids = fy_counters_register_servers("ferry_upstream_pool_connections", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
+        u->wait_ids = fy_counters_register_servers("ferry_upstream_pool_waiters", FY_GAUGE,
+                                                   conf->name, u->servers, u->nservers, st, off);
     }
     return u;
 }
 
 fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nworkers,
                                         fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2)
+{
+    return upstream_make(conf, nworkers, tls, tls_h2, NULL);
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* The same DNS question to the same resolver: the running generation's answer stands. */
+static bool same_dns(const fy_discovery_conf_t *a, const fy_discovery_conf_t *b)
+{
+    return a && b && a->dns && b->dns && strcmp(a->dns, b->dns) == 0 && a->type == b->type &&
+           a->port == b->port && a->scheme == b->scheme && a->weight == b->weight &&
+           str_eq(a->resolver, b->resolver);
+}
+
+/* The first server set of a discovery upstream. A reload whose upstream asks DNS what the
+ * running one asks takes the running one's last set (no lookup here: this thread may be the
+ * admin API's loop) and looks up again as soon as its discovery starts on the worker loop;
+ * otherwise (the start, a file, another question) the first lookup is made now, bounded by
+ * resolve-timeout. */
+static void first_set(fy_upstream_t *u, const fy_upstream_conf_t *conf, const fy_upstream_t *prev)
+{
+    fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
+    size_t n;
+    if (prev && prev->dyn && same_dns(conf->discovery, fy_upstream_conf(prev)->discovery)) {
+        dyn_t *pd = prev->dyn;
+        pthread_mutex_lock(&pd->lock);
+        n = pd->nlast < u->dyn->cap ? pd->nlast : u->dyn->cap;
+        memcpy(e, pd->last, n * sizeof *e);
+        pthread_mutex_unlock(&pd->lock);
+        u->dyn->lookup_now = true;
+    } else {
+        n = fy__discovery_initial(conf, e, u->dyn->cap);
+    }
+    fy__upstream_set_servers(u, e, n);
+    free(e);
+}
+
+bool fy__upstream_lookup_now(const fy_upstream_t *u)
+{
+    return u->dyn && u->dyn->lookup_now;
+}
+
+static fy_upstream_t *upstream_make(const fy_upstream_conf_t *conf, int nworkers,
+                                    fy_tls_client_ctx_t *tls, fy_tls_client_ctx_t *tls_h2,
+                                    const fy_upstream_t *prev)
 {
     fy_upstream_t *u = fy_xcalloc(1, sizeof *u);
     u->conf = conf;
@@ -126,12 +188,8 @@ fy_upstream_t *fy_upstream_new_with_tls(const fy_upstream_conf_t *conf, int nwor
         u->workers[w].srv = fy_xcalloc(u->nservers, sizeof(srv_state_t));
         u->workers[w].rnd = 0x9e3779b97f4a7c15ull * (uint64_t)(w + 1);
     }
-    if (u->dyn) {
-        fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
-        size_t n = fy__discovery_initial(conf, e, u->dyn->cap);
-        fy__upstream_set_servers(u, e, n);
-        free(e);
-    }
+    fy__upstream_resil_init(u);
+    if (u->dyn) first_set(u, conf, prev);
     return u;
 }
 
@@ -140,6 +198,7 @@ static void oc_close(fy_origin_conn_t *oc);
 void fy_upstream_free(fy_upstream_t *u)
 {
     if (!u) return;
+    fy__upstream_resil_free(u); /* (reads the workers' breakers) */
     for (int w = 0; w < u->nworkers; w++) {
         for (size_t i = 0; i < u->nservers; i++)
             while (u->workers[w].srv[i].idle) {
@@ -157,6 +216,8 @@ void fy_upstream_free(fy_upstream_t *u)
     free(u->pool_ids);
     free(u->retry_ids);
     free(u->eject_ids);
+    free(u->conn_ids);
+    free(u->wait_ids);
     free(u->ids);
     free(u->probes);
     if (u->dyn) {
@@ -246,14 +307,18 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
         n = 64 - (size_t)__builtin_clzll(live); /* slots fill from the bottom: few to scan */
         if (n == 1) return 0;
     }
-    /* candidates: not excluded and not ejected; relax in that order when none is left */
+    /* candidates: not excluded and not ejected; relax in that order when none is left. An
+       open circuit breaker is relaxed last (then the caller's fy_upstream_admit says no). */
     bool ok[64];
     size_t nok = 0;
-    for (int pass = 0; pass < 3 && nok == 0; pass++)
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    for (int pass = 0; pass < 4 && nok == 0; pass++)
         for (size_t i = 0; i < n && i < 64; i++) {
             bool excluded = (exclude >> i) & 1, out = !fy_upstream_usable(u, w, (int)i, now_ms);
+            bool open = bc && !fy_breaker_usable(&uw->srv[i].brk, bc, now_ms);
             ok[i] = ((live >> i) & 1) && (pass == 0   ? !excluded && !out
-                                          : pass == 1 ? !excluded
+                                          : pass == 1 ? !excluded && !open
+                                          : pass == 2 ? !open
                                                       : true);
             nok += ok[i];
         }
@@ -332,9 +397,14 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
     return 0;
 }
 
-void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms)
+/* ok: for passive health; brk_ok: for the circuit breaker */
+static inline __attribute__((always_inline)) void report(fy_upstream_t *u, int w, int server,
+                                                         bool ok, bool brk_ok, uint64_t now_ms)
 {
     srv_state_t *s = &u->workers[w].srv[server];
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    if (bc && !(brk_ok && fy_breaker_ok_fast(&s->brk, bc, now_ms)))
+        fy__upstream_breaker_record(u, w, server, brk_ok, now_ms);
     if (ok) {
         s->fails = 0;
         return;
@@ -355,6 +425,17 @@ void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t n
     }
 }
 
+void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms)
+{
+    report(u, w, server, ok, ok, now_ms);
+}
+
+void fy_upstream_report_status(fy_upstream_t *u, int w, int server, int status, uint64_t now_ms)
+{
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    report(u, w, server, status < 500, status < 500 || (bc && !bc->on_5xx), now_ms);
+}
+
 const char *fy_upstream_server_id(const fy_upstream_t *u, int server)
 {
     return u->ids[server];
@@ -372,6 +453,8 @@ bool fy_upstream_usable(const fy_upstream_t *u, int w, int server, uint64_t now_
 {
     if (u->dyn && !((atomic_load_explicit(&u->dyn->live, memory_order_acquire) >> server) & 1))
         return false; /* removed (draining), or never filled */
+    const fy_breaker_conf_t *bc = u->conf->breaker;
+    if (bc && !fy_breaker_usable(&u->workers[w].srv[server].brk, bc, now_ms)) return false;
     return u->workers[w].srv[server].ejected_until <= now_ms &&
            atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed) <= now_ms &&
            !atomic_load_explicit(&u->down[server], memory_order_relaxed) &&
@@ -383,6 +466,19 @@ void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_se
     st->down = atomic_load_explicit(&u->down[server], memory_order_relaxed);
     st->drained = atomic_load_explicit(&u->drained[server], memory_order_relaxed);
     st->ejected_until_ms = atomic_load_explicit(&u->ejected_until[server], memory_order_relaxed);
+    double sum = 0;
+    int n = 0;
+    for (int w = 0; w < u->nworkers; w++) {
+        uint64_t bits =
+            atomic_load_explicit(&u->workers[w].srv[server].ewma_pub, memory_order_relaxed);
+        if (!bits) continue;
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        sum += bits == 1 ? 0 : v; /* 1: a published 0.0 */
+        n++;
+    }
+    st->ewma_ttfb_us = n ? sum / n : -1;
+    st->ewma_workers = n;
 }
 
 void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained)
@@ -396,6 +492,9 @@ void fy_upstream_report_ttfb(fy_upstream_t *u, int w, int server, uint64_t us)
     /* the newest sample weighs 20%: about the last ten responses count */
     s->ewma_us = s->samples ? s->ewma_us * 0.8 + (double)us * 0.2 : (double)us;
     s->samples++;
+    uint64_t bits;
+    memcpy(&bits, &s->ewma_us, sizeof bits);
+    atomic_store_explicit(&s->ewma_pub, bits ? bits : 1, memory_order_relaxed);
 }
 
 void fy_upstream_count_retry(fy_upstream_t *u, int server)
@@ -434,6 +533,7 @@ static void oc_close(fy_origin_conn_t *oc)
     if (oc->closed) return;
     oc->closed = true;
     oc->up->workers[oc->worker].srv[oc->server].nconns--;
+    fy__upstream_gauge(oc->up->conn_ids, oc->server, -1);
     if (oc->state == OC_IDLE) pool_unlink(oc);
     fy_timer_stop(oc->loop, &oc->timer);
     fy_io_set(oc->loop, &oc->io, 0);
@@ -464,6 +564,13 @@ static void on_timer(fy_timer_t *t)
             oc->state == OC_HANDSHAKE ? "origin TLS handshake timeout" : "origin connect timeout");
 }
 
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void handshake(fy_origin_conn_t *oc)
 {
     int r = oc->t->ops->handshake(oc->t);
@@ -476,6 +583,7 @@ static void handshake(fy_origin_conn_t *oc)
         return;
     }
     oc->t->want = 0;
+    oc->tls_us = (uint32_t)(mono_us() - oc->t0_us - oc->connect_us);
     oc->state = OC_BUSY;
     fy_timer_stop(oc->loop, &oc->timer);
     fy_io_set(oc->loop, &oc->io, 0);
@@ -496,6 +604,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
                                             : "origin connect failed");
             return;
         }
+        oc->connect_us = (uint32_t)(mono_us() - oc->t0_us);
         if (oc->t != &oc->sock) {
             oc->state = OC_HANDSHAKE;
             handshake(oc);
@@ -563,6 +672,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     }
     fy_origin_conn_t *oc = fy_xcalloc(1, sizeof *oc);
     u->workers[w].srv[server].nconns++;
+    fy__upstream_gauge(u->conn_ids, server, 1);
     oc->up = u;
     oc->server = server;
     oc->worker = w;
@@ -577,6 +687,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
         if (!oc->t) {
             close(fd);
             u->workers[w].srv[server].nconns--;
+            fy__upstream_gauge(u->conn_ids, server, -1);
             free(oc);
             *err = "out of memory";
             return NULL;
@@ -586,6 +697,7 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     oc->io.cb = on_io;
     oc->io.data = oc;
     oc->state = OC_CONNECTING;
+    oc->t0_us = mono_us();
     fy_timer_init(&oc->timer, on_timer, oc);
     fy_timer_start(loop, &oc->timer, u->conf->connect_timeout_ms);
     fy_io_set(loop, &oc->io, EPOLLOUT);

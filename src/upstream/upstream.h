@@ -42,10 +42,20 @@ struct fy_origin_conn {
     const char *error; /* static reason after FY_ORIGIN_ERROR */
     bool closed;
     fy_defer_t defer;
+    /* how it was made, µs (the inspector's timings): connect() to connected, then the TLS
+       handshake (0 for plain) */
+    uint64_t t0_us;
+    uint32_t connect_us, tls_us;
 };
 
 /* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers);
+/* The same for a new generation: `prev` (borrowed, may be NULL) is the running generation's
+ * upstream of the same name. A DNS discovery upstream asking what prev asks starts with
+ * prev's last set instead of a lookup (so a reload never waits for DNS) and looks up again as
+ * soon as its discovery runs. Main or admin thread, like fy_upstream_new. */
+fy_upstream_t *fy_upstream_new_next(const fy_upstream_conf_t *conf, int nworkers,
+                                    const fy_upstream_t *prev);
 /* As fy_upstream_new, but https:// and h2:// servers use these TLS client contexts (borrowed,
  * they outlive the upstream; tls_h2 with ALPN h2) instead of ones made from conf's ca,
  * insecure, cert and key: for many upstreams with the same TLS settings (the intercepting
@@ -71,6 +81,19 @@ int fy_upstream_pick(fy_upstream_t *u, int w, uint64_t exclude, uint64_t now_ms)
 /* Passive health: a success resets the server's failure count; max-fails consecutive failures
  * eject it for fail-timeout. */
 void fy_upstream_report(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+/* The same for a response head with `status`: a 5xx fails passive health, and the circuit
+ * breaker unless its `5xx-is-failure` is off. */
+void fy_upstream_report_status(fy_upstream_t *u, int w, int server, int status, uint64_t now_ms);
+/* A request goes to `server` now (after fy_upstream_pick): false when the server's circuit
+ * breaker is open (fy_upstream_pick returns an open one only when every server is): the caller
+ * answers 503. An open breaker that is due becomes half-open here, and counts a trial. */
+bool fy_upstream_admit(fy_upstream_t *u, int w, int server, uint64_t now_ms);
+/* `retry-budget`: a request's first attempt, and whether a retry may start now (counted;
+ * refusals count ferry_upstream_retry_budget_exhausted_total). Always true without one. */
+void fy_upstream_count_request(fy_upstream_t *u, int w, uint64_t now_ms);
+bool fy_upstream_retry_take(fy_upstream_t *u, int w, uint64_t now_ms);
+/* `hedge`: a hedged attempt started (won false), or its response head came first (won true). */
+void fy_upstream_count_hedge(fy_upstream_t *u, bool won);
 /* Sticky sessions: a server's opaque id (16 hex digits, stable across restarts), the server
  * with a given id (-1: none), and whether a server may take requests now. */
 const char *fy_upstream_server_id(const fy_upstream_t *u, int server);
@@ -83,6 +106,10 @@ typedef struct fy_upstream_server_state {
     bool down;                 /* the active health check says so */
     bool drained;              /* fy_upstream_set_drained */
     uint64_t ejected_until_ms; /* passive health, loop clock (CLOCK_MONOTONIC_COARSE ms) */
+    /* the least-time EWMA of its time to first byte (µs; the newest response weighs 20%),
+       averaged over the workers that have seen one; -1: none has */
+    double ewma_ttfb_us;
+    int ewma_workers; /* how many workers' averages went into it */
 } fy_upstream_server_state_t;
 void fy_upstream_server_state(const fy_upstream_t *u, int server, fy_upstream_server_state_t *st);
 void fy_upstream_set_drained(fy_upstream_t *u, int server, bool drained);

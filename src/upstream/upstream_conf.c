@@ -523,5 +523,33 @@ const fy_conf_directive_t fy_upstream_conf_table[] = {
             "`health-check: /health`. `h2c://`/`h2://` servers are probed with an HTTP/2 "
             "stream on the checking worker's pooled connection, `h3://` ones with an HTTP/3 "
             "stream on its pooled QUIC connection."},
+    {.key = "circuit-breaker",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(breaker),
+     .sub = fy_breaker_conf_table,
+     .sub_size = sizeof(fy_breaker_conf_t),
+     .doc = "A circuit breaker per server (and worker): closed, open after "
+            "`consecutive-failures` or `error-rate`, half-open after `open-for`. An open "
+            "server is skipped by balancing; when every server is open the request gets 503. "
+            "`circuit-breaker: {}` takes every default."},
+    {.key = "retry-budget",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(retry_budget),
+     .sub = fy_retry_budget_conf_table,
+     .sub_size = sizeof(fy_retry_budget_conf_t),
+     .doc = "Retries allowed only while retries <= `ratio` x requests + `min-per-second` x "
+            "`window` over the sliding window (per worker); past it a failure goes to the "
+            "client and `ferry_upstream_retry_budget_exhausted_total` counts it."},
+    {.key = "hedge",
+     .type = FY_CT_TABLE_PTR,
+     .offset = U(hedge),
+     .sub = fy_hedge_conf_table,
+     .sub_size = sizeof(fy_hedge_conf_t),
+     .shorthand_key = "delay",
+     .doc = "Hedged requests (shorthand `hedge: 50ms`): a GET or HEAD without a body that has "
+            "no response head after `delay` is sent to another server as well; the first "
+            "head wins and the other attempt is cancelled (h1: its connection closed; h2/h3: "
+            "its stream reset). Counted in `ferry_upstream_hedges_total` and "
+            "`ferry_upstream_hedge_wins_total` (the hedge answered first)."},
     {.key = NULL, .check = check_upstream},
 };

@@ -65,6 +65,31 @@ typedef struct fy_discovery_conf {
     int64_t max_servers; /* default 32 */
 } fy_discovery_conf_t;
 
+/* `circuit-breaker:` per server (upstream/upstream_breaker.h) */
+typedef struct fy_breaker_conf {
+    int64_t consecutive;        /* `consecutive-failures`, default 5; 0: off */
+    int64_t error_rate;         /* `error-rate` percent, default 50; 0: off */
+    uint64_t window_ms;         /* default 10s */
+    int64_t min_requests;       /* outcomes in the window before the rate counts, default 20 */
+    uint64_t open_ms;           /* `open-for`, default 10s */
+    uint64_t max_open_ms;       /* `max-open-for`, default 5m: the backoff's cap */
+    int64_t half_open_requests; /* trials, default 3 */
+    bool on_5xx;                /* `5xx-is-failure`, default true */
+} fy_breaker_conf_t;
+
+/* `retry-budget:` per upstream */
+typedef struct fy_retry_budget_conf {
+    int64_t ratio_permille; /* `ratio`, default 0.2 (200 per mille) */
+    int64_t min_per_second; /* default 10 */
+    uint64_t window_ms;     /* default 10s */
+} fy_retry_budget_conf_t;
+
+/* `hedge:` per upstream: idempotent bodiless GET/HEAD get a second attempt on another server
+ * when the first has no response head after `delay`; the first head wins */
+typedef struct fy_hedge_conf {
+    uint64_t delay_ms; /* default 50ms */
+} fy_hedge_conf_t;
+
 typedef struct fy_upstream_conf {
     char *name;                     /* required, unique */
     fy_conf_list_t servers;         /* of fy_upstream_server_conf_t, at least one */
@@ -88,9 +113,16 @@ typedef struct fy_upstream_conf {
     fy_sticky_conf_t *sticky;       /* `sticky`; NULL: no session affinity */
     fy_health_conf_t *health;       /* `health-check`; NULL: no active checks */
     fy_discovery_conf_t *discovery; /* `discovery`; NULL: the servers above, fixed */
+    fy_breaker_conf_t *breaker;     /* `circuit-breaker`; NULL: none */
+    fy_retry_budget_conf_t *retry_budget; /* `retry-budget`; NULL: only `retries` bounds them */
+    fy_hedge_conf_t *hedge;               /* `hedge`; NULL: no hedged requests */
 } fy_upstream_conf_t;
 
 extern const fy_conf_directive_t fy_upstream_conf_table[];
+/* upstream_breaker_conf.c */
+extern const fy_conf_directive_t fy_breaker_conf_table[];
+extern const fy_conf_directive_t fy_retry_budget_conf_table[];
+extern const fy_conf_directive_t fy_hedge_conf_table[];
 
 /* Parse a server URL (scheme, host, port; no path) into sv's addr, tls, h2, h3, and the host
  * and authority (host[:port] as written) into the caller's buffers. `numeric`: the host must

@@ -56,6 +56,8 @@ static inline void fy__upstream_mux_touch(fy_upstream_t *u, int w, fy_loop_t *lo
 {
     if (fy_upstream_conf(u)->discovery) fy__upstream_dyn_touch(u, w, loop);
 }
+/* The first set was the running generation's (a reload): discovery looks up at once. */
+bool fy__upstream_lookup_now(const fy_upstream_t *u);
 /* Servers taking requests now (tests, logs). */
 size_t fy__upstream_live_servers(const fy_upstream_t *u);
 /* Worker w's HTTP/2 and HTTP/3 connections to `server`: idle ones closed now, busy ones take

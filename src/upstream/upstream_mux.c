@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "upstream/upstream_int.h"
+#include "upstream/upstream_state.h"
 
 /* upstream_mux_test.c defines FY__MUX_PROTO_OF to run the pool over a fake table */
 #ifndef FY__MUX_PROTO_OF
@@ -38,11 +39,25 @@ static void unlink_mux(fy_origin_mux_t *m)
     m->linked = false;
 }
 
+/* the connection's memory goes; an h3 one was a pool connection of its own (h2 ones are
+ * counted by the TCP connection they wrap) */
+static void mux_destroy(fy_origin_mux_t *m)
+{
+    if (m->proto == &fy__mux_h3) fy__upstream_gauge(m->u->conn_ids, m->server, -1);
+    m->proto->destroy(m);
+}
+
+static void waiters_add(fy_origin_mux_t *m, int d)
+{
+    m->nwaiters += (size_t)(ssize_t)d;
+    fy__upstream_gauge(m->u->wait_ids, m->server, d);
+}
+
 static void reap_cb(fy_defer_t *d)
 {
     fy_origin_mux_t *m = d->data;
     unlink_mux(m);
-    m->proto->destroy(m);
+    mux_destroy(m);
 }
 
 static void reap_maybe(fy_origin_mux_t *m)
@@ -60,7 +75,7 @@ void fy__mux_fail_waiters(fy_origin_mux_t *m, const char *why)
     while (!fy_list_empty(&m->waiters)) {
         fy_origin_mux_waiter_t *wt = fy_container_of(m->waiters.next, fy_origin_mux_waiter_t, link);
         fy_list_remove(&wt->link);
-        m->nwaiters--;
+        waiters_add(m, -1);
         wt->m = NULL;
         wt->cb(wt, NULL, why);
     }
@@ -103,14 +118,14 @@ static void serve_waiters(fy_origin_mux_t *m)
             /* out of stream credit (h3 MAX_STREAMS): the rest wait here for more */
             if (!m->proto->can_open(m)) break;
             fy_list_remove(&wt->link);
-            m->nwaiters--;
+            waiters_add(m, -1);
             wt->m = NULL;
             m->users++;
             wt->cb(wt, m, NULL);
             continue;
         }
         fy_list_remove(&wt->link);
-        m->nwaiters--;
+        waiters_add(m, -1);
         wt->m = NULL;
         bool ready = false;
         const char *err = "origin connect failed";
@@ -218,6 +233,7 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
         fy__upstream_mux_touch(u, w, loop); /* discovery: this worker sweeps from now on */
         fy_origin_mux_t *m = p->connect(u, w, server, loop, err);
         if (!m) return NULL;
+        if (p == &fy__mux_h3) fy__upstream_gauge(u->conn_ids, server, 1);
         m->next = *head;
         if (*head) (*head)->prev = m;
         *head = m;
@@ -231,7 +247,7 @@ fy_origin_mux_t *fy_origin_mux_acquire(fy_upstream_t *u, int w, int server, fy_l
            fy_container_of(after, fy_origin_mux_waiter_t, link)->priority < wt->priority)
         after = after->prev;
     fy_list_insert_tail(after->next, &wt->link); /* i.e. right after `after` */
-    wait_on->nwaiters++;
+    waiters_add(wait_on, 1);
     wt->m = wait_on;
     return NULL;
 }
@@ -254,7 +270,7 @@ void fy_origin_mux_cancel_wait(fy_origin_mux_waiter_t *wt)
 {
     if (!wt->m) return;
     fy_list_remove(&wt->link);
-    wt->m->nwaiters--;
+    waiters_add(wt->m, -1);
     wt->m = NULL;
 }
 
@@ -340,7 +356,7 @@ void fy__upstream_mux_worker_close(fy_upstream_t *u, int w)
             m->state = M_CLOSED;
             fy__mux_fail_waiters(m, "worker exit");
             unlink_mux(m);
-            if (m->users == 0) m->proto->destroy(m); /* still held cannot happen */
+            if (m->users == 0) mux_destroy(m); /* still held cannot happen */
         }
     }
 }

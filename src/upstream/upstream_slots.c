@@ -53,7 +53,9 @@ static void dyn_sweep(fy_timer_t *t)
                 s->ejected_until = 0;
                 s->ewma_us = 0;
                 s->samples = 0;
+                atomic_store_explicit(&s->ewma_pub, 0, memory_order_relaxed);
                 s->cur_weight = 0;
+                s->brk = (fy_breaker_t){0}; /* (dyn upstreams count no per-server gauges) */
             }
             continue;
         }

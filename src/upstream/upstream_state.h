@@ -1,14 +1,18 @@
 /* The upstream's own state (servers, per-worker pools, health probes, the discovery slot
  * table), shared by upstream.c (picking, pools), upstream_health.c (active checks) and
- * upstream_slots.c (discovery). Threads: as stated per field; no file outside these three. */
+ * upstream_slots.c (discovery) and upstream_resil.c (breakers, retry budget). Threads: as
+ * stated per field; no file outside these four. */
 #ifndef FY_UPSTREAM_STATE_H
 #define FY_UPSTREAM_STATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/counters.h"
+
 #include "upstream/discovery.h"
 #include "upstream/upstream.h"
+#include "upstream/upstream_breaker.h"
 #include "upstream/upstream_int.h"
 
 enum { OC_CONNECTING = 1, OC_HANDSHAKE, OC_IDLE, OC_BUSY };
@@ -18,6 +22,9 @@ typedef struct srv_state {
     size_t nidle;
     int inflight;
     double ewma_us; /* least-time: decaying average of time to first byte */
+    /* ewma_us's bits + its owner's sample count != 0, published for other threads (the admin
+       API): written by the worker only (relaxed), read with relaxed loads; 0 = no sample */
+    _Atomic uint64_t ewma_pub;
     uint64_t samples;
     uint64_t last_pick_ms;
     int64_t cur_weight; /* smooth weighted round robin */
@@ -27,11 +34,13 @@ typedef struct srv_state {
     void *h3;             /* HTTP/3 connections (upstream_h3.c) */
     unsigned nconns;      /* HTTP/1.1 origin connections alive (pooled or held) */
     unsigned incarnation; /* discovery: the slot's server this state is about */
+    fy_breaker_t brk;     /* `circuit-breaker` (this worker's) */
 } srv_state_t;
 
 typedef struct up_worker {
     srv_state_t *srv;
     uint64_t rnd;
+    fy_retry_budget_t budget; /* `retry-budget` (this worker's) */
 } up_worker_t;
 
 typedef struct hc_probe {
@@ -89,6 +98,7 @@ typedef struct dyn {
     pthread_mutex_t lock;
     fy_disc_entry_t *last;
     size_t nlast;
+    bool lookup_now; /* the set came from the generation before: look up at once */
 } dyn_t;
 
 struct fy_upstream {
@@ -104,8 +114,16 @@ struct fy_upstream {
     atomic_bool *drained; /* per server: the admin API drained it */
     /* per server, configured upstreams with detailed metrics only (fy_counters_detail) */
     fy_counter_id_t *pool_ids, *retry_ids, *eject_ids;
-    char (*ids)[17];    /* per server: opaque sticky id (hash of its URL) */
-    hc_probe_t *probes; /* the checking worker's, NULL elsewhere */
+    /* per server, the same: origin connections open (TCP for h1 and h2, QUIC for h3), and
+       requests waiting for a stream on an h2/h3 connection */
+    fy_counter_id_t *conn_ids, *wait_ids;
+    /* per server, with `circuit-breaker`: workers whose breaker is open / half-open (gauges),
+       transitions to open, half-open, closed (counters) */
+    fy_counter_id_t *brk_open_ids, *brk_half_ids, *brk_to_ids[3];
+    fy_counter_id_t budget_id; /* ferry_upstream_retry_budget_exhausted_total{upstream} */
+    fy_counter_id_t hedge_id, hedge_win_id; /* ferry_upstream_hedges_total, _hedge_wins_total */
+    char (*ids)[17];                        /* per server: opaque sticky id (hash of its URL) */
+    hc_probe_t *probes;                     /* the checking worker's, NULL elsewhere */
     fy_timer_t hc_tick;
     fy_loop_t *hc_loop;
     int hc_worker;
@@ -118,6 +136,18 @@ struct fy_upstream {
     up_worker_t *workers;
     int nworkers;
 };
+
+/* upstream_resil.c: counters of the breakers and the budget (at build), freed with u; an
+ * outcome for worker w's breaker of `server` (with `circuit-breaker` only). */
+void fy__upstream_resil_init(fy_upstream_t *u);
+void fy__upstream_resil_free(fy_upstream_t *u);
+void fy__upstream_breaker_record(fy_upstream_t *u, int w, int server, bool ok, uint64_t now_ms);
+
+/* gauge ids[server] += d, when the per-server series exist (fy_counters_detail) */
+static inline void fy__upstream_gauge(const fy_counter_id_t *ids, int server, int64_t d)
+{
+    if (ids) fy_gauge_add(ids[server], d);
+}
 
 /* upstream_health.c: stop the active check of one server (its slot is being reused). */
 void fy__upstream_hc_stop_probe(fy_upstream_t *u, hc_probe_t *p);

@@ -168,7 +168,8 @@ static void test_top_level(void)
     CHECK_FAIL("listeners:\n", "c.yaml:1:1: listeners: is required\n");
     CHECK_FAIL("listen: :80\n",
                "c.yaml:1:1: listen: unknown key 'listen'; expected one of: workers, listeners, "
-               "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, limits, http2, "
+               "routes, upstreams, l4, cidr-lists, client-limits, rate-limits, waf-policies, "
+               "limits, http2, "
                "quic, log, tracing, intercept, admin, inspector, data-dir\n");
     CHECK_FAIL("- a\n", "c.yaml:1:1: expected a map, got a list\n");
     CHECK_FAIL("a: [\n", "c.yaml:2:1: yaml: did not find expected node content (while parsing a "
@@ -177,7 +178,7 @@ static void test_top_level(void)
     CHECK_FAIL(L1 "routes:\n  - match:\n    path: /x\n    echo: {}\n",
                "c.yaml:4:5: routes[0].path: unknown key 'path'; did you mean to indent it under "
                "match? (expected one of: match, static, respond, echo, proxy, jwt, transform, "
-               "compress, cidr, "
+               "compress, waf, cidr, "
                "rate-limit, client-limits, capture, webtransport, cache)\n");
     CHECK_FAIL(L1 "routes:\n  - match:\n      path: /x\n      echo: {}\n",
                "c.yaml:5:7: routes[0].match.echo: unknown key 'echo'; it belongs one level up: "
@@ -187,7 +188,7 @@ static void test_top_level(void)
         "listeners:\n  - address: :80\n    cert: x\n",
         "c.yaml:3:5: listeners[0].cert: unknown key 'cert'; did you mean to indent it "
         "under tls? (expected one of: address, protocols, tls, backlog, name, kind, sni, share, "
-        "cidr, client-limits, rate-limit)\n");
+        "cidr, client-limits, rate-limit, waf, accept-proxy)\n");
     /* a route naming no upstream: at the route's own line, not 1:1 */
     CHECK_FAIL(L1 "routes:\n  - echo: {}\n  - proxy: nope\n",
                "c.yaml:4:12: routes[1].proxy.upstream: no upstream named 'nope' (the config has "
@@ -293,10 +294,15 @@ static void test_listeners(void)
     }
     fy_config_free(c);
 
-    CHECK_FAIL("listeners:\n  - listen: :80\n",
-               "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
-               "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n"
-               "c.yaml:2:5: listeners[0].address: is required\n");
+    CHECK_FAIL(
+        "listeners:\n  - listen: :80\n",
+        "c.yaml:2:5: listeners[0].listen: unknown key 'listen'; expected one of: address, "
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf, "
+        "accept-proxy\n"
+        "c.yaml:2:5: listeners[0].address: is required\n");
+    CHECK_FAIL("listeners:\n  - address: :80\n    accept-proxy: [10.0.0.0/33]\n",
+               "c.yaml:3:19: listeners[0].accept-proxy: bad CIDR '10.0.0.0/33'; expected like "
+               "10.0.0.0/8 or ::1\n");
     CHECK_FAIL("listeners:\n  - address: example.com:80\n",
                "c.yaml:2:14: listeners[0].address: bad address 'example.com:80'; expected "
                "HOST:PORT with a numeric host, like 127.0.0.1:8080, [::1]:8443 or :8080\n");
@@ -665,10 +671,12 @@ static void test_file_and_doc(void)
     CHECK(fy_config_load_file(path, f) == NULL);
     fclose(f);
     char want[512];
-    snprintf(want, sizeof want,
-             "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
-             "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit\n",
-             path);
+    snprintf(
+        want, sizeof want,
+        "%s:3:5: listeners[0].bogus: unknown key 'bogus'; expected one of: address, "
+        "protocols, tls, backlog, name, kind, sni, share, cidr, client-limits, rate-limit, waf, "
+        "accept-proxy\n",
+        path);
     CHECK(streq(errbuf, want));
     f = fopen(path, "w");
     fputs(L1, f);
@@ -726,6 +734,57 @@ static void in_folder_with_certs(void)
     if (system("cp a.pem x && cp a.key y && cp a.pem a && cp a.key b") != 0) abort();
 }
 
+/* issue 15 resilience: circuit-breaker, retry-budget and hedge under an upstream */
+static void test_resilience(void)
+{
+#define UP(x)                                                                                      \
+    L1 "upstreams: [{name: a, servers: [http://127.0.0.1:1, http://127.0.0.1:2], " x "}]\n"        \
+       "routes: [{proxy: a}]\n"
+    fy_config_t *c = load(UP("circuit-breaker: {}, retry-budget: {}, hedge: 20ms"));
+    CHECK(c != NULL);
+    if (c) {
+        const fy_upstream_conf_t *u = c->upstreams.v;
+        CHECK(u->breaker && u->retry_budget && u->hedge);
+        CHECK_EQ_INT(u->breaker->consecutive, 5);
+        CHECK_EQ_INT(u->breaker->error_rate, 50);
+        CHECK_EQ_INT(u->breaker->window_ms, 10000);
+        CHECK_EQ_INT(u->breaker->min_requests, 20);
+        CHECK_EQ_INT(u->breaker->open_ms, 10000);
+        CHECK_EQ_INT(u->breaker->max_open_ms, 300000);
+        CHECK_EQ_INT(u->breaker->half_open_requests, 3);
+        CHECK(u->breaker->on_5xx);
+        CHECK_EQ_INT(u->retry_budget->ratio_permille, 200);
+        CHECK_EQ_INT(u->retry_budget->min_per_second, 10);
+        CHECK_EQ_INT(u->hedge->delay_ms, 20);
+        char *d = dump(c);
+        CHECK(strstr(d, "error-rate: 50%") != NULL);
+        CHECK(strstr(d, "ratio: 0.2") != NULL);
+        free(d);
+    }
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {error-rate: 30, open-for: 1s, max-open-for: 100ms}, "
+                "retry-budget: {ratio: 0.05}"));
+    CHECK(c != NULL);
+    if (c) {
+        const fy_upstream_conf_t *u = c->upstreams.v;
+        CHECK_EQ_INT(u->breaker->error_rate, 30);
+        CHECK_EQ_INT(u->breaker->max_open_ms, 1000); /* never below open-for */
+        CHECK_EQ_INT(u->retry_budget->ratio_permille, 50);
+        CHECK(!u->hedge);
+    }
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {error-rate: 150%}"));
+    CHECK(c == NULL && strstr(errs, "percentage") != NULL);
+    fy_config_free(c);
+    c = load(UP("circuit-breaker: {consecutive-failures: 0, error-rate: 0%}"));
+    CHECK(c == NULL && strstr(errs, "could never open") != NULL);
+    fy_config_free(c);
+    c = load(UP("retry-budget: {ratio: 1.5}"));
+    CHECK(c == NULL && strstr(errs, "fraction") != NULL);
+    fy_config_free(c);
+#undef UP
+}
+
 FY_TEST_MAIN(in_folder_with_certs(); test_parse_addr(); test_minimal_defaults(); test_top_level();
              test_listeners(); test_tls(); test_routes(); test_demo_root(); test_embedded();
-             test_file_and_doc())
+             test_file_and_doc(); test_resilience())

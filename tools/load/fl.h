@@ -108,14 +108,17 @@ typedef struct fl_config {
     int pipeline; /* h1: requests in flight per connection */
     int threads;
     double duration, warmup, timeout; /* seconds */
-    double rate;                      /* total requests/s; 0 = closed loop */
-    uint64_t total;                   /* -n: stop after this many requests; 0 = by time */
-    int expect_status;                /* 0 = any 2xx */
-    int64_t expect_bytes;             /* -1 = not checked */
-    size_t echo_size;                 /* tcp/udp: message size; wt: bytes per stream */
-    int wt_sessions;                  /* wt: --sessions per connection (1) */
-    double wt_datagram_rate;          /* wt: --datagram-rate per session per second (0) */
-    size_t wt_datagram_size;          /* wt: --datagram-size (64) */
+    double hold;          /* h3: seconds to keep the connections open after the run (idle-memory) */
+    double rate;          /* total requests/s; 0 = closed loop */
+    uint64_t total;       /* -n: stop after this many requests; 0 = by time */
+    int expect_status;    /* 0 = any 2xx */
+    int64_t expect_bytes; /* -1 = not checked */
+    size_t echo_size;     /* tcp/udp: message size; wt: bytes per stream */
+    int wt_sessions;      /* wt: --sessions per connection (1) */
+    double wt_datagram_rate; /* wt: --datagram-rate per session per second (0) */
+    size_t wt_datagram_size; /* wt: --datagram-size (64) */
+    bool wt_datagrams_only;  /* wt: --datagrams-only: no streams, datagram echoes are the round
+                                trips (latency from the timestamp each carries) */
     int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram,
                      4 late-settings */
     bool json;

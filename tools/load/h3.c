@@ -41,6 +41,7 @@ typedef struct h3_worker {
     fy_quic_conf_t conf;
     h3_lconn_t *lcs;
     fy_timer_t tick;
+    fy_timer_t hold; /* --hold: the idle connections' time */
 } h3_worker_t;
 
 static __thread h3_worker_t *hw;
@@ -237,6 +238,12 @@ static void on_tick(fy_timer_t *t)
     fy_timer_start(&hw->loop, t, fl_cfg.rate > 0 ? 1 : 10);
 }
 
+static void on_hold_end(fy_timer_t *t)
+{
+    (void)t;
+    fy_loop_stop(&hw->loop);
+}
+
 void *fl_h3_worker_run(fl_worker_t *w)
 {
     h3_worker_t self = {.w = w};
@@ -276,6 +283,13 @@ void *fl_h3_worker_run(fl_worker_t *w)
     w->finish_ns = w->now < w->end ? w->now : w->end;
     w->stopping = true;
     fy_timer_stop(&self.loop, &self.tick);
+    if (fl_cfg.hold > 0) {
+        /* the connections stay open and serviced (ACKs, keep-alive), with nothing issued */
+        fprintf(stderr, "holding\n");
+        fy_timer_init(&self.hold, on_hold_end, NULL);
+        fy_timer_start(&self.loop, &self.hold, (uint64_t)(fl_cfg.hold * 1000));
+        fy_loop_run(&self.loop);
+    }
     for (int i = 0; i < w->nconns; i++) {
         h3_lconn_t *lc = &self.lcs[i];
         fy_timer_stop(&self.loop, &lc->retry);

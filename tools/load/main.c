@@ -44,6 +44,8 @@ static void usage(FILE *f)
         "  --expect-bytes N   every response body must be N bytes\n"
         "  --size N         echo message size (default 64)\n"
         "  --timeout DUR    no-progress timeout with requests in flight (default 10s)\n"
+        "  --hold DUR       h3://: after the run, keep every connection open (idle) for DUR;\n"
+        "                   'holding' on stderr when it starts (bench/run idle-memory)\n"
         "  --h1 | --h2      protocol (http:// + --h2 = h2 prior knowledge; https: ALPN)\n"
         "  --insecure       do not verify the server certificate\n"
         "  --proxy HOST:PORT  explicit HTTP proxy: http:// URLs as absolute-form requests,\n"
@@ -55,6 +57,7 @@ static void usage(FILE *f)
         "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
         "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
         "                   late-settings\n"
+        "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -382,6 +385,7 @@ int main(int argc, char **argv)
                                             "-d",
                                             "-w",
                                             "--timeout",
+                                            "--hold",
                                             "--rate",
                                             "-n",
                                             "--method",
@@ -403,6 +407,7 @@ int main(int argc, char **argv)
                                             "--h2",
                                             "--json",
                                             "--insecure",
+                                            "--datagrams-only",
                                             "-h",
                                             "--help"};
         int ki = -1;
@@ -435,6 +440,8 @@ int main(int argc, char **argv)
             if (fl_cfg.duration <= 0) die_usage(name, "must be > 0");
         } else if (!strcmp(name, "-w")) {
             fl_cfg.warmup = parse_dur(name, v);
+        } else if (!strcmp(name, "--hold")) {
+            fl_cfg.hold = parse_dur(name, v);
         } else if (!strcmp(name, "--timeout")) {
             fl_cfg.timeout = parse_dur(name, v);
             if (fl_cfg.timeout <= 0) die_usage(name, "must be > 0");
@@ -495,6 +502,8 @@ int main(int argc, char **argv)
             fl_cfg.json = true;
         } else if (!strcmp(name, "--insecure")) {
             fl_cfg.insecure = true;
+        } else if (!strcmp(name, "--datagrams-only")) {
+            fl_cfg.wt_datagrams_only = true;
         } else if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
             usage(stdout);
             return 0;
