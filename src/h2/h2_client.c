@@ -37,11 +37,13 @@ struct fy_h2_client {
     int32_t goaway_last_id; /* streams above it were not processed */
     bool dead;
     bool in_recv;
+    fy_h2_client_stream_t *hstream; /* the stream whose HEADERS are being read, or NULL */
 };
 
 static void stream_free_maybe(fy_h2_client_stream_t *s)
 {
     if (!s->released || !s->ng_closed) return;
+    if (s->c->hstream == s) s->c->hstream = NULL;
     fy_list_remove(&s->link);
     free(s);
 }
@@ -64,9 +66,9 @@ static fy_str_t adup(fy_arena_t *a, const uint8_t *p, size_t n)
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
-    (void)ng;
-    (void)ud;
+    fy_h2_client_t *c = ud;
     fy_h2_client_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    c->hstream = s;
     if (!s) return 0;
     if (!s->got_final) {
         s->hs = (fy_headers_t){0};
@@ -75,13 +77,27 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     return 0;
 }
 
-static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
-                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+/* Names of HPACK's static table (and values such as 200 or text/html) are nghttp2's static
+ * storage, which outlives every stream: pointed at, not copied. */
+static fy_str_t keep(fy_arena_t *a, nghttp2_rcbuf *rb)
+{
+    nghttp2_vec v = nghttp2_rcbuf_get_buf(rb);
+    if (nghttp2_rcbuf_is_static(rb)) return fy_str((const char *)v.base, v.len);
+    return adup(a, v.base, v.len);
+}
+
+static int on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf *namebuf,
+                     nghttp2_rcbuf *valuebuf, uint8_t flags, void *ud)
 {
     (void)flags;
-    (void)ud;
-    fy_h2_client_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    fy_h2_client_t *c = ud;
+    fy_h2_client_stream_t *s = c->hstream && c->hstream->id == f->hd.stream_id
+                                   ? c->hstream
+                                   : nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
     if (!s || !s->ud) return 0;
+    nghttp2_vec nm = nghttp2_rcbuf_get_buf(namebuf), val = nghttp2_rcbuf_get_buf(valuebuf);
+    const uint8_t *name = nm.base, *value = val.base;
+    size_t namelen = nm.len, valuelen = val.len;
     if (namelen == 7 && memcmp(name, ":status", 7) == 0) {
         int st = 0;
         for (size_t i = 0; i < valuelen && i < 3; i++) st = st * 10 + (value[i] - '0');
@@ -89,7 +105,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         return 0;
     }
     if (namelen && name[0] == ':') return 0; /* nghttp2 rejects others already */
-    fy_str_t n = adup(s->arena, name, namelen), v = adup(s->arena, value, valuelen);
+    fy_str_t n = keep(s->arena, namebuf), v = keep(s->arena, valuebuf);
     fy_headers_add(s->arena, s->got_final ? &s->trailers : &s->hs, n.p, n.len, v.p, v.len);
     return 0;
 }
@@ -237,7 +253,7 @@ fy_h2_client_t *fy_h2_client_new(const fy_h2_client_conn_ops_t *ops, void *ud,
     if (!cbs) {
         if (nghttp2_session_callbacks_new(&cbs) != 0) return NULL;
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+        nghttp2_session_callbacks_set_on_header_callback2(cbs, on_header);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
@@ -334,10 +350,12 @@ fy_h2_client_stream_t *fy_h2_client_submit(fy_h2_client_t *c, const fy_headers_t
 {
     if (c->dead) return NULL;
     fy_h2_client_stream_t *s = calloc(1, sizeof *s);
-    nghttp2_nv *nv = malloc((hs->n ? hs->n : 1) * sizeof *nv);
+    /* nghttp2 copies the list during submit: a usual head needs no allocation for it */
+    nghttp2_nv nv_stack[32];
+    nghttp2_nv *nv = hs->n <= 32 ? nv_stack : malloc(hs->n * sizeof *nv);
     if (!s || !nv) {
         free(s);
-        free(nv);
+        if (nv != nv_stack) free(nv);
         return NULL;
     }
     for (size_t i = 0; i < hs->n; i++)
@@ -349,7 +367,7 @@ fy_h2_client_stream_t *fy_h2_client_submit(fy_h2_client_t *c, const fy_headers_t
     s->arena = arena;
     nghttp2_data_provider dp = {.source.ptr = s, .read_callback = read_body};
     int32_t id = nghttp2_submit_request(c->ng, NULL, nv, hs->n, has_body ? &dp : NULL, s);
-    free(nv);
+    if (nv != nv_stack) free(nv);
     if (id < 0) {
         fy_info("h2 origin: cannot open a stream: %s", nghttp2_strerror(id));
         free(s);

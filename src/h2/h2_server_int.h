@@ -30,6 +30,7 @@
 #include "tls/tls.h"
 
 #define MAX_PEND 8
+#define WBUF_SOFT (32 * 1024) /* stop pulling frames from nghttp2 past this */
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef struct h2_conn h2_conn_t;
@@ -72,6 +73,7 @@ typedef struct h2_stream {
     int file_fd;
     off_t file_off;
     size_t file_left;
+    size_t file_claim; /* file bytes data_read gave by reference: send_data reads them */
     /* request body */
     char *body;      /* owned (malloc), at most the stream window */
     h2_rbuf_t *held; /* the handler's slice lies in this read buffer (one reference) */
@@ -83,6 +85,10 @@ typedef struct h2_stream {
     fy_defer_t defer;
     fy_list_t link; /* in c->streams */
     _Alignas(16) char arena_first[1024];
+    /* after arena_first: not cleared by stream_new. The response head's :status, date and
+       content-length values, read by nghttp2 without a copy (NV_NOCOPY) when it packs the
+       HEADERS frame */
+    char st_val[3], date_val[29], cl_val[20];
 } h2_stream_t;
 
 struct h2_conn {
@@ -105,8 +111,10 @@ struct h2_conn {
     size_t wcap, wlen, wsent;
     bool wblocked; /* send_data found the transport full: wait for EPOLLOUT */
     bool werr;     /* send_data failed to write: close */
+    bool wfull;    /* send_data refused a frame, wbuf past WBUF_SOFT: write, then pull */
     fy_list_t streams;
     size_t nstreams;
+    h2_stream_t *hstream; /* the stream whose request HEADERS are being read, or NULL */
     uint64_t glitches;
     double rst_tokens; /* rapid-reset budget */
     uint64_t rst_at;
@@ -152,9 +160,8 @@ void fy__h2_stream_free(h2_stream_t *s);
 h2_stream_t *fy__h2_stream_new(h2_conn_t *c, int32_t id);
 int fy__h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud);
 fy_str_t fy__h2_hdup(h2_stream_t *s, const uint8_t *p, size_t n);
-int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
-                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
-                     void *ud);
+int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf *name,
+                     nghttp2_rcbuf *value, uint8_t flags, void *ud);
 void fy__h2_dispatch(h2_stream_t *s, bool end_stream);
 void fy__h2_client_closed(h2_conn_t *c, int32_t id);
 int fy__h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud);

@@ -72,10 +72,16 @@ int fy__h2_feed(h2_conn_t *c, const char *data, size_t len)
             }
             continue;
         }
-        c->scan_hdr[c->scan_hlen++] = (uint8_t)data[i++];
-        if (c->scan_hlen < 9) continue;
-        c->scan_hlen = 0;
-        const uint8_t *h = c->scan_hdr;
+        const uint8_t *h;
+        if (c->scan_hlen == 0 && len - i >= 9) {
+            h = (const uint8_t *)data + i; /* a whole header in this read: no copy */
+            i += 9;
+        } else {
+            c->scan_hdr[c->scan_hlen++] = (uint8_t)data[i++];
+            if (c->scan_hlen < 9) continue;
+            c->scan_hlen = 0;
+            h = c->scan_hdr;
+        }
         uint8_t type = h[3];
         int32_t id = (int32_t)((uint32_t)(h[5] & 0x7f) << 24 | (uint32_t)h[6] << 16 |
                                (uint32_t)h[7] << 8 | h[8]);

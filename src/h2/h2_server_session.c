@@ -7,7 +7,7 @@ int fy__h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
 {
     h2_conn_t *c = ud;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    fy__h2_stream_new(c, f->hd.stream_id);
+    c->hstream = fy__h2_stream_new(c, f->hd.stream_id);
     return 0;
 }
 
@@ -16,12 +16,28 @@ fy_str_t fy__h2_hdup(h2_stream_t *s, const uint8_t *p, size_t n)
     return fy_str(fy_arena_strndup(&s->arena, (const char *)p, n), n);
 }
 
-int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
-                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+/* A header field's bytes as the exchange keeps them: those of HPACK's static table (most
+ * names, and values such as GET, https or /) are nghttp2's static storage, which outlives
+ * every stream, so they are pointed at; the others are copied into the stream's arena. */
+static fy_str_t hkeep(h2_stream_t *s, nghttp2_rcbuf *rb, nghttp2_vec v)
 {
+    if (nghttp2_rcbuf_is_static(rb)) return fy_str((const char *)v.base, v.len);
+    return fy__h2_hdup(s, v.base, v.len);
+}
+
+int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf *namebuf,
+                     nghttp2_rcbuf *valuebuf, uint8_t flags, void *ud)
+{
+    (void)flags;
     h2_conn_t *c = ud;
-    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    /* the stream whose request HEADERS are being read (on_begin_headers), else a lookup */
+    h2_stream_t *s = c->hstream && c->hstream->id == f->hd.stream_id
+                         ? c->hstream
+                         : nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
     if (!s || s->closed) return 0;
+    nghttp2_vec nm = nghttp2_rcbuf_get_buf(namebuf), val = nghttp2_rcbuf_get_buf(valuebuf);
+    const uint8_t *name = nm.base, *value = val.base;
+    size_t namelen = nm.len, valuelen = val.len;
     /* HPACK bombs: the decoded size counts, as in SETTINGS_MAX_HEADER_LIST_SIZE (+32 each) */
     s->hdr_bytes += namelen + valuelen + 32;
     if (s->hdr_bytes > c->ctx->limits->max_header_bytes) {
@@ -30,12 +46,12 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     }
     fy_request_t *q = &s->ex.req;
     if (f->headers.cat == NGHTTP2_HCAT_HEADERS) { /* trailers */
-        fy_str_t n = fy__h2_hdup(s, name, namelen), v = fy__h2_hdup(s, value, valuelen);
+        fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
         fy_headers_add(&s->arena, &s->ex.req_trailers, n.p, n.len, v.p, v.len);
         return 0;
     }
     if (namelen && name[0] == ':') {
-        fy_str_t v = fy__h2_hdup(s, value, valuelen);
+        fy_str_t v = hkeep(s, valuebuf, val);
         if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
             q->method = v;
             q->method_id = fy_http_method_id(v);
@@ -54,7 +70,7 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         s->hdr_too_large = true;
         return 0;
     }
-    fy_str_t n = fy__h2_hdup(s, name, namelen), v = fy__h2_hdup(s, value, valuelen);
+    fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
     if (namelen == 4 && memcmp(name, "host", 4) == 0 && q->authority.len == 0) q->authority = v;
     if (namelen == 14 && memcmp(name, "content-length", 14) == 0) {
         /* nghttp2 has validated it against the DATA it will see */
@@ -126,8 +142,10 @@ void fy__h2_client_closed(h2_conn_t *c, int32_t id)
 int fy__h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     h2_conn_t *c = ud;
-    h2_stream_t *s =
-        f->hd.stream_id ? nghttp2_session_get_stream_user_data(ng, f->hd.stream_id) : NULL;
+    h2_stream_t *s = !f->hd.stream_id ? NULL
+                     : c->hstream && c->hstream->id == f->hd.stream_id
+                         ? c->hstream
+                         : nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
     bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:

@@ -92,6 +92,12 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
             }
         }
         more = avail - n;
+    } else if (s->file_left > COPY_MAX) {
+        /* by reference: send_data moves the bytes from the file to the socket (sendfile) or
+           to the write buffer, without nghttp2's frame buffer in between */
+        n = s->file_left < length ? s->file_left : length;
+        s->file_claim = n;
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     } else if (s->file_left) {
         size_t k = s->file_left < length ? s->file_left : length;
         ssize_t r = pread(s->file_fd, buf, k, s->file_off);
@@ -103,7 +109,7 @@ static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         s->file_off += r;
         s->file_left -= (size_t)r;
     }
-    if (more == 0 && s->file_left == 0) {
+    if (more == 0 && s->file_left == s->file_claim) {
         if (s->final) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             if (s->ex.res_trailers.n) {
@@ -171,6 +177,96 @@ void fy__h2_wbuf_put(h2_conn_t *c, const void *p, size_t n)
     c->wlen += n;
 }
 
+static void after_send(h2_stream_t *s)
+{
+    if (s->proceed_after_send) {
+        s->proceed_after_send = false;
+        schedule_proceed(s);
+    }
+    if (s->done_after_send) {
+        s->done_after_send = false;
+        fy__h2_stream_done(s);
+    }
+}
+
+/* Read `len` bytes of the stream's file at `off` to the end of wbuf. */
+static int file_to_wbuf(h2_conn_t *c, h2_stream_t *s, off_t off, size_t len)
+{
+    if (c->wsent == c->wlen) c->wlen = c->wsent = 0;
+    if (c->wlen + len > c->wcap) wbuf_grow(c, len);
+    while (len) {
+        ssize_t r = pread(s->file_fd, c->wbuf + c->wlen, len, off);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            fy_error("h2: read file: %s", r < 0 ? strerror(errno) : "file shrank");
+            return -1; /* the frame header is out: only the connection can end */
+        }
+        c->wlen += (size_t)r;
+        off += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+/* A DATA frame of `len` file bytes (s->file_claim). On a plain socket with nothing else in
+ * the way, the queued bytes and the 9-byte header go with MSG_MORE and the payload with
+ * sendfile: no copy in user space. Whatever the socket does not take, and everything over TLS
+ * (OpenSSL encrypts from memory), is read from the file straight into wbuf after the header,
+ * one copy instead of two (nghttp2's frame buffer, then wbuf). */
+static int send_file_frame(h2_conn_t *c, h2_stream_t *s, const uint8_t *hd, size_t len)
+{
+    size_t done = 0; /* payload bytes the socket took */
+    bool hd_out = false;
+    if (c->t == &c->sock) {
+        size_t queued = c->wlen - c->wsent;
+        struct iovec iov[2];
+        int n = 0;
+        if (queued) iov[n++] = (struct iovec){c->wbuf + c->wsent, queued};
+        iov[n++] = (struct iovec){(void *)hd, 9};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->sock.fd, &m, MSG_MORE | MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EINTR) {
+                c->werr = true;
+                return -1;
+            }
+            w = 0;
+        }
+        size_t took = (size_t)w;
+        if (took < queued) {
+            c->wsent += took;
+            c->wblocked = true;
+            fy__h2_wbuf_put(c, hd, 9);
+        } else {
+            c->wlen = c->wsent = 0;
+            if (took - queued < 9) {
+                c->wblocked = true;
+                fy__h2_wbuf_put(c, hd + (took - queued), 9 - (took - queued));
+            } else {
+                hd_out = true;
+            }
+        }
+        if (hd_out) {
+            off_t off = s->file_off;
+            ssize_t r = c->t->ops->sendfile(c->t, s->file_fd, &off, len);
+            if (r < 0) {
+                fy_error("h2: sendfile: %s", strerror((int)-r));
+                c->werr = true;
+                return -1;
+            }
+            done = (size_t)r;
+            if (done < len) c->wblocked = true; /* short: the socket is full */
+        }
+    } else {
+        fy__h2_wbuf_put(c, hd, 9);
+    }
+    if (done < len && file_to_wbuf(c, s, s->file_off + (off_t)done, len - done) < 0) return -1;
+    s->file_off += (off_t)len;
+    s->file_left -= len;
+    s->file_claim = 0;
+    return 0;
+}
+
 /* nghttp2's send_data_callback for a DATA frame given by reference (data_read): the frame
  * header `hd` and `length` payload bytes taken from s->pend (never padded: there is no
  * select_padding callback). On plain TCP a large payload goes to the socket at once with
@@ -186,6 +282,18 @@ int fy__h2_send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, s
     h2_conn_t *c = ud;
     h2_stream_t *s = src->ptr;
     if (c->wblocked) return NGHTTP2_ERR_WOULDBLOCK;
+    /* nghttp2 goes on to the next frame within the same mem_send: past WBUF_SOFT, stop it
+       (it offers the frame again) so that wbuf is written first instead of growing by the
+       whole flow-control window */
+    if (c->wlen - c->wsent >= WBUF_SOFT) {
+        c->wfull = true;
+        return NGHTTP2_ERR_WOULDBLOCK;
+    }
+    if (s->file_claim) {
+        if (send_file_frame(c, s, hd, length) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+        after_send(s);
+        return 0;
+    }
     struct iovec iov[MAX_PEND + 2];
     int n = 0;
     size_t queued = c->wlen - c->wsent;
@@ -238,14 +346,7 @@ int fy__h2_send_data(nghttp2_session *ng, nghttp2_frame *f, const uint8_t *hd, s
         fy__h2_wbuf_put(c, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
         skip = 0;
     }
-    if (s->proceed_after_send) {
-        s->proceed_after_send = false;
-        schedule_proceed(s);
-    }
-    if (s->done_after_send) {
-        s->done_after_send = false;
-        fy__h2_stream_done(s);
-    }
+    after_send(s);
     return 0;
 }
 
@@ -263,45 +364,58 @@ static bool is_conn_specific(fy_str_t n)
 #define NV_LIT(n, v, vl)                                                                           \
     ((nghttp2_nv){(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NV_NOCOPY})
 
+/* Has p[0..n) an ASCII capital? Eight bytes at a time: a byte's low seven bits plus 0x3f
+ * carry into its top bit when >= 'A', plus 0x25 when > 'Z' (never into the next byte); bytes
+ * >= 0x80 are excluded. Response names are nearly always lower case already. */
+static bool has_upper(const char *p, size_t n)
+{
+    const uint64_t hi = 0x8080808080808080u, low7 = 0x7f7f7f7f7f7f7f7fu;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        uint64_t h7 = x & low7;
+        if (((h7 + 0x3f3f3f3f3f3f3f3fu) & ~(h7 + 0x2525252525252525u) & ~x & hi) != 0) return true;
+    }
+    for (; i < n; i++)
+        if (p[i] >= 'A' && p[i] <= 'Z') return true;
+    return false;
+}
+
 static void submit_head(h2_stream_t *s, bool no_body)
 {
     fy_exchange_t *ex = &s->ex;
     fy_response_t *res = &ex->res;
-    size_t n = res->headers.n + 5;
+    size_t n = res->headers.n + 4;
     nghttp2_nv *nv = fy_arena_alloc(&s->arena, n * sizeof *nv);
     size_t k = 0;
-    char *st = fy_arena_alloc(&s->arena, 4);
+    char *st = s->st_val;
     int status = res->status;
     st[0] = (char)('0' + status / 100 % 10);
     st[1] = (char)('0' + status / 10 % 10);
     st[2] = (char)('0' + status % 10);
     nv[k++] = NV_LIT(":status", st, 3);
     nv[k++] = NV_LIT("server", "ferry", 5);
-    char *date = fy_arena_alloc(&s->arena, 32);
-    memcpy(date, fy_http_date(s->c->loop->now_sec), 29);
-    nv[k++] = NV_LIT("date", date, 29);
+    memcpy(s->date_val, fy_http_date(s->c->loop->now_sec), 29);
+    nv[k++] = NV_LIT("date", s->date_val, 29);
     if (res->content_length >= 0 && status != 204 && status != 304) {
-        char tmp[24], *cl = fy_arena_alloc(&s->arena, 24);
+        char *end = s->cl_val + sizeof s->cl_val, *cl = end;
         uint64_t v = (uint64_t)res->content_length;
-        size_t l = 0, d = 0;
         do {
-            tmp[d++] = (char)('0' + v % 10);
+            *--cl = (char)('0' + v % 10);
             v /= 10;
         } while (v);
-        while (d) cl[l++] = tmp[--d];
-        nv[k++] = NV_LIT("content-length", cl, l);
+        nv[k++] = NV_LIT("content-length", cl, (size_t)(end - cl));
     }
     for (size_t i = 0; i < res->headers.n; i++) {
         const fy_header_t *h = &res->headers.v[i];
         if (is_conn_specific(h->name)) continue;
         uint8_t *name = (uint8_t *)h->name.p;
-        for (size_t j = 0; j < h->name.len; j++)
-            if (h->name.p[j] >= 'A' && h->name.p[j] <= 'Z') {
-                char *lc = fy_arena_strndup(&s->arena, h->name.p, h->name.len);
-                for (size_t q = 0; q < h->name.len; q++) lc[q] = fy_lower(lc[q]);
-                name = (uint8_t *)lc;
-                break;
-            }
+        if (has_upper(h->name.p, h->name.len)) {
+            char *lc = fy_arena_strndup(&s->arena, h->name.p, h->name.len);
+            for (size_t q = 0; q < h->name.len; q++) lc[q] = fy_lower(lc[q]);
+            name = (uint8_t *)lc;
+        }
         nv[k++] = (nghttp2_nv){name, (uint8_t *)h->value.p, h->name.len, h->value.len, NV_NOCOPY};
     }
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
@@ -476,6 +590,7 @@ void fy__h2_stream_free(h2_stream_t *s)
     fy_defer_cancel(c->loop, &s->defer);
     fy_list_remove(&s->link);
     if (!s->draining) c->nstreams--; /* a draining one was uncounted already */
+    if (c->hstream == s) c->hstream = NULL;
     fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], -1);
     fy_arena_free(&s->arena);
     free(s->body);
