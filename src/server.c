@@ -15,6 +15,7 @@
 #include "core/counters.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/spool.h"
 #include "h1/h1_server.h"
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
@@ -238,7 +239,9 @@ static void *worker_main(void *arg)
     if (s->l4gen) worker_gen_put(w, s->l4gen);
     /* QUIC origin connections (h3://) free their memory in deferred callbacks */
     run_defers(&w->loop);
-    fy_h1_thread_cleanup(); /* last: every conn (h1, upgraded, intercepted) is freed by now */
+    /* last: every conn (h1, upgraded, intercepted, h2's nghttp2 state, QUIC) is freed by now */
+    fy_h1_thread_cleanup();
+    fy_spool_thread_drain();
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }
