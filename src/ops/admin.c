@@ -670,6 +670,7 @@ static void *admin_main(void *arg)
     run_defers(&a->loop);
     fy_router_thread_cleanup();
     fy_h1_thread_cleanup();
+    fy_tls_thread_cleanup();
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }
