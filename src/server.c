@@ -15,12 +15,15 @@
 #include "core/counters.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/spool.h"
+#include "h1/h1_server.h"
 #include "h2/h2_server.h"
 #include "h3/h3_server.h"
 #include "handler/proxy.h"
 #include "handler/static.h"
 #include "net/sock.h"
 #include "ops/inspector.h"
+#include "tls/tls.h"
 
 /* Descriptors a worker needs besides its client connections: listeners, epoll, pipes, pooled
  * origin connections, files being sent. */
@@ -237,6 +240,10 @@ static void *worker_main(void *arg)
     if (s->l4gen) worker_gen_put(w, s->l4gen);
     /* QUIC origin connections (h3://) free their memory in deferred callbacks */
     run_defers(&w->loop);
+    /* last: every conn (h1, upgraded, intercepted, h2's nghttp2 state, QUIC) is freed by now */
+    fy_h1_thread_cleanup();
+    fy_spool_thread_drain();
+    fy_tls_thread_cleanup();
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }

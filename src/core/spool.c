@@ -67,3 +67,20 @@ void *fy_spool_realloc(void *p, size_t n)
     fy_spool_free(p);
     return q;
 }
+
+size_t fy_spool_thread_drain(void)
+{
+    size_t n = 0;
+#ifndef FY_NO_POOL
+    for (size_t k = 0; k < NCLASS; k++) {
+        while (free_list[k]) {
+            size_t *h = free_list[k];
+            free_list[k] = *(void **)(h + 2);
+            free(h);
+            n++;
+        }
+        nfree[k] = 0;
+    }
+#endif
+    return n;
+}

@@ -21,6 +21,9 @@ void *fy_spool_alloc(size_t n);
 void fy_spool_free(void *p);
 /* realloc semantics (p NULL: alloc; the old block is freed on success only). */
 void *fy_spool_realloc(void *p, size_t n);
+/* Give the calling thread's free blocks back to malloc (at a thread's exit: nothing else can
+ * reach its lists). Returns how many it freed (always 0 with -DFY_NO_POOL). */
+size_t fy_spool_thread_drain(void);
 /* The bytes p counts as (its size class, or its requested size above FY_SPOOL_MAX). */
 static inline size_t fy_spool_size(const void *p)
 {

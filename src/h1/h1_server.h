@@ -25,4 +25,12 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
 int fy_h1_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *t, const struct sockaddr *sa,
                      socklen_t salen, void *tunnel, void (*tunnel_free)(void *));
 
+/* Give the calling thread's free request blocks (header arrays, arenas' first blocks) back to
+ * malloc: at a worker's exit, once its connections are freed (they are per-thread lists, so
+ * nothing else can reach them after the thread ends). */
+void fy_h1_thread_cleanup(void);
+/* How many free request blocks the calling thread's lists keep (0 after fy_h1_thread_cleanup,
+ * and always with -DFY_NO_POOL). */
+size_t fy_h1_thread_cached(void);
+
 #endif

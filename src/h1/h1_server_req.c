@@ -58,6 +58,17 @@ void fy__h1_hdrs_put(h1_conn_t *c)
     c->hdrs = NULL;
 }
 
+void fy_h1_thread_cleanup(void)
+{
+    fy_pool_drain(&hdr_pool);
+    fy_pool_drain(&arena_pool);
+}
+
+size_t fy_h1_thread_cached(void)
+{
+    return hdr_pool.nfree + arena_pool.nfree;
+}
+
 /* The client speaks HTTP/2 (ALPN h2, or the h2c preface): give the fd, the transport and
  * the bytes read so far to the h2 codec, and go away quietly. */
 void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)

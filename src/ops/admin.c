@@ -669,6 +669,8 @@ static void *admin_main(void *arg)
     a->loop.stop = false;
     run_defers(&a->loop);
     fy_router_thread_cleanup();
+    fy_h1_thread_cleanup();
+    fy_tls_thread_cleanup();
     fy_pool_drain(fy_chunk_pool());
     return NULL;
 }

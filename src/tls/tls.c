@@ -93,6 +93,7 @@ static _Thread_local size_t recbuf_held; /* blocks taken minus given back on thi
 #define SMALL_KEEP 256u
 static _Thread_local void *small_free[SMALL_MAX / 16 + 1];
 static _Thread_local unsigned small_nfree[SMALL_MAX / 16 + 1];
+static _Thread_local bool small_off; /* after fy_tls_thread_cleanup: keep none */
 
 static inline size_t chunk_of(size_t n)
 {
@@ -124,7 +125,9 @@ static void small_put(void *p)
 {
     size_t c = malloc_usable_size(p) + 8;
     tls_net -= (int64_t)c;
-    if (c <= SMALL_MAX && small_nfree[c >> 4] < SMALL_KEEP) {
+    /* c >= 32 always with glibc; not under valgrind, whose usable size is the size asked for
+     * (a 2-byte block cannot hold the list's link) */
+    if (c >= 32 && c <= SMALL_MAX && small_nfree[c >> 4] < SMALL_KEEP && !small_off) {
         *(void **)p = small_free[c >> 4];
         small_free[c >> 4] = p;
         small_nfree[c >> 4]++;
@@ -200,6 +203,28 @@ size_t fy_tls_record_buffer_bytes(void)
 {
     return recbuf_held * RECBUF_SIZE;
 }
+
+size_t fy_tls_thread_cleanup(void)
+{
+    size_t n = 0;
+    small_off = true;
+    for (size_t k = 0; k < sizeof small_free / sizeof small_free[0]; k++) {
+        while (small_free[k]) {
+            void *p = small_free[k];
+            small_free[k] = *(void **)p;
+            free(p);
+            n++;
+        }
+        small_nfree[k] = 0;
+    }
+    return n;
+}
+
+/* The main thread's lists: after OPENSSL_cleanup (an atexit handler, run before destructors) */
+__attribute__((destructor)) static void tls_mem_fini(void)
+{
+    fy_tls_thread_cleanup();
+}
 /* tls_writev's staging buffer (16 KiB) comes from the same slab */
 static char *staging_get(void)
 {
@@ -213,6 +238,10 @@ static void staging_put(char *p)
 }
 #else
 size_t fy_tls_record_buffer_bytes(void)
+{
+    return 0;
+}
+size_t fy_tls_thread_cleanup(void)
 {
     return 0;
 }

@@ -79,6 +79,11 @@ size_t fy_tls_transport_mem(const fy_transport_t *t);
  * takes while a record is in flight and gives back when they are empty) held on the calling
  * thread, by connections of either side. 0 in FY_NO_POOL builds (not counted there). */
 size_t fy_tls_record_buffer_bytes(void);
+/* Give the calling thread's free OpenSSL blocks back to malloc, and from now on free the ones
+ * it gives back at once: at a worker's exit, after its last connection (OpenSSL's own
+ * thread-exit handlers free more after that). Returns how many it freed (0 in FY_NO_POOL
+ * builds). The main thread's run at process exit (a destructor). */
+size_t fy_tls_thread_cleanup(void);
 
 /* Log the OpenSSL error queue with a prefix at `level` and clear it. */
 void fy_tls_log_errors(int level, const char *prefix);

@@ -1,9 +1,11 @@
 /* Unit tests of tls/tls.c: an idle connection holds no record buffer (issue 19): the server
  * transport once its codec calls fy_tls_transport_idle, a client transport on its own, after a
- * handshake and keep-alive request/responses. */
+ * handshake and keep-alive request/responses; a thread's free blocks back to malloc at its exit. */
 #include "tls/tls.h"
 
+#include <openssl/crypto.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -83,4 +85,32 @@ static void test_idle_holds_no_record_buffer(void)
 #endif
 }
 
-FY_TEST_MAIN(test_idle_holds_no_record_buffer())
+/* A worker's exit: the small blocks OpenSSL gave back on the thread go back to malloc, and
+ * those it gives back afterwards (its own thread-exit handlers) are not kept. */
+static void *cleanup_thread(void *arg)
+{
+    size_t *freed = arg;
+    void *p = OPENSSL_malloc(40);
+    OPENSSL_free(p);
+    freed[0] = fy_tls_thread_cleanup();
+    p = OPENSSL_malloc(40);
+    OPENSSL_free(p);
+    freed[1] = fy_tls_thread_cleanup();
+    return NULL;
+}
+
+static void test_thread_cleanup(void)
+{
+    size_t freed[2] = {9, 9};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, cleanup_thread, freed) == 0);
+    pthread_join(t, NULL);
+#ifndef FY_NO_POOL
+    CHECK_EQ_INT(freed[0], 1);
+#else
+    CHECK_EQ_INT(freed[0], 0);
+#endif
+    CHECK_EQ_INT(freed[1], 0);
+}
+
+FY_TEST_MAIN(test_idle_holds_no_record_buffer(); test_thread_cleanup())
