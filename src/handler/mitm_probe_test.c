@@ -39,6 +39,7 @@ static void test_many_similar_hosts(void)
         CHECK_EQ_INT(hits, 200);
         CHECK_EQ_INT(h2ok, 200);
     }
+    for (size_t i = 0; i < FY__MITM_PROBE_CACHE; i++) free(m->probed[i].tls);
     pthread_mutex_destroy(&m->pin_lock);
     free(m);
 }
@@ -63,6 +64,7 @@ static void test_key_and_ttl(void)
     /* remembering again refreshes the same entry */
     probe_remember(m, &a, 50000);
     CHECK(probe_cached(m, &a, 50000 + PROBE_TTL_MS - 1, &h2));
+    for (size_t i = 0; i < FY__MITM_PROBE_CACHE; i++) free(m->probed[i].tls);
     pthread_mutex_destroy(&m->pin_lock);
     free(m);
 }

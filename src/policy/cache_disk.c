@@ -593,7 +593,7 @@ static void scan(fy_cache_disk_t *d)
         free(meta);
     }
     closedir(dp);
-    qsort(v, n, sizeof *v, by_mtime_desc); /* the newest first: the LRU's front */
+    if (n) qsort(v, n, sizeof *v, by_mtime_desc); /* the newest first: the LRU's front */
     for (size_t i = 0; i < n; i++) index_add(d, v[i].e, false);
     free(v);
     uint64_t ev[64];
