@@ -33,6 +33,7 @@ static int build_router(fy_gen_t *g)
     g->router.routes = fy_xcalloc(cfg->routes.n ? cfg->routes.n : 1, sizeof(fy_route_t));
     for (size_t i = 0; i < cfg->routes.n; i++) {
         fy_route_t *r = &g->router.routes[i];
+        r->index = i;
         r->hosts = rc[i].match.host.v;
         r->nhosts = rc[i].match.host.n;
         r->path = rc[i].match.path ? rc[i].match.path : "/";

@@ -114,6 +114,7 @@ FAMILIES = [
     "ferry_upstream_server_up", "ferry_upstream_server_ejected", "ferry_upstream_server_drained",
     "ferry_upstream_pool_idle", "ferry_upstream_pool_connections", "ferry_upstream_pool_waiters",
     "ferry_quic_connections_active", "ferry_quic_connections_total",
+    "ferry_quic_datagrams_dropped_total",
 ]
 
 
@@ -185,6 +186,7 @@ admin:
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1
     assert s[("ferry_quic_connections_total", '{side="server"}')] == 1
     assert 0 <= s[("ferry_quic_connections_active", '{side="server"}')] <= 1
+    assert s[("ferry_quic_datagrams_dropped_total", "{}")] == 0  # no datagrams were sent
     assert s[("ferry_upstream_pool_connections", "{" + up + "}")] == 1  # that same connection
     assert s[("ferry_upstream_pool_waiters", "{" + up + "}")] == 0
     # the histograms' first bucket is implicit: count == the responses counted for the route

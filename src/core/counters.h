@@ -226,6 +226,9 @@ extern fy_counter_id_t fy_cid_certs_forged;               /* ferry_intercept_cer
 /* QUIC connections by side ([0] server: clients' connections to us; [1] client: ours to h3
    origins): ferry_quic_connections_active (gauge) and ferry_quic_connections_total */
 extern fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
+/* datagrams refused by a connection's full send queue, every connection of the process
+   (ferry_quic_datagrams_dropped_total; per connection: fy_quic_datagrams_dropped) */
+extern fy_counter_id_t fy_cid_quic_dgrams_dropped;
 /* Memory held by server connections and their streams (exchanges), in bytes: buffers, TLS
  * state and record buffers, codec state (issue 19). Totals are summed over workers; the _max
  * gauges are the largest one connection / stream has held on any worker since start. */

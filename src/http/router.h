@@ -23,6 +23,7 @@ typedef struct fy_route {
     size_t n_query;
     fy_handler_t *handler;     /* owned by the router */
     fy_filter_chain_t filters; /* owned (references): run after the listener's, in stage order */
+    size_t index;              /* its position in the router's array (the metrics' route label) */
 } fy_route_t;
 
 /* Compile `pattern` (PCRE2, JIT when available) into r->regex. Returns 0, or -1 with the

@@ -21,22 +21,35 @@ enum { H_TTFB = 0, H_DUR = FY_HIST_NSLOTS };
 
 /* Per upstream server, one block: responses by class, then the TTFB and total histograms. */
 enum { U_RESP = 0, U_TTFB = NCLASS, U_DUR = NCLASS + FY_HIST_NSLOTS, U_N = NCLASS + 2 };
+_Static_assert(H_DUR - H_TTFB == U_DUR - U_TTFB, "the total follows the TTFB histogram");
 
-/* The upstream of one proxy route, registered the first time the route proxies on this
- * worker (a route has one upstream; the handler does not tell it before). */
-typedef struct route_up {
+/* One route's ids (index nroutes: no route matched), together so that the observer finds
+ * them from one index: a block per protocol, the histograms, and the per-server blocks of the
+ * route's upstream, registered the first time the route proxies on this worker (a route has
+ * one upstream; the handler does not tell it before). */
+typedef struct route_m {
+    fy_counter_id_t blk[NPROTO + 1]; /* by req.version >> 3: [0] (never) and [1] h1, h2, h3 */
+    fy_counter_id_t hist;
+    uint32_t n;             /* servers in ublk */
     const fy_upstream_t *u; /* borrowed; NULL until seen */
-    fy_counter_id_t *blk;   /* owned: per server */
-    size_t n;
-} route_up_t;
+    fy_counter_id_t *ublk;  /* owned: per server */
+} route_m_t;                /* 40 bytes */
+
+/* A status's class (0 = 1xx .. 4 = 5xx and everything else), | CLS_FULL for 408..431 (a 4xx
+ * that may be a limit's: the full path); statuses from 600 take the full path too. */
+enum { CLS_FULL = 8, NSTATUS = 600 };
 
 struct fy_http_metrics {
-    const fy_route_t *routes; /* borrowed: the router's array */
     size_t nroutes;
-    fy_counter_id_t *blk;  /* owned: [(nroutes + 1) * NPROTO]; route nroutes = none matched */
-    fy_counter_id_t *hist; /* owned: [nroutes + 1] */
-    route_up_t *ups;       /* owned: [nroutes] */
+    route_m_t *r;         /* owned: [nroutes + 1] */
+    uint8_t cls[NSTATUS]; /* by status: its class, | CLS_FULL */
 };
+
+static inline unsigned status_class(int status)
+{
+    unsigned cls = (unsigned)status / 100u - 1u;
+    return cls >= NCLASS ? NCLASS - 1 : cls;
+}
 
 int fy_http_metrics_setup(int nworkers)
 {
@@ -49,11 +62,10 @@ int fy_http_metrics_setup(int nworkers)
 fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *rt)
 {
     fy_http_metrics_t *m = fy_xcalloc(1, sizeof *m);
-    m->routes = rt->routes;
     m->nroutes = rt->n;
-    m->blk = fy_xcalloc((rt->n + 1) * NPROTO, sizeof *m->blk);
-    m->hist = fy_xcalloc(rt->n + 1, sizeof *m->hist);
-    m->ups = fy_xcalloc(rt->n + 1, sizeof *m->ups);
+    m->r = fy_xcalloc(rt->n + 1, sizeof *m->r);
+    for (unsigned st = 0; st < NSTATUS; st++)
+        m->cls[st] = (uint8_t)(status_class((int)st) | (st >= 408 && st <= 431 ? CLS_FULL : 0));
     char lab[B_N][256], route[24];
     const char *names[B_N], *labels[B_N];
     int kinds[B_N];
@@ -75,34 +87,33 @@ fy_http_metrics_t *fy_http_metrics_new(const char *listener, const fy_router_t *
             names[B_IN] = "ferry_http_request_bytes_total";
             names[B_OUT] = "ferry_http_response_bytes_total";
             for (int i = 0; i < B_N; i++) labels[i] = lab[i], kinds[i] = FY_COUNTER;
-            m->blk[r * NPROTO + p] = fy_counter_register_block(names, labels, kinds, B_N);
+            m->r[r].blk[p + 1] = fy_counter_register_block(names, labels, kinds, B_N);
         }
+        m->r[r].blk[0] = m->r[r].blk[1]; /* (versions under 8: none) */
         snprintf(lab[0], sizeof lab[0], "route=\"%s\"", route);
         const char *hn[2] = {"ferry_http_ttfb_seconds", "ferry_http_duration_seconds"};
         const char *hl[2] = {lab[0], lab[0]};
         const int hk[2] = {FY_HISTOGRAM, FY_HISTOGRAM};
-        m->hist[r] = fy_counter_register_block(hn, hl, hk, 2);
+        m->r[r].hist = fy_counter_register_block(hn, hl, hk, 2);
         /* the route's histograms count every exchange of its blocks: their first bucket is
            implicit (most exchanges take under the clock's 1 ms and then write no slot) */
-        for (int p = 0; p < NPROTO && m->hist[r]; p++)
-            if (m->blk[r * NPROTO + p]) {
-                fy_counter_hist_count_from(m->hist[r] + H_TTFB, m->blk[r * NPROTO + p] + B_RESP,
-                                           NCLASS);
-                fy_counter_hist_count_from(m->hist[r] + H_DUR, m->blk[r * NPROTO + p] + B_RESP,
-                                           NCLASS);
+        for (int p = 0; p < NPROTO && m->r[r].hist; p++)
+            if (m->r[r].blk[p + 1]) {
+                fy_counter_id_t b = m->r[r].blk[p + 1];
+                fy_counter_hist_count_from(m->r[r].hist + H_TTFB, b + B_RESP, NCLASS);
+                fy_counter_hist_count_from(m->r[r].hist + H_DUR, b + B_RESP, NCLASS);
             }
     }
     return m;
 }
 
-static __attribute__((noinline, cold)) void route_up_register(route_up_t *ru,
-                                                              const fy_upstream_t *u)
+static __attribute__((noinline, cold)) void route_up_register(route_m_t *ru, const fy_upstream_t *u)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(u);
     const fy_upstream_server_conf_t *sv = uc->servers.v;
     ru->u = u;
-    ru->n = uc->servers.n;
-    ru->blk = fy_xcalloc(ru->n ? ru->n : 1, sizeof *ru->blk);
+    ru->n = (uint32_t)uc->servers.n;
+    ru->ublk = fy_xcalloc(ru->n ? ru->n : 1, sizeof *ru->ublk);
     char lab[U_N][384];
     const char *names[U_N], *labels[U_N];
     int kinds[U_N];
@@ -119,7 +130,7 @@ static __attribute__((noinline, cold)) void route_up_register(route_up_t *ru,
         names[NCLASS + 1] = "ferry_upstream_duration_seconds";
         kinds[NCLASS] = kinds[NCLASS + 1] = FY_HISTOGRAM;
         for (int k = 0; k < U_N; k++) labels[k] = lab[k];
-        fy_counter_id_t b = ru->blk[i] = fy_counter_register_block(names, labels, kinds, U_N);
+        fy_counter_id_t b = ru->ublk[i] = fy_counter_register_block(names, labels, kinds, U_N);
         if (b) {
             fy_counter_hist_count_from(b + U_TTFB, b + U_RESP, NCLASS);
             fy_counter_hist_count_from(b + U_DUR, b + U_RESP, NCLASS);
@@ -141,35 +152,56 @@ static void count_limit(const fy_exchange_t *ex)
     if (l >= 0) fy_counter_inc(fy_cid_limit[l]);
 }
 
+/* The route's index (fy_route_t.index, set when the router is built), nroutes for none. */
 static inline size_t route_index(const fy_http_metrics_t *m, const fy_exchange_t *ex)
 {
-    size_t r = ex->route ? (size_t)(ex->route - m->routes) : m->nroutes;
+    size_t r = ex->route ? ex->route->index : m->nroutes;
     return r > m->nroutes ? m->nroutes : r; /* another router's route (cannot happen today) */
 }
 
-static inline unsigned status_class(int status)
+/* route_m_t.blk's index: 10 and 11 >> 3 = 1 (h1), 20 >> 3 = 2 (h2), 30 >> 3 = 3 (h3) */
+static inline unsigned proto_of(const fy_exchange_t *ex)
 {
-    unsigned cls = (unsigned)status / 100u - 1u;
-    return cls >= NCLASS ? NCLASS - 1 : cls;
+    return ((unsigned)ex->req.version >> 3) & 3u;
 }
 
-static inline fy_counter_id_t route_block(const fy_http_metrics_t *m, const fy_exchange_t *ex,
-                                          size_t r)
+/* An exchange that took 1 ms or more by the loop's clock: the histograms' other buckets and
+ * sums, on the route's and the upstream server's histograms (rm's; after the counter part).
+ * Each bucket is found once for both (fy_hist_observe_above_at's work). */
+static __attribute__((noinline, cold)) void exchange_hist(const fy_exchange_t *ex,
+                                                          _Atomic uint64_t *c, const route_m_t *rm)
 {
-    unsigned p = ex->req.version >= 30 ? 2 : ex->req.version >= 20;
-    return m->blk[r * NPROTO + p];
+    fy_counter_id_t h = rm->hist, ub = 0;
+    if (ex->upstream && rm->u == ex->upstream && (unsigned)ex->upstream_server < rm->n)
+        ub = rm->ublk[ex->upstream_server];
+    uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
+    uint64_t head = ex->head_ms ? ex->head_ms : now;
+    uint64_t ttfb_us = (head - start) * 1000, dur_us = (now - start) * 1000;
+    if (!dur_us) return;
+    unsigned bt = ttfb_us > fy_hist_bounds_us[0] ? fy_hist_bucket(ttfb_us) : 0;
+    unsigned bd = dur_us > fy_hist_bounds_us[0] ? fy_hist_bucket(dur_us) : 0;
+    const fy_counter_id_t base[2] = {h, ub}, off[2] = {H_TTFB, U_TTFB};
+    for (int i = 0; i < 2; i++) {
+        if (!base[i]) continue; /* not registered (or no upstream) */
+        fy_counter_id_t t = base[i] + off[i], d = t + (H_DUR - H_TTFB);
+        if (bt) fy_counter_add_at(c, t + bt, 1);
+        fy_counter_add_at(c, t + FY_HIST_NBOUNDS + 1, ttfb_us);
+        if (bd) fy_counter_add_at(c, d + bd, 1);
+        fy_counter_add_at(c, d + FY_HIST_NBOUNDS + 1, dur_us);
+    }
 }
 
-/* Every case: the first use of a route's upstream (registration), an exchange that took 1 ms
- * or more by the loop's clock (the histograms' other buckets and sums), a 4xx that may be a
- * limit. Off the common path, which is fy_http_metrics_exchange's copy of the counter part. */
+/* The rare cases: the first use of a route's upstream (registration), a 4xx that may be a
+ * limit, a status from 600, an upstream other than the route's. Off the common path, which is
+ * fy_http_metrics_exchange's copy of the counter part. */
 static __attribute__((noinline, cold)) void exchange_full(fy_exchange_t *ex,
                                                           const fy_http_metrics_t *m)
 {
     _Atomic uint64_t *c = fy__counters_mine;
     size_t r = route_index(m, ex);
+    route_m_t *rm = &m->r[r];
     unsigned cls = status_class(ex->res.status);
-    fy_counter_id_t b = route_block(m, ex, r);
+    fy_counter_id_t b = rm->blk[proto_of(ex)];
     if (b) {
         fy_counter_add_at(c, b + B_RESP + cls, 1);
         fy_counter_add_at(c, b + B_IN, ex->body_received);
@@ -177,64 +209,51 @@ static __attribute__((noinline, cold)) void exchange_full(fy_exchange_t *ex,
     }
     fy_counter_id_t ub = 0;
     if (ex->upstream && r < m->nroutes) {
-        route_up_t *ru = &m->ups[r];
-        if (!ru->u) route_up_register(ru, ex->upstream);
-        if (ru->u == ex->upstream && (size_t)ex->upstream_server < ru->n)
-            ub = ru->blk[ex->upstream_server];
+        if (!rm->u) route_up_register(rm, ex->upstream);
+        if (rm->u == ex->upstream && (unsigned)ex->upstream_server < rm->n)
+            ub = rm->ublk[ex->upstream_server];
         if (ub) fy_counter_add_at(c, ub + U_RESP + cls, 1);
     }
-    uint64_t now = ex->ctx->loop->now_ms, start = ex->start_ms;
-    uint64_t head = ex->head_ms ? ex->head_ms : now;
-    uint64_t ttfb_us = (head - start) * 1000, dur_us = (now - start) * 1000;
-    fy_counter_id_t h = m->hist[r];
-    if (h && dur_us) {
-        fy_hist_observe_above_at(c, h + H_TTFB, ttfb_us);
-        fy_hist_observe_above_at(c, h + H_DUR, dur_us);
-    }
-    if (ub && dur_us) {
-        fy_hist_observe_above_at(c, ub + U_TTFB, ttfb_us);
-        fy_hist_observe_above_at(c, ub + U_DUR, dur_us);
-    }
+    if (ex->ctx->loop->now_ms != ex->start_ms) exchange_hist(ex, c, rm);
     if (cls == 3) count_limit(ex);
 }
 
 /* The request path's cost: four counter adds and no call. Every histogram here counts its
  * first bucket implicitly (from the response counters; fy_counter_hist_count_from), so an
- * exchange under the loop clock's millisecond writes no histogram slot. */
+ * exchange under the loop clock's millisecond writes no histogram slot. An exchange with an
+ * upstream other than the one its route registered (the first, or another router's route)
+ * takes the full path. */
 void fy_http_metrics_exchange(fy_exchange_t *ex, void *arg)
 {
     const fy_http_metrics_t *m = arg;
-    size_t r = route_index(m, ex);
-    const route_up_t *ru = &m->ups[r];
-    if (__builtin_expect(ex->ctx->loop->now_ms != ex->start_ms ||
-                             (unsigned)(ex->res.status - 408) <= 431 - 408 ||
-                             (ex->upstream && r < m->nroutes && !ru->u),
+    const route_m_t *rm = &m->r[route_index(m, ex)];
+    const fy_upstream_t *up = ex->upstream;
+    unsigned st = (unsigned)ex->res.status, cls;
+    if (__builtin_expect(st >= NSTATUS || ((cls = m->cls[st]) & CLS_FULL) || (up != rm->u && up),
                          0)) {
         exchange_full(ex, m);
         return;
     }
     _Atomic uint64_t *c = fy__counters_mine;
-    unsigned cls = status_class(ex->res.status);
-    fy_counter_id_t b = route_block(m, ex, r);
-    if (b) {
-        fy_counter_add_at(c, b + B_RESP + cls, 1);
-        fy_counter_add_at(c, b + B_IN, ex->body_received);
-        fy_counter_add_at(c, b + B_OUT, ex->bytes_sent);
+    fy_counter_id_t b = rm->blk[proto_of(ex)];
+    if (__builtin_expect(b != 0, 1)) {
+        _Atomic uint64_t *s = c + b; /* the block's slots at constant offsets */
+        fy__counter_slot_add(s + B_RESP + cls, 1);
+        fy__counter_slot_add(s + B_IN, ex->body_received);
+        fy__counter_slot_add(s + B_OUT, ex->bytes_sent);
     }
-    if (ex->upstream && r < m->nroutes && ru->u == ex->upstream &&
-        (size_t)ex->upstream_server < ru->n) {
-        fy_counter_id_t ub = ru->blk[ex->upstream_server];
-        if (ub) fy_counter_add_at(c, ub + U_RESP + cls, 1);
+    if (up && __builtin_expect((unsigned)ex->upstream_server < rm->n, 1)) { /* up == rm->u */
+        fy_counter_id_t ub = rm->ublk[ex->upstream_server];
+        if (ub) fy__counter_slot_add(c + ub + U_RESP + cls, 1);
     }
+    if (__builtin_expect(ex->ctx->loop->now_ms != ex->start_ms, 0)) exchange_hist(ex, c, rm);
 }
 
 void fy_http_metrics_free(fy_http_metrics_t *m)
 {
     if (!m) return;
-    for (size_t r = 0; r <= m->nroutes; r++) free(m->ups[r].blk);
-    free(m->ups);
-    free(m->blk);
-    free(m->hist);
+    for (size_t r = 0; r <= m->nroutes; r++) free(m->r[r].ublk);
+    free(m->r);
     free(m);
 }
 

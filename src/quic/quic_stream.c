@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/spool.h"
@@ -229,6 +230,7 @@ int fy_quic_send_datagram(fy_quic_conn_t *qc, const void *p, size_t n)
     if (n + 8 > rp->max_datagram_frame_size || n > 1200) return -EMSGSIZE;
     if (qc->ndgrams >= DGRAM_Q_MAX || qc->dg_bytes + n > DGRAM_Q_BYTES) {
         qc->dgrams_dropped++;
+        fy_counter_inc(fy_cid_quic_dgrams_dropped);
         return -EAGAIN;
     }
     dgram_t *d = fy_xmalloc(sizeof *d + n);
