@@ -179,6 +179,7 @@ static void deferred(fy_defer_t *d)
 
 static void hold(waf_tx_t *tx, const char *p, size_t n)
 {
+    if (!n) return; /* an empty last chunk (h2/h3 END_STREAM on DATA) may come with p = NULL */
     if (tx->len + n > tx->cap) {
         size_t cap = tx->cap ? tx->cap * 2 : 16384;
         while (cap < tx->len + n) cap *= 2;
