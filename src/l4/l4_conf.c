@@ -51,17 +51,7 @@ static int validate_listen(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void 
 static int validate_cidrs(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)
 {
     fy_l4_conf_t *l = obj;
-    const fy_conf_strlist_t *sl = field;
-    l->accept_proxy_cidrs =
-        fy_conf_alloc(fy_conf_ctx_arena(ctx), (sl->n + 1) * sizeof(fy_l4_cidr_t));
-    l->n_accept_proxy = sl->n;
-    for (size_t i = 0; i < sl->n; i++)
-        if (fy_net_cidr_parse(sl->v[i], &l->accept_proxy_cidrs[i]) < 0) {
-            fy_conf_error(ctx, node, NULL, "bad CIDR '%.60s'; expected like 10.0.0.0/8 or ::1",
-                          sl->v[i]);
-            return -1;
-        }
-    return 0;
+    return fy_listener_conf_cidrs(ctx, node, field, &l->accept_proxy_cidrs, &l->n_accept_proxy);
 }
 
 static int validate_names(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field, void *obj)

@@ -133,21 +133,25 @@ static int check_sni(fy_conf_ctx_t *ctx, const fy_conf_node_t *map, void *obj)
     return 0;
 }
 
-static int validate_accept_proxy(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
-                                 void *obj)
+int fy_listener_conf_cidrs(fy_conf_ctx_t *ctx, const fy_conf_node_t *node,
+                           const fy_conf_strlist_t *sl, fy_net_cidr_t **out, size_t *n)
 {
-    fy_listener_conf_t *l = obj;
-    const fy_conf_strlist_t *sl = field;
-    l->accept_proxy_cidrs =
-        fy_conf_alloc(fy_conf_ctx_arena(ctx), (sl->n + 1) * sizeof(fy_net_cidr_t));
-    l->n_accept_proxy = sl->n;
+    *out = fy_conf_alloc(fy_conf_ctx_arena(ctx), (sl->n + 1) * sizeof(fy_net_cidr_t));
+    *n = sl->n;
     for (size_t i = 0; i < sl->n; i++)
-        if (fy_net_cidr_parse(sl->v[i], &l->accept_proxy_cidrs[i]) < 0) {
+        if (fy_net_cidr_parse(sl->v[i], &(*out)[i]) < 0) {
             fy_conf_error(ctx, node, NULL, "bad CIDR '%.60s'; expected like 10.0.0.0/8 or ::1",
                           sl->v[i]);
             return -1;
         }
     return 0;
+}
+
+static int validate_accept_proxy(fy_conf_ctx_t *ctx, const fy_conf_node_t *node, void *field,
+                                 void *obj)
+{
+    fy_listener_conf_t *l = obj;
+    return fy_listener_conf_cidrs(ctx, node, field, &l->accept_proxy_cidrs, &l->n_accept_proxy);
 }
 
 static const fy_conf_directive_t sni_table[] = {

@@ -69,4 +69,9 @@ int fy_listener_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t
  * Returns 0 or -1. */
 int fy_listener_resolve(const char *s, int socktype, struct sockaddr_storage *ss, socklen_t *len);
 
+/* An `accept-proxy` list (HTTP and layer-4 listeners) parsed into *out (n entries, config
+ * arena); a bad CIDR is a config error at `node`. Returns 0 or -1. */
+int fy_listener_conf_cidrs(fy_conf_ctx_t *ctx, const fy_conf_node_t *node,
+                           const fy_conf_strlist_t *sl, fy_net_cidr_t **out, size_t *n);
+
 #endif
