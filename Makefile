@@ -10,7 +10,7 @@ PYTEST     = /usr/bin/python3 -m pytest -p no:cacheprovider
 BUILD_PKGS = build-essential cmake pkg-config libssl-dev libyaml-dev libnghttp2-dev libpcre2-dev \
              libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev \
              zlib1g-dev libbrotli-dev libzstd-dev libsystemd-dev libhiredis-dev libc-ares-dev \
-             libmodsecurity-dev modsecurity-crs
+             libmodsecurity-dev modsecurity-crs libdeflate-dev
 TEST_PKGS  = python3 python3-pytest python3-h2 python3-websockets python3-cryptography python3-jwt curl openssl nghttp2-client nginx-light clang libclang-rt-14-dev \
              ngtcp2-client ngtcp2-server redis-server prometheus iproute2 iptables libnss3-tools chromium \
              $(DEB_PKGS)
@@ -22,7 +22,7 @@ DEB_PKGS   = dpkg-dev groff-base man-db systemd adduser
 # bundles npm) conflicts with Debian's npm package.
 NODE_PKGS  = nodejs npm
 BENCH_PKGS = wrk nginx-light valgrind strace caddy mitmproxy haproxy lighttpd h2o \
-             libnginx-mod-stream nghttp2-client libnginx-mod-http-modsecurity
+             libnginx-mod-stream nghttp2-client libnginx-mod-http-modsecurity varnish trafficserver
 PKGS       = $(BUILD_PKGS) $(TEST_PKGS)
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
