@@ -422,7 +422,7 @@ static int cmd_oneliner(int argc, char **argv)
     }
     if (access) {
         yaml_quote(q, sizeof q, access);
-        gen_add(&g, "--access-log", "log: {access: %s}\n", q);
+        gen_add(&g, "--access-log", "log: {access: %s, access-format: combined}\n", q);
     }
     return gen_run(&g, check);
 }
@@ -461,7 +461,7 @@ static int cmd_mitm(int argc, char **argv)
     }
     if (access) {
         yaml_quote(q, sizeof q, access);
-        gen_add(&g, "--access-log", "log: {access: %s}\n", q);
+        gen_add(&g, "--access-log", "log: {access: %s, access-format: combined}\n", q);
     }
     return gen_run(&g, check);
 }

@@ -530,7 +530,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_h3_headless_chromium(server, tmp_path):
     """Headless Chromium with QUIC forced to ferry's origin (its certificate pinned by SPKI):
     the page comes back and ferry's access log shows it was served over HTTP/3."""
-    srv = server(h3_config(extra="log: {{access: {tmp}/access.log}}"))
+    srv = server(h3_config(extra="log: {{access: {tmp}/access.log, access-format: combined}}"))
     (srv.docroot / "c.html").write_text(
         '<html><body><p id="x">hello chromium over h3</p></body></html>\n')
     crt = srv.data / "selfsigned.crt"

@@ -118,7 +118,7 @@ def _loop_proxy(server, certs):  # noqa: F811
                  "  - address: \"[::1]:{port}\"\n    kind: intercept\n"
                  "intercept:\n  ca-dir: {data}/ca\n"
                  f"  upstream-ca: {certs['ca']}\n"
-                 "log: {{access: {tmp}/access.log}}\n")
+                 "log: {{access: {tmp}/access.log, access-format: combined}}\n")
     srv.proxy = f"http://127.0.0.1:{srv.port}"
     return srv
 

@@ -48,6 +48,7 @@ workers: 1
 data-dir: {{data}}
 log:
   access: {{tmp}}/access.log
+  access-format: combined
 limits:
   header-timeout: 1s
 listeners:

@@ -579,7 +579,7 @@ def test_static_access_log_json(server, tmp_path):
 
 def test_static_access_log_combined(server, tmp_path):
     log = tmp_path / "access.log"
-    f = server(CONF + f"log:\n  access: \"{log}\"\n", start=False)
+    f = server(CONF + f"log:\n  access: \"{log}\"\n  access-format: combined\n", start=False)
     write(f.docroot / "a.txt", "aaa")
     f.start()
     assert http_request(f.port, "/a.txt", headers={"User-Agent": "curl/8", "Referer": "http://r/"})[0] == 200

@@ -204,7 +204,7 @@ def test_access_log_fields_json_in_the_order_listed(server, origin):
 
 
 def test_access_log_combined_with_appended_fields(server, origin):
-    srv = server(conf(origin, log="log: {{access: {tmp}/access.log, "
+    srv = server(conf(origin, log="log: {{access: {tmp}/access.log, access-format: combined, "
                                   "access-fields: [trace_id, duration_ms]}}\n"))
     assert get(srv, "h1", [("traceparent", TP), ("User-Agent", "t/1")]) == 200
     srv.stop()

@@ -98,9 +98,11 @@ const fy_conf_directive_t fy_log_conf_table[] = {
     {.key = "access-format",
      .type = FY_CT_ENUM,
      .offset = G(access_format),
-     .dflt = "combined",
+     .dflt = "json",
      .enums = formats,
-     .doc = "Access log line format."},
+     .doc = "Access log line format: `json` (one object per line, keys as `access-fields` lists "
+            "them), or nginx's `combined` / `common` (what `ferry serve`, `proxy` and `mitm` write "
+            "to the console)."},
     {.key = "access-buffer",
      .type = FY_CT_SIZE,
      .offset = G(access_buffer),
