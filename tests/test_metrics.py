@@ -187,6 +187,8 @@ admin:
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1
     assert s[("ferry_quic_connections_total", '{side="server"}')] == 1
     assert 0 <= s[("ferry_quic_connections_active", '{side="server"}')] <= 1
+    # the HTTP/3 connection's memory (ngtcp2's allocations and ours) was counted
+    assert s[("ferry_connection_memory_max_bytes", '{proto="h3"}')] > 4096
     assert s[("ferry_quic_datagrams_dropped_total", "{}")] == 0  # no datagrams were sent
     assert s[("ferry_upstream_pool_connections", "{" + up + "}")] == 1  # that same connection
     assert s[("ferry_upstream_pool_waiters", "{" + up + "}")] == 0
