@@ -125,7 +125,9 @@ def rows(tmp):
             "nginx-big-gzip1": ("BIG:NGINX:gzip1", None),
             # issue 18: every flow of the route stored by the inspector (bodies, or heads only)
             "capture": ("    capture: {}\nTOP:" + insp, None),
-            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None)}
+            "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None),
+            # issue 14: W3C trace context on, a new trace per request (no traceparent sent)
+            "tracing": ("TOP:tracing: {enabled: true}\n", None)}
 
 
 def text64k(path):

@@ -291,6 +291,7 @@ class Dns:
 
     def __init__(self):
         self.records, self.fail, self.asked, self.silent = {}, False, {}, False
+        self.held = None  # a list: answers kept there until release()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -330,10 +331,19 @@ class Dns:
             hdr = q[:2] + struct.pack("!BBHHHH", 0x81, 0x80 | rcode, 1, len(rrs), 0, 0)
             ans = b"".join(struct.pack("!HHHIH", 0xC00C, qtype, 1, ttl, len(rd)) + rd
                            for ttl, rd in rrs)
+            if self.held is not None:
+                self.held.append((hdr + q[12:qend] + ans, addr))
+                continue
             try:
                 self.sock.sendto(hdr + q[12:qend] + ans, addr)
             except OSError:  # closed at the end of the test
                 return
+
+    def release(self):
+        """Send the answers held since `held` was set, and answer at once from now on."""
+        held, self.held = self.held, None
+        for msg, addr in held or []:
+            self.sock.sendto(msg, addr)
 
     def close(self):
         self.sock.close()
@@ -352,12 +362,25 @@ upstreams:
 """
 
 
+def serving(port, what="the first DNS answer's servers"):
+    """Wait until the proxy route answers 200 (the first lookup runs after the start)."""
+    def ok():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/")
+        r = c.getresponse()
+        r.read()
+        return r.status == 200
+
+    wait_for(ok, 20, what)
+
+
 def test_discovery_dns_a_records_move_traffic(server):
     port = free_port()
     a, b = Origin("127.0.0.1", port), Origin("127.0.0.2", port)
     dns = Dns()
     dns.records[("app.test", 1)] = [(1, Dns.a("127.0.0.1"))]
     f = server(CFG_DNS % ("app.test", "A", f"port: {port},", dns.port))
+    serving(f.port)
     load = Load(f.port)
     try:
         grows(a)
@@ -393,6 +416,7 @@ def test_discovery_dns_srv_records_move_traffic(server):
     srv = ("_http._tcp.svc.test", 33)
     dns.records[srv] = [(1, Dns.srv(10, 1, a.port, "a.svc.test"))]
     f = server(CFG_DNS % ("_http._tcp.svc.test", "SRV", "", dns.port))
+    serving(f.port)
     load = Load(f.port)
     try:
         grows(a)
@@ -437,6 +461,7 @@ def test_discovery_dns_https_uses_the_name(server, tmp_path):
         "  - name: app\n", f"  - name: app\n    ca: {cert}\n").replace(
         "proxy: {{upstream: app}}", "proxy: {{upstream: app, preserve-host: false}}")
     f = server(text)
+    serving(f.port)
     c = http.client.HTTPConnection("127.0.0.1", f.port, timeout=10)
     c.request("GET", "/", headers={"Host": "client.example"})
     r = c.getresponse()
@@ -454,6 +479,7 @@ def test_discovery_reload_keeps_set(server, tmp_path):
     dns = Dns()
     dns.records[("app.test", 1)] = [(1, Dns.a("127.0.0.1"))]
     f = server(CFG_DNS % ("app.test", "A", f"port: {port},", dns.port))
+    serving(f.port)
     load = Load(f.port, n=2)
     try:
         grows(a)
@@ -478,6 +504,7 @@ def test_discovery_reload_does_not_wait_for_dns(server):
     dns = Dns()
     dns.records[("app.test", 1)] = [(1, Dns.a("127.0.0.1"))]
     f = server(CFG_DNS % ("app.test", "A", f"port: {port}, resolve-timeout: 30s,", dns.port))
+    serving(f.port)
     load = Load(f.port, n=2)
     try:
         grows(a)
@@ -493,6 +520,36 @@ def test_discovery_reload_does_not_wait_for_dns(server):
     finally:
         load.stop()
     assert load.failed == 0, load.errors[:5]
+    a.close()
+    dns.close()
+
+
+def test_discovery_first_lookup_does_not_block_start(server):
+    """The first DNS lookup runs on the worker loop after the start: while the resolver holds
+    its answer, Ferry is up (a static route answers, the discovered upstream has no server
+    yet: 502), and once the answer is released the upstream's server gets the requests."""
+    port = free_port()
+    a = Origin("127.0.0.1", port)
+    dns = Dns()
+    dns.records[("app.test", 1)] = [(30, Dns.a("127.0.0.1"))]
+    dns.held = []
+    text = (CFG_DNS % ("app.test", "A", f"port: {port}, resolve-timeout: 30s,", dns.port)).replace(
+        "routes:\n", "routes:\n  - match: {{path: /ready}}\n"
+        "    respond: {{status: 200, body: \"up\\n\"}}\n")
+    f = server(text)
+    wait_for(lambda: dns.asked.get(("app.test", 1), 0) >= 1, 20, "the first lookup")
+    c = http.client.HTTPConnection("127.0.0.1", f.port, timeout=10)
+    c.request("GET", "/ready")
+    r = c.getresponse()
+    assert r.status == 200 and r.read() == b"up\n"
+    c.request("GET", "/")
+    r = c.getresponse()
+    r.read()
+    assert r.status == 502 and a.hits == 0
+    assert len(dns.held) >= 1  # the answer is still held: nothing waited for it
+    dns.release()
+    serving(f.port, "the upstream once the answer is released")
+    assert a.hits >= 1
     a.close()
     dns.close()
 

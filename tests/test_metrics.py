@@ -115,6 +115,7 @@ FAMILIES = [
     "ferry_upstream_pool_idle", "ferry_upstream_pool_connections", "ferry_upstream_pool_waiters",
     "ferry_quic_connections_active", "ferry_quic_connections_total",
     "ferry_quic_datagrams_dropped_total",
+    "ferry_l4_session_memory_bytes", "ferry_l4_session_memory_max_bytes",
 ]
 
 
@@ -186,6 +187,8 @@ admin:
     assert s[("ferry_connections_total", '{proto="h3"}')] == 1
     assert s[("ferry_quic_connections_total", '{side="server"}')] == 1
     assert 0 <= s[("ferry_quic_connections_active", '{side="server"}')] <= 1
+    # the HTTP/3 connection's memory (ngtcp2's allocations and ours) was counted
+    assert s[("ferry_connection_memory_max_bytes", '{proto="h3"}')] > 4096
     assert s[("ferry_quic_datagrams_dropped_total", "{}")] == 0  # no datagrams were sent
     assert s[("ferry_upstream_pool_connections", "{" + up + "}")] == 1  # that same connection
     assert s[("ferry_upstream_pool_waiters", "{" + up + "}")] == 0
@@ -236,6 +239,38 @@ admin:
     assert up >= 3 * 20 and down >= 3 * len(b"hi\n") + 3 * 20, (up, down, req)
     rc, out = promtool(metrics(a))
     assert rc == 0, out
+
+
+def test_metrics_l4_session_memory(server):
+    """An open L4 session is counted in ferry_l4_session_memory_bytes; at its close the gauge
+    returns to 0 and the _max gauge keeps the largest session's bytes."""
+    import socket
+    srv = server("""
+workers: 1
+listeners:
+  - address: 127.0.0.1:{port}
+routes:
+  - respond: {{status: 200, body: "hi\\n"}}
+l4:
+  - listen: 127.0.0.1:{port3}
+    target: 127.0.0.1:{port}
+admin:
+  address: 127.0.0.1:{port2}
+""")
+    a, l4 = srv.ports[1], srv.ports[2]
+    c = socket.create_connection(("127.0.0.1", l4), timeout=10)
+    c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while not got.endswith(b"hi\n"):
+        got += c.recv(4096)
+    s = samples(metrics(a))
+    held = s[("ferry_l4_session_memory_bytes", "{}")]
+    assert held > 200, held  # the session itself, at least
+    assert s[("ferry_l4_session_memory_max_bytes", "{}")] >= held
+    c.close()
+    wait_for(lambda: samples(metrics(a))[("ferry_l4_session_memory_bytes", "{}")] == 0, 15,
+             "the session's memory to be released")
+    assert samples(metrics(a))[("ferry_l4_session_memory_max_bytes", "{}")] >= held
 
 
 def test_metrics_promtool_rejects_broken_output():

@@ -434,6 +434,7 @@ const char *const fy_limit_names[FY_LIMIT_N] = {
     "body-size",   "header-timeout", "body-timeout", "send-timeout",
 };
 fy_counter_id_t fy_cid_l4_sessions_total, fy_cid_l4_sessions_active;
+fy_counter_id_t fy_cid_l4_sess_mem, fy_cid_l4_sess_mem_max;
 fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
 fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
 fy_counter_id_t fy_cid_quic_dgrams_dropped;
@@ -466,6 +467,9 @@ void fy_counters_register_builtin(void)
     }
     fy_cid_l4_sessions_total = fy_counter_register("ferry_l4_sessions_total", "", FY_COUNTER);
     fy_cid_l4_sessions_active = fy_counter_register("ferry_l4_sessions_active", "", FY_GAUGE);
+    fy_cid_l4_sess_mem = fy_counter_register("ferry_l4_session_memory_bytes", "", FY_GAUGE);
+    fy_cid_l4_sess_mem_max =
+        fy_counter_register("ferry_l4_session_memory_max_bytes", "", FY_GAUGE_MAX);
     static const char *const modes[FY_CINT_N] = {"mode=\"decrypted\"", "mode=\"passthrough\""};
     for (int i = 0; i < FY_CINT_N; i++)
         fy_cid_intercept_flows[i] =

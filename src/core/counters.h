@@ -237,6 +237,11 @@ extern fy_counter_id_t fy_cid_conn_mem_max[FY_CPROTO_N];   /* ferry_connection_m
 extern fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N];     /* ferry_stream_memory_bytes */
 extern fy_counter_id_t fy_cid_stream_mem_max[FY_CPROTO_N]; /* ferry_stream_memory_max_bytes */
 extern fy_counter_id_t fy_cid_limit_conn_memory; /* ..._rejections_total{connection-memory} */
+/* Memory held by layer-4 TCP sessions (issue 14): the session, its relay buffers while bytes
+ * are in flight, the peek buffer, TLS state of terminated ends. Summed over workers; _max is
+ * the largest one session has held since start. */
+extern fy_counter_id_t fy_cid_l4_sess_mem;     /* ferry_l4_session_memory_bytes */
+extern fy_counter_id_t fy_cid_l4_sess_mem_max; /* ferry_l4_session_memory_max_bytes */
 void fy_counters_register_builtin(void);
 
 /* A connection of protocol p now holds `now` bytes where it held *held (0 when new; pass now

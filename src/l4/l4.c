@@ -78,6 +78,7 @@ typedef struct tcp_sess {
     size_t pplen;
     fy_l4_fallback_cb fallback; /* fronts: names not in the map go back to HTTP */
     void *fallback_ud;
+    size_t mem_held; /* bytes counted in ferry_l4_session_memory_bytes */
 } tcp_sess_t;
 
 static void sess_close(tcp_sess_t *s, const char *why);
@@ -335,6 +336,22 @@ static void dir_free(dir_t *d)
     d->buf = NULL;
 }
 
+/* The session's memory into ferry_l4_session_memory_bytes (now = 0 at the close). */
+static void mem_sync(tcp_sess_t *s, bool closing)
+{
+    size_t now = 0;
+    if (!closing) {
+        now = sizeof *s + (s->up.buf ? s->up.pool->size : 0) +
+              (s->down.buf ? s->down.pool->size : 0) + (s->peek ? s->wl->l->conf->peek_max * 2 : 0);
+        if (s->c.t && s->c.t != &s->c.sock) now += fy_tls_transport_mem(s->c.t);
+        if (s->o.t && s->o.t != &s->o.sock) now += fy_tls_transport_mem(s->o.t);
+    }
+    if (now == s->mem_held) return;
+    fy_gauge_add(fy_cid_l4_sess_mem, (int64_t)now - (int64_t)s->mem_held);
+    fy_gauge_raise(fy_cid_l4_sess_mem_max, now);
+    s->mem_held = now;
+}
+
 static void sess_close(tcp_sess_t *s, const char *why)
 {
     if (s->closed) return;
@@ -349,6 +366,7 @@ static void sess_close(tcp_sess_t *s, const char *why)
         for (int i = 0; i < 16 && recv(s->c.io.fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
         }
     }
+    mem_sync(s, true);
     end_close(s, &s->c);
     end_close(s, &s->o);
     dir_free(&s->up);
@@ -765,6 +783,7 @@ static void relay(tcp_sess_t *s, bool up, bool down)
         return;
     }
     if (a || b) fy_timer_start(s->wl->w->loop, &s->timer, s->wl->l->conf->idle_timeout_ms);
+    mem_sync(s, false);
     /* Both ends are edge-triggered: a direction only stops reading on EAGAIN, on a short
        plain read (the receive queue was empty: later bytes raise a new edge) or when its
        destination blocks (then the mask changes, and EPOLL_CTL_MOD re-polls). That spares

@@ -10,27 +10,35 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/arena.h"
 #include "core/log.h"
 
 /* ---- traceparent ---- */
 
-static int hexval(char c)
+/* a lowercase hex digit's value plus one; 0: not one (uppercase is invalid, W3C §3.2.2) */
+static const uint8_t hexv1[256] = {
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
+/* the value of a hex digit, or -1 */
+static inline int hexval(char c)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1; /* uppercase is invalid (W3C §3.2.2) */
+    return (int)hexv1[(unsigned char)c] - 1;
 }
 
+/* nbytes from 2*nbytes hex digits: no branch per digit (a bad digit sets the sign bit) */
 static bool unhex(const char *p, uint8_t *out, size_t nbytes)
 {
+    int bad = 0;
     unsigned any = 0;
     for (size_t i = 0; i < nbytes; i++) {
         int hi = hexval(p[2 * i]), lo = hexval(p[2 * i + 1]);
-        if (hi < 0 || lo < 0) return false;
+        bad |= hi | lo;
         out[i] = (uint8_t)(hi << 4 | lo);
         any |= out[i];
     }
-    return any != 0; /* all zeros: invalid */
+    return bad >= 0 && any != 0; /* all zeros: invalid */
 }
 
 int fy_traceparent_parse(const char *p, size_t n, fy_traceparent_t *out)
@@ -110,38 +118,91 @@ size_t fy_tracestate_trim(const char *p, size_t n, size_t max)
 
 /* ---- ids ---- */
 
-/* splitmix64, seeded per thread from getrandom: ids must not repeat, not be secret (one add
- * and two multiplies per 64 bits) */
+/* wyrand (Wang Yi), one per thread, seeded from getrandom on first use: ids must not repeat,
+ * not be secret; one add, one 64x64->128 multiply and two xors per 64 bits. State 0 is "not
+ * seeded" (a state that wraps to 0 only reseeds). */
 static __thread uint64_t rng;
-static __thread bool rng_seeded;
 
-static __attribute__((cold, noinline)) void rng_seed(void)
+static __attribute__((cold, noinline)) uint64_t rng_seed(void)
 {
-    if (getrandom(&rng, sizeof rng, 0) != (ssize_t)sizeof rng) {
+    uint64_t s;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        rng = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uintptr_t)&ts;
+        s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uintptr_t)&ts;
     }
-    rng_seeded = true;
+    return s | 1;
 }
 
-static inline uint64_t rng_next(void)
+static inline uint64_t wyrand(uint64_t *s)
 {
-    if (__builtin_expect(!rng_seeded, 0)) rng_seed();
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    *s += 0xa0761d6478bd642full;
+    __uint128_t t = (__uint128_t)*s * (*s ^ 0xe7037ed1a0b428dbull);
+    return (uint64_t)(t >> 64) ^ (uint64_t)t;
 }
 
-/* a random 64-bit value that is not 0 (an all-zero id is invalid) */
-static uint64_t random_nz(void)
+/* three 64-bit ids from one load and store of the state: a trace id (two words, not both
+ * zero) and a parent id (not zero); an all-zero id is invalid (W3C §3.2.2.3-4) */
+static inline void new_ids(uint64_t *t0, uint64_t *t1, uint64_t *par)
 {
-    uint64_t r;
-    while (!(r = rng_next())) {
-    }
-    return r;
+    uint64_t s = rng;
+    if (__builtin_expect(s == 0, 0)) s = rng_seed();
+    *t0 = wyrand(&s);
+    *t1 = wyrand(&s);
+    *par = wyrand(&s);
+    rng = s;
+    *t1 |= (uint64_t)((*t0 | *t1) == 0);
+    *par |= (uint64_t)(*par == 0);
 }
+
+static inline uint64_t new_parent(void)
+{
+    uint64_t s = rng;
+    if (__builtin_expect(s == 0, 0)) s = rng_seed();
+    uint64_t p = wyrand(&s);
+    rng = s;
+    return p | (uint64_t)(p == 0);
+}
+
+/* Lowercase hex of 64-bit words, bytes in memory order (little-endian: the low byte first).
+ * SSE2 (every x86-64): the nibbles interleaved, then '0'..'9' or 'a'..'f' for all at once. */
+#if defined(__SSE2__)
+static inline __m128i hex_nibbles(__m128i n)
+{
+    __m128i gt9 = _mm_and_si128(_mm_cmpgt_epi8(n, _mm_set1_epi8(9)), _mm_set1_epi8(39));
+    return _mm_add_epi8(_mm_add_epi8(n, _mm_set1_epi8('0')), gt9);
+}
+
+/* 32 characters of a and b */
+static inline void hex_2w(char *o, uint64_t a, uint64_t b)
+{
+    __m128i v = _mm_set_epi64x((long long)b, (long long)a), mask = _mm_set1_epi8(0x0f);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask), lo = _mm_and_si128(v, mask);
+    _mm_storeu_si128((__m128i *)(void *)o, hex_nibbles(_mm_unpacklo_epi8(hi, lo)));
+    _mm_storeu_si128((__m128i *)(void *)(o + 16), hex_nibbles(_mm_unpackhi_epi8(hi, lo)));
+}
+
+/* 16 characters of a */
+static inline void hex_w(char *o, uint64_t a)
+{
+    __m128i v = _mm_cvtsi64_si128((long long)a), mask = _mm_set1_epi8(0x0f);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask), lo = _mm_and_si128(v, mask);
+    _mm_storeu_si128((__m128i *)(void *)o, hex_nibbles(_mm_unpacklo_epi8(hi, lo)));
+}
+#else
+static inline void hex_w(char *o, uint64_t a)
+{
+    uint8_t b[8];
+    memcpy(b, &a, 8);
+    hex16(o, b);
+}
+
+static inline void hex_2w(char *o, uint64_t a, uint64_t b)
+{
+    hex_w(o, a);
+    hex_w(o + 16, b);
+}
+#endif
 
 /* ---- the filter ---- */
 
@@ -155,9 +216,45 @@ static bool is_name(fy_str_t n, const char *lower, size_t len)
     return n.len == len && fy_str_ieq(n, lower, len);
 }
 
-static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
+/* room for the value: the arena's bump without the call (the value needs no alignment) */
+static inline char *value_room(fy_arena_t *a)
 {
-    const fy_trace_conf_t *c = ((trace_filter_t *)f)->conf;
+    char *p = a->cur;
+    if (__builtin_expect((size_t)(a->end - p) >= FY_TRACEPARENT_LEN + 1, 1)) {
+        a->cur = p + FY_TRACEPARENT_LEN + 1;
+        return p;
+    }
+    return fy_arena_alloc(a, FY_TRACEPARENT_LEN + 1);
+}
+
+/* a new trace: "00-" trace id "-" parent id flags, with the NUL, into v */
+static inline __attribute__((always_inline)) void write_new(char *v, const trace_filter_t *t)
+{
+    uint64_t t0, t1, par;
+    new_ids(&t0, &t1, &par);
+    memcpy(v, "00--", 4); /* the 4th byte is the trace id's first, written next */
+    hex_2w(v + 3, t0, t1);
+    v[35] = '-';
+    hex_w(v + 36, par);
+    memcpy(v + 52, "-00", 4);
+    v[54] = (char)('0' + t->conf->sampled); /* the flags of the traces Ferry starts */
+}
+
+static inline __attribute__((always_inline)) void add_traceparent(fy_exchange_t *ex,
+                                                                  fy_headers_t *hs, char *v)
+{
+    if (__builtin_expect(hs->n < hs->cap, 1)) /* the codec's array has room (h1): no call */
+        hs->v[hs->n++] = (fy_header_t){FY_STR_LIT("traceparent"), fy_str(v, FY_TRACEPARENT_LEN)};
+    else
+        FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
+    ex->trace_id = v + 3; /* 32 hex characters */
+}
+
+/* The request has a field that may be a traceparent or tracestate: the whole rule. */
+static __attribute__((noinline)) fy_filter_verdict_t on_request_fields(trace_filter_t *t,
+                                                                       fy_exchange_t *ex)
+{
+    const fy_trace_conf_t *c = t->conf;
     fy_headers_t *hs = &ex->req.headers;
     const fy_header_t *tph = NULL;
     size_t ntp = 0, nts = 0, tslen = 0;
@@ -196,30 +293,38 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         hs->n = k;
     }
     if (!valid && !c->generate) return FY_FILTER_NEXT;
-    /* version 00, written straight from the characters: a kept trace id and flags are the
-       received (validated, lowercase) hex; new ids are hex of random 64-bit words */
-    char *v = fy_arena_alloc(ex->arena, FY_TRACEPARENT_LEN + 1);
-    memcpy(v, "00-", 3);
-    if (valid) {
+    char *v = value_room(ex->arena);
+    if (valid) { /* version 00 with the received (validated, lowercase) trace id and flags */
+        memcpy(v, "00-", 3);
         memcpy(v + 3, got + 3, 32);
+        v[35] = '-';
+        hex_w(v + 36, new_parent());
+        v[52] = '-';
         memcpy(v + 53, got + 53, 2);
+        v[55] = '\0';
     } else {
-        uint64_t id[2] = {rng_next(), random_nz()}; /* never all zeros */
-        hex16(v + 3, (const uint8_t *)&id[0]);
-        hex16(v + 19, (const uint8_t *)&id[1]);
-        memcpy(v + 53, c->sampled ? "01" : "00", 2);
+        write_new(v, t);
     }
-    v[35] = '-';
-    uint64_t parent = random_nz();
-    hex16(v + 36, (const uint8_t *)&parent);
-    v[52] = '-';
-    v[55] = '\0';
-    if (hs->n < hs->cap) /* the codec's array has room (h1): no call */
-        hs->v[hs->n++] = (fy_header_t){FY_STR_LIT("traceparent"), fy_str(v, FY_TRACEPARENT_LEN)};
-    else
-        FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
+    add_traceparent(ex, hs, v);
     if (tsn) FY_HDR_ADD(ex->arena, hs, "tracestate", ts, tsn);
-    ex->trace_id = v + 3; /* 32 hex characters */
+    return FY_FILTER_NEXT;
+}
+
+static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
+{
+    trace_filter_t *t = (trace_filter_t *)f;
+    fy_headers_t *hs = &ex->req.headers;
+    /* the usual request has neither field: a name of 10 or 11 bytes starting with 't' or 'T'
+       sends it to the whole rule */
+    for (size_t i = 0; i < hs->n; i++) {
+        fy_str_t n = hs->v[i].name;
+        if (__builtin_expect(n.len - 10 <= 1 && (n.p[0] | 0x20) == 't', 0))
+            return on_request_fields(t, ex);
+    }
+    if (!t->conf->generate) return FY_FILTER_NEXT;
+    char *v = value_room(ex->arena);
+    write_new(v, t);
+    add_traceparent(ex, hs, v);
     return FY_FILTER_NEXT;
 }
 

@@ -3,6 +3,7 @@
 #include "quic/quic_int.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,48 @@ int fy_quic_conn_send_crypto(fy_quic_conn_t *qc, int level, const void *p, size_
     return 0;
 }
 
+/* ---- memory of server connections (ngtcp2's allocations counted) ---- */
+
+static void *cm_malloc(size_t n, void *ud)
+{
+    void *p = malloc(n);
+    if (p) *(size_t *)ud += malloc_usable_size(p);
+    return p;
+}
+
+static void cm_free(void *p, void *ud)
+{
+    if (!p) return;
+    *(size_t *)ud -= malloc_usable_size(p);
+    free(p);
+}
+
+static void *cm_calloc(size_t n, size_t size, void *ud)
+{
+    void *p = calloc(n, size);
+    if (p) *(size_t *)ud += malloc_usable_size(p);
+    return p;
+}
+
+static void *cm_realloc(void *p, size_t n, void *ud)
+{
+    size_t old = p ? malloc_usable_size(p) : 0;
+    void *q = realloc(p, n);
+    if (q)
+        *(size_t *)ud += malloc_usable_size(q) - old;
+    else if (n == 0)
+        *(size_t *)ud -= old;
+    return q;
+}
+
+/* The connection's bytes into ferry_connection_memory_bytes{proto="h3"} (0: its close). */
+static void conn_mem_sync(fy_quic_conn_t *c, bool closing)
+{
+    if (c->ep->client) return;
+    size_t now = closing ? 0 : sizeof *c + c->lib_bytes + c->dg_bytes;
+    fy_counters_conn_mem(FY_CPROTO_H3, &c->mem_held, now);
+}
+
 /* ---- connection teardown ---- */
 
 static void free_conn(fy_defer_t *d)
@@ -95,6 +138,7 @@ void fy__quic_conn_destroy(fy_quic_conn_t *c, bool send_close)
     if (c->closed) return;
     fy_quic_endpoint_t *ep = c->ep;
     fy_gauge_add(fy_cid_quic_conns_active[ep->client], -1);
+    conn_mem_sync(c, true);
     if (send_close && !ngtcp2_conn_is_in_draining_period(c->conn)) {
         ngtcp2_path_storage ps;
         ngtcp2_path_storage_zero(&ps);
@@ -379,8 +423,9 @@ static fy_quic_conn_t *conn_new(fy_quic_endpoint_t *ep, const ngtcp2_pkt_hd *hd,
     ngtcp2_path path = {{(ngtcp2_sockaddr *)&ep->local, ep->locallen},
                         {(ngtcp2_sockaddr *)&c->remote, c->remotelen},
                         NULL};
+    c->mem = (ngtcp2_mem){&c->lib_bytes, cm_malloc, cm_free, cm_calloc, cm_realloc};
     if (ngtcp2_conn_server_new(&c->conn, &hd->scid, &scid, &path, hd->version, &callbacks, &st, &p,
-                               NULL, c) != 0) {
+                               &c->mem, c) != 0) {
         free(c);
         return NULL;
     }
@@ -479,6 +524,7 @@ void fy__quic_handle_packet(fy_quic_endpoint_t *ep, const uint8_t *data, size_t 
         memcpy(&c->remote, cur->remote.addr, cur->remote.addrlen);
         c->remotelen = cur->remote.addrlen;
     }
+    conn_mem_sync(c, false);
     fy__quic_schedule_write(c);
 }
 

@@ -138,6 +138,10 @@ struct fy_quic_conn {
     uint64_t dgrams_dropped; /* refused by a full queue (fy_quic_datagrams_dropped) */
     tls_rx_t tls_rx[3];      /* per level: Initial, Handshake, 1-RTT */
     fy_list_t link;          /* ep->conns */
+    /* server connections: ngtcp2 allocates through `mem`, which counts its bytes in lib_bytes;
+       mem_held is what ferry_connection_memory_bytes{proto="h3"} has for this connection */
+    ngtcp2_mem mem;
+    size_t lib_bytes, mem_held;
 };
 
 typedef struct cid_entry {

@@ -76,8 +76,8 @@ static bool same_dns(const fy_discovery_conf_t *a, const fy_discovery_conf_t *b)
 /* The first server set of a discovery upstream. A reload whose upstream asks DNS what the
  * running one asks takes the running one's last set (no lookup here: this thread may be the
  * admin API's loop) and looks up again as soon as its discovery starts on the worker loop;
- * otherwise (the start, a file, another question) the first lookup is made now, bounded by
- * resolve-timeout. */
+ * a file is read now; another DNS question (and the start) begins with no servers and looks
+ * up at once on the worker loop, so nothing waits for a resolver. */
 static void first_set(fy_upstream_t *u, const fy_upstream_conf_t *conf, const fy_upstream_t *prev)
 {
     fy_disc_entry_t *e = fy_xcalloc(u->dyn->cap, sizeof *e);
@@ -89,8 +89,16 @@ static void first_set(fy_upstream_t *u, const fy_upstream_conf_t *conf, const fy
         memcpy(e, pd->last, n * sizeof *e);
         pthread_mutex_unlock(&pd->lock);
         u->dyn->lookup_now = true;
-    } else {
+    } else if (conf->discovery->file) {
         n = fy__discovery_initial(conf, e, u->dyn->cap);
+    } else {
+        /* DNS: no wait here (the start or a reload would block for up to resolve-timeout);
+           the generation goes live with no servers (502 "no servers discovered") and the
+           first lookup runs as soon as its discovery starts on the worker loop */
+        n = 0;
+        u->dyn->lookup_now = true;
+        fy_info("upstream %s: discovery: looking up %s; no servers until it answers", conf->name,
+                conf->discovery->dns);
     }
     fy__upstream_set_servers(u, e, n);
     free(e);
