@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,14 +142,15 @@ typedef struct cap_layer {
     fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
 } cap_layer_t;
 
-/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 4 KiB) in
-   the exchange's arena, so a small body never costs a body-cap allocation. Bytes available. */
+/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 256 bytes)
+   in the exchange's arena, so a small body never costs a body-cap allocation (nor, starting
+   small, an arena block of its own: 4 KiB was a malloc per flow). Bytes available. */
 static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len, size_t *cap,
                       size_t want)
 {
     size_t room = c->max - len, k = want < room ? want : room;
     if (len + k > *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
+        size_t nc = *cap ? *cap * 2 : 256;
         while (nc < len + k) nc *= 2;
         if (nc > c->max) nc = c->max;
         char *nb = fy_arena_alloc(ex->arena, nc);
@@ -331,14 +333,16 @@ fy_filter_t *fy_inspector_filter_new(fy_inspector_t *ins, const fy_capture_route
 
 /* ---- the observer ---- */
 
-static fy_cs_header_t *conv(fy_exchange_t *ex, const fy_headers_t *hs)
+/* The exchange's headers are the store's as they are (no copy): the same two strings. */
+_Static_assert(sizeof(fy_header_t) == sizeof(fy_cs_header_t) &&
+                   offsetof(fy_header_t, name) == offsetof(fy_cs_header_t, name) &&
+                   offsetof(fy_header_t, value) == offsetof(fy_cs_header_t, value),
+               "fy_header_t and fy_cs_header_t differ");
+
+static const fy_cs_header_t *conv(const fy_headers_t *hs)
 {
-    fy_cs_header_t *v = fy_arena_alloc(ex->arena, (hs->n ? hs->n : 1) * sizeof *v);
-    for (size_t i = 0; i < hs->n; i++) {
-        v[i].name = hs->v[i].name;
-        v[i].value = hs->v[i].value;
-    }
-    return v;
+    static const fy_cs_header_t none;
+    return hs->n ? (const fy_cs_header_t *)hs->v : &none;
 }
 
 void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
@@ -377,9 +381,9 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.authority = ex->req.authority;
     f.target = ex->req.target;
     if (ex->error) f.error = fy_str(ex->error, strlen(ex->error));
-    f.req_headers = conv(ex, &ex->req.headers);
+    f.req_headers = conv(&ex->req.headers);
     f.n_req_headers = ex->req.headers.n;
-    f.res_headers = conv(ex, &ex->res.headers);
+    f.res_headers = conv(&ex->res.headers);
     f.n_res_headers = ex->res.headers.n;
     f.req_body = fy_str(c->req ? c->req : "", c->req_len);
     f.res_body = fy_str(c->res ? c->res : "", c->res_len);
@@ -389,9 +393,11 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     if (c->max && !c->ws && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
     f.stream_id = ex->stream_id;
     size_t nws = c->ws ? c->ws->n + 1 : 0;
-    fy_cs_header_t *meta = fy_arena_alloc(ex->arena, (FY__INSP_MAX_META + nws) * sizeof *meta);
+    /* without a tunnel there are only the four timings (fy__insp_meta) */
+    size_t mmax = ex->tunnel ? FY__INSP_MAX_META : 4;
+    fy_cs_header_t *meta = fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta);
     f.meta = meta;
-    f.n_meta = fy__insp_meta(ex, meta, FY__INSP_MAX_META);
+    f.n_meta = fy__insp_meta(ex, meta, mmax);
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }

@@ -23,7 +23,7 @@ static void put_ref(fy_cs_header_t *m, size_t *n, size_t max, const char *name, 
 /* Decimal by hand: snprintf was half of this observer's cost per flow (bench/policy_cost.py
    capture row). */
 static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
-                   int32_t us)
+                   size_t name_len, int32_t us)
 {
     if (*n >= max) return;
     char t[12], *e = t + sizeof t, *q = e;
@@ -38,7 +38,7 @@ static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, 
     size_t len = (size_t)(e - q);
     char *v = fy_arena_alloc(ex->arena, len);
     memcpy(v, q, len);
-    m[*n].name = fy_str(name, strlen(name));
+    m[*n].name = fy_str(name, name_len);
     m[*n].value = fy_str(v, len);
     (*n)++;
 }
@@ -46,12 +46,15 @@ static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, 
 size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
 {
     size_t n = 0;
-    if (ex->timing.dns_set) put_us(ex, meta, &n, max, FY_CS_META_DNS, ex->timing.dns_us);
+    if (ex->timing.dns_set)
+        put_us(ex, meta, &n, max, FY_CS_META_DNS, sizeof FY_CS_META_DNS - 1, ex->timing.dns_us);
     if (ex->timing.set) {
-        put_us(ex, meta, &n, max, FY_CS_META_CONNECT, ex->timing.connect_us);
-        put_us(ex, meta, &n, max, FY_CS_META_TLS, ex->timing.tls_us);
+        put_us(ex, meta, &n, max, FY_CS_META_CONNECT, sizeof FY_CS_META_CONNECT - 1,
+               ex->timing.connect_us);
+        put_us(ex, meta, &n, max, FY_CS_META_TLS, sizeof FY_CS_META_TLS - 1, ex->timing.tls_us);
     }
-    if (ex->timing.wait_us > 0) put_us(ex, meta, &n, max, FY_CS_META_WAIT, ex->timing.wait_us);
+    if (ex->timing.wait_us > 0)
+        put_us(ex, meta, &n, max, FY_CS_META_WAIT, sizeof FY_CS_META_WAIT - 1, ex->timing.wait_us);
     const fy_mitm_tls_facts_t *t = ex->tunnel ? fy_mitm_tls_facts(ex) : NULL;
     if (!t) return n;
     /* the strings live in the tunnel (as long as the connection): the store copies them */
@@ -168,7 +171,9 @@ size_t fy__insp_ws_meta(fy_exchange_t *ex, const fy_insp_ws_t *w, fy_cs_header_t
         meta[n].value = fy_str(v, (size_t)hl + m->len);
         n++;
     }
-    if (w->dropped) put_us(ex, meta, &n, n + 1, FY_CS_META_WS_DROPPED, (int32_t)w->dropped);
+    if (w->dropped)
+        put_us(ex, meta, &n, n + 1, FY_CS_META_WS_DROPPED, sizeof FY_CS_META_WS_DROPPED - 1,
+               (int32_t)w->dropped);
     return n;
 }
 
