@@ -41,16 +41,31 @@ static inline fy_str_t hval(const fy__cs_rec_edit_t *e, const fy_cs_header_t *h)
     return e->hred && fy__cs_hred_match(e->hred, h->name) ? red : h->value;
 }
 
-size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e)
+/* Header i of direction d as stored (e->red computed) */
+static inline fy_str_t sval(const fy__cs_rec_edit_t *e, int d, size_t i, const fy_cs_header_t *h)
 {
+    if (i < 64) return e->red[d] >> i & 1 ? red : h->value;
+    return hval(e, h);
+}
+
+size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e)
+{
+    e->red[0] = e->red[1] = 0;
+    if (e->hred)
+        for (int d = 0; d < 2; d++) {
+            const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
+            size_t nh = d ? f->n_res_headers : f->n_req_headers;
+            for (size_t i = 0; i < nh && i < 64; i++)
+                if (fy__cs_hred_match(e->hred, h[i].name)) e->red[d] |= 1ull << i;
+        }
     size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
     n += f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len;
     n += e->req_body.len + e->res_body.len;
     n += (f->n_req_headers + f->n_res_headers) * 8;
     for (size_t i = 0; i < f->n_req_headers; i++)
-        n += f->req_headers[i].name.len + hval(e, &f->req_headers[i]).len;
+        n += f->req_headers[i].name.len + sval(e, 0, i, &f->req_headers[i]).len;
     for (size_t i = 0; i < f->n_res_headers; i++)
-        n += f->res_headers[i].name.len + hval(e, &f->res_headers[i]).len;
+        n += f->res_headers[i].name.len + sval(e, 1, i, &f->res_headers[i]).len;
     if (f->n_meta) {
         n += 4 + f->n_meta * 8;
         for (size_t i = 0; i < f->n_meta; i++)
@@ -72,33 +87,10 @@ static inline char *w64(char *p, uint64_t v)
     return p + 8;
 }
 
-/* Most strings of a record are short (names, values of a few bytes): copied inline, not by a
-   call to memcpy each. */
-static inline void copy(char *d, const char *s, size_t n)
-{
-    if (n >= 8 && n <= 16) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4 && n < 8) {
-        uint32_t a, b;
-        memcpy(&a, s, 4);
-        memcpy(&b, s + n - 4, 4);
-        memcpy(d, &a, 4);
-        memcpy(d + n - 4, &b, 4);
-    } else if (n < 4) {
-        for (size_t i = 0; i < n; i++) d[i] = s[i];
-    } else {
-        memcpy(d, s, n);
-    }
-}
-
 static inline char *wstr(char *p, fy_str_t s)
 {
     p = w32(p, (uint32_t)s.len);
-    copy(p, s.p, s.len);
+    fy__cs_copy(p, s.p, s.len);
     return p + s.len;
 }
 
@@ -128,12 +120,12 @@ void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t
     p = wstr(p, f->error);
     for (size_t i = 0; i < f->n_req_headers; i++) {
         p = wstr(p, f->req_headers[i].name);
-        p = wstr(p, hval(e, &f->req_headers[i]));
+        p = wstr(p, sval(e, 0, i, &f->req_headers[i]));
     }
     for (size_t i = 0; i < f->n_res_headers; i++) {
         const fy_cs_header_t *h = &f->res_headers[i];
         p = wstr(p, h->name);
-        fy_str_t v = hval(e, h);
+        fy_str_t v = sval(e, 1, i, h);
         if (!ct[0] && h->name.len == 12 && fy_str_ieq(h->name, "content-type", 12)) {
             ct[0] = (uint32_t)(p + 4 - dst);
             ct[1] = (uint32_t)v.len;

@@ -137,7 +137,7 @@ static void seg_free_strs(seg_t *s)
 static char *put_str(char **at, fy_str_t s)
 {
     char *p = *at;
-    if (s.len) memcpy(p, s.p, s.len);
+    fy__cs_copy(p, s.p, s.len);
     p[s.len] = 0;
     *at += s.len + 1;
     return p;

@@ -142,7 +142,7 @@ typedef struct cap_layer {
     fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
 } cap_layer_t;
 
-/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 256 bytes)
+/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 64 bytes)
    in the exchange's arena, so a small body never costs a body-cap allocation (nor, starting
    small, an arena block of its own: 4 KiB was a malloc per flow). Bytes available. */
 static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len, size_t *cap,
@@ -150,7 +150,7 @@ static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len,
 {
     size_t room = c->max - len, k = want < room ? want : room;
     if (len + k > *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
+        size_t nc = *cap ? *cap * 2 : 64;
         while (nc < len + k) nc *= 2;
         if (nc > c->max) nc = c->max;
         char *nb = fy_arena_alloc(ex->arena, nc);
@@ -393,9 +393,11 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     if (c->max && !c->ws && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
     f.stream_id = ex->stream_id;
     size_t nws = c->ws ? c->ws->n + 1 : 0;
-    /* without a tunnel there are only the four timings (fy__insp_meta) */
-    size_t mmax = ex->tunnel ? FY__INSP_MAX_META : 4;
-    fy_cs_header_t *meta = fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta);
+    /* the store encodes the flow before fy_cs_submit returns: the meta may be on the stack,
+       which keeps the exchange's arena in its first block (a malloc per flow, else) */
+    fy_cs_header_t local[FY__INSP_MAX_META];
+    size_t mmax = FY__INSP_MAX_META;
+    fy_cs_header_t *meta = nws ? fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta) : local;
     f.meta = meta;
     f.n_meta = fy__insp_meta(ex, meta, mmax);
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);

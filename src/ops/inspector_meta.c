@@ -26,7 +26,7 @@ static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, 
                    size_t name_len, int32_t us)
 {
     if (*n >= max) return;
-    char t[12], *e = t + sizeof t, *q = e;
+    char *t = fy_arena_alloc(ex->arena, 12), *e = t + 12, *q = e; /* written from its end */
     if (us < 0) {
         *--q = '1';
         *--q = '-';
@@ -35,11 +35,8 @@ static void put_us(fy_exchange_t *ex, fy_cs_header_t *m, size_t *n, size_t max, 
         do *--q = (char)('0' + v % 10);
         while ((v /= 10) != 0);
     }
-    size_t len = (size_t)(e - q);
-    char *v = fy_arena_alloc(ex->arena, len);
-    memcpy(v, q, len);
     m[*n].name = fy_str(name, name_len);
-    m[*n].value = fy_str(v, len);
+    m[*n].value = fy_str(q, (size_t)(e - q));
     (*n)++;
 }
 
