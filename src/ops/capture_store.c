@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -741,7 +742,17 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf)
                  cs->conf.dir, strerror(-e));
     rebuild(cs);
     enforce_bounds(cs);
-    if (pthread_create(&cs->writer, NULL, writer_main, cs) != 0) {
+    /* the server may start the store before main blocks the signals it waits for: a
+       SIGTERM delivered to this thread would end the process (seen as exit -15 in tests) */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    int rc = pthread_create(&cs->writer, NULL, writer_main, cs);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         fy_cs_close(cs);
         return NULL;
     }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,17 @@ fy_inspector_t *fy_inspector_start(const fy_inspector_conf_t *c, const char *dat
     ins->store = fy_cs_open(&sc);
     free(rh);
     free(rj);
-    if (!ins->store || pthread_create(&ins->thread, NULL, fy__insp_http_main, ins) != 0) {
+    /* started before main blocks the signals it waits for: this thread (and the connection
+       threads it starts) must not take a SIGTERM, whose default would end the process */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    int rc = ins->store ? pthread_create(&ins->thread, NULL, fy__insp_http_main, ins) : -1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         fy_log(FY_LOG_EMERG, "inspector: cannot start its threads");
         fy_cs_close(ins->store);
         close(fd);
@@ -277,7 +288,8 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
        (CONNECT, WebTransport) are not flows */
     bool ws = ex->req.protocol.len == 9 && fy_str_ieq(ex->req.protocol, "websocket", 9);
     if (!ws && (ex->req.method_id == FY_M_CONNECT || ex->req.protocol.len)) return FY_FILTER_NEXT;
-    bool sampled = !f->route || (f->sample > 0 && (int)(rnd() % 100) < f->sample);
+    bool sampled =
+        !f->route || f->sample >= 100 || (f->sample > 0 && (int)(rnd() % 100) < f->sample);
     bool cond = f->status_min || f->slower || f->header;
     if (!sampled && !cond) {
         atomic_fetch_add_explicit(&f->ins->sampled_out, 1, memory_order_relaxed);
