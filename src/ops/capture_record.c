@@ -50,22 +50,22 @@ static inline fy_str_t sval(const fy__cs_rec_edit_t *e, int d, size_t i, const f
 
 size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e)
 {
-    e->red[0] = e->red[1] = 0;
-    if (e->hred)
-        for (int d = 0; d < 2; d++) {
-            const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
-            size_t nh = d ? f->n_res_headers : f->n_req_headers;
-            for (size_t i = 0; i < nh && i < 64; i++)
-                if (fy__cs_hred_match(e->hred, h[i].name)) e->red[d] |= 1ull << i;
-        }
     size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
     n += f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len;
     n += e->req_body.len + e->res_body.len;
     n += (f->n_req_headers + f->n_res_headers) * 8;
-    for (size_t i = 0; i < f->n_req_headers; i++)
-        n += f->req_headers[i].name.len + sval(e, 0, i, &f->req_headers[i]).len;
-    for (size_t i = 0; i < f->n_res_headers; i++)
-        n += f->res_headers[i].name.len + sval(e, 1, i, &f->res_headers[i]).len;
+    /* one pass per direction: the redaction mask and the sizes together */
+    for (int d = 0; d < 2; d++) {
+        const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
+        size_t nh = d ? f->n_res_headers : f->n_req_headers;
+        uint64_t m = 0;
+        for (size_t i = 0; i < nh; i++) {
+            bool r = e->hred && fy__cs_hred_match(e->hred, h[i].name);
+            if (r && i < 64) m |= 1ull << i;
+            n += h[i].name.len + (r ? red.len : h[i].value.len);
+        }
+        e->red[d] = m;
+    }
     if (f->n_meta) {
         n += 4 + f->n_meta * 8;
         for (size_t i = 0; i < f->n_meta; i++)
