@@ -94,6 +94,20 @@ static inline char *wstr(char *p, fy_str_t s)
     return p + s.len;
 }
 
+/* Is name "content-type" in any case? Two overlapping 8-byte words with ASCII letters
+   folded (| 0x20: only '\r' would fold to '-', which position 7 rules out), not a byte loop. */
+static inline bool is_ctype(fy_str_t name)
+{
+    if (name.len != 12 || name.p[7] != '-') return false;
+    uint64_t a, b, fa, fb;
+    memcpy(&a, name.p, 8);
+    memcpy(&b, name.p + 4, 8);
+    memcpy(&fa, "content-", 8);
+    memcpy(&fb, "ent-type", 8);
+    const uint64_t fold = 0x2020202020202020ull;
+    return ((a | fold) == fa) && ((b | fold) == fb);
+}
+
 void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e, uint64_t id,
                        uint32_t ct[2])
 {
@@ -126,7 +140,7 @@ void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t
         const fy_cs_header_t *h = &f->res_headers[i];
         p = wstr(p, h->name);
         fy_str_t v = sval(e, 1, i, h);
-        if (!ct[0] && h->name.len == 12 && fy_str_ieq(h->name, "content-type", 12)) {
+        if (!ct[0] && is_ctype(h->name)) {
             ct[0] = (uint32_t)(p + 4 - dst);
             ct[1] = (uint32_t)v.len;
         }

@@ -129,7 +129,28 @@ static void test_roundtrip(void)
     free(buf);
 }
 
+static void test_ctype_position(void)
+{
+    fy_cs_header_t rs[] = {{FY_STR_LIT("Content-Typf"), FY_STR_LIT("x")},
+                           {FY_STR_LIT("content_type"), FY_STR_LIT("z")},
+                           {FY_STR_LIT("CONTENT-TYPE"), FY_STR_LIT("y")}};
+    fy_cs_flow_t f = {.method = FY_STR_LIT("GET"), .res_headers = rs, .n_res_headers = 3};
+    fy__cs_rec_edit_t e = {0};
+    size_t n = fy__cs_rec_size(&f, &e);
+    char *buf = malloc(n);
+    uint32_t ct[2];
+    fy__cs_rec_encode(buf, &f, &e, 1, ct);
+    CHECK_EQ_INT(ct[1], 1);
+    CHECK(ct[0] < n && buf[ct[0]] == 'y');
+    fy_cs_entry_t a;
+    fy_str_t sa[4];
+    CHECK_EQ_INT(fy__cs_rec_index(buf, n, &a, sa), 0);
+    CHECK_STRN(sa[3].p, sa[3].len, "y");
+    free(buf);
+}
+
 FY_TEST_MAIN({
+    test_ctype_position();
     test_hred();
     test_copy();
     test_roundtrip();
