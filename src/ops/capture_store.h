@@ -16,8 +16,8 @@
  * encodes its record once, straight into the queue (a buffer the writer swaps for an empty one),
  * without waiting for the disk; a full queue (max_queue flows or max_queue_bytes of records)
  * drops the flow and counts it. One writer thread appends the queued records and indexes them;
- * a write error (disk full, directory gone) drops the flow and counts it. Readers (fy_cs_list, fy_cs_load...) take the index lock and may
- * run on any thread. */
+ * a write error (disk full, directory gone) drops the flow and counts it. Readers (fy_cs_list,
+ * fy_cs_load...) take the index lock and may run on any thread. */
 #ifndef FY_OPS_CAPTURE_STORE_H
 #define FY_OPS_CAPTURE_STORE_H
 
