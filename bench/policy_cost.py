@@ -16,6 +16,7 @@ nginx-big-* rows put 64 KiB of text behind the proxy, plain and with gzip level 
 compress filter, nginx's gzip); they are slow under callgrind, so use --k 20,120 for them.
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -329,9 +330,14 @@ def main():
     ap.add_argument("--k", default="200,1200")
     ap.add_argument("--rows", default="plain,jwt-hs256,jwt-es256,transforms,transform-1hdr,"
                     "compress-skip")
+    # keep the callgrind outputs (and configs) in this folder for callgrind_annotate
+    ap.add_argument("--keep-tmp", metavar="DIR", default=None)
     a = ap.parse_args()
     k1, k2 = (int(x) for x in a.k.split(","))
-    with tempfile.TemporaryDirectory() as tmp:
+    if a.keep_tmp:
+        os.makedirs(a.keep_tmp, exist_ok=True)
+    with (contextlib.nullcontext(os.path.abspath(a.keep_tmp)) if a.keep_tmp
+          else tempfile.TemporaryDirectory()) as tmp:
         subprocess.run(["cc", "-std=c17", "-O2", "-o", f"{tmp}/bare", f"{HERE}/bare.c"],
                        check=True)
         origin = free_port()

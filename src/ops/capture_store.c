@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "ops/capture_record.h"
 
 /* ---- record format ----
  * "FYR1", u32 record length, then (little-endian, as the host writes it):
@@ -25,31 +27,37 @@
  * u32 length + bytes: method, scheme, authority, target, error, the request headers (name,
  * value)..., the response headers, the request body, the response body; then, optionally (a
  * record that ends here has none), u32 n_meta and the meta (name, value) strings. */
-#define REC_MAGIC "FYR1"
-#define REC_FIXED (8 + 8 + 8 + 4 * 6 + 8 + 8 + 4 + 4)
-#define REC_MAX (256u << 20) /* a record longer than this is corrupt */
+#define REC_MAGIC FY__CS_REC_MAGIC
+#define REC_FIXED FY__CS_REC_FIXED
+#define REC_MAX FY__CS_REC_MAX
 
-typedef struct qitem {
-    struct qitem *next;
-    size_t bytes;
-    fy_cs_flow_t f; /* strings point into the same allocation */
-} qitem_t;
+/* Index strings, bump-allocated per segment: a segment's entries go with it (drop_oldest). */
+typedef struct strchunk {
+    struct strchunk *next;
+    size_t len, cap;
+    char data[];
+} strchunk_t;
 
 typedef struct seg {
     uint64_t seq;
     uint64_t size;
     int64_t newest_us;
+    strchunk_t *strs; /* owned: its entries' strings */
 } seg_t;
 
 struct fy_cs {
     fy_cs_conf_t conf;
     char **redact_headers; /* owned, NULL-terminated (defaults + configured) */
     char **redact_json;    /* owned, NULL-terminated */
+    fy__cs_hred_t hred;    /* redact_headers compiled */
 
     /* queue (qlock) */
     pthread_mutex_t qlock;
     pthread_cond_t qcond, qdone;
-    qitem_t *qhead, **qtail;
+    char *q; /* encoded records back to back (malloc), q_len of q_cap bytes */
+    size_t q_len, q_cap;
+    uint32_t (*qct)[2]; /* per queued record: its Content-Type (fy__cs_rec_encode) */
+    size_t qct_cap;
     size_t qn;
     uint64_t qbytes;
     uint64_t submitted, handled; /* flush waits for handled to reach submitted */
@@ -73,50 +81,6 @@ struct fy_cs {
     atomic_uint_fast64_t dropped_queue;
 };
 
-/* ---- small buffers ---- */
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static void bgrow(buf_t *b, size_t n)
-{
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + n) cap *= 2;
-    b->p = fy_xrealloc(b->p, cap);
-    b->cap = cap;
-}
-
-/* Inline with a constant-size copy for the fixed fields: the record's fifty-odd appends were
-   the writer's largest cost per flow (callgrind, bench/policy_cost.py capture row). */
-static inline void bput(buf_t *b, const void *p, size_t n)
-{
-    if (__builtin_expect(b->len + n > b->cap, 0)) bgrow(b, n);
-    if (n) memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-static inline void bu32(buf_t *b, uint32_t v)
-{
-    if (__builtin_expect(b->len + 4 > b->cap, 0)) bgrow(b, 4);
-    memcpy(b->p + b->len, &v, 4);
-    b->len += 4;
-}
-
-static inline void bu64(buf_t *b, uint64_t v)
-{
-    if (__builtin_expect(b->len + 8 > b->cap, 0)) bgrow(b, 8);
-    memcpy(b->p + b->len, &v, 8);
-    b->len += 8;
-}
-
-static inline __attribute__((always_inline)) void bstr(buf_t *b, fy_str_t s)
-{
-    bu32(b, (uint32_t)s.len);
-    bput(b, s.p, s.len);
-}
-
 static int64_t now_us(void)
 {
     struct timeval tv;
@@ -126,21 +90,9 @@ static int64_t now_us(void)
 
 /* ---- redaction ---- */
 
-static bool ieq(fy_str_t a, const char *lower)
-{
-    size_t n = strlen(lower);
-    if (a.len != n) return false;
-    for (size_t i = 0; i < n; i++)
-        if (fy_lower(a.p[i]) != lower[i]) return false;
-    return true;
-}
-
 bool fy_cs_header_redacted(const fy_cs_t *cs, fy_str_t name)
 {
-    if (!cs->conf.redact) return false;
-    for (char **h = cs->redact_headers; *h; h++)
-        if (ieq(name, *h)) return true;
-    return false;
+    return cs->conf.redact && fy__cs_hred_match(&cs->hred, name);
 }
 
 char *fy_cs_redact_body(const fy_cs_t *cs, const char *body, size_t len, size_t *out_len)
@@ -156,22 +108,47 @@ static void seg_path(const fy_cs_t *cs, uint64_t seq, char *out, size_t n)
     snprintf(out, n, "%s/seg-%016" PRIx64 ".fys", cs->conf.dir, seq);
 }
 
-static void entry_free(fy_cs_entry_t *e)
+/* n bytes for index strings of segment s */
+static char *seg_alloc(seg_t *s, size_t n)
 {
-    free(e->method); /* one block: the other strings follow it (index_add) */
+    strchunk_t *c = s->strs;
+    if (!c || c->cap - c->len < n) {
+        size_t cap = n > 16000 ? n : 16000;
+        c = fy_xmalloc(sizeof *c + cap);
+        c->next = s->strs;
+        c->len = 0;
+        c->cap = cap;
+        s->strs = c;
+    }
+    char *p = c->data + c->len;
+    c->len += n;
+    return p;
+}
+
+static void seg_free_strs(seg_t *s)
+{
+    for (strchunk_t *c = s->strs, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    s->strs = NULL;
 }
 
 /* s NUL-terminated at *at, which moves past it */
 static char *put_str(char **at, fy_str_t s)
 {
     char *p = *at;
-    if (s.len) memcpy(p, s.p, s.len);
+    fy__cs_copy(p, s.p, s.len);
     p[s.len] = 0;
     *at += s.len + 1;
     return p;
 }
 
-static void index_add(fy_cs_t *cs, const fy_cs_flow_t *f, uint64_t seg, uint64_t off, uint32_t len)
+/* Index the record rec[0..len) at off in segment s (ilock held, or before the writer runs).
+   ct: NULL for a record read back (-EIO when it is not a valid one), or the Content-Type
+   position fy__cs_rec_encode gave for one the store encoded. */
+static int index_add(fy_cs_t *cs, seg_t *s, const char *rec, uint64_t off, uint32_t len,
+                     const uint32_t *ct)
 {
     if (cs->elen == cs->ecap) {
         if (cs->estart > cs->elen / 2) {
@@ -183,34 +160,26 @@ static void index_add(fy_cs_t *cs, const fy_cs_flow_t *f, uint64_t seg, uint64_t
             cs->ents = fy_xrealloc(cs->ents, cs->ecap * sizeof *cs->ents);
         }
     }
-    fy_cs_entry_t *e = &cs->ents[cs->elen++];
-    memset(e, 0, sizeof *e);
-    e->id = f->id;
-    e->start_us = f->start_us;
-    e->duration_ms = f->duration_ms;
-    e->status = f->status;
-    e->version = f->version;
-    e->stream_id = f->stream_id;
-    e->flags = f->flags;
-    e->req_size = f->req_size;
-    e->res_size = f->res_size;
-    fy_str_t ct = FY_STR_LIT("");
-    for (size_t i = 0; i < f->n_res_headers; i++)
-        if (f->res_headers[i].name.len == 12 && ieq(f->res_headers[i].name, "content-type")) {
-            ct = f->res_headers[i].value;
-            break;
-        }
-    /* one allocation per entry (was four: a tenth of the writer's work per flow) */
-    char *at = fy_xmalloc(f->method.len + f->authority.len + f->target.len + ct.len + 4);
-    e->method = put_str(&at, f->method);
-    e->host = put_str(&at, f->authority);
-    e->target = put_str(&at, f->target);
-    e->ctype = put_str(&at, ct);
-    e->seg = seg;
+    fy_cs_entry_t *e = &cs->ents[cs->elen];
+    fy_str_t str[4];
+    if (ct)
+        fy__cs_rec_index_encoded(rec, ct, e, str);
+    else if (fy__cs_rec_index(rec, len, e, str) < 0)
+        return -EIO;
+    cs->elen++;
+    /* one bump allocation per entry from its segment's strings (was four mallocs) */
+    char *at = seg_alloc(s, str[0].len + str[1].len + str[2].len + str[3].len + 4);
+    e->method = put_str(&at, str[0]);
+    e->host = put_str(&at, str[1]);
+    e->target = put_str(&at, str[2]);
+    e->ctype = put_str(&at, str[3]);
+    e->seg = s->seq;
     e->off = off;
     e->len = len;
+    if (e->start_us > s->newest_us) s->newest_us = e->start_us;
     cs->st.flows++;
-    cs->st.last_id = f->id;
+    cs->st.last_id = e->id;
+    return 0;
 }
 
 /* Delete the oldest segment and its entries (ilock held). */
@@ -224,10 +193,11 @@ static void drop_oldest(fy_cs_t *cs)
     cs->nsegs--;
     cs->bytes -= s.size;
     while (cs->estart < cs->elen && cs->ents[cs->estart].seg == s.seq) {
-        entry_free(&cs->ents[cs->estart++]);
+        cs->estart++;
         cs->st.flows--;
         cs->st.deleted++;
     }
+    seg_free_strs(&s); /* after its entries: their strings are in it */
     if (cs->nsegs == 0 && cs->fd >= 0) {
         close(cs->fd);
         cs->fd = -1;
@@ -241,109 +211,6 @@ static void enforce_bounds(fy_cs_t *cs)
     while (cs->nsegs > 1 && cs->conf.max_age_ms &&
            cs->segs[0].newest_us < now - (int64_t)cs->conf.max_age_ms * 1000)
         drop_oldest(cs);
-}
-
-/* ---- decoding ---- */
-
-typedef struct rd {
-    const char *p;
-    size_t n, i;
-    bool bad;
-} rd_t;
-
-static uint32_t ru32(rd_t *r)
-{
-    uint32_t v = 0;
-    if (r->i + 4 > r->n) {
-        r->bad = true;
-        return 0;
-    }
-    memcpy(&v, r->p + r->i, 4);
-    r->i += 4;
-    return v;
-}
-
-static uint64_t ru64(rd_t *r)
-{
-    uint64_t v = 0;
-    if (r->i + 8 > r->n) {
-        r->bad = true;
-        return 0;
-    }
-    memcpy(&v, r->p + r->i, 8);
-    r->i += 8;
-    return v;
-}
-
-static fy_str_t rstr(rd_t *r)
-{
-    uint32_t n = ru32(r);
-    if (r->bad || n > r->n - r->i) {
-        r->bad = true;
-        return FY_STR_LIT("");
-    }
-    fy_str_t s = fy_str(r->p + r->i, n);
-    r->i += n;
-    return s;
-}
-
-/* Decode a whole record (magic and length included) held in buf. */
-static int decode(char *buf, size_t n, fy_cs_loaded_t *out)
-{
-    memset(out, 0, sizeof *out);
-    rd_t r = {buf, n, 8, false};
-    if (n < 8 + REC_FIXED || memcmp(buf, REC_MAGIC, 4) != 0) return -EIO;
-    fy_cs_flow_t *f = &out->f;
-    f->id = ru64(&r);
-    f->start_us = (int64_t)ru64(&r);
-    f->duration_ms = ru32(&r);
-    f->ttfb_ms = ru32(&r);
-    f->status = (int)ru32(&r);
-    f->version = (int)ru32(&r);
-    f->stream_id = ru32(&r);
-    f->flags = ru32(&r);
-    f->req_size = ru64(&r);
-    f->res_size = ru64(&r);
-    uint32_t nq = ru32(&r), ns = ru32(&r);
-    if (r.bad || nq > n / 8 || ns > n / 8) return -EIO;
-    out->hdrs = fy_xcalloc((size_t)nq + ns + 1, sizeof *out->hdrs);
-    f->method = rstr(&r);
-    f->scheme = rstr(&r);
-    f->authority = rstr(&r);
-    f->target = rstr(&r);
-    f->error = rstr(&r);
-    for (uint32_t i = 0; i < nq + ns; i++) {
-        out->hdrs[i].name = rstr(&r);
-        out->hdrs[i].value = rstr(&r);
-    }
-    f->req_headers = out->hdrs;
-    f->n_req_headers = nq;
-    f->res_headers = out->hdrs + nq;
-    f->n_res_headers = ns;
-    f->req_body = rstr(&r);
-    f->res_body = rstr(&r);
-    uint32_t nm = r.i < n ? ru32(&r) : 0;
-    if (!r.bad && nm && nm <= n / 8) {
-        fy_cs_header_t *m = fy_xcalloc(nm, sizeof *m);
-        for (uint32_t i = 0; i < nm; i++) {
-            m[i].name = rstr(&r);
-            m[i].value = rstr(&r);
-        }
-        out->meta = m;
-        f->meta = m;
-        f->n_meta = nm;
-    } else if (nm) {
-        r.bad = true;
-    }
-    if (r.bad) {
-        free(out->meta);
-        out->meta = NULL;
-        free(out->hdrs);
-        out->hdrs = NULL;
-        return -EIO;
-    }
-    out->buf = buf;
-    return 0;
 }
 
 void fy_cs_loaded_free(fy_cs_loaded_t *l)
@@ -364,7 +231,7 @@ static int read_record(const fy_cs_t *cs, uint64_t seg, uint64_t off, uint32_t l
     char *buf = fy_xmalloc(len ? len : 1);
     ssize_t got = pread(fd, buf, len, (off_t)off);
     close(fd);
-    if (got != (ssize_t)len || decode(buf, len, out) < 0) {
+    if (got != (ssize_t)len || fy__cs_rec_decode(buf, len, out) < 0) {
         free(buf);
         return -EIO;
     }
@@ -396,6 +263,8 @@ static void rebuild(fy_cs_t *cs)
             cs->segs[j] = cs->segs[j - 1];
             cs->segs[j - 1] = t;
         }
+    char *buf = NULL; /* one record at a time, indexed in place */
+    size_t bufcap = 0;
     for (size_t s = 0; s < cs->nsegs; s++) {
         char path[4096];
         seg_path(cs, cs->segs[s].seq, path, sizeof path);
@@ -411,20 +280,20 @@ static void rebuild(fy_cs_t *cs)
             uint32_t len;
             memcpy(&len, h + 4, 4);
             if (len < 8 + REC_FIXED || len > REC_MAX || off + len > cs->segs[s].size) break;
-            char *buf = fy_xmalloc(len);
-            fy_cs_loaded_t l;
-            if (pread(fd, buf, len, (off_t)off) != (ssize_t)len || decode(buf, len, &l) < 0) {
-                free(buf);
-                break;
+            if (len > bufcap) {
+                bufcap = len;
+                buf = fy_xrealloc(buf, bufcap);
             }
-            index_add(cs, &l.f, cs->segs[s].seq, off, len);
-            if (l.f.id >= cs->next_id) cs->next_id = l.f.id + 1;
-            if (l.f.start_us > cs->segs[s].newest_us) cs->segs[s].newest_us = l.f.start_us;
-            fy_cs_loaded_free(&l);
+            if (pread(fd, buf, len, (off_t)off) != (ssize_t)len ||
+                index_add(cs, &cs->segs[s], buf, off, len, NULL) < 0)
+                break;
             off += len;
         }
         close(fd);
     }
+    free(buf);
+    for (size_t i = cs->estart; i < cs->elen; i++)
+        if (cs->ents[i].id >= cs->next_id) cs->next_id = cs->ents[i].id + 1;
     cs->st.flows = cs->elen - cs->estart;
 }
 
@@ -449,60 +318,6 @@ static char *redact_ws(fy_cs_t *cs, fy_cs_header_t m, size_t *len)
     *len = head + rl;
     free(r);
     return v;
-}
-
-static void encode(fy_cs_t *cs, const fy_cs_flow_t *f, buf_t *b)
-{
-    static const fy_str_t red = FY_STR_LIT("[redacted]");
-    size_t start = b->len;
-    bput(b, REC_MAGIC, 4);
-    bu32(b, 0); /* length, filled below */
-    bu64(b, f->id);
-    bu64(b, (uint64_t)f->start_us);
-    bu32(b, f->duration_ms);
-    bu32(b, f->ttfb_ms);
-    bu32(b, (uint32_t)f->status);
-    bu32(b, (uint32_t)f->version);
-    bu32(b, f->stream_id);
-    bu32(b, f->flags);
-    bu64(b, f->req_size);
-    bu64(b, f->res_size);
-    bu32(b, (uint32_t)f->n_req_headers);
-    bu32(b, (uint32_t)f->n_res_headers);
-    bstr(b, f->method);
-    bstr(b, f->scheme);
-    bstr(b, f->authority);
-    bstr(b, f->target);
-    bstr(b, f->error);
-    for (int dir = 0; dir < 2; dir++) {
-        const fy_cs_header_t *h = dir ? f->res_headers : f->req_headers;
-        size_t n = dir ? f->n_res_headers : f->n_req_headers;
-        for (size_t i = 0; i < n; i++) {
-            bstr(b, h[i].name);
-            bstr(b, fy_cs_header_redacted(cs, h[i].name) ? red : h[i].value);
-        }
-    }
-    for (int dir = 0; dir < 2; dir++) {
-        fy_str_t body = dir ? f->res_body : f->req_body;
-        size_t rl = 0;
-        char *r = cs->conf.redact ? fy_cs_redact_json(body.p, body.len,
-                                                      (const char *const *)cs->redact_json, &rl)
-                                  : NULL;
-        bstr(b, r ? fy_str(r, rl) : body);
-        free(r);
-    }
-    if (f->n_meta) {
-        bu32(b, (uint32_t)f->n_meta);
-        for (size_t i = 0; i < f->n_meta; i++) {
-            bstr(b, f->meta[i].name);
-            size_t rl = 0;
-            char *r = cs->conf.redact ? redact_ws(cs, f->meta[i], &rl) : NULL;
-            bstr(b, r ? fy_str(r, rl) : f->meta[i].value);
-            free(r);
-        }
-    }
-    uint32_t len = (uint32_t)(b->len - start);
-    memcpy(b->p + start + 4, &len, 4);
 }
 
 /* mkdir -p (0700); 0 or -errno */
@@ -558,21 +373,28 @@ static void log_drop(fy_cs_t *cs, int err)
     }
 }
 
-/* Encode items[0..n) and append them with as few writes as segments allow (one per segment
- * touched), then index them. A failed write drops its records and counts them. */
-static void write_batch(fy_cs_t *cs, qitem_t **items, size_t n)
+/* Append the records q[0..len) (n of them) with as few writes as segments allow (one per
+ * segment touched), then index them. A failed write drops its records and counts them.
+ * *offs: the writer's scratch array of record offsets. */
+static void write_batch(fy_cs_t *cs, const char *q, const uint32_t (*ct)[2], size_t n,
+                        size_t **offs, size_t *offcap)
 {
-    buf_t b = {0};
-    size_t *offs = fy_xmalloc((n + 1) * sizeof *offs);
-    for (size_t i = 0; i < n; i++) {
-        offs[i] = b.len;
-        encode(cs, &items[i]->f, &b);
+    if (n + 1 > *offcap) {
+        *offcap = n + 1 > 2 * *offcap ? n + 1 : 2 * *offcap;
+        *offs = fy_xrealloc(*offs, *offcap * sizeof **offs);
     }
-    offs[n] = b.len;
+    size_t *o = *offs, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        o[i] = at;
+        uint32_t rl;
+        memcpy(&rl, q + at + 4, 4);
+        at += rl;
+    }
+    o[n] = at;
     pthread_mutex_lock(&cs->ilock);
     size_t i = 0;
     while (i < n) {
-        size_t first = offs[i + 1] - offs[i];
+        size_t first = o[i + 1] - o[i];
         if (cs->fd >= 0 && cs->segs[cs->nsegs - 1].size &&
             cs->segs[cs->nsegs - 1].size + first > cs->conf.segment_size) {
             close(cs->fd);
@@ -586,18 +408,15 @@ static void write_batch(fy_cs_t *cs, qitem_t **items, size_t n)
         }
         seg_t *s = &cs->segs[cs->nsegs - 1];
         size_t j = i + 1;
-        while (j < n && s->size + (offs[j + 1] - offs[i]) <= cs->conf.segment_size) j++;
-        size_t len = offs[j] - offs[i];
-        ssize_t w = write(cs->fd, b.p + offs[i], len);
-        if (w == (ssize_t)len) {
-            for (size_t k = i; k < j; k++) {
-                const fy_cs_flow_t *f = &items[k]->f;
-                index_add(cs, f, s->seq, s->size + (offs[k] - offs[i]),
-                          (uint32_t)(offs[k + 1] - offs[k]));
-                if (f->start_us > s->newest_us) s->newest_us = f->start_us;
-            }
-            s->size += len;
-            cs->bytes += len;
+        while (j < n && s->size + (o[j + 1] - o[i]) <= cs->conf.segment_size) j++;
+        size_t wl = o[j] - o[i];
+        ssize_t w = write(cs->fd, q + o[i], wl);
+        if (w == (ssize_t)wl) {
+            for (size_t k = i; k < j; k++)
+                index_add(cs, s, q + o[k], s->size + (o[k] - o[i]), (uint32_t)(o[k + 1] - o[k]),
+                          ct[k]);
+            s->size += wl;
+            cs->bytes += wl;
             cs->st.stored += j - i;
         } else {
             err = w < 0 ? -errno : -ENOSPC;
@@ -613,160 +432,167 @@ static void write_batch(fy_cs_t *cs, qitem_t **items, size_t n)
     enforce_bounds(cs);
     pthread_cond_broadcast(&cs->icond);
     pthread_mutex_unlock(&cs->ilock);
-    free(offs);
-    free(b.p);
 }
 
-#define BATCH_MAX 1024
-#define LINGER_NS 2000000 /* after a wake-up, let a few more flows arrive (2 ms) */
+#define BATCH_LINGER 256    /* fewer flows queued than this: linger after a wake-up */
+#define LINGER_NS 2000000   /* after a wake-up, let a few more flows arrive (2 ms) */
+#define KEEP_BUF (4u << 20) /* a queue buffer larger than this is freed once written */
 
 static void *writer_main(void *arg)
 {
     fy_cs_t *cs = arg;
-    qitem_t **items = fy_xmalloc(BATCH_MAX * sizeof *items);
+    char *w = NULL; /* the writer's half of the double buffer */
+    uint32_t(*wct)[2] = NULL;
+    size_t wcap = 0, wct_cap = 0, *offs = NULL, offcap = 0;
     pthread_mutex_lock(&cs->qlock);
     for (;;) {
-        while (!cs->qhead && !cs->stop) {
+        while (!cs->qn && !cs->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
             cs->writer_idle = true;
             pthread_cond_timedwait(&cs->qcond, &cs->qlock, &ts);
             cs->writer_idle = false;
-            if (!cs->qhead) { /* idle: the age bound still applies */
+            if (!cs->qn) { /* idle: the age bound still applies */
                 pthread_mutex_unlock(&cs->qlock);
                 pthread_mutex_lock(&cs->ilock);
                 enforce_bounds(cs);
                 pthread_mutex_unlock(&cs->ilock);
                 pthread_mutex_lock(&cs->qlock);
-            } else if (!cs->stop && !cs->flushing && cs->qn < BATCH_MAX / 4) {
+            } else if (!cs->stop && !cs->flushing && cs->qn < BATCH_LINGER) {
                 pthread_mutex_unlock(&cs->qlock);
                 struct timespec l = {0, LINGER_NS};
                 nanosleep(&l, NULL);
                 pthread_mutex_lock(&cs->qlock);
             }
         }
-        if (!cs->qhead) break; /* stopping and empty */
-        size_t n = 0;
-        while (cs->qhead && n < BATCH_MAX) {
-            qitem_t *q = cs->qhead;
-            cs->qhead = q->next;
-            cs->qn--;
-            cs->qbytes -= q->bytes;
-            items[n++] = q;
-        }
-        if (!cs->qhead) cs->qtail = &cs->qhead;
+        if (!cs->qn) break; /* stopping and empty */
+        /* take the whole queue: swap buffers, so submitters never wait for the disk */
+        char *q = cs->q;
+        uint32_t(*ct)[2] = cs->qct;
+        size_t n = cs->qn, cap = cs->q_cap, ct_cap = cs->qct_cap;
+        cs->q = w;
+        cs->q_cap = wcap;
+        cs->qct = wct;
+        cs->qct_cap = wct_cap;
+        cs->q_len = 0;
+        cs->qn = 0;
+        cs->qbytes = 0;
         pthread_mutex_unlock(&cs->qlock);
-        write_batch(cs, items, n);
-        for (size_t i = 0; i < n; i++) free(items[i]);
+        write_batch(cs, q, (const uint32_t(*)[2])ct, n, &offs, &offcap);
+        if (cap > KEEP_BUF) {
+            free(q);
+            q = NULL;
+            cap = 0;
+            free(ct);
+            ct = NULL;
+            ct_cap = 0;
+        }
+        w = q;
+        wcap = cap;
+        wct = ct;
+        wct_cap = ct_cap;
         pthread_mutex_lock(&cs->qlock);
         cs->handled += n;
         pthread_cond_broadcast(&cs->qdone);
     }
     pthread_mutex_unlock(&cs->qlock);
-    free(items);
+    free(w);
+    free(wct);
+    free(offs);
     return NULL;
 }
 
 /* ---- submit ---- */
 
-static size_t flow_bytes(const fy_cs_flow_t *f)
+/* The WebSocket text messages of f redacted (NULL when none changed; else n_meta values, the
+   changed ones malloc'd: free them with free_meta). */
+static fy_str_t *redact_meta(fy_cs_t *cs, const fy_cs_flow_t *f)
 {
-    size_t n = f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len +
-               f->req_body.len + f->res_body.len;
-    n += (f->n_req_headers + f->n_res_headers) * sizeof(fy_cs_header_t);
-    for (size_t i = 0; i < f->n_req_headers; i++)
-        n += f->req_headers[i].name.len + f->req_headers[i].value.len;
-    for (size_t i = 0; i < f->n_res_headers; i++)
-        n += f->res_headers[i].name.len + f->res_headers[i].value.len;
-    n += f->n_meta * sizeof(fy_cs_header_t);
-    for (size_t i = 0; i < f->n_meta; i++) n += f->meta[i].name.len + f->meta[i].value.len;
-    return n;
+    fy_str_t *v = NULL;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        size_t rl = 0;
+        char *r = redact_ws(cs, f->meta[i], &rl);
+        if (!r) continue;
+        if (!v) {
+            v = fy_xmalloc(f->n_meta * sizeof *v);
+            for (size_t k = 0; k < f->n_meta; k++) v[k] = FY_STR_NULL;
+        }
+        v[i] = fy_str(r, rl);
+    }
+    for (size_t i = 0; v && i < f->n_meta; i++)
+        if (!v[i].p) v[i] = f->meta[i].value;
+    return v;
 }
 
-static fy_str_t cp(char **at, fy_str_t s)
+static void free_meta(const fy_cs_flow_t *f, fy_str_t *v)
 {
-    if (s.len) memcpy(*at, s.p, s.len);
-    fy_str_t r = fy_str(*at, s.len);
-    *at += s.len;
-    return r;
+    for (size_t i = 0; v && i < f->n_meta; i++)
+        if (v[i].p != f->meta[i].value.p) free((char *)v[i].p);
+    free(v);
 }
 
 int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
 {
-    size_t n = flow_bytes(f);
-    pthread_mutex_lock(&cs->qlock);
-    bool full = cs->stop || cs->qn >= cs->conf.max_queue ||
-                cs->qbytes + n + sizeof(qitem_t) > cs->conf.max_queue_bytes;
-    pthread_mutex_unlock(&cs->qlock);
-    if (full) {
-        atomic_fetch_add_explicit(&cs->dropped_queue, 1, memory_order_relaxed);
-        return -1;
-    }
-    qitem_t *q = malloc(sizeof *q + n);
-    if (!q) {
-        atomic_fetch_add_explicit(&cs->dropped_queue, 1, memory_order_relaxed);
-        return -1;
-    }
-    q->next = NULL;
-    q->bytes = sizeof *q + n;
-    q->f = *f;
-    fy_cs_flow_t *g = &q->f;
-    size_t nh = f->n_req_headers + f->n_res_headers + f->n_meta;
-    fy_cs_header_t *h = (fy_cs_header_t *)(q + 1);
-    char *at = (char *)(h + nh);
-    for (size_t i = 0; i < f->n_req_headers; i++) {
-        h[i].name = cp(&at, f->req_headers[i].name);
-        h[i].value = cp(&at, f->req_headers[i].value);
-    }
-    for (size_t i = 0; i < f->n_res_headers; i++) {
-        h[f->n_req_headers + i].name = cp(&at, f->res_headers[i].name);
-        h[f->n_req_headers + i].value = cp(&at, f->res_headers[i].value);
-    }
-    fy_cs_header_t *m = h + f->n_req_headers + f->n_res_headers;
-    for (size_t i = 0; i < f->n_meta; i++) {
-        m[i].name = cp(&at, f->meta[i].name);
-        m[i].value = cp(&at, f->meta[i].value);
-    }
-    g->req_headers = h;
-    g->res_headers = h + f->n_req_headers;
-    g->meta = m;
-    g->method = cp(&at, f->method);
-    g->scheme = cp(&at, f->scheme);
-    g->authority = cp(&at, f->authority);
-    g->target = cp(&at, f->target);
-    g->error = cp(&at, f->error);
+    fy__cs_rec_edit_t e = {.flags = f->flags, .hred = cs->conf.redact ? &cs->hred : NULL};
     uint64_t cap = cs->conf.body_cap;
-    if (f->req_body.len > cap) {
-        g->req_body.len = cap;
-        g->flags |= FY_CS_REQ_TRUNCATED;
+    e.req_body = fy_str(f->req_body.p, f->req_body.len > cap ? cap : f->req_body.len);
+    e.res_body = fy_str(f->res_body.p, f->res_body.len > cap ? cap : f->res_body.len);
+    if (f->req_body.len > cap) e.flags |= FY_CS_REQ_TRUNCATED;
+    if (f->res_body.len > cap) e.flags |= FY_CS_RES_TRUNCATED;
+    char *rq = NULL, *rs = NULL;
+    fy_str_t *mv = NULL;
+    if (cs->conf.redact && cs->redact_json[0]) {
+        const char *const *names = (const char *const *)cs->redact_json;
+        size_t rl = 0;
+        if ((rq = fy_cs_redact_json(e.req_body.p, e.req_body.len, names, &rl)))
+            e.req_body = fy_str(rq, rl);
+        if ((rs = fy_cs_redact_json(e.res_body.p, e.res_body.len, names, &rl)))
+            e.res_body = fy_str(rs, rl);
+        mv = f->n_meta ? redact_meta(cs, f) : NULL;
+        e.meta_values = mv;
     }
-    if (f->res_body.len > cap) {
-        g->res_body.len = cap;
-        g->flags |= FY_CS_RES_TRUNCATED;
-    }
-    g->req_body = cp(&at, fy_str(f->req_body.p, f->req_body.len > cap ? cap : f->req_body.len));
-    g->res_body = cp(&at, fy_str(f->res_body.p, f->res_body.len > cap ? cap : f->res_body.len));
+    size_t n = fy__cs_rec_size(f, &e);
+    int r = -1;
     pthread_mutex_lock(&cs->qlock);
-    if (cs->qn >= cs->conf.max_queue || cs->qbytes + q->bytes > cs->conf.max_queue_bytes ||
-        cs->stop) {
-        pthread_mutex_unlock(&cs->qlock);
-        free(q);
-        atomic_fetch_add_explicit(&cs->dropped_queue, 1, memory_order_relaxed);
-        return -1;
-    }
-    g->id = cs->next_id++; /* ids are given in queue order, under qlock */
-    *cs->qtail = q;
-    cs->qtail = &q->next;
-    cs->qn++;
-    cs->qbytes += q->bytes;
-    cs->submitted++;
-    if (cs->writer_idle) { /* one wake-up per batch, not per flow */
-        cs->writer_idle = false;
-        pthread_cond_signal(&cs->qcond);
+    if (!cs->stop && cs->qn < cs->conf.max_queue && cs->qbytes + n <= cs->conf.max_queue_bytes) {
+        if (cs->q_len + n > cs->q_cap) {
+            size_t nc = cs->q_cap ? cs->q_cap * 2 : 64 * 1024;
+            while (nc < cs->q_len + n) nc *= 2;
+            char *nq = realloc(cs->q, nc);
+            if (nq) {
+                cs->q = nq;
+                cs->q_cap = nc;
+            }
+        }
+        if (cs->qn == cs->qct_cap) {
+            size_t nc = cs->qct_cap ? cs->qct_cap * 2 : 256;
+            void *nq = realloc(cs->qct, nc * sizeof *cs->qct);
+            if (nq) {
+                cs->qct = nq;
+                cs->qct_cap = nc;
+            }
+        }
+        if (cs->q_len + n <= cs->q_cap && cs->qn < cs->qct_cap) {
+            /* ids are given in queue order, under qlock; encoded once, in place */
+            fy__cs_rec_encode(cs->q + cs->q_len, f, &e, cs->next_id++, cs->qct[cs->qn]);
+            cs->q_len += n;
+            cs->qn++;
+            cs->qbytes += n;
+            cs->submitted++;
+            r = 0;
+            if (cs->writer_idle) { /* one wake-up per batch, not per flow */
+                cs->writer_idle = false;
+                pthread_cond_signal(&cs->qcond);
+            }
+        }
     }
     pthread_mutex_unlock(&cs->qlock);
-    return 0;
+    if (r < 0) atomic_fetch_add_explicit(&cs->dropped_queue, 1, memory_order_relaxed);
+    free(rq);
+    free(rs);
+    free_meta(f, mv);
+    return r;
 }
 
 void fy_cs_flush(fy_cs_t *cs)
@@ -896,6 +722,7 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf)
     if (!cs->conf.max_queue) cs->conf.max_queue = 1;
     if (!cs->conf.max_queue_bytes) cs->conf.max_queue_bytes = 1;
     cs->redact_headers = strv(dflt_headers, conf->redact_headers, true);
+    fy__cs_hred_init(&cs->hred, (const char *const *)cs->redact_headers);
     cs->redact_json = strv(NULL, conf->redact_json, false);
     cs->conf.redact_headers = NULL;
     cs->conf.redact_json = NULL;
@@ -904,7 +731,6 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf)
     pthread_cond_init(&cs->qcond, NULL);
     pthread_cond_init(&cs->qdone, NULL);
     pthread_cond_init(&cs->icond, NULL);
-    cs->qtail = &cs->qhead;
     cs->fd = -1;
     cs->next_id = 1;
     int e = mkdirs(cs->conf.dir);
@@ -916,7 +742,17 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf)
                  cs->conf.dir, strerror(-e));
     rebuild(cs);
     enforce_bounds(cs);
-    if (pthread_create(&cs->writer, NULL, writer_main, cs) != 0) {
+    /* the server may start the store before main blocks the signals it waits for: a
+       SIGTERM delivered to this thread would end the process (seen as exit -15 in tests) */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    int rc = pthread_create(&cs->writer, NULL, writer_main, cs);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         fy_cs_close(cs);
         return NULL;
     }
@@ -932,12 +768,10 @@ void fy_cs_close(fy_cs_t *cs)
     pthread_cond_signal(&cs->qcond);
     pthread_mutex_unlock(&cs->qlock);
     if (started && cs->writer) pthread_join(cs->writer, NULL);
-    for (qitem_t *q = cs->qhead, *n; q; q = n) {
-        n = q->next;
-        free(q);
-    }
+    free(cs->q);
+    free(cs->qct);
     if (cs->fd >= 0) close(cs->fd);
-    for (size_t i = cs->estart; i < cs->elen; i++) entry_free(&cs->ents[i]);
+    for (size_t i = 0; i < cs->nsegs; i++) seg_free_strs(&cs->segs[i]);
     free(cs->ents);
     free(cs->segs);
     strv_free(cs->redact_headers);

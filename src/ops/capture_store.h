@@ -12,11 +12,12 @@
  * holds one small entry per stored flow, so memory follows the number of stored flows, which
  * max_size bounds.
  *
- * Threads: fy_cs_submit may be called from any thread (workers): it copies the flow and queues
- * it without waiting; a full queue (max_queue flows or max_queue_bytes) drops the flow and counts
- * it. One writer thread redacts, encodes and appends; a write error (disk full, directory gone)
- * drops the flow and counts it. Readers (fy_cs_list, fy_cs_load...) take the index lock and may
- * run on any thread. */
+ * Threads: fy_cs_submit may be called from any thread (workers): it redacts the flow and
+ * encodes its record once, straight into the queue (a buffer the writer swaps for an empty one),
+ * without waiting for the disk; a full queue (max_queue flows or max_queue_bytes of records)
+ * drops the flow and counts it. One writer thread appends the queued records and indexes them;
+ * a write error (disk full, directory gone) drops the flow and counts it. Readers (fy_cs_list,
+ * fy_cs_load...) take the index lock and may run on any thread. */
 #ifndef FY_OPS_CAPTURE_STORE_H
 #define FY_OPS_CAPTURE_STORE_H
 
@@ -123,7 +124,8 @@ fy_cs_t *fy_cs_open(const fy_cs_conf_t *conf);
 /* Stop the writer after it wrote what is queued, and free everything. */
 void fy_cs_close(fy_cs_t *cs);
 
-/* Queue a copy of f (id is assigned). Never blocks on the writer. 0, or -1 when dropped. */
+/* Queue f's record (id is assigned; f is not used after the call). Never blocks on the
+   writer (only on the queue's lock). 0, or -1 when dropped. */
 int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f);
 /* Wait until the writer has handled everything queued before the call (tests, export). */
 void fy_cs_flush(fy_cs_t *cs);

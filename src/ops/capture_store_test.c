@@ -54,6 +54,11 @@ static fy_cs_conf_t conf(const char *dir)
                           .max_queue_bytes = 64 << 20};
 }
 
+static bool ieq(fy_str_t a, const char *lower)
+{
+    return a.len == strlen(lower) && fy_str_ieq(a, lower, a.len);
+}
+
 static fy_str_t hdr(const fy_cs_flow_t *f, bool res, const char *lower)
 {
     const fy_cs_header_t *h = res ? f->res_headers : f->req_headers;

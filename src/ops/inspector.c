@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +80,17 @@ fy_inspector_t *fy_inspector_start(const fy_inspector_conf_t *c, const char *dat
     ins->store = fy_cs_open(&sc);
     free(rh);
     free(rj);
-    if (!ins->store || pthread_create(&ins->thread, NULL, fy__insp_http_main, ins) != 0) {
+    /* started before main blocks the signals it waits for: this thread (and the connection
+       threads it starts) must not take a SIGTERM, whose default would end the process */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    int rc = ins->store ? pthread_create(&ins->thread, NULL, fy__insp_http_main, ins) : -1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         fy_log(FY_LOG_EMERG, "inspector: cannot start its threads");
         fy_cs_close(ins->store);
         close(fd);
@@ -141,14 +153,15 @@ typedef struct cap_layer {
     fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
 } cap_layer_t;
 
-/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 4 KiB) in
-   the exchange's arena, so a small body never costs a body-cap allocation. Bytes available. */
+/* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 64 bytes)
+   in the exchange's arena, so a small body never costs a body-cap allocation (nor, starting
+   small, an arena block of its own: 4 KiB was a malloc per flow). Bytes available. */
 static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len, size_t *cap,
                       size_t want)
 {
     size_t room = c->max - len, k = want < room ? want : room;
     if (len + k > *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
+        size_t nc = *cap ? *cap * 2 : 64;
         while (nc < len + k) nc *= 2;
         if (nc > c->max) nc = c->max;
         char *nb = fy_arena_alloc(ex->arena, nc);
@@ -275,7 +288,8 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
        (CONNECT, WebTransport) are not flows */
     bool ws = ex->req.protocol.len == 9 && fy_str_ieq(ex->req.protocol, "websocket", 9);
     if (!ws && (ex->req.method_id == FY_M_CONNECT || ex->req.protocol.len)) return FY_FILTER_NEXT;
-    bool sampled = !f->route || (f->sample > 0 && (int)(rnd() % 100) < f->sample);
+    bool sampled =
+        !f->route || f->sample >= 100 || (f->sample > 0 && (int)(rnd() % 100) < f->sample);
     bool cond = f->status_min || f->slower || f->header;
     if (!sampled && !cond) {
         atomic_fetch_add_explicit(&f->ins->sampled_out, 1, memory_order_relaxed);
@@ -331,14 +345,16 @@ fy_filter_t *fy_inspector_filter_new(fy_inspector_t *ins, const fy_capture_route
 
 /* ---- the observer ---- */
 
-static fy_cs_header_t *conv(fy_exchange_t *ex, const fy_headers_t *hs)
+/* The exchange's headers are the store's as they are (no copy): the same two strings. */
+_Static_assert(sizeof(fy_header_t) == sizeof(fy_cs_header_t) &&
+                   offsetof(fy_header_t, name) == offsetof(fy_cs_header_t, name) &&
+                   offsetof(fy_header_t, value) == offsetof(fy_cs_header_t, value),
+               "fy_header_t and fy_cs_header_t differ");
+
+static const fy_cs_header_t *conv(const fy_headers_t *hs)
 {
-    fy_cs_header_t *v = fy_arena_alloc(ex->arena, (hs->n ? hs->n : 1) * sizeof *v);
-    for (size_t i = 0; i < hs->n; i++) {
-        v[i].name = hs->v[i].name;
-        v[i].value = hs->v[i].value;
-    }
-    return v;
+    static const fy_cs_header_t none;
+    return hs->n ? (const fy_cs_header_t *)hs->v : &none;
 }
 
 void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
@@ -377,9 +393,9 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.authority = ex->req.authority;
     f.target = ex->req.target;
     if (ex->error) f.error = fy_str(ex->error, strlen(ex->error));
-    f.req_headers = conv(ex, &ex->req.headers);
+    f.req_headers = conv(&ex->req.headers);
     f.n_req_headers = ex->req.headers.n;
-    f.res_headers = conv(ex, &ex->res.headers);
+    f.res_headers = conv(&ex->res.headers);
     f.n_res_headers = ex->res.headers.n;
     f.req_body = fy_str(c->req ? c->req : "", c->req_len);
     f.res_body = fy_str(c->res ? c->res : "", c->res_len);
@@ -389,9 +405,13 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     if (c->max && !c->ws && f.res_size > c->res_len) f.flags |= FY_CS_RES_TRUNCATED;
     f.stream_id = ex->stream_id;
     size_t nws = c->ws ? c->ws->n + 1 : 0;
-    fy_cs_header_t *meta = fy_arena_alloc(ex->arena, (FY__INSP_MAX_META + nws) * sizeof *meta);
+    /* the store encodes the flow before fy_cs_submit returns: the meta may be on the stack,
+       which keeps the exchange's arena in its first block (a malloc per flow, else) */
+    fy_cs_header_t local[FY__INSP_MAX_META];
+    size_t mmax = FY__INSP_MAX_META;
+    fy_cs_header_t *meta = nws ? fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta) : local;
     f.meta = meta;
-    f.n_meta = fy__insp_meta(ex, meta, FY__INSP_MAX_META);
+    f.n_meta = fy__insp_meta(ex, meta, mmax);
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }

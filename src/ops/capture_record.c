@@ -1,0 +1,349 @@
+/* The capture store's records: sized, then encoded in one pass into memory the caller holds
+ * (the store's queue), so a flow is copied once on its way to disk; parsed for the index in
+ * place. */
+#include "ops/capture_record.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+void fy__cs_hred_init(fy__cs_hred_t *t, const char *const *names)
+{
+    memset(t, 0, sizeof *t);
+    t->names = names;
+    for (const char *const *h = names; h && *h; h++) {
+        size_t n = strlen(*h);
+        if (!n) continue;
+        t->lens |= 1ull << (n < 63 ? n : 63);
+        unsigned char c = (unsigned char)fy_lower((*h)[0]);
+        t->first[c >> 3] |= (uint8_t)(1u << (c & 7));
+    }
+}
+
+bool fy__cs_hred_slow(const fy__cs_hred_t *t, fy_str_t name)
+{
+    for (const char *const *h = t->names; h && *h; h++) {
+        size_t n = strlen(*h);
+        if (n != name.len) continue;
+        size_t i = 0;
+        while (i < n && fy_lower(name.p[i]) == (*h)[i]) i++;
+        if (i == n) return true;
+    }
+    return false;
+}
+
+static const fy_str_t red = FY_STR_LIT("[redacted]");
+
+static inline fy_str_t hval(const fy__cs_rec_edit_t *e, const fy_cs_header_t *h)
+{
+    return e->hred && fy__cs_hred_match(e->hred, h->name) ? red : h->value;
+}
+
+/* Header i of direction d as stored (e->red computed) */
+static inline fy_str_t sval(const fy__cs_rec_edit_t *e, int d, size_t i, const fy_cs_header_t *h)
+{
+    if (i < 64) return e->red[d] >> i & 1 ? red : h->value;
+    return hval(e, h);
+}
+
+size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e)
+{
+    size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
+    n += f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len;
+    n += e->req_body.len + e->res_body.len;
+    n += (f->n_req_headers + f->n_res_headers) * 8;
+    /* one pass per direction: the redaction mask and the sizes together */
+    for (int d = 0; d < 2; d++) {
+        const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
+        size_t nh = d ? f->n_res_headers : f->n_req_headers;
+        uint64_t m = 0;
+        for (size_t i = 0; i < nh; i++) {
+            bool r = e->hred && fy__cs_hred_match(e->hred, h[i].name);
+            if (r && i < 64) m |= 1ull << i;
+            n += h[i].name.len + (r ? red.len : h[i].value.len);
+        }
+        e->red[d] = m;
+    }
+    if (f->n_meta) {
+        n += 4 + f->n_meta * 8;
+        for (size_t i = 0; i < f->n_meta; i++)
+            n += f->meta[i].name.len +
+                 (e->meta_values ? e->meta_values[i].len : f->meta[i].value.len);
+    }
+    return n;
+}
+
+static inline char *w32(char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+    return p + 4;
+}
+
+static inline char *w64(char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return p + 8;
+}
+
+static inline char *wstr(char *p, fy_str_t s)
+{
+    p = w32(p, (uint32_t)s.len);
+    fy__cs_copy(p, s.p, s.len);
+    return p + s.len;
+}
+
+/* Is name "content-type" in any case? Two overlapping 8-byte words with ASCII letters
+   folded (| 0x20: only '\r' would fold to '-', which position 7 rules out), not a byte loop. */
+static inline bool is_ctype(fy_str_t name)
+{
+    if (name.len != 12 || name.p[7] != '-') return false;
+    uint64_t a, b, fa, fb;
+    memcpy(&a, name.p, 8);
+    memcpy(&b, name.p + 4, 8);
+    memcpy(&fa, "content-", 8);
+    memcpy(&fb, "ent-type", 8);
+    const uint64_t fold = 0x2020202020202020ull;
+    return ((a | fold) == fa) && ((b | fold) == fb);
+}
+
+void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e, uint64_t id,
+                       uint32_t ct[2])
+{
+    ct[0] = ct[1] = 0;
+    char *p = dst;
+    memcpy(p, FY__CS_REC_MAGIC, 4);
+    p += 8; /* the length, filled below */
+    p = w64(p, id);
+    p = w64(p, (uint64_t)f->start_us);
+    p = w32(p, f->duration_ms);
+    p = w32(p, f->ttfb_ms);
+    p = w32(p, (uint32_t)f->status);
+    p = w32(p, (uint32_t)f->version);
+    p = w32(p, f->stream_id);
+    p = w32(p, e->flags);
+    p = w64(p, f->req_size);
+    p = w64(p, f->res_size);
+    p = w32(p, (uint32_t)f->n_req_headers);
+    p = w32(p, (uint32_t)f->n_res_headers);
+    p = wstr(p, f->method);
+    p = wstr(p, f->scheme);
+    p = wstr(p, f->authority);
+    p = wstr(p, f->target);
+    p = wstr(p, f->error);
+    for (size_t i = 0; i < f->n_req_headers; i++) {
+        p = wstr(p, f->req_headers[i].name);
+        p = wstr(p, sval(e, 0, i, &f->req_headers[i]));
+    }
+    for (size_t i = 0; i < f->n_res_headers; i++) {
+        const fy_cs_header_t *h = &f->res_headers[i];
+        p = wstr(p, h->name);
+        fy_str_t v = sval(e, 1, i, h);
+        if (!ct[0] && is_ctype(h->name)) {
+            ct[0] = (uint32_t)(p + 4 - dst);
+            ct[1] = (uint32_t)v.len;
+        }
+        p = wstr(p, v);
+    }
+    p = wstr(p, e->req_body);
+    p = wstr(p, e->res_body);
+    if (f->n_meta) {
+        p = w32(p, (uint32_t)f->n_meta);
+        for (size_t i = 0; i < f->n_meta; i++) {
+            p = wstr(p, f->meta[i].name);
+            p = wstr(p, e->meta_values ? e->meta_values[i] : f->meta[i].value);
+        }
+    }
+    w32(dst + 4, (uint32_t)(p - dst));
+}
+
+/* ---- reading ---- */
+
+typedef struct rd {
+    const char *p;
+    size_t n, i;
+    bool bad;
+} rd_t;
+
+static inline uint32_t ru32(rd_t *r)
+{
+    uint32_t v = 0;
+    if (r->i + 4 > r->n) {
+        r->bad = true;
+        return 0;
+    }
+    memcpy(&v, r->p + r->i, 4);
+    r->i += 4;
+    return v;
+}
+
+static inline uint64_t ru64(rd_t *r)
+{
+    uint64_t v = 0;
+    if (r->i + 8 > r->n) {
+        r->bad = true;
+        return 0;
+    }
+    memcpy(&v, r->p + r->i, 8);
+    r->i += 8;
+    return v;
+}
+
+static inline fy_str_t rstr(rd_t *r)
+{
+    uint32_t n = ru32(r);
+    if (r->bad || n > r->n - r->i) {
+        r->bad = true;
+        return FY_STR_LIT("");
+    }
+    fy_str_t s = fy_str(r->p + r->i, n);
+    r->i += n;
+    return s;
+}
+
+/* The fixed fields (after magic and length) into f; the header counts into *nq, *ns. */
+static void fixed(rd_t *r, fy_cs_flow_t *f, uint32_t *nq, uint32_t *ns)
+{
+    f->id = ru64(r);
+    f->start_us = (int64_t)ru64(r);
+    f->duration_ms = ru32(r);
+    f->ttfb_ms = ru32(r);
+    f->status = (int)ru32(r);
+    f->version = (int)ru32(r);
+    f->stream_id = ru32(r);
+    f->flags = ru32(r);
+    f->req_size = ru64(r);
+    f->res_size = ru64(r);
+    *nq = ru32(r);
+    *ns = ru32(r);
+}
+
+int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
+{
+    rd_t r = {p, n, 8, false};
+    if (n < 8 + FY__CS_REC_FIXED || memcmp(p, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
+    fy_cs_flow_t f;
+    uint32_t nq, ns;
+    fixed(&r, &f, &nq, &ns);
+    if (r.bad || nq > n / 8 || ns > n / 8) return -EIO;
+    e->id = f.id;
+    e->start_us = f.start_us;
+    e->duration_ms = f.duration_ms;
+    e->status = f.status;
+    e->version = f.version;
+    e->stream_id = f.stream_id;
+    e->flags = f.flags;
+    e->req_size = f.req_size;
+    e->res_size = f.res_size;
+    str[0] = rstr(&r); /* method */
+    rstr(&r);          /* scheme */
+    str[1] = rstr(&r); /* authority */
+    str[2] = rstr(&r); /* target */
+    rstr(&r);          /* error */
+    str[3] = FY_STR_LIT("");
+    bool ct = false;
+    for (uint32_t i = 0; i < nq + ns && !r.bad; i++) {
+        fy_str_t name = rstr(&r), value = rstr(&r);
+        if (i >= nq && !ct && name.len == 12 && fy_str_ieq(name, "content-type", 12)) {
+            str[3] = value;
+            ct = true;
+        }
+    }
+    rstr(&r);
+    rstr(&r);
+    uint32_t nm = r.i < n ? ru32(&r) : 0;
+    if (!r.bad && nm && nm <= n / 8) {
+        for (uint32_t i = 0; i < nm; i++) {
+            rstr(&r);
+            rstr(&r);
+        }
+    } else if (nm) {
+        r.bad = true;
+    }
+    return r.bad ? -EIO : 0;
+}
+
+static inline uint32_t g32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint64_t g64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t *e,
+                              fy_str_t str[4])
+{
+    e->id = g64(p + 8);
+    e->start_us = (int64_t)g64(p + 16);
+    e->duration_ms = g32(p + 24);
+    e->status = (int)g32(p + 32);
+    e->version = (int)g32(p + 36);
+    e->stream_id = g32(p + 40);
+    e->flags = g32(p + 44);
+    e->req_size = g64(p + 48);
+    e->res_size = g64(p + 56);
+    const char *q = p + 72;
+    for (int i = 0; i < 4; i++) { /* method, scheme, authority, target */
+        uint32_t n = g32(q);
+        if (i != 1) str[i ? i - 1 : 0] = fy_str(q + 4, n);
+        q += 4 + n;
+    }
+    str[3] = fy_str(p + ct[0], ct[1]);
+}
+
+int fy__cs_rec_decode(char *buf, size_t n, fy_cs_loaded_t *out)
+{
+    memset(out, 0, sizeof *out);
+    rd_t r = {buf, n, 8, false};
+    if (n < 8 + FY__CS_REC_FIXED || memcmp(buf, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
+    fy_cs_flow_t *f = &out->f;
+    uint32_t nq, ns;
+    fixed(&r, f, &nq, &ns);
+    if (r.bad || nq > n / 8 || ns > n / 8) return -EIO;
+    out->hdrs = fy_xcalloc((size_t)nq + ns + 1, sizeof *out->hdrs);
+    f->method = rstr(&r);
+    f->scheme = rstr(&r);
+    f->authority = rstr(&r);
+    f->target = rstr(&r);
+    f->error = rstr(&r);
+    for (uint32_t i = 0; i < nq + ns; i++) {
+        out->hdrs[i].name = rstr(&r);
+        out->hdrs[i].value = rstr(&r);
+    }
+    f->req_headers = out->hdrs;
+    f->n_req_headers = nq;
+    f->res_headers = out->hdrs + nq;
+    f->n_res_headers = ns;
+    f->req_body = rstr(&r);
+    f->res_body = rstr(&r);
+    uint32_t nm = r.i < n ? ru32(&r) : 0;
+    if (!r.bad && nm && nm <= n / 8) {
+        fy_cs_header_t *m = fy_xcalloc(nm, sizeof *m);
+        for (uint32_t i = 0; i < nm; i++) {
+            m[i].name = rstr(&r);
+            m[i].value = rstr(&r);
+        }
+        out->meta = m;
+        f->meta = m;
+        f->n_meta = nm;
+    } else if (nm) {
+        r.bad = true;
+    }
+    if (r.bad) {
+        free(out->meta);
+        out->meta = NULL;
+        free(out->hdrs);
+        out->hdrs = NULL;
+        return -EIO;
+    }
+    out->buf = buf;
+    return 0;
+}
