@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/tunnel_relay.h"
 #include "handler/mitm.h"
 #include "handler/mitm_conf.h"
 #include "handler/mitm_dest.h"
@@ -107,9 +108,11 @@ typedef struct fy__mitm_tunnel {
     int port;
     SSL *cssl, *ossl;
     fy__mitm_tunnel_info_t *info; /* owned until handed to the nested codec */
-    char *c2o, *o2c;              /* relay buffers (owned) */
-    size_t c2o_len, c2o_off, o2c_len, o2c_off;
-    bool c_eof, o_eof, c_shut, o_shut;
+    char *c2o;                    /* client bytes read before the relay (owned) */
+    size_t c2o_len;
+    bool relaying;        /* state RELAY: the sockets moved into crt/ort, joined by relay */
+    fy_tio_fd_t crt, ort; /* client and origin as tunnel transports (core/tunnel_io.h) */
+    fy_tio_relay_t relay;
     int socks_stage;     /* enum fy_socks5_stage while state == FY__MITM_S_SOCKS */
     bool transparent;    /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
     fy_resolve_req_t rq; /* the origin's name, while resolving */
