@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +57,8 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t)
         close(t->oio.fd);
         t->oio.fd = -1;
     }
-    SSL_free(t->cssl);
-    SSL_free(t->ossl);
+    fy_tls_mitm_ssl_free(t->cssl);
+    fy_tls_mitm_ssl_free(t->ossl);
     t->cssl = t->ossl = NULL;
     fy_list_remove(&t->node.link);
     t->ctx->nconns--;
@@ -246,10 +245,7 @@ void fy__mitm_drive_client(fy__mitm_tunnel_t *t)
     if (t->state == FY__MITM_S_FINISH) {
         /* unknown_ca, bad_certificate, certificate_unknown: the client does not trust our CA,
            which a new user has to be told (at info, the line drowned among the others) */
-        const char *why = alert == SSL_AD_UNKNOWN_CA            ? "unknown_ca"
-                          : alert == SSL_AD_BAD_CERTIFICATE     ? "bad_certificate"
-                          : alert == SSL_AD_CERTIFICATE_UNKNOWN ? "certificate_unknown"
-                                                                : NULL;
+        const char *why = fy_tls_mitm_refusal_alert(alert);
         char a[64];
         fy_sock_host_str((const struct sockaddr *)&t->remote, a, sizeof a);
         if (why)
