@@ -240,6 +240,22 @@ def test_mitm_connect_over_h2_intercepted(server, certs, nginx):
     assert status == "200" and plain.endswith(nginx.big), len(plain)
 
 
+def test_mitm_connect_over_h2_passthrough_without_socketpair(server, certs, nginx):
+    """A passed-through host's h2 CONNECT stream is the tunnel's own transport (issue 13):
+    the origin's certificate reaches the client, and a large download crosses the stream
+    (many DATA frames, the h2 windows as backpressure)."""
+    srv = mitm(server, certs, extra="  passthrough: [localhost]\n")
+    status, plain, cert = h2_connect_get(srv.port, "localhost", nginx.tls_port, certs["ca"],
+                                         "/index.html?h2pass")
+    assert status == "200"
+    assert plain.startswith(b"HTTP/1.1 200") and plain.endswith(b"hello from nginx\n"), plain
+    issuer = dict(x[0] for x in cert["issuer"])
+    assert "Origin Test CA" in issuer.get("commonName", ""), cert
+    status, plain, _ = h2_connect_get(srv.port, "localhost", nginx.tls_port, certs["ca"],
+                                      "/big.bin")
+    assert status == "200" and plain.endswith(nginx.big), len(plain)
+
+
 def test_mitm_connect_over_h2_unknown_host(server, certs):
     srv = mitm(server, certs)
     status, plain, _ = h2_connect_get(srv.port, "nosuch-h2.invalid", 443, srv.ca, "/")

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/counters.h"
+#include "http/exchange_tio.h"
 
 /* ---- CONNECT over HTTP/2 to the proxy ----
  * The stream's DATA are the tunnel's bytes. A socketpair joins the stream to the ordinary
@@ -151,6 +153,18 @@ static void h2tun_free(void *arg)
 void fy__mitm_h2_connect_start(fy__mitm_t *m, fy_exchange_t *ex, const char *host, int port,
                                int ofd)
 {
+    if (fy_host_list_match(&m->conf->passthrough, host)) {
+        /* passed through by name: the stream itself is the tunnel's client transport, relayed
+           to the origin without a socketpair */
+        fy__mitm_tunnel_t *t =
+            fy__mitm_tunnel_new(m, ex->ctx, -1, ex->remote, sizeof(struct sockaddr_storage));
+        t->oio.fd = ofd;
+        snprintf(t->host, sizeof t->host, "%s", host);
+        t->port = port;
+        t->ct = fy_exchange_tio_start(ex);
+        fy__mitm_start_relay(t);
+        return;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
         close(ofd);

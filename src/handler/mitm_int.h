@@ -112,6 +112,7 @@ typedef struct fy__mitm_tunnel {
     size_t c2o_len;
     bool relaying;        /* state RELAY: the sockets moved into crt/ort, joined by relay */
     fy_tio_fd_t crt, ort; /* client and origin as tunnel transports (core/tunnel_io.h) */
+    fy_tio_t *ct;         /* the client's: &crt.t, or a CONNECT stream's (http/exchange_tio.h) */
     fy_tio_relay_t relay;
     int socks_stage;     /* enum fy_socks5_stage while state == FY__MITM_S_SOCKS */
     bool transparent;    /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
@@ -156,6 +157,8 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t);
    before this returns): fd in t->oio, or err with t->oerrno. */
 void fy__mitm_connect_origin(fy__mitm_tunnel_t *t,
                              void (*connected)(fy__mitm_tunnel_t *t, const char *err));
+/* Relay the client's bytes to the origin as they are (connected now, or after connecting). */
+void fy__mitm_start_relay(fy__mitm_tunnel_t *t);
 /* The client's first byte is known: intercept (TLS), relay, or serve plain HTTP. */
 void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first);
 /* Step the forged TLS handshake with the client (hello, then finish and hand over). */

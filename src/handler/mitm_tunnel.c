@@ -43,7 +43,7 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t)
     fy_timer_stop(t->loop, &t->timer);
     if (t->relaying) {
         fy_tio_relay_stop(&t->relay);
-        fy_tio_close(&t->crt.t);
+        fy_tio_close(t->ct);
         fy_tio_close(&t->ort.t);
         t->relaying = false;
     }
@@ -176,17 +176,20 @@ static void relay_start_connected(fy__mitm_tunnel_t *t)
     t->state = FY__MITM_S_RELAY;
     fy_io_set(t->loop, &t->cio, 0);
     fy_io_set(t->loop, &t->oio, 0);
-    fy_tio_fd_init(&t->crt, t->loop, t->cio.fd);
+    if (!t->ct) { /* else a CONNECT stream's, set by the caller */
+        fy_tio_fd_init(&t->crt, t->loop, t->cio.fd);
+        t->ct = &t->crt.t;
+    }
     fy_tio_fd_init(&t->ort, t->loop, t->oio.fd);
     t->cio.fd = t->oio.fd = -1;
     t->relaying = true;
     t->relay.event = relay_event;
     t->relay.data = t;
     fy_timer_start(t->loop, &t->timer, t->m->conf->tunnel_idle_ms);
-    fy_tio_relay_start(&t->relay, &t->crt.t, &t->ort.t, FY__MITM_RELAY_BUF, t->c2o, t->c2o_len);
+    fy_tio_relay_start(&t->relay, t->ct, &t->ort.t, FY__MITM_RELAY_BUF, t->c2o, t->c2o_len);
 }
 
-static void start_relay(fy__mitm_tunnel_t *t)
+void fy__mitm_start_relay(fy__mitm_tunnel_t *t)
 {
     fy_counter_inc(fy_cid_intercept_flows[FY_CINT_PASSTHROUGH]);
     if (t->oio.fd >= 0) { /* connected before the 200 */
@@ -278,7 +281,7 @@ void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
     if (t->transparent && !t->host[0] && (pass || pin)) pass = pin = false; /* no name yet */
     if (first != 0x16 || t->c2o_len || pass || pin) {
         if (pin) fy_info("mitm: %s:%d passed through (pinning bypass)", t->host, t->port);
-        start_relay(t);
+        fy__mitm_start_relay(t);
         return;
     }
     t->cssl = fy_mint_ssl_new(m->mint, t->cio.fd);
