@@ -56,6 +56,7 @@ static void flush(fy_loop_t *loop)
 {
     fy_defer_t d = {.cb = stop_cb, .data = loop};
     fy_defer(loop, &d);
+    loop->stop = false;
     fy_loop_run(loop);
 }
 
