@@ -142,8 +142,9 @@ void fy__mitm_refuse(fy_exchange_t *ex, int status, const char *error, const cha
    over. */
 void fy__mitm_connect_start(fy__mitm_t *m, fy_exchange_t *ex);
 
-/* mitm_bridge.c: a CONNECT on a connection that cannot be detached (h2): the stream is joined
-   to a tunnel by a socketpair. Takes ofd (the connected origin) in every case. */
+/* mitm_bridge.c: a CONNECT on a connection that cannot be detached (h2, h3): the stream is the
+   tunnel's client transport; only an intercepted one is joined to the forged TLS by a
+   socketpair. Takes ofd (the connected origin) in every case. */
 void fy__mitm_h2_connect_start(fy__mitm_t *m, fy_exchange_t *ex, const char *host, int port,
                                int ofd);
 
@@ -159,6 +160,11 @@ void fy__mitm_connect_origin(fy__mitm_tunnel_t *t,
                              void (*connected)(fy__mitm_tunnel_t *t, const char *err));
 /* Relay the client's bytes to the origin as they are (connected now, or after connecting). */
 void fy__mitm_start_relay(fy__mitm_tunnel_t *t);
+/* Should a tunnel whose client's first byte is `first` be relayed as it is (not TLS, passed
+   through by name or hook, pinned)? Calls the on_tunnel hook. */
+bool fy__mitm_relays(fy__mitm_tunnel_t *t, unsigned char first);
+/* Forge the client's TLS on t->cio (the hello, the probe, the hand-over follow). */
+void fy__mitm_intercept(fy__mitm_tunnel_t *t);
 /* The client's first byte is known: intercept (TLS), relay, or serve plain HTTP. */
 void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first);
 /* Step the forged TLS handshake with the client (hello, then finish and hand over). */

@@ -43,9 +43,12 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t)
     fy_timer_stop(t->loop, &t->timer);
     if (t->relaying) {
         fy_tio_relay_stop(&t->relay);
-        fy_tio_close(t->ct);
         fy_tio_close(&t->ort.t);
         t->relaying = false;
+    }
+    if (t->ct) {
+        fy_tio_close(t->ct);
+        t->ct = NULL;
     }
     if (t->cio.fd >= 0) {
         fy_io_set(t->loop, &t->cio, 0);
@@ -267,24 +270,24 @@ void fy__mitm_drive_client(fy__mitm_tunnel_t *t)
     fy__mitm_tunnel_close(t);
 }
 
-void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
+bool fy__mitm_relays(fy__mitm_tunnel_t *t, unsigned char first)
 {
     fy__mitm_t *m = t->m;
     bool pass = fy_host_list_match(&m->conf->passthrough, t->host);
     if (!pass && first == 0x16 && m->hooks.on_tunnel)
         pass = m->hooks.on_tunnel(t->host, t->port, m->hooks.ud) == FERRY_TUNNEL_PASS;
     bool pin = !pass && fy__mitm_pinned(m, t->host, t->loop->now_ms);
-    if (t->transparent && first != 0x16) {
-        fy__mitm_transparent_http(t);
-        return;
-    }
     if (t->transparent && !t->host[0] && (pass || pin)) pass = pin = false; /* no name yet */
     if (first != 0x16 || t->c2o_len || pass || pin) {
         if (pin) fy_info("mitm: %s:%d passed through (pinning bypass)", t->host, t->port);
-        fy__mitm_start_relay(t);
-        return;
+        return true;
     }
-    t->cssl = fy_mint_ssl_new(m->mint, t->cio.fd);
+    return false;
+}
+
+void fy__mitm_intercept(fy__mitm_tunnel_t *t)
+{
+    t->cssl = fy_mint_ssl_new(t->m->mint, t->cio.fd);
     if (!t->cssl) {
         fy__mitm_tunnel_close(t);
         return;
@@ -292,6 +295,18 @@ void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
     fy_counter_inc(fy_cid_intercept_flows[FY_CINT_DECRYPTED]);
     t->state = FY__MITM_S_HELLO;
     fy__mitm_drive_client(t);
+}
+
+void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
+{
+    if (t->transparent && first != 0x16) {
+        fy__mitm_transparent_http(t);
+        return;
+    }
+    if (fy__mitm_relays(t, first))
+        fy__mitm_start_relay(t);
+    else
+        fy__mitm_intercept(t);
 }
 
 static void on_client(fy_io_t *io, uint32_t ev)
