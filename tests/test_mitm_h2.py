@@ -301,6 +301,56 @@ def test_mitm_connect_over_h2_plain_bytes_relayed(server, certs, nginx):
     assert ended
 
 
+def test_mitm_connect_over_h2_reset_stream_then_reuse(server, certs, nginx):
+    """A client that resets a relayed CONNECT stream mid-request (issue 13: the stream is the
+    tunnel's transport) leaves the connection usable: a second CONNECT on it is relayed."""
+    import socket
+    import h2.config
+    import h2.connection
+    import h2.events
+    srv = mitm(server, certs)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False))
+    c.initiate_connection()
+    first = c.get_next_available_stream_id()
+    c.send_headers(first, [(":method", "CONNECT"), (":authority", f"127.0.0.1:{nginx.port}")])
+    c.send_data(first, b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no end of head
+    sock.sendall(c.data_to_send())
+    got_200 = False
+    while not got_200:
+        data = sock.recv(65536)
+        assert data, "proxy closed"
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == first:
+                got_200 = dict(ev.headers)[b":status"] == b"200"
+        sock.sendall(c.data_to_send())
+    c.reset_stream(first)
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":authority", f"127.0.0.1:{nginx.port}")])
+    c.send_data(sid, b"GET /index.html?h2again HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Connection: close\r\n\r\n")
+    sock.sendall(c.data_to_send())
+    got, ended = b"", False
+    for _ in range(1000):
+        if ended:
+            break
+        data = sock.recv(65536)
+        if not data:
+            break
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+                c.acknowledge_received_data(ev.flow_controlled_length, sid)
+                got += ev.data
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                    ev.stream_id == sid:
+                ended = True
+        sock.sendall(c.data_to_send())
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello from nginx\n"), got[:300]
+    assert len(log_lines(nginx, "h2again")) == 1
+
+
 def test_mitm_extended_connect_to_proxy_is_501(server, certs):
     import socket
     import h2.config
