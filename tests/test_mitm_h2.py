@@ -240,6 +240,22 @@ def test_mitm_connect_over_h2_intercepted(server, certs, nginx):
     assert status == "200" and plain.endswith(nginx.big), len(plain)
 
 
+def test_mitm_connect_over_h2_passthrough_without_socketpair(server, certs, nginx):
+    """A passed-through host's h2 CONNECT stream is the tunnel's own transport (issue 13):
+    the origin's certificate reaches the client, and a large download crosses the stream
+    (many DATA frames, the h2 windows as backpressure)."""
+    srv = mitm(server, certs, extra="  passthrough: [localhost]\n")
+    status, plain, cert = h2_connect_get(srv.port, "localhost", nginx.tls_port, certs["ca"],
+                                         "/index.html?h2pass")
+    assert status == "200"
+    assert plain.startswith(b"HTTP/1.1 200") and plain.endswith(b"hello from nginx\n"), plain
+    issuer = dict(x[0] for x in cert["issuer"])
+    assert "Origin Test CA" in issuer.get("commonName", ""), cert
+    status, plain, _ = h2_connect_get(srv.port, "localhost", nginx.tls_port, certs["ca"],
+                                      "/big.bin")
+    assert status == "200" and plain.endswith(nginx.big), len(plain)
+
+
 def test_mitm_connect_over_h2_unknown_host(server, certs):
     srv = mitm(server, certs)
     status, plain, _ = h2_connect_get(srv.port, "nosuch-h2.invalid", 443, srv.ca, "/")
@@ -283,6 +299,56 @@ def test_mitm_connect_over_h2_plain_bytes_relayed(server, certs, nginx):
     assert status == b"200"
     assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello from nginx\n"), got[:300]
     assert ended
+
+
+def test_mitm_connect_over_h2_reset_stream_then_reuse(server, certs, nginx):
+    """A client that resets a relayed CONNECT stream mid-request (issue 13: the stream is the
+    tunnel's transport) leaves the connection usable: a second CONNECT on it is relayed."""
+    import socket
+    import h2.config
+    import h2.connection
+    import h2.events
+    srv = mitm(server, certs)
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    c = h2.connection.H2Connection(config=h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False))
+    c.initiate_connection()
+    first = c.get_next_available_stream_id()
+    c.send_headers(first, [(":method", "CONNECT"), (":authority", f"127.0.0.1:{nginx.port}")])
+    c.send_data(first, b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no end of head
+    sock.sendall(c.data_to_send())
+    got_200 = False
+    while not got_200:
+        data = sock.recv(65536)
+        assert data, "proxy closed"
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == first:
+                got_200 = dict(ev.headers)[b":status"] == b"200"
+        sock.sendall(c.data_to_send())
+    c.reset_stream(first)
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", "CONNECT"), (":authority", f"127.0.0.1:{nginx.port}")])
+    c.send_data(sid, b"GET /index.html?h2again HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Connection: close\r\n\r\n")
+    sock.sendall(c.data_to_send())
+    got, ended = b"", False
+    for _ in range(1000):
+        if ended:
+            break
+        data = sock.recv(65536)
+        if not data:
+            break
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+                c.acknowledge_received_data(ev.flow_controlled_length, sid)
+                got += ev.data
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                    ev.stream_id == sid:
+                ended = True
+        sock.sendall(c.data_to_send())
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello from nginx\n"), got[:300]
+    assert len(log_lines(nginx, "h2again")) == 1
 
 
 def test_mitm_extended_connect_to_proxy_is_501(server, certs):

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <openssl/pem.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,8 +362,8 @@ static void destroy(fy_handler_t *h)
     fy__mitm_dest_free(m->dest);
     fy_mint_free(m->mint);
     fy_ca_free(m->ca);
-    SSL_CTX_free(m->probe);
-    SSL_CTX_free(m->probe_insecure);
+    fy_tls_mitm_ctx_free(m->probe);
+    fy_tls_mitm_ctx_free(m->probe_insecure);
     pthread_mutex_destroy(&m->pin_lock);
     free(m->allow);
     free(m->auth_b64);
@@ -463,13 +462,6 @@ fy_handler_t *fy_mitm_handler_new(const fy_intercept_conf_t *conf, int nworkers)
                 conf->allow.v[i]);
         break;
     }
-    BIO *b = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(b, fy_ca_cert(ca));
-    char *p;
-    long n = BIO_get_mem_data(b, &p);
-    m->ca_pem = fy_xmalloc((size_t)n + 1);
-    memcpy(m->ca_pem, p, (size_t)n);
-    m->ca_pem_len = (size_t)n;
-    BIO_free(b);
+    m->ca_pem = fy_tls_mitm_cert_pem(fy_ca_cert(ca), &m->ca_pem_len);
     return &m->h;
 }

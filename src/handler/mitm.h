@@ -46,12 +46,8 @@ int fy_mitm_transparent_accept(fy_handler_t *h, struct fy_http_ctx *ctx, int fd,
 struct fy_exchange;
 bool fy_mitm_captured(const struct fy_exchange *ex, fy_str_t *req, fy_str_t *res, bool *cut);
 /* What the inspector shows of an intercepted TLS flow (NUL-terminated, "" when unknown). */
-typedef struct fy_mitm_peer_tls {
-    char version[16], cipher[64], alpn[16];
-    char subject[256], issuer[256]; /* the peer's (origin) or our (forged) certificate */
-    char sha256[96];                /* its fingerprint, hex with colons */
-    char not_after[32];
-} fy_mitm_peer_tls_t;
+#include "tls/tls_mitm.h"
+typedef struct fy_tls_peer_desc fy_mitm_peer_tls_t;
 typedef struct fy_mitm_tls_facts {
     char sni[256];             /* what the client asked for ("" : no SNI) */
     fy_mitm_peer_tls_t client; /* the client's handshake with us, and the certificate forged */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/tunnel_relay.h"
 #include "handler/mitm.h"
 #include "handler/mitm_conf.h"
 #include "handler/mitm_dest.h"
@@ -107,9 +108,12 @@ typedef struct fy__mitm_tunnel {
     int port;
     SSL *cssl, *ossl;
     fy__mitm_tunnel_info_t *info; /* owned until handed to the nested codec */
-    char *c2o, *o2c;              /* relay buffers (owned) */
-    size_t c2o_len, c2o_off, o2c_len, o2c_off;
-    bool c_eof, o_eof, c_shut, o_shut;
+    char *c2o;                    /* client bytes read before the relay (owned) */
+    size_t c2o_len;
+    bool relaying;        /* state RELAY: the sockets moved into crt/ort, joined by relay */
+    fy_tio_fd_t crt, ort; /* client and origin as tunnel transports (core/tunnel_io.h) */
+    fy_tio_t *ct;         /* the client's: &crt.t, or a CONNECT stream's (http/exchange_tio.h) */
+    fy_tio_relay_t relay;
     int socks_stage;     /* enum fy_socks5_stage while state == FY__MITM_S_SOCKS */
     bool transparent;    /* kind: transparent; host "" until SNI/Host tell it (direct mode) */
     fy_resolve_req_t rq; /* the origin's name, while resolving */
@@ -138,8 +142,9 @@ void fy__mitm_refuse(fy_exchange_t *ex, int status, const char *error, const cha
    over. */
 void fy__mitm_connect_start(fy__mitm_t *m, fy_exchange_t *ex);
 
-/* mitm_bridge.c: a CONNECT on a connection that cannot be detached (h2): the stream is joined
-   to a tunnel by a socketpair. Takes ofd (the connected origin) in every case. */
+/* mitm_bridge.c: a CONNECT on a connection that cannot be detached (h2, h3): the stream is the
+   tunnel's client transport; only an intercepted one is joined to the forged TLS by a
+   socketpair. Takes ofd (the connected origin) in every case. */
 void fy__mitm_h2_connect_start(fy__mitm_t *m, fy_exchange_t *ex, const char *host, int port,
                                int ofd);
 
@@ -153,6 +158,13 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t);
    before this returns): fd in t->oio, or err with t->oerrno. */
 void fy__mitm_connect_origin(fy__mitm_tunnel_t *t,
                              void (*connected)(fy__mitm_tunnel_t *t, const char *err));
+/* Relay the client's bytes to the origin as they are (connected now, or after connecting). */
+void fy__mitm_start_relay(fy__mitm_tunnel_t *t);
+/* Should a tunnel whose client's first byte is `first` be relayed as it is (not TLS, passed
+   through by name or hook, pinned)? Calls the on_tunnel hook. */
+bool fy__mitm_relays(fy__mitm_tunnel_t *t, unsigned char first);
+/* Forge the client's TLS on t->cio (the hello, the probe, the hand-over follow). */
+void fy__mitm_intercept(fy__mitm_tunnel_t *t);
 /* The client's first byte is known: intercept (TLS), relay, or serve plain HTTP. */
 void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first);
 /* Step the forged TLS handshake with the client (hello, then finish and hand over). */

@@ -4,9 +4,6 @@
 #include "handler/mitm_int.h"
 
 #include <errno.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +21,7 @@
 static void probe_done(fy__mitm_tunnel_t *t, const char *why, const char *detail, bool waited)
 {
     if (t->ossl) {
-        SSL_free(t->ossl);
+        fy_tls_mitm_ssl_free(t->ossl);
         t->ossl = NULL;
     }
     if (t->oio.fd >= 0) {
@@ -58,44 +55,26 @@ static void probe_remember(fy__mitm_t *m, const fy__mitm_tunnel_info_t *ti, uint
 
 void fy__mitm_probe_drive(fy__mitm_tunnel_t *t)
 {
-    ERR_clear_error();
-    int r = SSL_do_handshake(t->ossl);
+    unsigned want = 0;
+    bool h2 = false;
+    char msg[300];
+    int r = fy_tls_mitm_probe_step(t->ossl, t->oio.fd, &want, &h2, msg, sizeof msg);
     if (r == 1) {
-        const unsigned char *p;
-        unsigned len;
-        SSL_get0_alpn_selected(t->ossl, &p, &len);
-        t->info->origin_alpn_h2 = len == 2 && memcmp(p, "h2", 2) == 0;
-        t->info->origin_h2 = t->info->origin_alpn_h2 && t->ctx->h2conf;
+        t->info->origin_alpn_h2 = h2;
+        t->info->origin_h2 = h2 && t->ctx->h2conf;
         fy__mitm_tls_describe(t->ossl, true, &t->info->tls.origin);
         probe_remember(t->m, t->info, t->loop->now_ms);
         probe_done(t, NULL, NULL, true);
         return;
     }
-    int e = SSL_get_error(t->ossl, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        fy_io_set(t->loop, &t->oio, e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT);
+    if (r == 0) {
+        fy_io_set(t->loop, &t->oio, want & FY_WANT_READ ? EPOLLIN : EPOLLOUT);
         return;
     }
-    long v = SSL_get_verify_result(t->ossl);
-    char msg[300];
-    if (v != X509_V_OK) {
-        snprintf(msg, sizeof msg, "%s", X509_verify_cert_error_string(v));
-        ERR_clear_error();
-        probe_done(t, "the origin's certificate is not trusted", msg, true);
-        return;
-    }
-    unsigned long le = ERR_get_error();
-    ERR_clear_error();
-    if (e == SSL_ERROR_SYSCALL || !le) {
-        int soerr = 0;
-        socklen_t sl = sizeof soerr;
-        getsockopt(t->oio.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-        probe_done(t, "cannot connect to the origin",
-                   soerr ? strerror(soerr) : "connection closed during the TLS handshake", true);
-        return;
-    }
-    ERR_error_string_n(le, msg, sizeof msg);
-    probe_done(t, "TLS handshake with the origin failed", msg, true);
+    const char *why = r == -FY_TLS_PROBE_UNTRUSTED ? "the origin's certificate is not trusted"
+                      : r == -FY_TLS_PROBE_CLOSED  ? "cannot connect to the origin"
+                                                   : "TLS handshake with the origin failed";
+    probe_done(t, why, msg, true);
 }
 
 static uint64_t probe_key(const fy__mitm_tunnel_info_t *ti)
@@ -221,37 +200,17 @@ static void probe_connected(fy__mitm_tunnel_t *t, const char *err)
         probe_done(t, "cannot connect to the origin", err, true);
         return;
     }
-    t->ossl = SSL_new(ti->insecure ? m->probe_insecure : m->probe);
+    t->ossl = fy_tls_mitm_probe_new(ti->insecure ? m->probe_insecure : m->probe, t->oio.fd,
+                                    ti->name, !ti->insecure);
     if (!t->ossl) {
         fy__mitm_tunnel_close(t);
         return;
     }
-    SSL_set_fd(t->ossl, t->oio.fd);
-    SSL_set_connect_state(t->ossl);
-    bool ip = strspn(ti->name, "0123456789.") == strlen(ti->name) || strchr(ti->name, ':');
-    if (!ip) SSL_set_tlsext_host_name(t->ossl, ti->name);
-    if (!ti->insecure) SSL_set1_host(t->ossl, ti->name);
     fy_io_set(t->loop, &t->oio, EPOLLOUT);
     fy_timer_start(t->loop, &t->timer, m->conf->connect_timeout_ms);
 }
 
 SSL_CTX *fy__mitm_probe_ctx(const char *ca, bool insecure)
 {
-    SSL_CTX *c = SSL_CTX_new(TLS_client_method());
-    if (!c) return NULL;
-    SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
-    SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
-    static const unsigned char alpn[] = "\x02h2\x08http/1.1";
-    SSL_CTX_set_alpn_protos(c, alpn, sizeof alpn - 1);
-    if (!insecure) {
-        SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
-        if ((ca ? SSL_CTX_load_verify_locations(c, ca, NULL)
-                : SSL_CTX_set_default_verify_paths(c)) != 1) {
-            fy_tls_log_errors(FY_LOG_EMERG, ca ? ca : "system CA store");
-            SSL_CTX_free(c);
-            return NULL;
-        }
-    }
-    return c;
+    return fy_tls_mitm_probe_ctx(ca, insecure);
 }

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,6 @@ static void tunnel_free_cb(fy_defer_t *d)
     fy__mitm_tunnel_t *t = d->data;
     fy_http_ctx_t *ctx = t->ctx;
     free(t->c2o);
-    free(t->o2c);
     free(t->info);
     free(t);
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
@@ -43,6 +41,15 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t)
     t->closed = true;
     fy_resolve_cancel(&t->rq);
     fy_timer_stop(t->loop, &t->timer);
+    if (t->relaying) {
+        fy_tio_relay_stop(&t->relay);
+        fy_tio_close(&t->ort.t);
+        t->relaying = false;
+    }
+    if (t->ct) {
+        fy_tio_close(t->ct);
+        t->ct = NULL;
+    }
     if (t->cio.fd >= 0) {
         fy_io_set(t->loop, &t->cio, 0);
         close(t->cio.fd);
@@ -53,8 +60,8 @@ void fy__mitm_tunnel_close(fy__mitm_tunnel_t *t)
         close(t->oio.fd);
         t->oio.fd = -1;
     }
-    SSL_free(t->cssl);
-    SSL_free(t->ossl);
+    fy_tls_mitm_ssl_free(t->cssl);
+    fy_tls_mitm_ssl_free(t->ossl);
     t->cssl = t->ossl = NULL;
     fy_list_remove(&t->node.link);
     t->ctx->nconns--;
@@ -144,68 +151,14 @@ void fy__mitm_connect_origin(fy__mitm_tunnel_t *t,
 
 /* ---- relay (plain bytes inside CONNECT, passthrough, pinned hosts) ---- */
 
-static void relay_events(fy__mitm_tunnel_t *t)
+static void relay_event(fy_tio_relay_t *r, bool done, int err)
 {
-    uint32_t ce = 0, oe = 0;
-    if (!t->c_eof && t->c2o_len == t->c2o_off) ce |= EPOLLIN;
-    if (t->o2c_len > t->o2c_off) ce |= EPOLLOUT;
-    if (!t->o_eof && t->o2c_len == t->o2c_off) oe |= EPOLLIN;
-    if (t->c2o_len > t->c2o_off) oe |= EPOLLOUT;
-    fy_io_set(t->loop, &t->cio, ce);
-    fy_io_set(t->loop, &t->oio, oe);
-}
-
-/* Move what can move one way. Returns 1 progress, 0 none, -1 error. */
-static int pump(int from, int to, char *buf, size_t *len, size_t *off, bool *eof, bool *shut)
-{
-    int progress = 0;
-    if (*len == *off && !*eof) {
-        ssize_t n = read(from, buf, FY__MITM_RELAY_BUF);
-        if (n > 0) {
-            *len = (size_t)n;
-            *off = 0;
-            progress = 1;
-        } else if (n == 0) {
-            *eof = true;
-            progress = 1;
-        } else if (errno != EAGAIN && errno != EINTR) {
-            return -1;
-        }
-    }
-    while (*len > *off) {
-        ssize_t n = send(to, buf + *off, *len - *off, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR) break;
-            return -1;
-        }
-        *off += (size_t)n;
-        progress = 1;
-    }
-    if (*len == *off) *len = *off = 0;
-    if (*eof && *len == 0 && !*shut) {
-        shutdown(to, SHUT_WR);
-        *shut = true;
-    }
-    return progress;
-}
-
-static void relay(fy__mitm_tunnel_t *t)
-{
-    for (int i = 0; i < 16; i++) {
-        int a = pump(t->cio.fd, t->oio.fd, t->c2o, &t->c2o_len, &t->c2o_off, &t->c_eof, &t->o_shut);
-        int b = pump(t->oio.fd, t->cio.fd, t->o2c, &t->o2c_len, &t->o2c_off, &t->o_eof, &t->c_shut);
-        if (a < 0 || b < 0) {
-            fy__mitm_tunnel_close(t);
-            return;
-        }
-        if (t->c_shut && t->o_shut) {
-            fy__mitm_tunnel_close(t);
-            return;
-        }
-        if (!a && !b) break;
-    }
-    fy_timer_start(t->loop, &t->timer, t->m->conf->tunnel_idle_ms);
-    relay_events(t);
+    fy__mitm_tunnel_t *t = r->data;
+    (void)err;
+    if (done)
+        fy__mitm_tunnel_close(t);
+    else
+        fy_timer_start(t->loop, &t->timer, t->m->conf->tunnel_idle_ms);
 }
 
 static void relay_connected(fy__mitm_tunnel_t *t, const char *err)
@@ -224,12 +177,22 @@ static void relay_connected(fy__mitm_tunnel_t *t, const char *err)
 static void relay_start_connected(fy__mitm_tunnel_t *t)
 {
     t->state = FY__MITM_S_RELAY;
-    t->c2o = t->c2o ? t->c2o : fy_xmalloc(FY__MITM_RELAY_BUF);
-    t->o2c = fy_xmalloc(FY__MITM_RELAY_BUF);
-    relay(t);
+    fy_io_set(t->loop, &t->cio, 0);
+    fy_io_set(t->loop, &t->oio, 0);
+    if (!t->ct) { /* else a CONNECT stream's, set by the caller */
+        fy_tio_fd_init(&t->crt, t->loop, t->cio.fd);
+        t->ct = &t->crt.t;
+    }
+    fy_tio_fd_init(&t->ort, t->loop, t->oio.fd);
+    t->cio.fd = t->oio.fd = -1;
+    t->relaying = true;
+    t->relay.event = relay_event;
+    t->relay.data = t;
+    fy_timer_start(t->loop, &t->timer, t->m->conf->tunnel_idle_ms);
+    fy_tio_relay_start(&t->relay, t->ct, &t->ort.t, FY__MITM_RELAY_BUF, t->c2o, t->c2o_len);
 }
 
-static void start_relay(fy__mitm_tunnel_t *t)
+void fy__mitm_start_relay(fy__mitm_tunnel_t *t)
 {
     fy_counter_inc(fy_cid_intercept_flows[FY_CINT_PASSTHROUGH]);
     if (t->oio.fd >= 0) { /* connected before the 200 */
@@ -288,10 +251,7 @@ void fy__mitm_drive_client(fy__mitm_tunnel_t *t)
     if (t->state == FY__MITM_S_FINISH) {
         /* unknown_ca, bad_certificate, certificate_unknown: the client does not trust our CA,
            which a new user has to be told (at info, the line drowned among the others) */
-        const char *why = alert == SSL_AD_UNKNOWN_CA            ? "unknown_ca"
-                          : alert == SSL_AD_BAD_CERTIFICATE     ? "bad_certificate"
-                          : alert == SSL_AD_CERTIFICATE_UNKNOWN ? "certificate_unknown"
-                                                                : NULL;
+        const char *why = fy_tls_mitm_refusal_alert(alert);
         char a[64];
         fy_sock_host_str((const struct sockaddr *)&t->remote, a, sizeof a);
         if (why)
@@ -310,24 +270,24 @@ void fy__mitm_drive_client(fy__mitm_tunnel_t *t)
     fy__mitm_tunnel_close(t);
 }
 
-void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
+bool fy__mitm_relays(fy__mitm_tunnel_t *t, unsigned char first)
 {
     fy__mitm_t *m = t->m;
     bool pass = fy_host_list_match(&m->conf->passthrough, t->host);
     if (!pass && first == 0x16 && m->hooks.on_tunnel)
         pass = m->hooks.on_tunnel(t->host, t->port, m->hooks.ud) == FERRY_TUNNEL_PASS;
     bool pin = !pass && fy__mitm_pinned(m, t->host, t->loop->now_ms);
-    if (t->transparent && first != 0x16) {
-        fy__mitm_transparent_http(t);
-        return;
-    }
     if (t->transparent && !t->host[0] && (pass || pin)) pass = pin = false; /* no name yet */
     if (first != 0x16 || t->c2o_len || pass || pin) {
         if (pin) fy_info("mitm: %s:%d passed through (pinning bypass)", t->host, t->port);
-        start_relay(t);
-        return;
+        return true;
     }
-    t->cssl = fy_mint_ssl_new(m->mint, t->cio.fd);
+    return false;
+}
+
+void fy__mitm_intercept(fy__mitm_tunnel_t *t)
+{
+    t->cssl = fy_mint_ssl_new(t->m->mint, t->cio.fd);
     if (!t->cssl) {
         fy__mitm_tunnel_close(t);
         return;
@@ -335,6 +295,18 @@ void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
     fy_counter_inc(fy_cid_intercept_flows[FY_CINT_DECRYPTED]);
     t->state = FY__MITM_S_HELLO;
     fy__mitm_drive_client(t);
+}
+
+void fy__mitm_decide(fy__mitm_tunnel_t *t, unsigned char first)
+{
+    if (t->transparent && first != 0x16) {
+        fy__mitm_transparent_http(t);
+        return;
+    }
+    if (fy__mitm_relays(t, first))
+        fy__mitm_start_relay(t);
+    else
+        fy__mitm_intercept(t);
 }
 
 static void on_client(fy_io_t *io, uint32_t ev)
@@ -355,9 +327,6 @@ static void on_client(fy_io_t *io, uint32_t ev)
     case FY__MITM_S_HELLO:
     case FY__MITM_S_FINISH:
         fy__mitm_drive_client(t);
-        return;
-    case FY__MITM_S_RELAY:
-        relay(t);
         return;
     case FY__MITM_S_SOCKS:
         fy__mitm_socks_read(t);
@@ -384,8 +353,6 @@ static void on_origin(fy_io_t *io, uint32_t ev)
             return;
         }
         relay_start_connected(t);
-    } else if (t->state == FY__MITM_S_RELAY) {
-        relay(t);
     } else if (t->state == FY__MITM_S_SOCKS_CONNECT) {
         int soerr = 0;
         socklen_t sl = sizeof soerr;
