@@ -136,7 +136,7 @@ static void test_minimal_defaults(void)
     CHECK_EQ_INT(c->limits.max_connections, 16384);
     CHECK_EQ_INT(c->log.level, FY_LOG_INFO);
     CHECK(!strcmp(c->log.error, "stderr") && !strcmp(c->log.access, "off"));
-    CHECK_EQ_INT(c->log.access_format, FY_ACCESS_COMBINED);
+    CHECK_EQ_INT(c->log.access_format, FY_ACCESS_JSON);
     CHECK_EQ_INT(c->log.access_buffer, 65536);
     CHECK(c->data_dir && c->data_dir[0] == '/');
     CHECK(!strcmp(c->source, "c.yaml"));
