@@ -23,6 +23,7 @@
 #include "handler/static.h"
 #include "net/sock.h"
 #include "ops/inspector.h"
+#include "policy/cache.h"
 #include "tls/tls.h"
 
 /* Descriptors a worker needs besides its client connections: listeners, epoll, pipes, pooled
@@ -242,6 +243,7 @@ static void *worker_main(void *arg)
     run_defers(&w->loop);
     /* last: every conn (h1, upgraded, intercepted, h2's nghttp2 state, QUIC) is freed by now */
     fy_h1_thread_cleanup();
+    fy_cache_thread_cleanup();
     fy_spool_thread_drain();
     fy_tls_thread_cleanup();
     fy_pool_drain(fy_chunk_pool());

@@ -80,6 +80,27 @@ void fy__cache_unwait(cache_ex_t *ce)
    block a proxied exchange nearly fills already. */
 static __thread fy_pool_t ce_pool;
 
+cache_ex_t *fy__cache_ce_get(void)
+{
+    if (!ce_pool.size) fy_pool_init(&ce_pool, sizeof(cache_ex_t), 256);
+    return fy_pool_get(&ce_pool);
+}
+
+void fy__cache_ce_put(cache_ex_t *ce)
+{
+    fy_pool_put(&ce_pool, ce);
+}
+
+void fy_cache_thread_cleanup(void)
+{
+    fy_pool_drain(&ce_pool);
+}
+
+size_t fy_cache_thread_cached(void)
+{
+    return ce_pool.nfree;
+}
+
 static void cleanup(void *arg)
 {
     cache_ex_t *ce = arg;
@@ -99,7 +120,7 @@ static void cleanup(void *arg)
         if (ce->swr_owner) atomic_store(&ce->obj->revalidating, false);
         fy_cache_obj_release(ce->obj);
     }
-    fy_pool_put(&ce_pool, ce);
+    fy__cache_ce_put(ce);
 }
 
 void fy__cache_push_layer(cache_ex_t *ce)
@@ -199,8 +220,7 @@ static void make_conditional(cache_ex_t *ce, const fy_cache_obj_t *o)
 
 static cache_ex_t *new_ce(cache_filter_t *cf, fy_exchange_t *ex)
 {
-    if (!ce_pool.size) fy_pool_init(&ce_pool, sizeof(cache_ex_t), 256);
-    cache_ex_t *ce = fy_pool_get(&ce_pool);
+    cache_ex_t *ce = fy__cache_ce_get();
     memset(ce, 0, sizeof *ce);
     ce->cf = cf;
     ce->ex = ex;

@@ -14,5 +14,10 @@
 /* A cache filter for one route's `cache:` (borrowed: lives as long as the generation). NULL
  * after logging why. */
 fy_filter_t *fy_cache_filter_new(const fy_cache_conf_t *conf);
+/* Frees the calling thread's free list of per-exchange cache states; a worker calls it at exit,
+ * after its last exchange is gone. */
+void fy_cache_thread_cleanup(void);
+/* How many free exchange states the calling thread keeps (0 after fy_cache_thread_cleanup). */
+size_t fy_cache_thread_cached(void);
 
 #endif

@@ -110,6 +110,9 @@ char *fy__cache_put_s(char *p, const char *s, size_t n);
 #define PUT_LIT(p, s) fy__cache_put_s((p), (s), sizeof(s) - 1)
 int64_t fy__cache_obj_age(const fy_cache_obj_t *o, time_t now);
 cache_wait_t *fy__cache_wait_of(cache_ex_t *ce);
+/* The calling thread's free list of exchange states (emptied by fy_cache_thread_cleanup). */
+cache_ex_t *fy__cache_ce_get(void);
+void fy__cache_ce_put(cache_ex_t *ce);
 void fy__cache_unwait(cache_ex_t *ce);
 void fy__cache_push_layer(cache_ex_t *ce);
 bool fy__cache_follow_ready(cache_ex_t *ce);
