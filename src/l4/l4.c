@@ -1,4 +1,5 @@
-/* Layer-4 listeners and TCP sessions. UDP and QUIC sessions are in l4_udp.c. */
+/* Layer-4 listeners and TCP sessions (the byte relay is l4_relay.c). UDP and QUIC sessions are in
+ * l4_udp.c. */
 #include "l4/l4.h"
 
 #include <errno.h>
@@ -21,69 +22,12 @@
 #include "l4/l4_hello.h"
 #include "l4/l4_int.h"
 #include "l4/l4_proxy.h"
+#include "l4/l4_tcp.h"
 #include "net/listener_conf.h"
 #include "net/sock.h"
 #include "tls/tls.h"
 
-#define PIPE_CHUNK 65536
-/* Plain sessions read into 64 KiB buffers: a message up to that size is read whole by a
-   short recv (the queue is then known empty: no read that only says EAGAIN) and sent on;
-   only a read that fills it switches the direction to splice. TLS sessions use the 16 KiB
-   chunks (one record at most per read or write). */
-#define PLAIN_BUF 65536
-
-enum { S_PROXY_HDR, S_PEEK, S_HANDSHAKE, S_CONNECT, S_RELAY };
-
-typedef struct end {
-    fy_io_t io;
-    fy_transport_t sock; /* plain */
-    fy_transport_t *t;   /* &sock or TLS over it (owned) */
-    uint32_t events;
-    bool fin; /* epoll reported the peer's FIN (edge-triggered: no later edge will) */
-} end_t;
-
-/* one direction: bytes from `src` to `dst` */
-typedef struct dir {
-    int pipe[2]; /* made when a read fills the buffer and both ends are plain sockets */
-    size_t inpipe;
-    bool use_pipe;
-    uint8_t *buf;    /* a pooled buffer while bytes are in flight: small messages (and everything
-                        with TLS) go through it; an idle direction holds none */
-    fy_pool_t *pool; /* buf's pool (its size is pool->size) */
-    size_t off, len;
-    bool eof;  /* src ended */
-    bool shut; /* dst half-closed after eof */
-    uint32_t wait_src, wait_dst;
-} dir_t;
-
-typedef struct tcp_sess {
-    fy_list_t node;
-    fy__l4_wl_t *wl;
-    end_t c, o;
-    dir_t up, down; /* up: client -> origin */
-    int state;
-    bool splice; /* both ends plain: a direction moving bulk switches to splice(2) */
-    bool closed;
-    fy_timer_t timer;
-    fy_defer_t defer;
-    struct sockaddr_storage peer, local; /* client and listener addresses (maybe from PROXY) */
-    uint8_t *peek;                       /* owned: peek_max bytes while peeking */
-    const fy_l4_target_t *to;
-    fy_upstream_t *up_grp;
-    int server;
-    uint64_t tried;
-    int attempts;
-    bool terminate;
-    uint8_t pphdr[FY_L4_PROXY_MAX];
-    size_t pplen;
-    fy_l4_fallback_cb fallback; /* fronts: names not in the map go back to HTTP */
-    void *fallback_ud;
-    size_t mem_held; /* bytes counted in ferry_l4_session_memory_bytes */
-} tcp_sess_t;
-
-static void sess_close(tcp_sess_t *s, const char *why);
 static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd);
-static void relay(tcp_sess_t *s, bool up, bool down);
 static void start_connect(tcp_sess_t *s);
 static void do_peek(tcp_sess_t *s);
 
@@ -305,7 +249,7 @@ static fy_transport_t *tls_end_new(fy__l4_wl_t *wl, int fd)
     return t;
 }
 
-static void set_events(tcp_sess_t *s, end_t *e, uint32_t ev)
+void fy__l4_set_events(tcp_sess_t *s, end_t *e, uint32_t ev)
 {
     if (e->io.fd < 0 || e->events == ev) return;
     if (fy_io_set(s->wl->w->loop, &e->io, ev) == 0) e->events = ev;
@@ -320,7 +264,7 @@ static void sess_free(fy_defer_t *d)
 static void end_close(tcp_sess_t *s, end_t *e)
 {
     if (e->io.fd < 0) return;
-    set_events(s, e, 0);
+    fy__l4_set_events(s, e, 0);
     if (e->t && e->t != &e->sock) e->t->ops->destroy(e->t);
     e->t = NULL;
     close(e->io.fd);
@@ -337,7 +281,7 @@ static void dir_free(dir_t *d)
 }
 
 /* The session's memory into ferry_l4_session_memory_bytes (now = 0 at the close). */
-static void mem_sync(tcp_sess_t *s, bool closing)
+void fy__l4_mem_sync(tcp_sess_t *s, bool closing)
 {
     size_t now = 0;
     if (!closing) {
@@ -352,7 +296,7 @@ static void mem_sync(tcp_sess_t *s, bool closing)
     s->mem_held = now;
 }
 
-static void sess_close(tcp_sess_t *s, const char *why)
+void fy__l4_sess_close(tcp_sess_t *s, const char *why)
 {
     if (s->closed) return;
     s->closed = true;
@@ -366,7 +310,7 @@ static void sess_close(tcp_sess_t *s, const char *why)
         for (int i = 0; i < 16 && recv(s->c.io.fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
         }
     }
-    mem_sync(s, true);
+    fy__l4_mem_sync(s, true);
     end_close(s, &s->c);
     end_close(s, &s->o);
     dir_free(&s->up);
@@ -397,7 +341,7 @@ static void on_timer(fy_timer_t *t)
         return;
     }
     if (s->state != S_RELAY) fy_info("l4 %s: %s", s->wl->l->conf->name, what[s->state]);
-    sess_close(s, what[s->state]);
+    fy__l4_sess_close(s, what[s->state]);
 }
 
 /* PROXY header from a trusted front: peeked, then consumed exactly. */
@@ -406,7 +350,7 @@ static void do_proxy_hdr(tcp_sess_t *s)
     uint8_t b[FY_L4_PROXY_MAX];
     ssize_t n = recv(s->c.io.fd, b, sizeof b, MSG_PEEK);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        sess_close(s, "client closed before the PROXY header");
+        fy__l4_sess_close(s, "client closed before the PROXY header");
         return;
     }
     if (n < 0) return;
@@ -415,12 +359,12 @@ static void do_proxy_hdr(tcp_sess_t *s)
     int r = fy_l4_proxy_parse(b, (size_t)n, &src, &dst, &has);
     if (r < 0) {
         fy_info("l4 %s: bad PROXY protocol header from a trusted front", s->wl->l->conf->name);
-        sess_close(s, "bad PROXY header");
+        fy__l4_sess_close(s, "bad PROXY header");
         return;
     }
     if (r == 0) return; /* wait for more (edge-triggered) */
     if (recv(s->c.io.fd, b, (size_t)r, 0) != r) {
-        sess_close(s, "PROXY header read failed");
+        fy__l4_sess_close(s, "PROXY header read failed");
         return;
     }
     if (has) {
@@ -436,11 +380,11 @@ static void do_proxy_hdr(tcp_sess_t *s)
         s->terminate = true;
         s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
-            sess_close(s, "out of memory");
+            fy__l4_sess_close(s, "out of memory");
             return;
         }
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s, true, true);
+        fy__l4_relay(s, true, true);
     } else {
         start_connect(s);
     }
@@ -451,12 +395,12 @@ static void do_peek(tcp_sess_t *s)
     const fy_l4_conf_t *c = s->wl->l->conf;
     if (!s->peek) s->peek = malloc(c->peek_max * 2);
     if (!s->peek) {
-        sess_close(s, "out of memory");
+        fy__l4_sess_close(s, "out of memory");
         return;
     }
     ssize_t n = recv(s->c.io.fd, s->peek, c->peek_max, MSG_PEEK);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        sess_close(s, "client closed during the ClientHello");
+        fy__l4_sess_close(s, "client closed during the ClientHello");
         return;
     }
     if (n < 0) return;
@@ -466,12 +410,12 @@ static void do_peek(tcp_sess_t *s)
     if (r == FY_L4_HELLO_ELIMIT) {
         fy_info("l4 %s: ClientHello larger than peek-max (%llu bytes): closed", c->name,
                 (unsigned long long)c->peek_max);
-        sess_close(s, "peek-max");
+        fy__l4_sess_close(s, "peek-max");
         return;
     }
     if (r < 0) {
         fy_info("l4 %s: not a TLS ClientHello: closed", c->name);
-        sess_close(s, "not TLS");
+        fy__l4_sess_close(s, "not TLS");
         return;
     }
     free(s->peek);
@@ -480,12 +424,12 @@ static void do_peek(tcp_sess_t *s)
     s->to = fy__l4_route(s->wl->l, h.sni, &s->up_grp, &term);
     if (!s->to && s->fallback) { /* not in the map: HTTP serves it */
         int fd = s->c.io.fd;
-        set_events(s, &s->c, 0);
+        fy__l4_set_events(s, &s->c, 0);
         s->c.io.fd = -1;
         fy_l4_fallback_cb cb = s->fallback;
         void *ud = s->fallback_ud;
         struct sockaddr_storage peer = s->peer;
-        sess_close(s, NULL);
+        fy__l4_sess_close(s, NULL);
         cb(ud, fd, (struct sockaddr *)&peer,
            peer.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
         return;
@@ -493,7 +437,7 @@ static void do_peek(tcp_sess_t *s)
     if (!s->to) {
         fy_info("l4 %s: no route for server name '%s': closed", c->name,
                 h.sni_len ? h.sni : "(none)");
-        sess_close(s, "no SNI route");
+        fy__l4_sess_close(s, "no SNI route");
         return;
     }
     if (term) {
@@ -501,26 +445,26 @@ static void do_peek(tcp_sess_t *s)
         s->state = S_HANDSHAKE;
         s->c.t = tls_end_new(s->wl, s->c.io.fd);
         if (!s->c.t) {
-            sess_close(s, "out of memory");
+            fy__l4_sess_close(s, "out of memory");
             return;
         }
-        set_events(s, &s->c, EPOLLIN);
+        fy__l4_set_events(s, &s->c, EPOLLIN);
         fy_timer_start(s->wl->w->loop, &s->timer, fy_tls_ctx_handshake_timeout(s->wl->l->tls));
-        relay(s, true, true);
+        fy__l4_relay(s, true, true);
         return;
     }
     start_connect(s);
 }
 
-static void do_handshake(tcp_sess_t *s)
+void fy__l4_handshake(tcp_sess_t *s)
 {
     int r = s->c.t->ops->handshake(s->c.t);
     if (r < 0) {
-        sess_close(s, "TLS handshake failed");
+        fy__l4_sess_close(s, "TLS handshake failed");
         return;
     }
     if (r == 0) {
-        set_events(s, &s->c, s->c.t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN);
+        fy__l4_set_events(s, &s->c, s->c.t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN);
         return;
     }
     start_connect(s);
@@ -537,7 +481,7 @@ static void on_origin_ready(tcp_sess_t *s)
                               (struct sockaddr *)&s->local, s->pphdr);
         /* a fresh socket's send buffer takes it whole */
         if (send(s->o.io.fd, s->pphdr, s->pplen, MSG_NOSIGNAL) != (ssize_t)s->pplen) {
-            sess_close(s, "PROXY header write failed");
+            fy__l4_sess_close(s, "PROXY header write failed");
             return;
         }
     }
@@ -545,7 +489,7 @@ static void on_origin_ready(tcp_sess_t *s)
     if (s->up_grp) fy_upstream_inflight(s->up_grp, w->id, s->server, 1); /* -1 in sess_close */
     s->splice = !s->terminate;
     fy_timer_start(w->loop, &s->timer, c->idle_timeout_ms);
-    relay(s, true, true);
+    fy__l4_relay(s, true, true);
 }
 
 static void on_connected(tcp_sess_t *s)
@@ -572,7 +516,7 @@ static void start_connect(tcp_sess_t *s)
     socklen_t alen;
     size_t nservers = s->up_grp ? fy_upstream_nservers(s->up_grp) : 1;
     if ((size_t)s->attempts >= nservers) {
-        sess_close(s, "no origin reachable");
+        fy__l4_sess_close(s, "no origin reachable");
         return;
     }
     s->attempts++;
@@ -587,11 +531,11 @@ static void start_connect(tcp_sess_t *s)
         alen = s->to->addrlen;
     }
     s->state = S_CONNECT;
-    set_events(s, &s->c, 0);
+    fy__l4_set_events(s, &s->c, 0);
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         fy_error("l4 %s: socket: %s", c->name, strerror(errno));
-        sess_close(s, "socket failed");
+        fy__l4_sess_close(s, "socket failed");
         return;
     }
     int one = 1;
@@ -612,211 +556,7 @@ static void start_connect(tcp_sess_t *s)
         start_connect(s);
         return;
     }
-    set_events(s, &s->o, EPOLLOUT);
-}
-
-/* ---- relay ---- */
-
-static bool pending(const tcp_sess_t *s, const dir_t *d)
-{
-    return d->inpipe > 0 || d->len > d->off;
-}
-
-static uint32_t want_ev(const fy_transport_t *t, uint32_t plain)
-{
-    if (!t->is_tls) return plain;
-    return t->want & FY_WANT_WRITE ? EPOLLOUT : EPOLLIN;
-}
-
-/* The calling worker's free PLAIN_BUF buffers (a few: a direction holds one only while
-   bytes are in flight). */
-static fy_pool_t *plain_pool(void)
-{
-    static __thread fy_pool_t pool = {PLAIN_BUF, 16, NULL, 0};
-    return &pool;
-}
-
-/* An empty buffer goes back to the pool: idle sessions hold no chunk. */
-static void release_buf(dir_t *d)
-{
-    if (d->buf && d->len == d->off) {
-        fy_pool_put(d->pool, d->buf);
-        d->buf = NULL;
-        d->len = d->off = 0;
-    }
-}
-
-/* Plain sockets are read and written with recv/send rather than through the transport's
- * read/writev: the socket calls skip the VFS layer (iovec import, fsnotify), which is a
- * measurable share of a small relayed message. Same results as the transport ops. */
-static ssize_t end_read(end_t *e, void *buf, size_t len)
-{
-    if (e->t->is_tls) return e->t->ops->read(e->t, buf, len);
-    ssize_t n = recv(e->io.fd, buf, len, 0);
-    if (n > 0) return n;
-    if (n == 0) return FY_EEOF;
-    return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-}
-
-static ssize_t end_write(end_t *e, const void *buf, size_t len)
-{
-    if (e->t->is_tls) {
-        struct iovec iov = {(void *)buf, len};
-        return e->t->ops->writev(e->t, &iov, 1);
-    }
-    ssize_t n = send(e->io.fd, buf, len, MSG_NOSIGNAL);
-    if (n >= 0) return n;
-    return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-}
-
-/* Move bytes src -> dst until something would block. Returns 1 on progress, 0 none, -1 on a
- * fatal error. */
-static int pump(tcp_sess_t *s, dir_t *d, end_t *src, end_t *dst)
-{
-    int progress = 0;
-    bool drained = false; /* a plain socket gave less than asked: wait for epoll */
-    d->wait_src = d->wait_dst = 0;
-    if (d->shut) return 0;
-    for (;;) {
-        if (pending(s, d)) {
-            ssize_t n;
-            bool from_pipe = d->inpipe > 0;
-            if (from_pipe) {
-                n = splice(d->pipe[0], NULL, dst->io.fd, NULL, d->inpipe,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-                if (n < 0) n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
-            } else {
-                n = end_write(dst, d->buf + d->off, d->len - d->off);
-            }
-            if (n < 0) return -1;
-            if (n == 0) {
-                d->wait_dst = want_ev(dst->t, EPOLLOUT);
-                return progress;
-            }
-            progress = 1;
-            fy_counter_add(s->wl->l->cid_bytes[d == &s->down], (uint64_t)n);
-            if (from_pipe)
-                d->inpipe -= (size_t)n;
-            else if ((d->off += (size_t)n) == d->len)
-                d->off = d->len = 0;
-            continue;
-        }
-        if (d->eof) break;
-        if (drained) { /* saves the read that would only say EAGAIN (level-triggered) */
-            d->wait_src = EPOLLIN;
-            release_buf(d);
-            return progress;
-        }
-        ssize_t n;
-        if (!d->use_pipe && !d->buf) {
-            d->pool = s->splice ? plain_pool() : fy_chunk_pool();
-            d->buf = fy_pool_get(d->pool);
-        }
-        if (d->use_pipe) {
-            n = splice(src->io.fd, NULL, d->pipe[1], NULL, PIPE_CHUNK,
-                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-            if (n == 0)
-                n = FY_EEOF;
-            else if (n < 0)
-                n = errno == EAGAIN || errno == EINTR ? 0 : -errno;
-        } else {
-            n = end_read(src, d->buf, d->pool->size);
-        }
-        if (n == FY_EEOF) {
-            d->eof = true;
-            progress = 1;
-            break;
-        }
-        if (n < 0) return -1;
-        if (n == 0) {
-            d->wait_src = want_ev(src->t, EPOLLIN);
-            release_buf(d);
-            return progress;
-        }
-        progress = 1;
-        /* a short recv means the receive queue is empty; a short splice does not (the pipe
-           runs out of slots, one per skb fragment): that one reads on until EAGAIN */
-        /* ... nor does one after the peer's FIN came in: edge-triggered epoll will not report
-           it again, so read on until recv says EOF */
-        /* TLS: drained when the library's last socket read was short and it holds no
-           record (saves the read that would only say EAGAIN, and the SSL_read around it) */
-        drained = !d->use_pipe && !src->fin &&
-                  (src->t->is_tls ? fy_tls_read_drained(src->t) : (size_t)n < d->pool->size);
-        if (d->use_pipe) {
-            d->inpipe = (size_t)n;
-        } else {
-            d->len = (size_t)n;
-            /* bulk: zero-copy from now on (small messages cost less through the buffer) */
-            if (s->splice && (size_t)n == d->pool->size &&
-                pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0)
-                d->use_pipe = true;
-        }
-    }
-    /* src ended and everything was written: pass the half-close on */
-    if (d->eof && !pending(s, d) && !d->shut) {
-        dst->t->ops->shutdown(dst->t);
-        d->shut = true;
-    }
-    return progress;
-}
-
-/* Pump the directions an event concerns. */
-static void relay(tcp_sess_t *s, bool up, bool down)
-{
-    if (s->state == S_HANDSHAKE) {
-        do_handshake(s);
-        return;
-    }
-    if (s->state != S_RELAY) return;
-    int a = up ? pump(s, &s->up, &s->c, &s->o) : 0;
-    if (a < 0) {
-        sess_close(s, "client side error");
-        return;
-    }
-    int b = down ? pump(s, &s->down, &s->o, &s->c) : 0;
-    if (b < 0) {
-        sess_close(s, "origin side error");
-        return;
-    }
-    if (s->up.shut && s->down.shut) {
-        sess_close(s, NULL);
-        return;
-    }
-    if (a || b) fy_timer_start(s->wl->w->loop, &s->timer, s->wl->l->conf->idle_timeout_ms);
-    mem_sync(s, false);
-    /* Both ends are edge-triggered: a direction only stops reading on EAGAIN, on a short
-       plain read (the receive queue was empty: later bytes raise a new edge) or when its
-       destination blocks (then the mask changes, and EPOLL_CTL_MOD re-polls). That spares
-       the kernel the re-poll a level-triggered item costs after every event. A TLS end is
-       read until the library says WANT_READ (its socket said EAGAIN), so records the
-       library holds are never left behind while the direction waits for its source; when
-       it waits for its destination instead, that end's readiness resumes it and it reads
-       the held records first. */
-    uint32_t cm = s->up.wait_src | s->down.wait_dst, om = s->down.wait_src | s->up.wait_dst;
-    /* a FIN that arrives with the last bytes must be seen: EPOLLRDHUP */
-    if (cm & EPOLLIN) cm |= EPOLLRDHUP;
-    if (om & EPOLLIN) om |= EPOLLRDHUP;
-    if (cm) cm |= EPOLLET;
-    if (om) om |= EPOLLET;
-    set_events(s, &s->c, cm);
-    set_events(s, &s->o, om);
-}
-
-/* With TLS on the client side a direction may wait for either readiness of either end (a
-   TLS read can want writability, a TLS write readability): an event pumps the directions
-   whose recorded wait (wait_src on their source end, wait_dst on their destination end) it
-   answers, and only those. Pumping both on every event cost a read that only said EAGAIN on
-   each side per relayed message. A hang-up or error pumps both. */
-static void relay_tls(tcp_sess_t *s, bool client, uint32_t ev)
-{
-    if (s->state != S_RELAY || (ev & (EPOLLHUP | EPOLLERR))) {
-        relay(s, true, true);
-        return;
-    }
-    if (ev & EPOLLRDHUP) ev |= EPOLLIN;
-    uint32_t up = client ? s->up.wait_src : s->up.wait_dst;
-    uint32_t down = client ? s->down.wait_dst : s->down.wait_src;
-    relay(s, (up & ev) != 0, (down & ev) != 0);
+    fy__l4_set_events(s, &s->o, EPOLLOUT);
 }
 
 static void on_client_io(fy_io_t *io, uint32_t ev)
@@ -832,10 +572,10 @@ static void on_client_io(fy_io_t *io, uint32_t ev)
         break;
     default:
         if (!s->splice)
-            relay_tls(s, true, ev);
+            fy__l4_relay_tls(s, true, ev);
         else
-            relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
-                  ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
+            fy__l4_relay(s, ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR),
+                         ev & (EPOLLOUT | EPOLLHUP | EPOLLERR));
     }
 }
 
@@ -846,10 +586,10 @@ static void on_origin_io(fy_io_t *io, uint32_t ev)
     if (s->state == S_CONNECT)
         on_connected(s);
     else if (!s->splice)
-        relay_tls(s, false, ev);
+        fy__l4_relay_tls(s, false, ev);
     else
-        relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR),
-              ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+        fy__l4_relay(s, ev & (EPOLLOUT | EPOLLHUP | EPOLLERR),
+                     ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 }
 
 static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, socklen_t sl,
@@ -889,14 +629,14 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
         s->state = S_PROXY_HDR;
         fy_timer_start(loop, &s->timer, c->peek_timeout_ms);
         /* edge-triggered while peeking: data left in the socket must not spin the loop */
-        set_events(s, &s->c, EPOLLIN | EPOLLET);
+        fy__l4_set_events(s, &s->c, EPOLLIN | EPOLLET);
         do_proxy_hdr(s);
         return;
     }
     if (c->mode == FY_L4_TLS_PASSTHROUGH) {
         s->state = S_PEEK;
         fy_timer_start(loop, &s->timer, c->peek_timeout_ms);
-        set_events(s, &s->c, EPOLLIN | EPOLLET);
+        fy__l4_set_events(s, &s->c, EPOLLIN | EPOLLET);
         do_peek(s);
         return;
     }
@@ -906,11 +646,11 @@ static void tcp_accept(fy__l4_wl_t *wl, int fd, const struct sockaddr *sa, sockl
         s->c.t = tls_end_new(wl, fd);
         if (!s->c.t) {
             s->c.t = &s->c.sock;
-            sess_close(s, "out of memory");
+            fy__l4_sess_close(s, "out of memory");
             return;
         }
         fy_timer_start(loop, &s->timer, fy_tls_ctx_handshake_timeout(wl->l->tls));
-        set_events(s, &s->c, EPOLLIN);
+        fy__l4_set_events(s, &s->c, EPOLLIN);
         return;
     }
     start_connect(s);
@@ -1015,8 +755,8 @@ void fy_l4_worker_close_all(fy_l4_t *l4, int w)
     void (*cb)(void *) = wk->on_idle;
     wk->on_idle = NULL; /* the caller is stopping anyway */
     while (!fy_list_empty(&wk->tcp))
-        sess_close(fy_container_of(wk->tcp.next, tcp_sess_t, node), "closing");
+        fy__l4_sess_close(fy_container_of(wk->tcp.next, tcp_sess_t, node), "closing");
     fy__l4_udp_close_all(wk);
-    fy_pool_drain(plain_pool()); /* on the worker's thread: its free relay buffers */
+    fy_pool_drain(fy__l4_plain_pool()); /* on the worker's thread: its free relay buffers */
     wk->on_idle = cb;
 }
