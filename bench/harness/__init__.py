@@ -1,0 +1,1 @@
+"""bench/run's modules (the harness); bench/run is the entry point."""
