@@ -178,14 +178,14 @@ static bool is_help_flag(const char *a)
 }
 
 /* `CMD --help` / `CMD -h` anywhere among the arguments: print that command's help. */
-bool wants_help(int argc, char **argv)
+bool fy__main_wants_help(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++)
         if (is_help_flag(argv[i])) return true;
     return false;
 }
 
-int print_help(const char *cmd)
+int fy__main_print_help(const char *cmd)
 {
     const struct cmd_help *h = find_help(cmd);
     fputs(h ? h->text : usage, stdout);
@@ -195,7 +195,7 @@ int print_help(const char *cmd)
 static const char *g_cmd; /* the command being run, for messages: "serve", "ca export" */
 
 /* "ferry: serve: MESSAGE (see ferry serve --help)", exit 2 */
-int bad_usage(const char *fmt, ...)
+int fy__main_bad_usage(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -264,7 +264,7 @@ static int gen_tls(struct gen *g, const char *tls)
     }
     const char *colon = strchr(tls, ':');
     if (!colon || colon == tls || !colon[1])
-        return bad_usage("--tls: expected self-signed or CERT:KEY, got '%s'", tls), -1;
+        return fy__main_bad_usage("--tls: expected self-signed or CERT:KEY, got '%s'", tls), -1;
     char cert[2048], q2[4200], q3[4200];
     snprintf(cert, sizeof cert, "%.*s", (int)(colon - tls), tls);
     yaml_quote(q2, sizeof q2, cert);
@@ -279,7 +279,7 @@ static int gen_workers(struct gen *g, const char *workers)
     char *end;
     long wn = strtol(workers, &end, 10);
     if (strcmp(workers, "auto") != 0 && (!*workers || *end || wn < 1 || wn > 256))
-        return bad_usage("--workers: expected auto or 1..256, got '%s'", workers), -1;
+        return fy__main_bad_usage("--workers: expected auto or 1..256, got '%s'", workers), -1;
     gen_add(g, "--workers", "workers: %s\n", strcmp(workers, "auto") == 0 ? "auto" : workers);
     return 0;
 }
@@ -349,7 +349,7 @@ static int gen_run(struct gen *g, bool check)
         fy_config_dump(cfg, stdout);
         fprintf(stderr, "ferry: %s: the options are valid\n", g_cmd);
     } else {
-        r = run(cfg);
+        r = fy__main_run(cfg);
     }
     fy_config_free(cfg);
     return r;
@@ -357,8 +357,8 @@ static int gen_run(struct gen *g, bool check)
 
 /* Parse argv into opts and at most one positional argument (when `pos` is not NULL).
    Returns 0 or EXIT_USAGE after bad_usage. */
-int parse_opts(int argc, char **argv, const struct opt *opts, const char **pos,
-               const char *pos_name)
+int fy__main_parse_opts(int argc, char **argv, const struct opt *opts, const char **pos,
+                        const char *pos_name)
 {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -368,17 +368,17 @@ int parse_opts(int argc, char **argv, const struct opt *opts, const char **pos,
         if (o && o->set) {
             *o->set = true;
         } else if (o) {
-            if (i + 1 >= argc) return bad_usage("option '%s' needs a value", a);
+            if (i + 1 >= argc) return fy__main_bad_usage("option '%s' needs a value", a);
             *o->value = argv[++i];
         } else if (a[0] == '-' && a[1]) {
-            return bad_usage("unknown option '%s'", a);
+            return fy__main_bad_usage("unknown option '%s'", a);
         } else if (pos && !*pos) {
             *pos = a;
         } else {
-            return bad_usage("unexpected argument '%s'", a);
+            return fy__main_bad_usage("unexpected argument '%s'", a);
         }
     }
-    if (pos && !*pos) return bad_usage("missing %s", pos_name);
+    if (pos && !*pos) return fy__main_bad_usage("missing %s", pos_name);
     return 0;
 }
 
@@ -394,7 +394,7 @@ static int cmd_oneliner(int argc, char **argv)
         {"--access-log", &access, NULL},   {proxy ? "--upstream-ca" : "", &upstream_ca, NULL},
         {"--check", NULL, &check},         {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, &arg, proxy ? "URL" : "DIR")) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc, argv, opts, &arg, proxy ? "URL" : "DIR")) return EXIT_USAGE;
     const char *argname = proxy ? "URL" : "DIR";
     struct gen g = {.o = 0};
     char q[4200];
@@ -439,7 +439,7 @@ static int cmd_mitm(int argc, char **argv)
         {"--workers", &workers, NULL}, {"--access-log", &access, NULL},
         {"--check", NULL, &check},     {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
     struct gen g = {.o = 0};
     char q[4200];
     if (gen_workers(&g, workers) < 0) return EXIT_USAGE;
@@ -475,8 +475,8 @@ static int cmd_l4(int argc, char **argv)
         {"--listen", &listen, NULL}, {"--tls", &tls, NULL},     {"--workers", &workers, NULL},
         {"--udp", NULL, &udp},       {"--check", NULL, &check}, {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, &target, "HOST:PORT")) return EXIT_USAGE;
-    if (udp && tls) return bad_usage("--udp and --tls do not go together");
+    if (fy__main_parse_opts(argc, argv, opts, &target, "HOST:PORT")) return EXIT_USAGE;
+    if (udp && tls) return fy__main_bad_usage("--udp and --tls do not go together");
     struct gen g = {.o = 0};
     char q[4200];
     if (gen_workers(&g, workers) < 0) return EXIT_USAGE;
@@ -502,10 +502,10 @@ static int cmd_l4(int argc, char **argv)
 /* `ferry ca init|show|export [--ca-dir DIR] [--out DIR]` */
 static int cmd_ca(int argc, char **argv)
 {
-    if (argc < 1) return bad_usage("expected init, show or export");
+    if (argc < 1) return fy__main_bad_usage("expected init, show or export");
     const char *sub = argv[0];
     if (strcmp(sub, "init") && strcmp(sub, "show") && strcmp(sub, "export"))
-        return bad_usage("unknown subcommand '%s' (init, show, export)", sub);
+        return fy__main_bad_usage("unknown subcommand '%s' (init, show, export)", sub);
     const char *dir = NULL, *out = NULL;
     const struct opt opts[] = {
         {"--ca-dir", &dir, NULL},
@@ -515,7 +515,7 @@ static int cmd_ca(int argc, char **argv)
     char name[32];
     snprintf(name, sizeof name, "ca %s", sub);
     g_cmd = name;
-    if (parse_opts(argc - 1, argv + 1, opts, NULL, NULL)) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc - 1, argv + 1, opts, NULL, NULL)) return EXIT_USAGE;
     char ddir[4096];
     if (!dir) {
         fy_config_default_data_dir(ddir, sizeof ddir);
@@ -559,18 +559,19 @@ static int cmd_config(bool check, bool need_file, int argc, char **argv)
         {check ? "" : "--pid-file", &pidf, NULL},
         {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
     long workers = -1;
     if (workers_s) {
         char *end;
         errno = 0;
         workers = strtol(workers_s, &end, 10);
         if (errno || !*workers_s || *end || workers < 1 || workers > 256)
-            return bad_usage("--workers: expected 1..256, got '%s'", workers_s);
+            return fy__main_bad_usage("--workers: expected 1..256, got '%s'", workers_s);
     }
-    if (need_file && !file) return bad_usage("needs -c FILE");
+    if (need_file && !file) return fy__main_bad_usage("needs -c FILE");
     char why[600];
-    if (file && fy_conf_check_readable(file, why, sizeof why) < 0) return bad_usage("-c: %s", why);
+    if (file && fy_conf_check_readable(file, why, sizeof why) < 0)
+        return fy__main_bad_usage("-c: %s", why);
     fy_config_t *cfg = file ? fy_config_load_file(file, stderr)
                             : fy_config_load_text("<embedded>", fy_config_embedded,
                                                   strlen(fy_config_embedded), stderr);
@@ -597,14 +598,14 @@ static int cmd_config(bool check, bool need_file, int argc, char **argv)
     }
     char dflt[PATH_MAX];
     if (!pidf) {
-        default_pid_file(dflt, sizeof dflt);
+        fy__main_default_pid_file(dflt, sizeof dflt);
         pidf = dflt;
     }
     g_conf_file = file;
     g_conf_embedded = !file;
     g_pid_file = pidf;
     g_workers = workers;
-    int r = run(cfg);
+    int r = fy__main_run(cfg);
     fy_config_free(cfg);
     return r;
 }
@@ -613,12 +614,12 @@ int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : NULL;
     if (cmd && (is_help_flag(cmd) || !strcmp(cmd, "help"))) {
-        if (argc > 2 && is_help_flag(argv[2])) return print_help("help");
+        if (argc > 2 && is_help_flag(argv[2])) return fy__main_print_help("help");
         if (argc > 2 && !find_help(argv[2])) {
             g_cmd = "help";
-            return bad_usage("unknown command '%s'", argv[2]);
+            return fy__main_bad_usage("unknown command '%s'", argv[2]);
         }
-        return print_help(argc > 2 ? argv[2] : "");
+        return fy__main_print_help(argc > 2 ? argv[2] : "");
     }
     if (cmd && (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))) {
         printf("ferry %s\n", FERRY_VERSION);
@@ -627,23 +628,23 @@ int main(int argc, char **argv)
     if (!cmd || cmd[0] == '-') { /* `ferry [--workers N]`: the built-in configuration */
         return cmd_config(false, false, argc - 1, argv + 1);
     }
-    if (!find_help(cmd)) return bad_usage("unknown command '%s'", cmd);
+    if (!find_help(cmd)) return fy__main_bad_usage("unknown command '%s'", cmd);
     g_cmd = cmd;
-    if (wants_help(argc - 2, argv + 2)) return print_help(cmd);
+    if (fy__main_wants_help(argc - 2, argv + 2)) return fy__main_print_help(cmd);
     if (!strcmp(cmd, "serve") || !strcmp(cmd, "proxy")) return cmd_oneliner(argc - 2, argv + 2);
     if (!strcmp(cmd, "ca")) return cmd_ca(argc - 2, argv + 2);
     if (!strcmp(cmd, "mitm")) return cmd_mitm(argc - 2, argv + 2);
     if (!strcmp(cmd, "l4")) return cmd_l4(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_config(false, true, argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_config(true, false, argc - 2, argv + 2);
-    if (!strcmp(cmd, "reload")) return cmd_reload(argc - 2, argv + 2);
-    if (!strcmp(cmd, "status")) return cmd_status(argc - 2, argv + 2);
+    if (!strcmp(cmd, "reload")) return fy__main_cmd_reload(argc - 2, argv + 2);
+    if (!strcmp(cmd, "status")) return fy__main_cmd_status(argc - 2, argv + 2);
     if (!strcmp(cmd, "doc-config") && argc == 3 && !strcmp(argv[2], "--man"))
         return fy_config_doc_man(stdout, FERRY_VERSION), 0;
-    if (argc > 2) return bad_usage("takes no arguments");
+    if (argc > 2) return fy__main_bad_usage("takes no arguments");
     if (!strcmp(cmd, "doc-config")) {
         fy_config_doc(stdout);
         return 0;
     }
-    return print_help(cmd); /* help, version handled above */
+    return fy__main_print_help(cmd); /* help, version handled above */
 }

@@ -20,7 +20,7 @@ extern bool g_conf_embedded;    /* `ferry` with the built-in configuration */
 extern const char *g_pid_file;  /* written by run(), removed at exit */
 extern long g_workers;          /* --workers */
 /* $XDG_RUNTIME_DIR/ferry.pid or /tmp/ferry-UID.pid */
-void default_pid_file(char *buf, size_t len);
+void fy__main_default_pid_file(char *buf, size_t len);
 
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
@@ -32,16 +32,16 @@ struct opt {
 };
 
 /* "ferry: MSG" plus the usage hint on stderr; returns EXIT_USAGE. */
-__attribute__((format(printf, 1, 2))) int bad_usage(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) int fy__main_bad_usage(const char *fmt, ...);
 /* Parse argv into opts and at most one positional argument (when `pos` is not NULL).
    Returns 0 or EXIT_USAGE after bad_usage. */
-int parse_opts(int argc, char **argv, const struct opt *opts, const char **pos,
-               const char *pos_name);
-bool wants_help(int argc, char **argv);
-int print_help(const char *cmd);
+int fy__main_parse_opts(int argc, char **argv, const struct opt *opts, const char **pos,
+                        const char *pos_name);
+bool fy__main_wants_help(int argc, char **argv);
+int fy__main_print_help(const char *cmd);
 /* Serve cfg until SIGTERM/SIGINT (borrowed); the exit code. */
-int run(fy_config_t *cfg);
-int cmd_status(int argc, char **argv);
-int cmd_reload(int argc, char **argv);
+int fy__main_run(fy_config_t *cfg);
+int fy__main_cmd_status(int argc, char **argv);
+int fy__main_cmd_reload(int argc, char **argv);
 
 #endif

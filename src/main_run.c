@@ -107,7 +107,7 @@ static int start_admin(const fy_config_t *cfg)
     return g_admin ? 0 : -1;
 }
 
-void default_pid_file(char *buf, size_t len)
+void fy__main_default_pid_file(char *buf, size_t len)
 {
     const char *rt = getenv("XDG_RUNTIME_DIR");
     if (rt && *rt)
@@ -196,7 +196,7 @@ static void reload(fy_server_t *s)
         fy_sd_notify_reloaded(true, NULL);
 }
 
-int run(fy_config_t *cfg)
+int fy__main_run(fy_config_t *cfg)
 {
     if (cfg->admin) fy_admin_prepare(); /* detailed metrics, before anything is built */
     fy_server_t *s = fy_server_new(cfg);
@@ -317,7 +317,7 @@ static fy_config_t *running_config(const char *file, const char *running, bool e
 }
 
 /* `ferry status [-c FILE] [--pid-file PATH]` */
-int cmd_status(int argc, char **argv)
+int fy__main_cmd_status(int argc, char **argv)
 {
     const char *file = NULL, *pidf = NULL;
     const struct opt opts[] = {
@@ -326,13 +326,14 @@ int cmd_status(int argc, char **argv)
         {"--pid-file", &pidf, NULL},
         {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
     char dflt[PATH_MAX], running[PATH_MAX] = "", why[PATH_MAX + 100];
     if (!pidf) {
-        default_pid_file(dflt, sizeof dflt);
+        fy__main_default_pid_file(dflt, sizeof dflt);
         pidf = dflt;
     }
-    if (file && fy_conf_check_readable(file, why, sizeof why) < 0) return bad_usage("-c: %s", why);
+    if (file && fy_conf_check_readable(file, why, sizeof why) < 0)
+        return fy__main_bad_usage("-c: %s", why);
     long pid = read_pid_file(pidf, running, sizeof running, why, sizeof why);
     fy_config_t *cfg = running_config(file, running, pid > 0 && !strcmp(running, "<embedded>"));
     if (cfg && cfg->admin) {
@@ -364,7 +365,7 @@ int cmd_status(int argc, char **argv)
 }
 
 /* `ferry reload [-c FILE] [--pid-file PATH]` */
-int cmd_reload(int argc, char **argv)
+int fy__main_cmd_reload(int argc, char **argv)
 {
     const char *file = NULL, *pidf = NULL;
     const struct opt opts[] = {
@@ -373,13 +374,14 @@ int cmd_reload(int argc, char **argv)
         {"--pid-file", &pidf, NULL},
         {NULL, NULL, NULL},
     };
-    if (parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
+    if (fy__main_parse_opts(argc, argv, opts, NULL, NULL)) return EXIT_USAGE;
     char dflt[PATH_MAX], running[PATH_MAX], why[PATH_MAX + 100];
     if (!pidf) {
-        default_pid_file(dflt, sizeof dflt);
+        fy__main_default_pid_file(dflt, sizeof dflt);
         pidf = dflt;
     }
-    if (file && fy_conf_check_readable(file, why, sizeof why) < 0) return bad_usage("-c: %s", why);
+    if (file && fy_conf_check_readable(file, why, sizeof why) < 0)
+        return fy__main_bad_usage("-c: %s", why);
     long pid = read_pid_file(pidf, running, sizeof running, why, sizeof why);
     if (pid < 0 && file) {
         /* no pid file: a server with an admin listener can still be asked */

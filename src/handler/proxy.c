@@ -20,14 +20,14 @@ static void attempt(proxy_req_t *pr);
 
 /* Microseconds, finer than the loop's cached clock: time to first byte on loopback is well
  * under the coarse clock's tick. */
-uint64_t now_us(void)
+uint64_t fy__proxy_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-void set_timer(proxy_req_t *pr, int kind)
+void fy__proxy_set_timer(proxy_req_t *pr, int kind)
 {
     const fy_upstream_conf_t *uc = fy_upstream_conf(pr->ph->up);
     if (pr->ws_closing) return; /* the close handshake has its own deadline */
@@ -45,14 +45,14 @@ void set_timer(proxy_req_t *pr, int kind)
 
 /* Let go of the origin side of the current attempt. Bytes it lent stay valid while the
  * response is being finished (its last bytes go out after the connection went back). */
-void drop_origin(proxy_req_t *pr, bool reusable)
+void fy__proxy_drop_origin(proxy_req_t *pr, bool reusable)
 {
     if (pr->inflight) {
         fy_upstream_inflight(pr->ph->up, pr->worker, pr->server, -1);
         pr->inflight = false;
     }
     fy_origin_stream_close(pr->os, reusable);
-    if (pr->hg && pr->hg->side) hedge_drop(pr, false);
+    if (pr->hg && pr->hg->side) fy__proxy_hedge_drop(pr, false);
     if (!pr->finished) pr->zn = 0;
 }
 
@@ -63,9 +63,9 @@ static void cleanup(void *arg)
     pr->ws = false;
     fy_timer_stop(pr->loop, &pr->timer);
     fy_timer_stop(pr->loop, &pr->body_timer);
-    drop_origin(pr, false);
+    fy__proxy_drop_origin(pr, false);
     fy_origin_stream_free(&pr->os_a);
-    if (pr->hg) hedge_free(pr);
+    if (pr->hg) fy__proxy_hedge_free(pr);
 }
 
 /* `unsent`: the attempt failed before any byte of the request left (no connection): then any
@@ -98,7 +98,7 @@ static bool retryable(const proxy_req_t *pr, bool unsent)
 static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
                              bool unsent);
 
-void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail)
+void fy__proxy_origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail)
 {
     origin_failed_at(pr, status, why, count_fail, false);
 }
@@ -106,7 +106,8 @@ void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail
 static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool count_fail,
                              bool unsent)
 {
-    if (pr->hg && hedge_take_over(pr, count_fail, why)) return; /* the hedge is the attempt */
+    if (pr->hg && fy__proxy_hedge_take_over(pr, count_fail, why))
+        return; /* the hedge is the attempt */
     char a[64];
     const fy_upstream_server_conf_t *sv =
         &((const fy_upstream_server_conf_t *)fy_upstream_conf(pr->ph->up)->servers.v)[pr->server];
@@ -126,7 +127,7 @@ static void origin_failed_at(proxy_req_t *pr, int status, const char *why, bool 
             : retry ? (pr->fb_timed_out ? "; retrying on another server" : "; retrying")
             : broke ? "; not retried: retry budget exhausted"
                     : "");
-    drop_origin(pr, false);
+    fy__proxy_drop_origin(pr, false);
     fy_timer_stop(pr->loop, &pr->timer);
     if (stale) {
         pr->tried &= ~(1ull << pr->server);
@@ -151,13 +152,13 @@ static void on_timer(fy_timer_t *t)
             /* `limits.tunnel-timeout`: both sides hear why (1001) and close */
             fy_info("upstream %s: tunnel idle timeout: closing the WebSocket (1001)",
                     fy_upstream_conf(pr->ph->up)->name);
-            ws_going_away(pr);
+            fy__proxy_ws_going_away(pr);
             return;
         }
         /* another kind of tunnel, or a close handshake that did not finish: cut it */
         fy_info("upstream %s: %s", fy_upstream_conf(pr->ph->up)->name,
                 pr->ws ? "WebSocket close handshake timed out" : "tunnel idle timeout");
-        drop_origin(pr, false);
+        fy__proxy_drop_origin(pr, false);
         pr->finished = true;
         fy_exchange_fail(pr->ex, 504, pr->ws ? "WebSocket close timeout" : "tunnel idle timeout");
         return;
@@ -165,7 +166,7 @@ static void on_timer(fy_timer_t *t)
     if (pr->trail) {
         /* the response is complete: the rest of the body is not worth failing it for */
         pr->trail_abort = true;
-        deliver(pr);
+        fy__proxy_deliver(pr);
         return;
     }
     if (pr->timer_kind == T_FIRST_BYTE) {
@@ -174,9 +175,9 @@ static void on_timer(fy_timer_t *t)
            until it proves alive (h2: PING), and is closed once its streams end otherwise */
         bool sent = pr->ex->req.content_length == 0 || pr->q_end;
         if (sent && fy_origin_stream_is_open(pr->os)) fy_origin_stream_suspect(pr->os);
-        origin_failed(pr, 504, "origin first-byte timeout", true);
+        fy__proxy_origin_failed(pr, 504, "origin first-byte timeout", true);
     } else
-        origin_failed(pr, 504, "origin idle timeout", false);
+        fy__proxy_origin_failed(pr, 504, "origin idle timeout", false);
 }
 
 /* Session affinity: the server the client is pinned to, or -1. */
@@ -210,13 +211,13 @@ static int sticky_server(proxy_req_t *pr)
     return -1;
 }
 
-void o_on_error(void *ud, int kind, uint64_t code, const char *why)
+void fy__proxy_o_on_error(void *ud, int kind, uint64_t code, const char *why)
 {
     proxy_req_t *pr = ud;
     if (pr->trail || pr->o_end) {
         /* the response is complete: only the connection is lost (release says so) */
         pr->trail_abort = true;
-        deliver(pr);
+        fy__proxy_deliver(pr);
         return;
     }
     bool count = fy_origin_stream_blames(pr->os, kind, code, pr->o_head);
@@ -226,11 +227,11 @@ void o_on_error(void *ud, int kind, uint64_t code, const char *why)
             /* not processed (RST REFUSED_STREAM or past GOAWAY's last stream): try again */
             fy_debug("upstream %s: %s; retrying", fy_upstream_conf(pr->ph->up)->name, why);
             fy_timer_stop(pr->loop, &pr->timer);
-            drop_origin(pr, false);
+            fy__proxy_drop_origin(pr, false);
             attempt(pr);
             return;
         }
-        origin_failed(pr, 502, why, count);
+        fy__proxy_origin_failed(pr, 502, why, count);
         return;
     }
     /* after the head: the client sees the abort (h1: closed connection; h2: RST_STREAM) */
@@ -241,7 +242,7 @@ void o_on_error(void *ud, int kind, uint64_t code, const char *why)
             fy_sock_addr_str((const struct sockaddr *)&sv->addr, a, sizeof a), why);
     if (count) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     fy_timer_stop(pr->loop, &pr->timer);
-    drop_origin(pr, false);
+    fy__proxy_drop_origin(pr, false);
     if (pr->finished || pr->stopped) return;
     pr->finished = true;
     fy_exchange_fail(pr->ex, 502, why);
@@ -260,12 +261,12 @@ static void on_req_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
     pr->qp = p;
     pr->qn = n;
     pr->q_end = end;
-    if (!pr->in_read_body) resume_body(pr);
+    if (!pr->in_read_body) fy__proxy_resume_body(pr);
 }
 
 /* The next piece of the client's body for the origin codec, in place (*p): valid until the
  * client codec is asked for more, which happens here, once the piece is taken. */
-ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
+ssize_t fy__proxy_take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers)
 {
     proxy_req_t *pr = ud;
     if (pr->tunnel && !pr->tunnel_open && !pr->q_end) return FY_CLIENT_DEFER;
@@ -277,18 +278,19 @@ ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **tra
             pr->qn -= n;
             pr->sent_any = true;
             /* while the body goes, a slow client is no slow origin: no first-byte wait yet */
-            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_IDLE);
-            if (pr->ws && !pr->ws_up_sent) ws_feed(&pr->ws_up, *p, n);
-            if (pr->tunnel_open) set_timer(pr, T_IDLE); /* tunnels idle out both ways */
+            if (!pr->o_head && !pr->tunnel) fy__proxy_set_timer(pr, T_IDLE);
+            if (pr->ws && !pr->ws_up_sent) fy__proxy_ws_feed(&pr->ws_up, *p, n);
+            if (pr->tunnel_open) fy__proxy_set_timer(pr, T_IDLE); /* tunnels idle out both ways */
             return (ssize_t)n;
         }
-        if (pr->ws_closing && !pr->ws_up_sent && !pr->q_end && ws_at_boundary(&pr->ws_up)) {
-            ws_close_up(pr); /* the client's frame is through: our Close now */
+        if (pr->ws_closing && !pr->ws_up_sent && !pr->q_end &&
+            fy__proxy_ws_at_boundary(&pr->ws_up)) {
+            fy__proxy_ws_close_up(pr); /* the client's frame is through: our Close now */
             continue;
         }
         if (pr->q_end) {
             *trailers = pr->tunnel ? NULL : &pr->ex->req_trailers;
-            if (!pr->o_head && !pr->tunnel) set_timer(pr, T_FIRST_BYTE); /* all sent */
+            if (!pr->o_head && !pr->tunnel) fy__proxy_set_timer(pr, T_FIRST_BYTE); /* all sent */
             return 0;
         }
         if (pr->req_body_waiting || pr->stopped || pr->finished) return FY_CLIENT_DEFER;
@@ -301,10 +303,10 @@ ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **tra
     return FY_CLIENT_DEFER;
 }
 
-ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
+ssize_t fy__proxy_o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers)
 {
     const char *p = NULL;
-    ssize_t n = take_body(ud, &p, len, trailers);
+    ssize_t n = fy__proxy_take_body(ud, &p, len, trailers);
     if (n > 0) memcpy(buf, p, (size_t)n);
     return n;
 }
@@ -314,7 +316,7 @@ ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **traile
 static void start(proxy_req_t *pr)
 {
     if (pr->tunnel && !fy_origin_stream_can_tunnel(pr->os)) {
-        drop_origin(pr, true);
+        fy__proxy_drop_origin(pr, true);
         pr->finished = true;
         fy_warn("upstream %s: origin does not allow extended CONNECT (RFC 8441): no WebSocket",
                 fy_upstream_conf(pr->ph->up)->name);
@@ -325,12 +327,12 @@ static void start(proxy_req_t *pr)
     const fy_http_limits_t *l = pr->ex->ctx->limits;
     fy_h1_limits_t lim = {l->max_request_line, l->max_header_bytes, (size_t)l->max_headers};
     fy_headers_t hs;
-    build_fields(pr, &hs); /* Host may depend on the server */
+    fy__proxy_build_fields(pr, &hs); /* Host may depend on the server */
     fy_origin_request_t rq = {&hs,        pr->ex->req.content_length,
                               pr->tunnel, pr->ex->req.method_id == FY_M_HEAD,
                               &lim,       pr->ex->arena};
-    set_timer(pr, T_FIRST_BYTE);
-    pr->sent_us = now_us();
+    fy__proxy_set_timer(pr, T_FIRST_BYTE);
+    pr->sent_us = fy__proxy_now_us();
     if (__builtin_expect(pr->ex->layers != NULL, 0)) { /* for a capture (ops/inspector.c) */
         pr->ex->timing.set =
             fy_origin_stream_timing(pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
@@ -339,14 +341,14 @@ static void start(proxy_req_t *pr)
     int rc = fy_origin_stream_submit(pr->os, &rq);
     pr->in_codec--;
     if (rc < 0) {
-        origin_failed(pr, 502, "cannot open a stream to the origin", false);
+        fy__proxy_origin_failed(pr, 502, "cannot open a stream to the origin", false);
         return;
     }
-    if (pr->ph->hedge) hedge_arm(pr);
-    deliver(pr);
+    if (pr->ph->hedge) fy__proxy_hedge_arm(pr);
+    fy__proxy_deliver(pr);
 }
 
-void o_on_open(void *ud, const char *err)
+void fy__proxy_o_on_open(void *ud, const char *err)
 {
     proxy_req_t *pr = ud;
     if (err) {
@@ -356,9 +358,9 @@ void o_on_open(void *ud, const char *err)
     start(pr);
 }
 
-void o_after_io(void *ud)
+void fy__proxy_o_after_io(void *ud)
 {
-    deliver(ud);
+    fy__proxy_deliver(ud);
 }
 
 static void attempt(proxy_req_t *pr)
@@ -423,7 +425,7 @@ static void on_body_timer(fy_timer_t *t)
     if (pr->trail) {
         /* the response is complete: the rest of the body is not worth failing it for */
         pr->trail_abort = true;
-        deliver(pr);
+        fy__proxy_deliver(pr);
         return;
     }
     fy_warn("upstream %s: request body not complete within limits.body-total-timeout "
@@ -431,7 +433,7 @@ static void on_body_timer(fy_timer_t *t)
             fy_upstream_conf(pr->ph->up)->name,
             (unsigned long long)pr->ex->ctx->limits->body_total_timeout_ms);
     fy_timer_stop(pr->loop, &pr->timer);
-    drop_origin(pr, false);
+    fy__proxy_drop_origin(pr, false);
     pr->finished = true;
     fy_exchange_fail(pr->ex, 408, "request body not complete within limits.body-total-timeout");
 }
@@ -451,7 +453,7 @@ static void on_request(fy_handler_t *h, fy_exchange_t *ex)
     pr->tunnel = ex->req.protocol.len > 0;
     pr->sticky_hit = -1;
     fy_timer_init(&pr->timer, on_timer, pr);
-    fy_origin_stream_init(&pr->os_a, &proxy_stream_ops[0], pr);
+    fy_origin_stream_init(&pr->os_a, &fy__proxy_stream_ops[0], pr);
     pr->os = &pr->os_a;
     fy_timer_init(&pr->body_timer, on_body_timer, pr);
     pr->start_ms = pr->loop->now_ms;

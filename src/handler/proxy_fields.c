@@ -12,7 +12,7 @@
 
 #include "net/sock.h"
 
-int field_class(fy_str_t n)
+int fy__proxy_field_class(fy_str_t n)
 {
     switch (n.len) {
     case 2:
@@ -62,14 +62,14 @@ static bool named_in_connection(const fy_headers_t *hs, fy_str_t n)
     return false;
 }
 
-bool in_list(const fy_conf_strlist_t *l, fy_str_t n)
+bool fy__proxy_in_list(const fy_conf_strlist_t *l, fy_str_t n)
 {
     for (size_t i = 0; i < l->n; i++)
         if (strlen(l->v[i]) == n.len && strncasecmp(l->v[i], n.p, n.len) == 0) return true;
     return false;
 }
 
-bool in_map(const fy_conf_strmap_t *m, fy_str_t n)
+bool fy__proxy_in_map(const fy_conf_strmap_t *m, fy_str_t n)
 {
     for (size_t i = 0; i < m->n; i++)
         if (strlen(m->keys[i]) == n.len && strncasecmp(m->keys[i], n.p, n.len) == 0) return true;
@@ -135,7 +135,7 @@ static void put_path(proxy_req_t *pr, sbuf_t *b)
 }
 
 /* What the route adds to every response head: set headers, Via, the sticky cookie. */
-void add_response_extras(proxy_req_t *pr)
+void fy__proxy_add_response_extras(proxy_req_t *pr)
 {
     fy_exchange_t *ex = pr->ex;
     const fy_proxy_conf_t *pc = pr->ph->conf;
@@ -174,7 +174,7 @@ static void h2_add_lower(fy_arena_t *a, fy_headers_t *hs, fy_str_t n, fy_str_t v
 
 /* The request's fields for the origin, pseudo-headers first, whatever codec carries them:
  * route rules (host, path prefix, set/remove), hop-by-hop removal, X-Forwarded-*, Via. */
-void build_fields(proxy_req_t *pr, fy_headers_t *hs)
+void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
 {
     fy_exchange_t *ex = pr->ex;
     fy_arena_t *a = ex->arena;
@@ -211,7 +211,7 @@ void build_fields(proxy_req_t *pr, fy_headers_t *hs)
         conn = q->headers.v[i].name.len == 10 && fy_str_ieq(q->headers.v[i].name, "connection", 10);
     for (size_t i = 0; i < q->headers.n; i++) {
         const fy_header_t *h = &q->headers.v[i];
-        switch (field_class(h->name)) {
+        switch (fy__proxy_field_class(h->name)) {
         case F_TE:
             if (fr.te_trailers && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
                 PUT("te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
@@ -236,8 +236,8 @@ void build_fields(proxy_req_t *pr, fy_headers_t *hs)
             break;
         }
         if ((conn && named_in_connection(&q->headers, h->name)) ||
-            (pc->remove_headers.n && in_list(&pc->remove_headers, h->name)) ||
-            (pc->set_headers.n && in_map(&pc->set_headers, h->name)))
+            (pc->remove_headers.n && fy__proxy_in_list(&pc->remove_headers, h->name)) ||
+            (pc->set_headers.n && fy__proxy_in_map(&pc->set_headers, h->name)))
             continue;
         if (!fr.lowercase) /* the h1 codec keeps the client's case */
             PUT(h->name.p, h->name.len, h->value.p, h->value.len);
@@ -286,7 +286,7 @@ void build_fields(proxy_req_t *pr, fy_headers_t *hs)
 
 /* Sec-WebSocket-Accept for an HTTP/1.1 client's key (RFC 6455 §4.2.2): the HTTP/2 origin
  * (RFC 8441) never saw the key, so the proof is ours to give. */
-bool ws_accept(fy_str_t key, char out[32])
+bool fy__proxy_ws_accept(fy_str_t key, char out[32])
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
     char buf[128];

@@ -16,7 +16,7 @@ static const char *addr_of(proxy_req_t *pr, int server, char *buf, size_t len)
     return fy_sock_addr_str((const struct sockaddr *)&sv->addr, buf, len);
 }
 
-void hedge_drop(proxy_req_t *pr, bool count_fail)
+void fy__proxy_hedge_drop(proxy_req_t *pr, bool count_fail)
 {
     proxy_hedge_t *hg = pr->hg;
     if (!hg || !hg->side) return;
@@ -26,7 +26,7 @@ void hedge_drop(proxy_req_t *pr, bool count_fail)
     fy_origin_stream_close(&hg->os, false);
 }
 
-void hedge_free(proxy_req_t *pr)
+void fy__proxy_hedge_free(proxy_req_t *pr)
 {
     fy_timer_stop(pr->loop, &pr->hg->timer);
     if (pr->hg->used) fy_origin_stream_free(&pr->hg->os);
@@ -53,7 +53,7 @@ static void promote(proxy_req_t *pr)
     fy_origin_stream_close(old, false);
 }
 
-bool hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why)
+bool fy__proxy_hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why)
 {
     if (!pr->hg->side || pr->o_head) return false;
     char a[64], b[64];
@@ -61,7 +61,7 @@ bool hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why)
             addr_of(pr, pr->server, a, sizeof a), why, addr_of(pr, pr->hg->server, b, sizeof b));
     if (count_fail) fy_upstream_report(pr->ph->up, pr->worker, pr->server, false, pr->loop->now_ms);
     promote(pr);
-    set_timer(pr, T_FIRST_BYTE); /* the hedge's own wait for its head */
+    fy__proxy_set_timer(pr, T_FIRST_BYTE); /* the hedge's own wait for its head */
     return true;
 }
 
@@ -76,13 +76,13 @@ static void side_start(proxy_req_t *pr)
     const fy_http_limits_t *l = pr->ex->ctx->limits;
     fy_h1_limits_t lim = {l->max_request_line, l->max_header_bytes, (size_t)l->max_headers};
     fy_headers_t hs;
-    build_fields(pr, &hs);
+    fy__proxy_build_fields(pr, &hs);
     pr->os = cur;
     pr->server = cur_server;
     fy_origin_request_t rq = {&hs,          0, false, pr->ex->req.method_id == FY_M_HEAD, &lim,
                               pr->ex->arena};
-    hg->sent_us = now_us();
-    if (fy_origin_stream_submit(side, &rq) < 0) hedge_drop(pr, false);
+    hg->sent_us = fy__proxy_now_us();
+    if (fy_origin_stream_submit(side, &rq) < 0) fy__proxy_hedge_drop(pr, false);
 }
 
 static void on_hedge_timer(fy_timer_t *t)
@@ -115,7 +115,7 @@ static void on_hedge_timer(fy_timer_t *t)
     if (rc == 1) side_start(pr);
 }
 
-void hedge_arm(proxy_req_t *pr)
+void fy__proxy_hedge_arm(proxy_req_t *pr)
 {
     const fy_request_t *q = &pr->ex->req;
     if (pr->attempts != 1 || pr->tunnel || q->content_length != 0 ||
@@ -125,7 +125,7 @@ void hedge_arm(proxy_req_t *pr)
     if (!pr->hg) {
         pr->hg = fy_arena_calloc(pr->ex->arena, sizeof *pr->hg);
         fy_timer_init(&pr->hg->timer, on_hedge_timer, pr);
-        fy_origin_stream_init(&pr->hg->os, &proxy_stream_ops[1], pr);
+        fy_origin_stream_init(&pr->hg->os, &fy__proxy_stream_ops[1], pr);
     }
     fy_timer_start(pr->loop, &pr->hg->timer, fy_upstream_conf(pr->ph->up)->hedge->delay_ms);
 }
@@ -141,40 +141,40 @@ static void head_k(proxy_req_t *pr, int k, int status, fy_headers_t *hs, bool en
     if (pr->os == SELF(pr, k)) {
         if (pr->hg) {
             fy_timer_stop(pr->loop, &pr->hg->timer);
-            hedge_drop(pr, false); /* the first attempt won */
+            fy__proxy_hedge_drop(pr, false); /* the first attempt won */
         }
-        o_on_head(pr, status, hs, end);
+        fy__proxy_o_on_head(pr, status, hs, end);
         return;
     }
     if (!IS_SIDE(pr, k)) return;
     /* the hedge answered first */
     fy_upstream_count_hedge(pr->ph->up, true);
     promote(pr);
-    o_on_head(pr, status, hs, end);
+    fy__proxy_o_on_head(pr, status, hs, end);
 }
 
 static void error_k(proxy_req_t *pr, int k, int kind, uint64_t code, const char *why)
 {
     if (pr->os == SELF(pr, k)) {
-        o_on_error(pr, kind, code, why);
+        fy__proxy_o_on_error(pr, kind, code, why);
         return;
     }
     if (!IS_SIDE(pr, k)) return;
     char a[64];
     fy_warn("upstream %s: %s: %s (the hedge; the first attempt goes on)",
             fy_upstream_conf(pr->ph->up)->name, addr_of(pr, pr->hg->server, a, sizeof a), why);
-    hedge_drop(pr, fy_origin_stream_blames(SELF(pr, k), kind, code, false));
+    fy__proxy_hedge_drop(pr, fy_origin_stream_blames(SELF(pr, k), kind, code, false));
 }
 
 static void open_k(proxy_req_t *pr, int k, const char *err)
 {
     if (pr->os == SELF(pr, k)) {
-        o_on_open(pr, err);
+        fy__proxy_o_on_open(pr, err);
         return;
     }
     if (!IS_SIDE(pr, k)) return;
     if (err) {
-        hedge_drop(pr, true);
+        fy__proxy_hedge_drop(pr, true);
         return;
     }
     side_start(pr);
@@ -188,12 +188,12 @@ static void open_k(proxy_req_t *pr, int k, const char *err)
     static void on_data_##k(void *ud, const char *p, size_t n)                                     \
     {                                                                                              \
         proxy_req_t *pr = ud;                                                                      \
-        if (pr->os == SELF(pr, k)) o_on_data(pr, p, n);                                            \
+        if (pr->os == SELF(pr, k)) fy__proxy_o_on_data(pr, p, n);                                  \
     }                                                                                              \
     static void on_end_##k(void *ud, fy_headers_t *trailers)                                       \
     {                                                                                              \
         proxy_req_t *pr = ud;                                                                      \
-        if (pr->os == SELF(pr, k)) o_on_end(pr, trailers);                                         \
+        if (pr->os == SELF(pr, k)) fy__proxy_o_on_end(pr, trailers);                               \
     }                                                                                              \
     static void on_error_##k(void *ud, int kind, uint64_t code, const char *why)                   \
     {                                                                                              \
@@ -202,14 +202,14 @@ static void open_k(proxy_req_t *pr, int k, const char *err)
     static ssize_t read_body_##k(void *ud, char *buf, size_t len, const fy_headers_t **tr)         \
     {                                                                                              \
         proxy_req_t *pr = ud;                                                                      \
-        if (pr->os == SELF(pr, k)) return o_read_body(pr, buf, len, tr);                           \
+        if (pr->os == SELF(pr, k)) return fy__proxy_o_read_body(pr, buf, len, tr);                 \
         *tr = NULL; /* a hedge carries no body */                                                  \
         return 0;                                                                                  \
     }                                                                                              \
     static ssize_t ref_body_##k(void *ud, const char **p, size_t len, const fy_headers_t **tr)     \
     {                                                                                              \
         proxy_req_t *pr = ud;                                                                      \
-        if (pr->os == SELF(pr, k)) return take_body(pr, p, len, tr);                               \
+        if (pr->os == SELF(pr, k)) return fy__proxy_take_body(pr, p, len, tr);                     \
         *tr = NULL;                                                                                \
         return 0;                                                                                  \
     }                                                                                              \
@@ -220,13 +220,13 @@ static void open_k(proxy_req_t *pr, int k, const char *err)
     static void after_io_##k(void *ud)                                                             \
     {                                                                                              \
         proxy_req_t *pr = ud;                                                                      \
-        if (pr->os == SELF(pr, k)) o_after_io(pr);                                                 \
+        if (pr->os == SELF(pr, k)) fy__proxy_o_after_io(pr);                                       \
     }
 
 STREAM_OPS(0)
 STREAM_OPS(1)
 
-const fy_origin_stream_ops_t proxy_stream_ops[2] = {
+const fy_origin_stream_ops_t fy__proxy_stream_ops[2] = {
     {{on_head_0, on_data_0, on_end_0, on_error_0, read_body_0, ref_body_0}, on_open_0, after_io_0},
     {{on_head_1, on_data_1, on_end_1, on_error_1, read_body_1, ref_body_1}, on_open_1, after_io_1},
 };

@@ -31,7 +31,7 @@ typedef struct proxy_handler {
 /* A hedge (proxy_hedge.c): made in the exchange's arena when a request is armed for one. */
 typedef struct proxy_hedge {
     fy_timer_t timer;      /* `hedge.delay` after the first attempt's request went out */
-    fy_origin_stream_t os; /* the second stream (ops: proxy_stream_ops[1]) */
+    fy_origin_stream_t os; /* the second stream (ops: fy__proxy_stream_ops[1]) */
     bool used;             /* os was opened: free it at the end */
     bool side;             /* os is the hedge in flight (the current one has no head yet) */
     int server;            /* its server */
@@ -60,7 +60,7 @@ typedef struct proxy_req {
     uint64_t sent_us; /* request head handed to the origin (least-time) */
     fy_timer_t timer;
     int timer_kind;
-    int in_codec;          /* inside a call into the origin stream: deliver after it returns */
+    int in_codec; /* inside a call into the origin stream: fy__proxy_deliver after it returns */
     bool req_body_waiting; /* asked the client codec for body, not given yet */
     bool sent_any;         /* request body bytes reached the codec: no more retry */
     bool got_bytes;        /* the failed attempt had received response bytes */
@@ -101,7 +101,7 @@ typedef struct proxy_req {
     bool ws_up_sent;   /* ours went to the origin (then its end): the client's are dropped */
     ws_track_t ws_down, ws_up; /* origin -> client, client -> origin */
     uint8_t ws_up_frame[8];    /* our masked Close for the origin */
-    fy_list_t ws_node;         /* in this thread's open_ws while `ws` */
+    fy_list_t ws_node;         /* in this thread's fy__proxy_open_ws while `ws` */
 } proxy_req_t;
 
 /* Refused streams (REFUSED_STREAM, past a GOAWAY) were not processed, so they are retried
@@ -137,50 +137,50 @@ enum {
 };
 
 /* proxy.c */
-uint64_t now_us(void);
-void o_on_open(void *ud, const char *err);
-void o_after_io(void *ud);
-void o_on_error(void *ud, int kind, uint64_t code, const char *why);
-ssize_t o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
-ssize_t take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
-void set_timer(proxy_req_t *pr, int kind);
-void drop_origin(proxy_req_t *pr, bool reusable);
-void origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail);
+uint64_t fy__proxy_now_us(void);
+void fy__proxy_o_on_open(void *ud, const char *err);
+void fy__proxy_o_after_io(void *ud);
+void fy__proxy_o_on_error(void *ud, int kind, uint64_t code, const char *why);
+ssize_t fy__proxy_o_read_body(void *ud, char *buf, size_t len, const fy_headers_t **trailers);
+ssize_t fy__proxy_take_body(void *ud, const char **p, size_t len, const fy_headers_t **trailers);
+void fy__proxy_set_timer(proxy_req_t *pr, int kind);
+void fy__proxy_drop_origin(proxy_req_t *pr, bool reusable);
+void fy__proxy_origin_failed(proxy_req_t *pr, int status, const char *why, bool count_fail);
 
 /* proxy_hedge.c: the callbacks of os_a and hg->os (each passes its stream's events on to the
  * o_* functions while it is the current one, else treats them as the hedge's); arming the
  * hedge after the first attempt's request went out (ph->hedge only); the hedge taking over
  * when the current attempt fails before any head (true: nothing else to do); dropping it;
  * the end (timer stopped, stream freed). */
-extern const fy_origin_stream_ops_t proxy_stream_ops[2];
-void hedge_arm(proxy_req_t *pr);
-bool hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why);
-void hedge_drop(proxy_req_t *pr, bool count_fail);
-void hedge_free(proxy_req_t *pr);
+extern const fy_origin_stream_ops_t fy__proxy_stream_ops[2];
+void fy__proxy_hedge_arm(proxy_req_t *pr);
+bool fy__proxy_hedge_take_over(proxy_req_t *pr, bool count_fail, const char *why);
+void fy__proxy_hedge_drop(proxy_req_t *pr, bool count_fail);
+void fy__proxy_hedge_free(proxy_req_t *pr);
 
 /* proxy_fields.c */
-int field_class(fy_str_t n);
-bool in_list(const fy_conf_strlist_t *l, fy_str_t n);
-bool in_map(const fy_conf_strmap_t *m, fy_str_t n);
-void add_response_extras(proxy_req_t *pr);
-void build_fields(proxy_req_t *pr, fy_headers_t *hs);
-bool ws_accept(fy_str_t key, char out[32]);
+int fy__proxy_field_class(fy_str_t n);
+bool fy__proxy_in_list(const fy_conf_strlist_t *l, fy_str_t n);
+bool fy__proxy_in_map(const fy_conf_strmap_t *m, fy_str_t n);
+void fy__proxy_add_response_extras(proxy_req_t *pr);
+void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs);
+bool fy__proxy_ws_accept(fy_str_t key, char out[32]);
 
 /* proxy_resp.c */
-void deliver(proxy_req_t *pr);
-void resume_body(proxy_req_t *pr);
-void o_on_head(void *ud, int status, fy_headers_t *hs, bool end);
-void o_on_data(void *ud, const char *p, size_t n);
-void o_on_end(void *ud, fy_headers_t *trailers);
+void fy__proxy_deliver(proxy_req_t *pr);
+void fy__proxy_resume_body(proxy_req_t *pr);
+void fy__proxy_o_on_head(void *ud, int status, fy_headers_t *hs, bool end);
+void fy__proxy_o_on_data(void *ud, const char *p, size_t n);
+void fy__proxy_o_on_end(void *ud, fy_headers_t *trailers);
 
 /* proxy_ws.c */
-extern __thread fy_list_t open_ws;
-extern __thread bool open_ws_init;
-void ws_feed(ws_track_t *t, const void *data, size_t n);
-bool ws_at_boundary(const ws_track_t *t);
-void ws_close_down(proxy_req_t *pr);
-void ws_close_up(proxy_req_t *pr);
-void ws_going_away(proxy_req_t *pr);
-void ws_drop_down(proxy_req_t *pr);
+extern __thread fy_list_t fy__proxy_open_ws;
+extern __thread bool fy__proxy_open_ws_init;
+void fy__proxy_ws_feed(ws_track_t *t, const void *data, size_t n);
+bool fy__proxy_ws_at_boundary(const ws_track_t *t);
+void fy__proxy_ws_close_down(proxy_req_t *pr);
+void fy__proxy_ws_close_up(proxy_req_t *pr);
+void fy__proxy_ws_going_away(proxy_req_t *pr);
+void fy__proxy_ws_drop_down(proxy_req_t *pr);
 
 #endif

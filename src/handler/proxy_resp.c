@@ -19,7 +19,7 @@ static void stop(fy_exchange_t *ex)
     proxy_req_t *pr = ex->handler_data;
     pr->stopped = true;
     fy_timer_stop(pr->loop, &pr->timer);
-    drop_origin(pr, false); /* the client went away mid-response */
+    fy__proxy_drop_origin(pr, false); /* the client went away mid-response */
 }
 
 /* ---- the origin stream, whatever the codec: response to the client ---- */
@@ -31,7 +31,7 @@ static void finish(proxy_req_t *pr, const struct iovec *iov, int n)
     pr->finished = true;
     fy_timer_stop(pr->loop, &pr->timer);
     bool reusable = fy_origin_stream_finish(pr->os);
-    drop_origin(pr, reusable);
+    fy__proxy_drop_origin(pr, reusable);
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_FINAL);
 }
 
@@ -50,18 +50,18 @@ static bool trail_body(proxy_req_t *pr)
     return (uint64_t)ex->req.content_length - ex->body_received <= FY_PROXY_TRAIL_MAX;
 }
 
-void deliver(proxy_req_t *pr)
+void fy__proxy_deliver(proxy_req_t *pr)
 {
     if (pr->res_sending || pr->finished || pr->stopped || !pr->o_head || pr->in_codec ||
         fy_origin_stream_busy(pr->os))
         return;
     if (pr->ws_closing) { /* WebSocket going away: our Close first, then nothing of the origin */
-        if (!pr->ws_down_sent && ws_at_boundary(&pr->ws_down)) {
-            ws_close_down(pr);
+        if (!pr->ws_down_sent && fy__proxy_ws_at_boundary(&pr->ws_down)) {
+            fy__proxy_ws_close_down(pr);
             return;
         }
         if (pr->ws_down_sent) {
-            ws_drop_down(pr);
+            fy__proxy_ws_drop_down(pr);
             if (pr->o_end && !pr->finished && !pr->stopped) finish(pr, NULL, 0);
             return;
         }
@@ -88,7 +88,8 @@ void deliver(proxy_req_t *pr)
     pr->res_sending = true;
     pr->sending_len = len;
     if (pr->ws)
-        for (int i = 0; i < n; i++) ws_feed(&pr->ws_down, iov[i].iov_base, iov[i].iov_len);
+        for (int i = 0; i < n; i++)
+            fy__proxy_ws_feed(&pr->ws_down, iov[i].iov_base, iov[i].iov_len);
     fy_exchange_send(pr->ex, iov, (size_t)n, FY_SEND_MORE);
 }
 
@@ -105,21 +106,21 @@ static void proceed(fy_exchange_t *ex)
         fy_origin_stream_consume(pr->os, n); /* the origin may send as much again */
         pr->in_codec--;
     }
-    if (!pr->o_end && !pr->finished) set_timer(pr, T_IDLE);
-    deliver(pr);
+    if (!pr->o_end && !pr->finished) fy__proxy_set_timer(pr, T_IDLE);
+    fy__proxy_deliver(pr);
 }
 
 /* More of the client's body (or tunnel bytes) may go to the origin. */
-void resume_body(proxy_req_t *pr)
+void fy__proxy_resume_body(proxy_req_t *pr)
 {
     if (!fy_origin_stream_is_open(pr->os)) return;
     pr->in_codec++;
     fy_origin_stream_resume(pr->os);
     pr->in_codec--;
-    deliver(pr);
+    fy__proxy_deliver(pr);
 }
 
-void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
+void fy__proxy_o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
 {
     proxy_req_t *pr = ud;
     fy_exchange_t *ex = pr->ex;
@@ -130,10 +131,10 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         int64_t max = ex->ctx->limits->max_informational;
         if (++pr->interim > max) {
             pr->no_retry = true;
-            origin_failed(pr, 502,
-                          "origin sent more interim (1xx) responses than "
-                          "limits.informational-responses allows",
-                          false);
+            fy__proxy_origin_failed(pr, 502,
+                                    "origin sent more interim (1xx) responses than "
+                                    "limits.informational-responses allows",
+                                    false);
             return;
         }
         /* 100 is ours to give (the client codec answers Expect); 103 Early Hints and others
@@ -141,14 +142,14 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         if (status == 100) return;
         size_t k = 0;
         for (size_t i = 0; i < hs->n; i++) {
-            int fc = field_class(hs->v[i].name);
+            int fc = fy__proxy_field_class(hs->v[i].name);
             if (fc != F_HOP && fc != F_TE) hs->v[k++] = hs->v[i];
         }
         hs->n = k;
         fy_exchange_send_informational(ex, status, hs);
         return;
     }
-    set_timer(pr, T_IDLE);
+    fy__proxy_set_timer(pr, T_IDLE);
     int64_t cl = -1;
     fy_headers_t *rh = &ex->res.headers;
     size_t need = rh->n + hs->n + pc->response_set_headers.n + 3;
@@ -160,7 +161,7 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     }
     for (size_t i = 0; i < hs->n; i++) {
         fy_str_t n = hs->v[i].name, v = hs->v[i].value;
-        switch (field_class(n)) {
+        switch (fy__proxy_field_class(n)) {
         case F_CL:
             cl = 0;
             for (size_t j = 0; j < v.len && v.p[j] >= '0' && v.p[j] <= '9'; j++)
@@ -178,32 +179,32 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         default:
             break;
         }
-        if ((pc->response_remove_headers.n && in_list(&pc->response_remove_headers, n)) ||
-            (pc->response_set_headers.n && in_map(&pc->response_set_headers, n)))
+        if ((pc->response_remove_headers.n && fy__proxy_in_list(&pc->response_remove_headers, n)) ||
+            (pc->response_set_headers.n && fy__proxy_in_map(&pc->response_set_headers, n)))
             continue;
         rh->v[rh->n++] = (fy_header_t){n, v};
     }
-    add_response_extras(pr);
+    fy__proxy_add_response_extras(pr);
     pr->o_head = true;
     ex->res.status = status;
     if (pr->tunnel && (upgrade ? status == 101 : status >= 200 && status < 300)) {
         /* the tunnel is open: h1 clients get 101 (with our Sec-WebSocket-Accept), h2 200 */
         pr->tunnel_open = true;
         if (ex->req.protocol.len == 9 && fy_str_ieq(ex->req.protocol, "websocket", 9)) {
-            if (!open_ws_init) {
-                fy_list_init(&open_ws);
-                open_ws_init = true;
+            if (!fy__proxy_open_ws_init) {
+                fy_list_init(&fy__proxy_open_ws);
+                fy__proxy_open_ws_init = true;
             }
             pr->ws = true;
-            fy_list_insert_tail(&open_ws, &pr->ws_node);
+            fy_list_insert_tail(&fy__proxy_open_ws, &pr->ws_node);
         }
-        set_timer(pr, T_IDLE); /* from now on `limits.tunnel-timeout` */
+        fy__proxy_set_timer(pr, T_IDLE); /* from now on `limits.tunnel-timeout` */
         ex->res.content_length = -1;
         ex->res.status = ex->req.version < 20 ? 101 : 200;
         if (ex->req.version < 20 && !upgrade) {
             const fy_header_t *k = FY_HDR_FIND(&ex->req.headers, "sec-websocket-key");
             char acc[32];
-            if (k && ws_accept(k->value, acc)) {
+            if (k && fy__proxy_ws_accept(k->value, acc)) {
                 char *v = fy_arena_strndup(ex->arena, acc, 28);
                 FY_HDR_ADD(ex->arena, &ex->res.headers, "sec-websocket-accept", v, 28);
             }
@@ -213,13 +214,13 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
         pr->res_sending = true; /* the 101/200 goes out now, before any tunnel byte */
         pr->sending_len = 0;
         fy_exchange_send(ex, NULL, 0, FY_SEND_MORE);
-        resume_body(pr); /* the client's bytes may flow now */
+        fy__proxy_resume_body(pr); /* the client's bytes may flow now */
         return;
     }
     if (pr->tunnel) {
         /* refused upgrade: an ordinary response; nothing of the client's goes on */
         pr->q_end = true;
-        resume_body(pr);
+        fy__proxy_resume_body(pr);
     }
     if (ex->req.method_id == FY_M_HEAD)
         ex->res.content_length = cl;
@@ -233,27 +234,28 @@ void o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     fy_origin_stream_expect(pr->os, ex->res.content_length);
     fy_upstream_report_status(pr->ph->up, pr->worker, pr->server, status, pr->loop->now_ms);
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
-        fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server, now_us() - pr->sent_us);
+        fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server,
+                                fy__proxy_now_us() - pr->sent_us);
     if (__builtin_expect(ex->layers != NULL, 0)) /* a capture may want it (ops/inspector.c) */
-        ex->timing.wait_us = (int32_t)(now_us() - pr->sent_us);
+        ex->timing.wait_us = (int32_t)(fy__proxy_now_us() - pr->sent_us);
     fy_exchange_start_response(ex, &proxy_producer);
 }
 
-void o_on_data(void *ud, const char *p, size_t n)
+void fy__proxy_o_on_data(void *ud, const char *p, size_t n)
 {
     proxy_req_t *pr = ud;
     /* lent by the origin stream until consumed: no copy here */
     pr->zp = p;
     pr->zn = n;
-    set_timer(pr, T_IDLE);
-    deliver(pr);
+    fy__proxy_set_timer(pr, T_IDLE);
+    fy__proxy_deliver(pr);
 }
 
-void o_on_end(void *ud, fy_headers_t *trailers)
+void fy__proxy_o_on_end(void *ud, fy_headers_t *trailers)
 {
     proxy_req_t *pr = ud;
     pr->o_end = true;
     if (trailers->n) pr->ex->res_trailers = *trailers;
     if (pr->tunnel_open) pr->q_end = true; /* the origin ended the tunnel */
-    deliver(pr);
+    fy__proxy_deliver(pr);
 }

@@ -10,10 +10,10 @@
 /* ---- WebSocket tunnels: Close frames of ours (stop, tunnel timeout) ---- */
 
 /* This thread's open WebSocket tunnels (fy_proxy_drain). */
-__thread fy_list_t open_ws;
-__thread bool open_ws_init;
+__thread fy_list_t fy__proxy_open_ws;
+__thread bool fy__proxy_open_ws_init;
 
-void ws_feed(ws_track_t *t, const void *data, size_t n)
+void fy__proxy_ws_feed(ws_track_t *t, const void *data, size_t n)
 {
     const uint8_t *p = data;
     while (n) {
@@ -39,7 +39,7 @@ void ws_feed(ws_track_t *t, const void *data, size_t n)
     }
 }
 
-bool ws_at_boundary(const ws_track_t *t)
+bool fy__proxy_ws_at_boundary(const ws_track_t *t)
 {
     return t->left == 0 && t->hlen == 0;
 }
@@ -48,10 +48,10 @@ bool ws_at_boundary(const ws_track_t *t)
 static const char ws_close_1001[4] = {(char)0x88, 0x02, 0x03, (char)0xe9};
 
 /* Our Close to the client, once nothing else is being sent and its frames are whole. */
-void ws_close_down(proxy_req_t *pr)
+void fy__proxy_ws_close_down(proxy_req_t *pr)
 {
     if (pr->ws_down_sent || pr->finished || pr->stopped || pr->res_sending ||
-        !ws_at_boundary(&pr->ws_down))
+        !fy__proxy_ws_at_boundary(&pr->ws_down))
         return;
     pr->ws_down_sent = true;
     pr->res_sending = true; /* the codec calls proceed once it is out */
@@ -61,12 +61,13 @@ void ws_close_down(proxy_req_t *pr)
 }
 
 /* Our Close to the origin (client to server: masked), then the end of that direction. */
-void ws_close_up(proxy_req_t *pr)
+void fy__proxy_ws_close_up(proxy_req_t *pr)
 {
-    if (pr->ws_up_sent || pr->q_end || pr->qn || !ws_at_boundary(&pr->ws_up)) return;
+    if (pr->ws_up_sent || pr->q_end || pr->qn || !fy__proxy_ws_at_boundary(&pr->ws_up)) return;
     pr->ws_up_sent = true;
     uint8_t m[4] = {0x5a, 0x3c, 0x96, 0xe1};
-    if (getrandom(m, sizeof m, GRND_NONBLOCK) != (ssize_t)sizeof m) m[0] ^= (uint8_t)now_us();
+    if (getrandom(m, sizeof m, GRND_NONBLOCK) != (ssize_t)sizeof m)
+        m[0] ^= (uint8_t)fy__proxy_now_us();
     uint8_t *f = pr->ws_up_frame;
     f[0] = 0x88;
     f[1] = 0x82;
@@ -76,25 +77,25 @@ void ws_close_up(proxy_req_t *pr)
     pr->qp = (const char *)f;
     pr->qn = sizeof pr->ws_up_frame;
     pr->q_end = true;
-    resume_body(pr);
+    fy__proxy_resume_body(pr);
 }
 
 /* Stop or tunnel timeout: Close 1001 to both sides (each as soon as its direction is between
  * frames), then the peers' answers end the tunnel: the origin's close finishes the exchange.
  * A close handshake that takes longer than `limits.tunnel-close-timeout` is cut. */
-void ws_going_away(proxy_req_t *pr)
+void fy__proxy_ws_going_away(proxy_req_t *pr)
 {
     if (pr->ws_closing || pr->finished || pr->stopped) return;
     pr->ws_closing = true;
     pr->timer_kind = T_IDLE;
     fy_timer_start(pr->loop, &pr->timer, pr->ex->ctx->limits->tunnel_close_timeout_ms);
-    ws_close_up(pr);
-    if (!pr->finished && !pr->stopped) ws_close_down(pr);
+    fy__proxy_ws_close_up(pr);
+    if (!pr->finished && !pr->stopped) fy__proxy_ws_close_down(pr);
 }
 
 /* After our Close went to the client, what the origin sends is not for it (its Close reply
  * included): consumed and dropped. */
-void ws_drop_down(proxy_req_t *pr)
+void fy__proxy_ws_drop_down(proxy_req_t *pr)
 {
     for (int guard = 0; guard < 64 && !pr->finished && !pr->stopped; guard++) {
         /* (a ring lends its next bytes from inside the consume) */
@@ -112,11 +113,11 @@ void ws_drop_down(proxy_req_t *pr)
 
 void fy_proxy_drain(void)
 {
-    if (!open_ws_init) return;
-    fy_list_t *l = open_ws.next;
-    while (l != &open_ws) {
+    if (!fy__proxy_open_ws_init) return;
+    fy_list_t *l = fy__proxy_open_ws.next;
+    while (l != &fy__proxy_open_ws) {
         proxy_req_t *pr = fy_container_of(l, proxy_req_t, ws_node);
         l = l->next; /* going away may finish the exchange and unlink it */
-        ws_going_away(pr);
+        fy__proxy_ws_going_away(pr);
     }
 }
