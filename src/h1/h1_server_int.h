@@ -11,6 +11,7 @@
 #include "h1/h1_server.h"
 #include "h1/h1_resp.h"
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,27 +45,13 @@ enum body_mode {
 #define MAX_REFS 8
 #define LINGER_MS 2000
 
-typedef struct h1_conn {
-    fy_conn_node_t node; /* in ctx->conns */
-    fy_io_t io;
-    fy_transport_t sock; /* plain transport (also the fd owner) */
-    fy_transport_t *t;   /* active transport: &sock or TLS over it */
-    fy_http_ctx_t *ctx;
-    fy_loop_t *loop;
-    struct sockaddr_storage remote;
-    fy_timer_t timer;
-    int timer_kind;
-    fy_defer_t defer;  /* proceed / next request / free, after the callback stack unwinds */
-    fy_defer_t rdefer; /* read again: TLS holds decrypted bytes that epoll cannot signal */
-
-    /* read side */
-    char *rbuf;
-    size_t rcap, rstart, rlen; /* unconsumed bytes are rbuf[rstart, rlen) */
-    bool rbuf_heap;            /* grown beyond a chunk: malloc'd */
-    char *rbuf_prev;           /* the chunk a body outgrew: the request's head points into it */
-    fy_h1_header_t *hdrs;      /* limits->max_headers entries (owned) */
+/* What a request in progress needs beyond the connection (issue 19: an idle kept-alive
+ * connection holds only its h1_conn_t): the parser, the exchange, body and response state.
+ * From a per-thread pool (h1_server_req.c): taken when a request's first bytes are read, given
+ * back with the buffers by idle_release (or at the close). Pipelined bytes keep it. */
+typedef struct h1_busy {
+    fy_h1_header_t *hdrs; /* limits->max_headers entries (pooled) */
     fy_h1_req_t req;
-    bool read_paused; /* not reading from the socket (body backpressure) */
 
     /* request body */
     int body_mode;
@@ -74,12 +61,14 @@ typedef struct h1_conn {
     size_t body_out;     /* rbuf offset of decoded bytes handed to the handler, end */
     bool body_wanted;    /* handler asked for body and has not been given any yet */
     bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
-    bool discarding;     /* reading and dropping the rest of a body nobody wanted */
     bool continue_sent;
 
-    /* write side */
-    char *wbuf;
-    size_t wlen, wsent;
+    /* exchange and response state */
+    bool head_written;
+    bool res_chunked;
+    bool res_no_body; /* HEAD, 204, 304 */
+    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
+    bool want_proceed;
     struct iovec refs[MAX_REFS];
     int nrefs;
     int file_fd;
@@ -87,35 +76,70 @@ typedef struct h1_conn {
     size_t file_left;
     char *fbuf; /* TLS: file bytes read for the next write */
     size_t flen, fsent;
-
-    /* exchange */
     fy_exchange_t ex;
     fy_arena_t arena;
-    bool ex_active;
-    bool head_written;
-    bool res_chunked;
-    bool res_no_body; /* HEAD, 204, 304 */
-    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
-    bool want_proceed;
+    char *arena_first; /* owned, from arena_pool while a request is in progress */
+} h1_busy_t;
+
+/* The peer's address: inet or inet6 (an accepted TCP connection); any other family keeps only
+ * its sa_family. */
+typedef union h1_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+} h1_addr_t;
+
+/* The idle core: what a kept-alive connection holds between requests. */
+typedef struct h1_conn {
+    fy_conn_node_t node; /* in ctx->conns */
+    fy_io_t io;
+    fy_transport_t sock; /* plain transport (also the fd owner) */
+    fy_transport_t *t;   /* active transport: &sock or TLS over it */
+    fy_http_ctx_t *ctx;
+    fy_loop_t *loop;
+    h1_busy_t *b; /* the request in progress (NULL: idle, see h1_busy_t) */
+    fy_timer_t timer;
+    fy_defer_t defer;  /* proceed / next request / free, after the callback stack unwinds */
+    fy_defer_t rdefer; /* read again: TLS holds decrypted bytes that epoll cannot signal */
+
+    /* read side */
+    char *rbuf;
+    size_t rcap, rstart, rlen; /* unconsumed bytes are rbuf[rstart, rlen) */
+    char *rbuf_prev;           /* the chunk a body outgrew: the request's head points into it */
+
+    /* write side */
+    char *wbuf;
+    size_t wlen, wsent;
+
+    void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
+    void (*mitm_tunnel_free)(void *);
+    size_t mem_held;    /* what ferry_connection_memory_bytes has of this connection */
+    size_t stream_held; /* ... and ferry_stream_memory_bytes of its exchange */
     unsigned requests;
+    h1_addr_t remote;
+    unsigned char timer_kind;
 
     /* connection state */
+    bool rbuf_heap;   /* grown beyond a chunk: malloc'd */
+    bool read_paused; /* not reading from the socket (body backpressure) */
+    bool discarding;  /* reading and dropping the rest of a body nobody wanted */
+    bool ex_active;   /* an exchange is in progress (then b is set) */
     bool handshaking;
     bool keepalive;
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    bool handed_off;   /* the fd and transport now belong to the h2 codec */
-    bool tunnel;       /* 101 sent: raw bytes both ways until either side ends */
-    bool in_spurious;  /* readable while paused: EPOLLIN dropped until reading resumes */
-    bool peer_eof;     /* the client half-closed (tunnel) */
-    void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
-    void (*mitm_tunnel_free)(void *);
-    char *arena_first;  /* owned, from arena_pool while a request is in progress */
-    size_t mem_held;    /* what ferry_connection_memory_bytes has of this connection */
-    size_t stream_held; /* ... and ferry_stream_memory_bytes of its exchange */
-    bool mem_dirty;     /* a buffer was taken since the last fy__h1_mem_sync */
+    bool handed_off;  /* the fd and transport now belong to the h2 codec */
+    bool tunnel;      /* 101 sent: raw bytes both ways until either side ends */
+    bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
+    bool peer_eof;    /* the client half-closed (tunnel) */
+    bool mem_dirty;   /* a buffer was taken since the last fy__h1_mem_sync */
 } h1_conn_t;
+
+/* Take the connection's request part (h1_busy_t) if it has none. */
+void fy__h1_busy_get(h1_conn_t *c);
+/* Give it back with what it holds (header array, arena, file buffer). */
+void fy__h1_busy_put(h1_conn_t *c);
 
 /* Count what the connection holds now (buffers, header array, arena, TLS) in the memory
  * gauges; past limits.connection-memory it is read-paused and closed (returns true then). */
@@ -162,7 +186,8 @@ static inline void fy__h1_wbuf_get(h1_conn_t *c)
 
 static inline bool fy__h1_output_pending(const h1_conn_t *c)
 {
-    return c->wlen > c->wsent || c->nrefs > 0 || c->file_left > 0 || c->flen > c->fsent;
+    const h1_busy_t *b = c->b;
+    return c->wlen > c->wsent || (b && (b->nrefs > 0 || b->file_left > 0 || b->flen > b->fsent));
 }
 
 static inline size_t fy__h1_wfree(const h1_conn_t *c)
@@ -174,8 +199,6 @@ static inline size_t fy__h1_wfree(const h1_conn_t *c)
 
 extern const fy_sink_ops_t fy__h1_sink;
 void fy__h1_rbuf_release(h1_conn_t *c);
-void fy__h1_arena_put(h1_conn_t *c);
-void fy__h1_hdrs_put(h1_conn_t *c);
 int fy__h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
 void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up);
 void fy__h1_conn_close(h1_conn_t *c);
