@@ -391,7 +391,6 @@ static void on_readable(h1_conn_t *c)
             return;
         }
     }
-    fy__h1_busy_get(c);
     rbuf_get(c);
     c->in_read = true;
     for (int rounds = 0; rounds < 4; rounds++) {
@@ -423,6 +422,7 @@ static void on_readable(h1_conn_t *c)
         }
         c->t->want = 0;
         c->rlen += (size_t)n;
+        if (!c->b) fy__h1_busy_get(c); /* a request's first bytes: its part (h1_busy_t) */
         if (c->ex_active) {
             if (c->b->body_wanted) fy__h1_deliver_body(c);
             /* the body's end may have finished the exchange with a request behind it */

@@ -146,6 +146,7 @@ static bool try_upgrade_h2c(h1_conn_t *c)
  * refusal of the protocol stage (ex->refused, http/protocol.h). */
 void fy__h1_reject(h1_conn_t *c, int status, const char *why)
 {
+    fy__h1_busy_get(c);
     c->b->body_mode = B_NONE;
     if (!c->ex_active) {
         /* a minimal exchange so the error goes through the normal writer and access log */
