@@ -20,14 +20,12 @@ static void node_close(fy_conn_node_t *n);
 static void on_io(fy_io_t *io, uint32_t ev);
 static void reread_cb(fy_defer_t *d);
 
-static void idle_release(h1_conn_t *c);
-
 static void on_timer(fy_timer_t *t)
 {
     h1_conn_t *c = t->data;
     if (c->timer_kind == T_IDLE) {
         const fy_http_limits_t *l = c->ctx->limits;
-        idle_release(c);
+        fy__h1_idle_release(c);
         c->timer_kind = T_KEEPALIVE;
         fy_timer_start(c->loop, &c->timer,
                        l->keepalive_timeout_ms > IDLE_RELEASE_MS
@@ -81,7 +79,7 @@ void fy__h1_rbuf_release(h1_conn_t *c)
  * buffers, the header array and the TLS record buffers back, so that a kept-alive connection
  * holds none while it waits (issue 19: both chunks were kept once a response had been queued
  * from the read loop). Called by the T_IDLE timer. */
-static void idle_release(h1_conn_t *c)
+void fy__h1_idle_release(h1_conn_t *c)
 {
     if (c->ex_active || c->discarding || c->closed || fy__h1_output_pending(c)) return;
     if (c->rbuf && c->rstart != c->rlen) return;
@@ -438,6 +436,11 @@ static void on_readable(h1_conn_t *c)
         if (!c->t->ops->pending(c->t) || c->read_paused) break;
     }
     c->in_read = false;
+    /* a wake that read nothing into an idle-released connection: no buffer to keep */
+    if (__builtin_expect(!c->b, 0) && c->rbuf && c->rstart == c->rlen) {
+        fy__h1_rbuf_release(c);
+        c->mem_dirty = true;
+    }
     /* (a busy keep-alive connection took nothing new: nothing to count) */
     if ((c->mem_dirty || (c->b && c->b->arena.head)) && fy__h1_mem_sync(c)) return;
     if (fy__h1_output_pending(c))

@@ -201,6 +201,9 @@ extern const fy_sink_ops_t fy__h1_sink;
 void fy__h1_rbuf_release(h1_conn_t *c);
 int fy__h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
 void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up);
+/* Idle between requests (nothing to write, no request byte buffered, no exchange): give the
+ * buffers, the request part and the TLS record buffers back (else nothing). */
+void fy__h1_idle_release(h1_conn_t *c);
 void fy__h1_conn_close(h1_conn_t *c);
 void fy__h1_conn_linger(h1_conn_t *c);
 void fy__h1_update_events(h1_conn_t *c);

@@ -283,7 +283,13 @@ void fy__h1_process(h1_conn_t *c)
                 return;
             }
             c->read_paused = false;
-            if (c->requests) fy__h1_set_timer(c, T_IDLE);
+            if (c->requests == 1 && !fy__h1_output_pending(c)) {
+                /* the first response is out: everything back now (see fy__h1_flush) */
+                fy__h1_idle_release(c);
+                fy__h1_set_timer(c, T_KEEPALIVE);
+            } else if (c->requests) {
+                fy__h1_set_timer(c, T_IDLE);
+            }
             return;
         }
         fy__h1_busy_get(c); /* a request's bytes (pipelined: it was kept) */

@@ -312,7 +312,7 @@ static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int s
 void fy__h1_proceed_cb(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
-    if (c->closed) return;
+    if (c->closed || !c->b) return; /* (released: nothing in progress) */
     if (c->b->want_proceed && !fy__h1_output_pending(c) && c->b->ex.producer &&
         c->b->ex.producer->proceed) {
         c->b->want_proceed = false;
@@ -423,6 +423,16 @@ void fy__h1_flush(h1_conn_t *c)
     if (!c->ex_active && !c->discarding && !c->keepalive) {
         fy__h1_conn_linger(c);
         return;
+    }
+    if (__builtin_expect(c->requests == 1, 0) && c->timer_kind == T_IDLE && !c->ex_active) {
+        /* a connection's first response is out and it waits: give everything back now, not
+           after IDLE_RELEASE_MS. Most such connections stay idle (a client's spare pooled
+           connection, a browser's parallel ones), and at a high accept rate the 10 ms hold
+           made the buffers of the last ~rate/100 connections a high-water mark that the chunk
+           pool keeps (issue 19). From its second request on, a connection is being reused
+           and keeps them for the next. */
+        fy__h1_idle_release(c);
+        if (!c->b) fy__h1_set_timer(c, T_KEEPALIVE);
     }
     fy__h1_update_events(c);
 }
