@@ -44,7 +44,7 @@ static void on_timer(fy_timer_t *t)
         fy_info("client %s: %s timeout, closing connection",
                 fy_sock_addr_str(&c->remote.sa, a, sizeof a), timer_names[c->timer_kind]);
     }
-    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->b->res_final)
+    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->res_final)
         c->b->ex.producer->stop(&c->b->ex);
     c->ex_active = false;
     fy__h1_conn_close(c);
@@ -116,7 +116,7 @@ bool fy__h1_mem_sync(h1_conn_t *c)
             fy_sock_addr_str(&c->remote.sa, a, sizeof a), n, (unsigned long long)max);
     fy_counter_inc(fy_cid_limit_conn_memory);
     c->read_paused = true; /* nothing more is read; what is queued goes in the close */
-    if (c->ex_active && !c->b->res_final) c->b->ex.error = "connection memory budget exceeded";
+    if (c->ex_active && !c->res_final) c->b->ex.error = "connection memory budget exceeded";
     fy__h1_conn_close(c);
     return true;
 }
@@ -195,8 +195,7 @@ int fy__h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len
 {
     h1_conn_t *c = ex->codec;
     size_t have = c->rbuf ? c->rlen - c->rstart : 0;
-    if (c->closed || c->t != &c->sock || fy__h1_output_pending(c) || have > cap ||
-        c->b->head_written)
+    if (c->closed || c->t != &c->sock || fy__h1_output_pending(c) || have > cap || c->head_written)
         return -1;
     if (have) memcpy(buf, c->rbuf + c->rstart, have);
     *len = have;
@@ -222,7 +221,7 @@ void fy__h1_conn_close(h1_conn_t *c)
 {
     if (c->closed) return;
     c->closed = true;
-    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->b->res_final)
+    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->res_final)
         c->b->ex.producer->stop(&c->b->ex);
     if (c->ex_active && c->b->ex.res.status) {
         c->b->ex.error = c->b->ex.error ? c->b->ex.error : "connection closed";
@@ -353,9 +352,9 @@ static bool discard_from_socket(h1_conn_t *c)
         fy__h1_update_events(c);
         return false;
     }
-    c->b->body_mode = B_NONE;
+    c->body_mode = B_NONE;
     c->discarding = false;
-    c->b->body_wanted = false;
+    c->body_wanted = false;
     c->rstart = c->b->body_pos;
     return true;
 }
@@ -373,7 +372,7 @@ static void on_readable(h1_conn_t *c)
         fy__h1_conn_close(c);
         return;
     }
-    if (c->discarding && c->b->body_mode == B_LENGTH && c->t == &c->sock && c->rbuf &&
+    if (c->discarding && c->body_mode == B_LENGTH && c->t == &c->sock && c->rbuf &&
         c->b->body_pos == c->rlen) {
         if (!discard_from_socket(c)) return;
         /* the body is gone: on to the next request, which may already be buffered */
@@ -407,13 +406,13 @@ static void on_readable(h1_conn_t *c)
         if (n == FY_EEOF && c->tunnel && c->ex_active && !c->peer_eof) {
             /* the client ended its side of the tunnel: tell the handler, keep writing */
             c->peer_eof = true;
-            if (c->b->body_wanted) fy__h1_deliver_body(c);
+            if (c->body_wanted) fy__h1_deliver_body(c);
             break;
         }
         if (n < 0) {
             c->in_read = false;
             if (n != FY_EEOF && n != -ECONNRESET) fy_debug("read: %zd", n);
-            if (c->ex_active && !c->b->res_final && c->b->ex.response_started == false)
+            if (c->ex_active && !c->res_final && c->b->ex.response_started == false)
                 c->b->ex.error = "client closed connection";
             fy__h1_conn_close(c);
             return;
@@ -422,7 +421,7 @@ static void on_readable(h1_conn_t *c)
         c->rlen += (size_t)n;
         if (!c->b) fy__h1_busy_get(c); /* a request's first bytes: its part (h1_busy_t) */
         if (c->ex_active) {
-            if (c->b->body_wanted) fy__h1_deliver_body(c);
+            if (c->body_wanted) fy__h1_deliver_body(c);
             /* the body's end may have finished the exchange with a request behind it */
             if (!c->closed && !c->ex_active && !c->discarding) fy__h1_process(c);
         } else if (c->discarding) {
@@ -447,7 +446,7 @@ static void on_readable(h1_conn_t *c)
         fy__h1_flush(c);
     else if (!c->closed)
         fy__h1_update_events(c);
-    if (!c->closed && c->ex_active && c->b->res_final && !fy__h1_output_pending(c))
+    if (!c->closed && c->ex_active && c->res_final && !fy__h1_output_pending(c))
         fy__h1_end_exchange(c);
 }
 

@@ -47,31 +47,31 @@ void fy__h1_deliver_body(h1_conn_t *c)
 {
     fy_exchange_t *ex = &c->b->ex;
     for (;;) {
-        if (c->closed || !c->b->body_wanted) return;
+        if (c->closed || !c->body_wanted) return;
         size_t avail = c->rlen - c->b->body_pos;
         size_t take = 0;
         bool end = false;
         size_t data_at = c->b->body_pos;
-        if (c->b->body_mode == B_LENGTH) {
+        if (c->body_mode == B_LENGTH) {
             take = avail < c->b->body_left ? avail : (size_t)c->b->body_left;
             c->b->body_left -= take;
             c->b->body_pos += take;
             c->b->body_out = c->b->body_pos;
             end = c->b->body_left == 0;
-        } else if (c->b->body_mode == B_TUNNEL) {
+        } else if (c->body_mode == B_TUNNEL) {
             take = avail;
             c->b->body_pos += take;
             c->b->body_out = c->b->body_pos;
             end = c->peer_eof && c->b->body_pos == c->rlen;
-        } else if (c->b->body_mode == B_CHUNKED) {
+        } else if (c->body_mode == B_CHUNKED) {
             size_t consumed = 0;
             c->b->body_out = c->b->body_pos;
             int r = fy_h1_chunked_decode(&c->b->chunked, c->rbuf + c->b->body_pos, avail, &consumed,
                                          c->ctx->limits->max_header_bytes, on_chunk_data,
                                          on_trailer, c);
             if (r < 0) {
-                c->b->body_mode = B_NONE;
-                if (!c->b->head_written && !c->discarding) {
+                c->body_mode = B_NONE;
+                if (!c->head_written && !c->discarding) {
                     c->b->ex.response_started = false;
                     fy__h1_reject(c, 400, fy_h1_err_str(r));
                 } else {
@@ -86,9 +86,9 @@ void fy__h1_deliver_body(h1_conn_t *c)
             end = true;
         }
         ex->body_received += take;
-        if (c->b->body_mode != B_TUNNEL && ex->body_received > c->ctx->limits->max_body) {
-            c->b->body_mode = B_NONE;
-            if (!c->b->head_written && !c->discarding) {
+        if (c->body_mode != B_TUNNEL && ex->body_received > c->ctx->limits->max_body) {
+            c->body_mode = B_NONE;
+            if (!c->head_written && !c->discarding) {
                 c->b->ex.response_started = false;
                 fy_http_body_too_large(&c->b->ex);
             } else {
@@ -97,7 +97,7 @@ void fy__h1_deliver_body(h1_conn_t *c)
             return;
         }
         if (end) {
-            c->b->body_mode = B_NONE;
+            c->body_mode = B_NONE;
             /* bytes after the body belong to the next request: keep them at rstart */
             c->rstart = c->b->body_pos;
         }
@@ -105,7 +105,7 @@ void fy__h1_deliver_body(h1_conn_t *c)
             if (c->discarding) {
                 if (end) {
                     c->discarding = false;
-                    c->b->body_wanted = false;
+                    c->body_wanted = false;
                     c->rstart = c->b->body_pos;
                     if (!c->in_read) {
                         c->defer.cb = fy__h1_proceed_cb;
@@ -116,8 +116,8 @@ void fy__h1_deliver_body(h1_conn_t *c)
                 }
                 continue;
             }
-            c->b->body_wanted = false;
-            c->b->body_delivered = true;
+            c->body_wanted = false;
+            c->body_delivered = true;
             c->read_paused = true;
             /* the handler holds the data now: its pace is not the client's idleness */
             if (c->timer_kind == T_BODY) fy_timer_stop(c->loop, &c->timer);
@@ -130,8 +130,8 @@ void fy__h1_deliver_body(h1_conn_t *c)
             c->rlen -= c->b->body_pos - c->rstart;
             c->b->body_pos = c->b->body_out = c->rstart;
         }
-        if (!c->rbuf_heap && !c->discarding && c->b->body_mode != B_TUNNEL &&
-            (c->b->body_mode == B_CHUNKED || c->b->body_left > c->rcap - c->rlen))
+        if (!c->rbuf_heap && !c->discarding && c->body_mode != B_TUNNEL &&
+            (c->body_mode == B_CHUNKED || c->b->body_left > c->rcap - c->rlen))
             grow_for_body(c);
         if (c->rlen == c->rcap) {
             /* a chunk-size line or trailer longer than the buffer's free space */
@@ -139,8 +139,7 @@ void fy__h1_deliver_body(h1_conn_t *c)
             return;
         }
         c->read_paused = false;
-        if (c->b->body_mode != B_TUNNEL)
-            fy__h1_set_timer(c, T_BODY); /* tunnels idle as they like */
+        if (c->body_mode != B_TUNNEL) fy__h1_set_timer(c, T_BODY); /* tunnels idle as they like */
         /* inside the read loop, its end sets the interest once, after it tried to write what
            is queued (here, an early response would ask for EPOLLOUT it never needs) */
         if (!c->in_read) fy__h1_update_events(c);
@@ -152,19 +151,19 @@ void fy__h1_read_body(fy_exchange_t *ex)
 {
     h1_conn_t *c = ex->codec;
     if (c->closed) return;
-    if (c->b->body_mode == B_NONE) {
-        if (!c->b->body_delivered || c->b->body_wanted) {
+    if (c->body_mode == B_NONE) {
+        if (!c->body_delivered || c->body_wanted) {
             /* no body at all, or it ended: report the end once */
-            if (c->b->body_delivered) return;
-            c->b->body_delivered = true;
+            if (c->body_delivered) return;
+            c->body_delivered = true;
             ex->on_body(ex, NULL, 0, true);
         }
         return;
     }
-    c->b->body_delivered = false;
-    c->b->body_wanted = true;
-    if (ex->req.expect_continue && !c->b->continue_sent && !c->b->head_written) {
-        c->b->continue_sent = true;
+    c->body_delivered = false;
+    c->body_wanted = true;
+    if (ex->req.expect_continue && !c->continue_sent && !c->head_written) {
+        c->continue_sent = true;
         fy__h1_wbuf_get(c);
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         if (c->rlen == c->b->body_pos && fy__h1_wfree(c) >= sizeof cont) {

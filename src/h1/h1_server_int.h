@@ -54,28 +54,16 @@ typedef struct h1_busy {
     fy_h1_req_t req;
 
     /* request body */
-    int body_mode;
     uint64_t body_left;
     fy_h1_chunked_t chunked;
-    size_t body_pos;     /* rbuf offset where unread body bytes start */
-    size_t body_out;     /* rbuf offset of decoded bytes handed to the handler, end */
-    bool body_wanted;    /* handler asked for body and has not been given any yet */
-    bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
-    bool continue_sent;
+    size_t body_pos; /* rbuf offset where unread body bytes start */
+    size_t body_out; /* rbuf offset of decoded bytes handed to the handler, end */
 
-    /* exchange and response state */
-    bool head_written;
-    bool res_chunked;
-    bool res_no_body; /* HEAD, 204, 304 */
-    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
-    bool want_proceed;
+    /* response: body references and file (their counts, on the hot path, are in h1_conn_t) */
     struct iovec refs[MAX_REFS];
-    int nrefs;
     int file_fd;
     off_t file_off;
-    size_t file_left;
     char *fbuf; /* TLS: file bytes read for the next write */
-    size_t flen, fsent;
     fy_exchange_t ex;
     fy_arena_t arena;
     char *arena_first; /* owned, from arena_pool while a request is in progress */
@@ -107,9 +95,14 @@ typedef struct h1_conn {
     size_t rcap, rstart, rlen; /* unconsumed bytes are rbuf[rstart, rlen) */
     char *rbuf_prev;           /* the chunk a body outgrew: the request's head points into it */
 
-    /* write side */
+    /* write side (what the hot path tests of the request part's output is kept here: one
+       pointer less to follow per check) */
     char *wbuf;
     size_t wlen, wsent;
+    size_t file_left;   /* of b->file_fd */
+    size_t flen, fsent; /* of b->fbuf */
+    int nrefs;          /* of b->refs */
+    int body_mode;      /* enum body_mode of the request in progress */
 
     void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
     void (*mitm_tunnel_free)(void *);
@@ -134,6 +127,15 @@ typedef struct h1_conn {
     bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
     bool peer_eof;    /* the client half-closed (tunnel) */
     bool mem_dirty;   /* a buffer was taken since the last fy__h1_mem_sync */
+    /* the exchange in progress (meaningful while b is set) */
+    bool body_wanted;    /* handler asked for body and has not been given any yet */
+    bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
+    bool continue_sent;
+    bool head_written;
+    bool res_chunked;
+    bool res_no_body; /* HEAD, 204, 304 */
+    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
+    bool want_proceed;
 } h1_conn_t;
 
 /* Take the connection's request part (h1_busy_t) if it has none. */
@@ -186,8 +188,7 @@ static inline void fy__h1_wbuf_get(h1_conn_t *c)
 
 static inline bool fy__h1_output_pending(const h1_conn_t *c)
 {
-    const h1_busy_t *b = c->b;
-    return c->wlen > c->wsent || (b && (b->nrefs > 0 || b->file_left > 0 || b->flen > b->fsent));
+    return c->wlen > c->wsent || c->nrefs > 0 || c->file_left > 0 || c->flen > c->fsent;
 }
 
 static inline size_t fy__h1_wfree(const h1_conn_t *c)

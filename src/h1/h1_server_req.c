@@ -123,7 +123,7 @@ static bool try_upgrade_h2c(h1_conn_t *c)
 {
     fy_http_ctx_t *ctx = c->ctx;
     if (!c->b->req.conn_upgrade || c->b->ex.req.absolute_form || ctx->is_tls ||
-        !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 || c->b->body_mode != B_NONE ||
+        !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 || c->body_mode != B_NONE ||
         fy__h1_output_pending(c) || c->b->ex.req.version < 11)
         return false;
     const fy_headers_t *hs = &c->b->ex.req.headers;
@@ -147,7 +147,7 @@ static bool try_upgrade_h2c(h1_conn_t *c)
 void fy__h1_reject(h1_conn_t *c, int status, const char *why)
 {
     fy__h1_busy_get(c);
-    c->b->body_mode = B_NONE;
+    c->body_mode = B_NONE;
     if (!c->ex_active) {
         /* a minimal exchange so the error goes through the normal writer and access log */
         req_mem_get(c);
@@ -163,7 +163,7 @@ void fy__h1_reject(h1_conn_t *c, int status, const char *why)
         ex->req.method = FY_STR_LIT("-");
         ex->req.target = FY_STR_LIT("-");
         c->ex_active = true;
-        c->b->head_written = c->b->res_final = c->b->want_proceed = false;
+        c->head_written = c->res_final = c->want_proceed = false;
     }
     c->read_paused = true;
     fy_exchange_refuse(&c->b->ex, status, why);
@@ -177,7 +177,7 @@ void fy__h1_refused(h1_conn_t *c)
     fy_info("client %s: %d %s: %s", fy_sock_addr_str(&c->remote.sa, a, sizeof a),
             c->b->ex.res.status, fy_http_reason(c->b->ex.res.status), c->b->ex.error);
     c->keepalive = false;
-    c->b->body_mode = B_NONE;
+    c->body_mode = B_NONE;
     c->read_paused = true;
 }
 
@@ -193,8 +193,8 @@ static void begin_exchange(h1_conn_t *c, int headlen)
     ex->remote = &c->remote.sa;
     ex->start_ms = c->loop->now_ms;
     c->ex_active = true;
-    c->b->head_written = c->b->res_final = c->b->want_proceed = false;
-    c->b->body_wanted = c->b->body_delivered = c->discarding = c->b->continue_sent = false;
+    c->head_written = c->res_final = c->want_proceed = false;
+    c->body_wanted = c->body_delivered = c->discarding = c->continue_sent = false;
 
     fy_request_t *q = &ex->req;
     q->method = fy_str(r->method.p, r->method.len);
@@ -242,15 +242,15 @@ static void begin_exchange(h1_conn_t *c, int headlen)
     }
     if (r->body_kind == FY_H1_BODY_LENGTH) {
         q->content_length = (int64_t)r->content_length;
-        c->b->body_mode = r->content_length ? B_LENGTH : B_NONE;
+        c->body_mode = r->content_length ? B_LENGTH : B_NONE;
         c->b->body_left = r->content_length;
     } else if (r->body_kind == FY_H1_BODY_CHUNKED) {
         q->content_length = -1;
-        c->b->body_mode = B_CHUNKED;
+        c->body_mode = B_CHUNKED;
         fy_h1_chunked_init(&c->b->chunked);
     } else {
         q->content_length = 0;
-        c->b->body_mode = B_NONE;
+        c->body_mode = B_NONE;
     }
     c->rstart += (size_t)headlen;
     c->b->body_pos = c->b->body_out = c->rstart;
@@ -404,22 +404,22 @@ void fy__h1_end_exchange(h1_conn_t *c)
                    (c->b->hdrs ? hdrs_size(c) : 0) + fy_arena_bytes(&c->b->arena));
     fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, 0);
     fy_arena_reset(&c->b->arena);
-    c->b->head_written = c->b->res_final = c->b->want_proceed = false;
+    c->head_written = c->res_final = c->want_proceed = false;
     c->read_paused = false; /* the next request (or the close) is ours to read again */
-    if (c->b->body_mode != B_NONE) {
+    if (c->body_mode != B_NONE) {
         /* the handler did not read the whole body: drain it to keep the connection */
         if (!c->keepalive) {
             /* not worth draining: close once the response is out (flush lingers) */
-            c->b->body_mode = B_NONE;
+            c->body_mode = B_NONE;
             if (!fy__h1_output_pending(c)) fy__h1_conn_linger(c);
             return;
         }
         c->discarding = true;
-        c->b->body_delivered = false;
-        c->b->body_wanted = true;
+        c->body_delivered = false;
+        c->body_wanted = true;
         c->read_paused = false;
         fy__h1_deliver_body(c);
-        if (c->closed || c->b->body_mode != B_NONE) return;
+        if (c->closed || c->body_mode != B_NONE) return;
     }
     c->discarding = false;
     /* the next pipelined request, unless we are inside the read loop (it continues there) */

@@ -81,9 +81,9 @@ static bool write_head(h1_conn_t *c)
     if (__builtin_expect(ex->refused, 0)) fy__h1_refused(c);
     /* 101 to an Upgrade request: the connection becomes a tunnel for this exchange */
     bool tunnel = status == 101 && ex->req.protocol.len && c->b->req.conn_upgrade;
-    c->b->res_no_body = !tunnel && (ex->req.method_id == FY_M_HEAD || status == 204 ||
-                                    status == 304 || (status >= 100 && status < 200));
-    c->b->res_chunked = false;
+    c->res_no_body = !tunnel && (ex->req.method_id == FY_M_HEAD || status == 204 || status == 304 ||
+                                 (status >= 100 && status < 200));
+    c->res_chunked = false;
     char *p = c->wbuf + c->wlen;
     p = PUT_LIT(p, "HTTP/1.1 ");
     if (status >= 100 && status <= 999) {
@@ -104,7 +104,7 @@ static bool write_head(h1_conn_t *c)
         p = put_u64(p, (uint64_t)res->content_length);
         p = PUT_LIT(p, "\r\n");
     } else if (ex->req.version >= 11) {
-        if (!c->b->res_no_body) c->b->res_chunked = true;
+        if (!c->res_no_body) c->res_chunked = true;
         p = PUT_LIT(p, "Transfer-Encoding: chunked\r\n");
     } else {
         c->keepalive = false; /* HTTP/1.0 with unknown length: delimited by close */
@@ -127,14 +127,14 @@ static bool write_head(h1_conn_t *c)
         p = PUT_LIT(p, "\r\n");
         c->tunnel = true;
         c->keepalive = false;
-        c->b->body_mode = B_TUNNEL;
+        c->body_mode = B_TUNNEL;
     } else if (!c->keepalive)
         p = PUT_LIT(p, "Connection: close\r\n");
     else if (ex->req.version == 10)
         p = PUT_LIT(p, "Connection: keep-alive\r\n");
     p = PUT_LIT(p, "\r\n");
     c->wlen = (size_t)(p - c->wbuf);
-    c->b->head_written = true;
+    c->head_written = true;
     ex->head_sent = true;
     return true;
 }
@@ -150,12 +150,12 @@ static bool queue_data(h1_conn_t *c, const struct iovec *bufs, size_t n)
     for (size_t i = 0; i < n; i++) {
         size_t len = bufs[i].iov_len;
         if (len == 0) continue;
-        if (c->b->nrefs == 0 && len <= COPY_MAX && len <= fy__h1_wfree(c)) {
+        if (c->nrefs == 0 && len <= COPY_MAX && len <= fy__h1_wfree(c)) {
             memcpy(c->wbuf + c->wlen, bufs[i].iov_base, len);
             c->wlen += len;
         } else {
-            if (c->b->nrefs == MAX_REFS) return false;
-            c->b->refs[c->b->nrefs++] = bufs[i];
+            if (c->nrefs == MAX_REFS) return false;
+            c->b->refs[c->nrefs++] = bufs[i];
         }
     }
     return true;
@@ -165,7 +165,7 @@ static bool queue_data(h1_conn_t *c, const struct iovec *bufs, size_t n)
 static bool queue_bytes(h1_conn_t *c, const char *s, size_t len, char *scratch)
 {
     struct iovec iov = {(void *)s, len};
-    if (c->b->nrefs == 0) return queue_data(c, &iov, 1);
+    if (c->nrefs == 0) return queue_data(c, &iov, 1);
     memcpy(scratch, s, len);
     iov.iov_base = scratch;
     return queue_data(c, &iov, 1);
@@ -180,8 +180,8 @@ void fy__h1_fail_conn(h1_conn_t *c, const char *why)
 static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int state)
 {
     h1_conn_t *c = ex->codec;
-    if (c->closed || c->b->res_final) return;
-    c->b->want_proceed = false;
+    if (c->closed || c->res_final) return;
+    c->want_proceed = false;
     if (state == FY_SEND_ERROR) {
         /* the response can't be completed: the client must see a truncated message */
         c->keepalive = false;
@@ -189,12 +189,12 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
         return;
     }
     fy__h1_wbuf_get(c);
-    if (!c->b->head_written) {
+    if (!c->head_written) {
         /* a body nobody will read decides whether the connection can be kept */
-        if (c->b->body_mode != B_NONE && !c->b->body_delivered && !c->b->body_wanted) {
+        if (c->body_mode != B_NONE && !c->body_delivered && !c->body_wanted) {
             bool nothing_read = c->b->ex.body_received == 0 && c->rlen == c->b->body_pos;
-            if ((c->b->ex.req.expect_continue && !c->b->continue_sent && nothing_read) ||
-                (c->b->body_mode == B_LENGTH && c->b->body_left > DISCARD_MAX))
+            if ((c->b->ex.req.expect_continue && !c->continue_sent && nothing_read) ||
+                (c->body_mode == B_LENGTH && c->b->body_left > DISCARD_MAX))
                 c->keepalive = false;
         }
         if (!write_head(c)) {
@@ -206,19 +206,19 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += bufs[i].iov_len;
     ex->bytes_sent += total;
-    if (!c->b->res_no_body) {
+    if (!c->res_no_body) {
         char *scratch = fy_arena_alloc(ex->arena, 32);
-        if (c->b->res_chunked && total) {
+        if (c->res_chunked && total) {
             char *p = scratch;
             p = put_hex(p, total);
             p = PUT_LIT(p, "\r\n");
             if (!queue_bytes(c, scratch, (size_t)(p - scratch), scratch)) goto overflow;
         }
         if (!queue_data(c, bufs, n)) goto overflow;
-        if (c->b->res_chunked && total) {
+        if (c->res_chunked && total) {
             if (!queue_bytes(c, "\r\n", 2, fy_arena_alloc(ex->arena, 16))) goto overflow;
         }
-        if (c->b->res_chunked && state == FY_SEND_FINAL) {
+        if (c->res_chunked && state == FY_SEND_FINAL) {
             if (ex->res_trailers.n == 0) {
                 if (!queue_bytes(c, "0\r\n\r\n", 5, fy_arena_alloc(ex->arena, 16))) goto overflow;
             } else {
@@ -236,10 +236,10 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
                 }
                 p = PUT_LIT(p, "\r\n");
                 struct iovec iov = {t, (size_t)(p - t)};
-                if (c->b->nrefs == 0 && iov.iov_len <= fy__h1_wfree(c)) {
+                if (c->nrefs == 0 && iov.iov_len <= fy__h1_wfree(c)) {
                     queue_data(c, &iov, 1);
-                } else if (c->b->nrefs < MAX_REFS) {
-                    c->b->refs[c->b->nrefs++] = iov;
+                } else if (c->nrefs < MAX_REFS) {
+                    c->b->refs[c->nrefs++] = iov;
                 } else {
                     goto overflow;
                 }
@@ -247,15 +247,15 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
         }
     }
     if (state == FY_SEND_FINAL) {
-        c->b->res_final = true;
-        if (c->in_read && c->b->nrefs == 0 && c->b->file_left == 0) {
+        c->res_final = true;
+        if (c->in_read && c->nrefs == 0 && c->file_left == 0) {
             /* everything is copied into wbuf: the exchange can end now, and the read loop
                goes on with the next pipelined request; one write carries all responses */
             fy__h1_end_exchange(c);
             return;
         }
     } else {
-        c->b->want_proceed = true;
+        c->want_proceed = true;
     }
     if (!c->in_read) fy__h1_flush(c);
     return;
@@ -267,25 +267,25 @@ overflow:
 static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int state)
 {
     h1_conn_t *c = ex->codec;
-    if (c->closed || c->b->res_final) return;
-    if (c->b->res_chunked || c->b->res_no_body || len == 0) {
+    if (c->closed || c->res_final) return;
+    if (c->res_chunked || c->res_no_body || len == 0) {
         /* chunked framing of a file, or no body: fall back through the generic path */
-        if (c->b->res_no_body || len == 0) {
+        if (c->res_no_body || len == 0) {
             h1_send(ex, NULL, 0, state);
             return;
         }
     }
-    c->b->want_proceed = false;
+    c->want_proceed = false;
     fy__h1_wbuf_get(c);
-    if (!c->b->head_written && !write_head(c)) {
+    if (!c->head_written && !write_head(c)) {
         fy__h1_fail_conn(c, "response head too large");
         return;
     }
-    if (c->b->res_no_body) {
+    if (c->res_no_body) {
         h1_send(ex, NULL, 0, state);
         return;
     }
-    if (c->b->res_chunked) {
+    if (c->res_chunked) {
         /* files are sent with a known length by our handlers; keep it simple and correct */
         char *s = fy_arena_alloc(ex->arena, 32), *p = s;
         p = put_hex(p, len);
@@ -294,18 +294,18 @@ static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int s
     }
     c->b->file_fd = fd;
     c->b->file_off = off;
-    c->b->file_left = len;
+    c->file_left = len;
     ex->bytes_sent += len;
-    if (c->b->res_chunked) {
+    if (c->res_chunked) {
         /* the chunk's CRLF and the last chunk follow the file: sent at completion */
         fy_error("h1: chunked file bodies are not supported");
         fy__h1_fail_conn(c, "chunked file body");
         return;
     }
     if (state == FY_SEND_FINAL)
-        c->b->res_final = true;
+        c->res_final = true;
     else
-        c->b->want_proceed = true;
+        c->want_proceed = true;
     if (!c->in_read) fy__h1_flush(c);
 }
 
@@ -313,9 +313,9 @@ void fy__h1_proceed_cb(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
     if (c->closed || !c->b) return; /* (released: nothing in progress) */
-    if (c->b->want_proceed && !fy__h1_output_pending(c) && c->b->ex.producer &&
+    if (c->want_proceed && !fy__h1_output_pending(c) && c->b->ex.producer &&
         c->b->ex.producer->proceed) {
-        c->b->want_proceed = false;
+        c->want_proceed = false;
         c->b->ex.producer->proceed(&c->b->ex);
     } else if (!c->ex_active && !c->read_paused) {
         c->in_read = true; /* batch the responses of pipelined requests into one write */
@@ -334,12 +334,12 @@ void fy__h1_flush(h1_conn_t *c)
 {
     while (fy__h1_output_pending(c)) {
         ssize_t w;
-        if (c->wlen > c->wsent || c->b->nrefs) {
+        if (c->wlen > c->wsent || c->nrefs) {
             struct iovec iov[MAX_REFS + 1];
             int n = 0;
             if (c->wlen > c->wsent)
                 iov[n++] = (struct iovec){c->wbuf + c->wsent, c->wlen - c->wsent};
-            for (int i = 0; i < c->b->nrefs; i++) iov[n++] = c->b->refs[i];
+            for (int i = 0; i < c->nrefs; i++) iov[n++] = c->b->refs[i];
             w = c->t->ops->writev(c->t, iov, n);
             if (w > 0) {
                 size_t left = (size_t)w;
@@ -352,46 +352,46 @@ void fy__h1_flush(h1_conn_t *c)
                     left = 0;
                 }
                 int i = 0;
-                while (i < c->b->nrefs && left >= c->b->refs[i].iov_len)
+                while (i < c->nrefs && left >= c->b->refs[i].iov_len)
                     left -= c->b->refs[i++].iov_len;
                 if (i) {
                     memmove(c->b->refs, c->b->refs + i,
-                            (size_t)(c->b->nrefs - i) * sizeof c->b->refs[0]);
-                    c->b->nrefs -= i;
+                            (size_t)(c->nrefs - i) * sizeof c->b->refs[0]);
+                    c->nrefs -= i;
                 }
-                if (c->b->nrefs && left) {
+                if (c->nrefs && left) {
                     c->b->refs[0].iov_base = (char *)c->b->refs[0].iov_base + left;
                     c->b->refs[0].iov_len -= left;
                 }
             }
         } else if (c->t->ops->sendfile) {
-            w = c->t->ops->sendfile(c->t, c->b->file_fd, &c->b->file_off, c->b->file_left);
-            if (w > 0) c->b->file_left -= (size_t)w;
+            w = c->t->ops->sendfile(c->t, c->b->file_fd, &c->b->file_off, c->file_left);
+            if (w > 0) c->file_left -= (size_t)w;
         } else {
             /* TLS: read the file in chunks and write them */
-            if (c->b->flen == c->b->fsent) {
+            if (c->flen == c->fsent) {
                 if (!c->b->fbuf) {
                     c->b->fbuf = fy_pool_get(fy_chunk_pool());
                     c->mem_dirty = true;
                 }
-                size_t want = c->b->file_left < FY_CHUNK_SIZE ? c->b->file_left : FY_CHUNK_SIZE;
+                size_t want = c->file_left < FY_CHUNK_SIZE ? c->file_left : FY_CHUNK_SIZE;
                 ssize_t r = pread(c->b->file_fd, c->b->fbuf, want, c->b->file_off);
                 if (r <= 0) {
                     fy_error("read file: %s", r < 0 ? strerror(errno) : "file shrank");
                     fy__h1_fail_conn(c, "file read error");
                     return;
                 }
-                c->b->flen = (size_t)r;
-                c->b->fsent = 0;
+                c->flen = (size_t)r;
+                c->fsent = 0;
             }
-            struct iovec iov = {c->b->fbuf + c->b->fsent, c->b->flen - c->b->fsent};
+            struct iovec iov = {c->b->fbuf + c->fsent, c->flen - c->fsent};
             w = c->t->ops->writev(c->t, &iov, 1);
             if (w > 0) {
-                c->b->fsent += (size_t)w;
-                if (c->b->fsent == c->b->flen) {
-                    c->b->file_off += (off_t)c->b->flen;
-                    c->b->file_left -= c->b->flen;
-                    c->b->flen = c->b->fsent = 0;
+                c->fsent += (size_t)w;
+                if (c->fsent == c->flen) {
+                    c->b->file_off += (off_t)c->flen;
+                    c->file_left -= c->flen;
+                    c->flen = c->fsent = 0;
                 }
             }
         }
@@ -409,13 +409,12 @@ void fy__h1_flush(h1_conn_t *c)
         }
     }
     c->t->want &= ~FY_WANT_WRITE;
-    if (c->b->file_fd >= 0 && c->b->file_left == 0)
-        c->b->file_fd = -1; /* the handler owns the fd */
-    if (c->b->res_final && c->ex_active) {
+    if (c->b->file_fd >= 0 && c->file_left == 0) c->b->file_fd = -1; /* the handler owns the fd */
+    if (c->res_final && c->ex_active) {
         fy__h1_end_exchange(c);
         return;
     }
-    if (c->b->want_proceed) {
+    if (c->want_proceed) {
         c->defer.cb = fy__h1_proceed_cb;
         c->defer.data = c;
         fy_defer(c->loop, &c->defer);
@@ -440,7 +439,7 @@ void fy__h1_flush(h1_conn_t *c)
 static void h1_send_informational(fy_exchange_t *ex, int status, const fy_headers_t *hs)
 {
     h1_conn_t *c = ex->codec;
-    if (c->closed || c->b->head_written || ex->req.version < 11 || status < 102 || status > 199)
+    if (c->closed || c->head_written || ex->req.version < 11 || status < 102 || status > 199)
         return;
     size_t need = 64;
     for (size_t i = 0; i < hs->n; i++) need += hs->v[i].name.len + hs->v[i].value.len + 4;

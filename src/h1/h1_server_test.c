@@ -303,7 +303,7 @@ static void test_idle_busy_idle(void)
 #ifndef FY_NO_POOL
     CHECK(fy_h1_thread_cached() >= 3); /* the part, its header array and arena block */
 #endif
-    CHECK(sizeof(h1_conn_t) <= 384);
+    CHECK(sizeof(h1_conn_t) <= 448); /* the idle core (issue 19: <= 0.5 KiB per idle connection) */
     finish();
 }
 
