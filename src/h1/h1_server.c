@@ -20,14 +20,12 @@ static void node_close(fy_conn_node_t *n);
 static void on_io(fy_io_t *io, uint32_t ev);
 static void reread_cb(fy_defer_t *d);
 
-static void idle_release(h1_conn_t *c);
-
 static void on_timer(fy_timer_t *t)
 {
     h1_conn_t *c = t->data;
     if (c->timer_kind == T_IDLE) {
         const fy_http_limits_t *l = c->ctx->limits;
-        idle_release(c);
+        fy__h1_idle_release(c);
         c->timer_kind = T_KEEPALIVE;
         fy_timer_start(c->loop, &c->timer,
                        l->keepalive_timeout_ms > IDLE_RELEASE_MS
@@ -44,11 +42,10 @@ static void on_timer(fy_timer_t *t)
     if (c->timer_kind != T_LINGER) {
         char a[64];
         fy_info("client %s: %s timeout, closing connection",
-                fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-                timer_names[c->timer_kind]);
+                fy_sock_addr_str(&c->remote.sa, a, sizeof a), timer_names[c->timer_kind]);
     }
-    if (c->ex_active && c->ex.producer && c->ex.producer->stop && !c->res_final)
-        c->ex.producer->stop(&c->ex);
+    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->res_final)
+        c->b->ex.producer->stop(&c->b->ex);
     c->ex_active = false;
     fy__h1_conn_close(c);
 }
@@ -82,7 +79,7 @@ void fy__h1_rbuf_release(h1_conn_t *c)
  * buffers, the header array and the TLS record buffers back, so that a kept-alive connection
  * holds none while it waits (issue 19: both chunks were kept once a response had been queued
  * from the read loop). Called by the T_IDLE timer. */
-static void idle_release(h1_conn_t *c)
+void fy__h1_idle_release(h1_conn_t *c)
 {
     if (c->ex_active || c->discarding || c->closed || fy__h1_output_pending(c)) return;
     if (c->rbuf && c->rstart != c->rlen) return;
@@ -91,10 +88,7 @@ static void idle_release(h1_conn_t *c)
     if (c->wbuf) fy_pool_put(fy_chunk_pool(), c->wbuf);
     c->wbuf = NULL;
     c->wlen = c->wsent = 0;
-    if (c->fbuf) fy_pool_put(fy_chunk_pool(), c->fbuf);
-    c->fbuf = NULL;
-    fy__h1_hdrs_put(c);
-    fy__h1_arena_put(c);
+    fy__h1_busy_put(c);
     fy__h1_mem_sync(c);
 }
 
@@ -103,10 +97,13 @@ bool fy__h1_mem_sync(h1_conn_t *c)
     if (c->closed) return false; /* its count went at the close */
     c->mem_dirty = false;
     size_t ex = 0;
-    if (c->hdrs) ex += sizeof(fy_h1_header_t) * (size_t)c->ctx->limits->max_headers;
-    ex += fy_arena_bytes(&c->arena);
+    const h1_busy_t *b = c->b;
+    if (b) {
+        ex = sizeof *b + fy_arena_bytes(&b->arena) + (b->fbuf ? FY_CHUNK_SIZE : 0);
+        if (b->hdrs) ex += sizeof(fy_h1_header_t) * (size_t)c->ctx->limits->max_headers;
+    }
     size_t n = sizeof *c + ex + (c->rbuf ? c->rcap : 0) + (c->rbuf_prev ? FY_CHUNK_SIZE : 0) +
-               (c->wbuf ? FY_CHUNK_SIZE : 0) + (c->fbuf ? FY_CHUNK_SIZE : 0);
+               (c->wbuf ? FY_CHUNK_SIZE : 0);
     if (c->t != &c->sock) n += fy_tls_transport_mem(c->t);
     if (n == c->mem_held) return false; /* a busy keep-alive connection: the same as last time */
     fy_counters_conn_mem(FY_CPROTO_H1, &c->mem_held, n);
@@ -116,11 +113,10 @@ bool fy__h1_mem_sync(h1_conn_t *c)
     char a[64];
     fy_warn("client %s: connection memory budget exceeded (%zu bytes held, connection-memory "
             "%llu): closing",
-            fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a), n,
-            (unsigned long long)max);
+            fy_sock_addr_str(&c->remote.sa, a, sizeof a), n, (unsigned long long)max);
     fy_counter_inc(fy_cid_limit_conn_memory);
     c->read_paused = true; /* nothing more is read; what is queued goes in the close */
-    if (c->ex_active && !c->res_final) c->ex.error = "connection memory budget exceeded";
+    if (c->ex_active && !c->res_final) c->b->ex.error = "connection memory budget exceeded";
     fy__h1_conn_close(c);
     return true;
 }
@@ -136,13 +132,14 @@ int fy_h1_conn_accept(fy_http_ctx_t *ctx, int fd, const struct sockaddr *sa, soc
     }
     c->ctx = ctx;
     c->loop = ctx->loop;
-    memcpy(&c->remote, sa, salen < sizeof c->remote ? salen : sizeof c->remote);
+    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
+        memcpy(&c->remote, sa, salen < sizeof c->remote ? salen : sizeof c->remote);
+    else
+        c->remote.sa.sa_family = sa->sa_family;
     fy_sock_transport_init(&c->sock, fd);
     c->t = &c->sock;
-    c->file_fd = -1;
     c->keepalive = true;
     fy_timer_init(&c->timer, on_timer, c);
-    fy_arena_init(&c->arena, NULL, 0, 4096); /* its first block: req_mem_get */
     c->io.fd = fd;
     c->io.cb = on_io;
     c->io.data = c;
@@ -215,8 +212,7 @@ static void free_conn(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
     fy_http_ctx_t *ctx = c->ctx;
-    fy__h1_arena_put(c);
-    fy__h1_hdrs_put(c);
+    fy__h1_busy_put(c);
     free(c);
     if (ctx->on_conn_closed) ctx->on_conn_closed(ctx);
 }
@@ -225,14 +221,14 @@ void fy__h1_conn_close(h1_conn_t *c)
 {
     if (c->closed) return;
     c->closed = true;
-    if (c->ex_active && c->ex.producer && c->ex.producer->stop && !c->res_final)
-        c->ex.producer->stop(&c->ex);
-    if (c->ex_active && c->ex.res.status) {
-        c->ex.error = c->ex.error ? c->ex.error : "connection closed";
-        fy_exchange_done(&c->ex);
+    if (c->ex_active && c->b->ex.producer && c->b->ex.producer->stop && !c->res_final)
+        c->b->ex.producer->stop(&c->b->ex);
+    if (c->ex_active && c->b->ex.res.status) {
+        c->b->ex.error = c->b->ex.error ? c->b->ex.error : "connection closed";
+        fy_exchange_done(&c->b->ex);
     }
     c->ex_active = false;
-    fy_arena_reset(&c->arena);
+    if (c->b) fy_arena_reset(&c->b->arena);
     fy_timer_stop(c->loop, &c->timer);
     fy_io_set(c->loop, &c->io, 0);
     if (!c->handed_off) {
@@ -244,8 +240,8 @@ void fy__h1_conn_close(h1_conn_t *c)
     fy__h1_rbuf_release(c);
     if (c->wbuf) fy_pool_put(fy_chunk_pool(), c->wbuf);
     c->wbuf = NULL;
-    if (c->fbuf) fy_pool_put(fy_chunk_pool(), c->fbuf);
-    c->fbuf = NULL;
+    if (c->b && c->b->fbuf) fy_pool_put(fy_chunk_pool(), c->b->fbuf);
+    if (c->b) c->b->fbuf = NULL;
     fy_list_remove(&c->node.link);
     c->ctx->nconns--;
     fy_counters_conn_close(FY_CPROTO_H1);
@@ -336,11 +332,11 @@ static void do_handshake(h1_conn_t *c)
 static bool discard_from_socket(h1_conn_t *c)
 {
     bool progress = false;
-    while (c->body_left) {
-        size_t want = c->body_left < (1u << 30) ? (size_t)c->body_left : (1u << 30);
+    while (c->b->body_left) {
+        size_t want = c->b->body_left < (1u << 30) ? (size_t)c->b->body_left : (1u << 30);
         ssize_t n = recv(c->sock.fd, NULL, want, MSG_TRUNC | MSG_DONTWAIT);
         if (n > 0) {
-            c->body_left -= (uint64_t)n;
+            c->b->body_left -= (uint64_t)n;
             progress = true;
             /* less than asked: the queue is empty now; epoll says when more comes */
             if ((size_t)n < want) break;
@@ -351,7 +347,7 @@ static bool discard_from_socket(h1_conn_t *c)
         fy__h1_conn_close(c); /* the client went away (or reset) before the body's end */
         return false;
     }
-    if (c->body_left) {
+    if (c->b->body_left) {
         if (progress) fy__h1_set_timer(c, T_BODY);
         fy__h1_update_events(c);
         return false;
@@ -359,7 +355,7 @@ static bool discard_from_socket(h1_conn_t *c)
     c->body_mode = B_NONE;
     c->discarding = false;
     c->body_wanted = false;
-    c->rstart = c->body_pos;
+    c->rstart = c->b->body_pos;
     return true;
 }
 
@@ -377,7 +373,7 @@ static void on_readable(h1_conn_t *c)
         return;
     }
     if (c->discarding && c->body_mode == B_LENGTH && c->t == &c->sock && c->rbuf &&
-        c->body_pos == c->rlen) {
+        c->b->body_pos == c->rlen) {
         if (!discard_from_socket(c)) return;
         /* the body is gone: on to the next request, which may already be buffered */
         fy__h1_process(c);
@@ -400,7 +396,7 @@ static void on_readable(h1_conn_t *c)
                 memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
                 c->rlen -= c->rstart;
                 c->rstart = 0;
-                c->req.scanned = 0;
+                c->b->req.scanned = 0;
             } else {
                 break;
             }
@@ -416,13 +412,14 @@ static void on_readable(h1_conn_t *c)
         if (n < 0) {
             c->in_read = false;
             if (n != FY_EEOF && n != -ECONNRESET) fy_debug("read: %zd", n);
-            if (c->ex_active && !c->res_final && c->ex.response_started == false)
-                c->ex.error = "client closed connection";
+            if (c->ex_active && !c->res_final && c->b->ex.response_started == false)
+                c->b->ex.error = "client closed connection";
             fy__h1_conn_close(c);
             return;
         }
         c->t->want = 0;
         c->rlen += (size_t)n;
+        if (!c->b) fy__h1_busy_get(c); /* a request's first bytes: its part (h1_busy_t) */
         if (c->ex_active) {
             if (c->body_wanted) fy__h1_deliver_body(c);
             /* the body's end may have finished the exchange with a request behind it */
@@ -438,13 +435,18 @@ static void on_readable(h1_conn_t *c)
         if (!c->t->ops->pending(c->t) || c->read_paused) break;
     }
     c->in_read = false;
+    /* a wake that read nothing into an idle-released connection: no buffer to keep */
+    if (__builtin_expect(!c->b, 0) && c->rbuf && c->rstart == c->rlen) {
+        fy__h1_rbuf_release(c);
+        c->mem_dirty = true;
+    }
     /* (a busy keep-alive connection took nothing new: nothing to count) */
-    if ((c->mem_dirty || c->arena.head) && fy__h1_mem_sync(c)) return;
+    if ((c->mem_dirty || (c->b && c->b->arena.head)) && fy__h1_mem_sync(c)) return;
     if (fy__h1_output_pending(c))
         fy__h1_flush(c);
     else if (!c->closed)
         fy__h1_update_events(c);
-    if (!c->closed && c->res_final && c->ex_active && !fy__h1_output_pending(c))
+    if (!c->closed && c->ex_active && c->res_final && !fy__h1_output_pending(c))
         fy__h1_end_exchange(c);
 }
 

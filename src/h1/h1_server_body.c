@@ -9,17 +9,17 @@ static void on_chunk_data(void *ud, const char *p, size_t n)
 {
     h1_conn_t *c = ud;
     /* compact decoded data in place, in front of the undecoded bytes */
-    if (c->rbuf + c->body_out != p) memmove(c->rbuf + c->body_out, p, n);
-    c->body_out += n;
+    if (c->rbuf + c->b->body_out != p) memmove(c->rbuf + c->b->body_out, p, n);
+    c->b->body_out += n;
 }
 
 static void on_trailer(void *ud, fy_h1_str_t name, fy_h1_str_t value)
 {
     h1_conn_t *c = ud;
-    fy_arena_t *a = &c->arena;
+    fy_arena_t *a = &c->b->arena;
     if (c->discarding) return;
-    fy_headers_add(a, &c->ex.req_trailers, "", 0, "", 0);
-    fy_header_t *h = &c->ex.req_trailers.v[c->ex.req_trailers.n - 1];
+    fy_headers_add(a, &c->b->ex.req_trailers, "", 0, "", 0);
+    fy_header_t *h = &c->b->ex.req_trailers.v[c->b->ex.req_trailers.n - 1];
     h->name = fy_str(fy_arena_strndup(a, name.p, name.len), name.len);
     h->value = fy_str(fy_arena_strndup(a, value.p, value.len), value.len);
 }
@@ -45,42 +45,42 @@ static void grow_for_body(h1_conn_t *c)
 /* Hand the next slice of body to the handler, or read more. */
 void fy__h1_deliver_body(h1_conn_t *c)
 {
-    fy_exchange_t *ex = &c->ex;
+    fy_exchange_t *ex = &c->b->ex;
     for (;;) {
         if (c->closed || !c->body_wanted) return;
-        size_t avail = c->rlen - c->body_pos;
+        size_t avail = c->rlen - c->b->body_pos;
         size_t take = 0;
         bool end = false;
-        size_t data_at = c->body_pos;
+        size_t data_at = c->b->body_pos;
         if (c->body_mode == B_LENGTH) {
-            take = avail < c->body_left ? avail : (size_t)c->body_left;
-            c->body_left -= take;
-            c->body_pos += take;
-            c->body_out = c->body_pos;
-            end = c->body_left == 0;
+            take = avail < c->b->body_left ? avail : (size_t)c->b->body_left;
+            c->b->body_left -= take;
+            c->b->body_pos += take;
+            c->b->body_out = c->b->body_pos;
+            end = c->b->body_left == 0;
         } else if (c->body_mode == B_TUNNEL) {
             take = avail;
-            c->body_pos += take;
-            c->body_out = c->body_pos;
-            end = c->peer_eof && c->body_pos == c->rlen;
+            c->b->body_pos += take;
+            c->b->body_out = c->b->body_pos;
+            end = c->peer_eof && c->b->body_pos == c->rlen;
         } else if (c->body_mode == B_CHUNKED) {
             size_t consumed = 0;
-            c->body_out = c->body_pos;
-            int r = fy_h1_chunked_decode(&c->chunked, c->rbuf + c->body_pos, avail, &consumed,
+            c->b->body_out = c->b->body_pos;
+            int r = fy_h1_chunked_decode(&c->b->chunked, c->rbuf + c->b->body_pos, avail, &consumed,
                                          c->ctx->limits->max_header_bytes, on_chunk_data,
                                          on_trailer, c);
             if (r < 0) {
                 c->body_mode = B_NONE;
                 if (!c->head_written && !c->discarding) {
-                    c->ex.response_started = false;
+                    c->b->ex.response_started = false;
                     fy__h1_reject(c, 400, fy_h1_err_str(r));
                 } else {
                     fy__h1_fail_conn(c, fy_h1_err_str(r));
                 }
                 return;
             }
-            take = c->body_out - c->body_pos;
-            c->body_pos += consumed;
+            take = c->b->body_out - c->b->body_pos;
+            c->b->body_pos += consumed;
             end = r == 1;
         } else {
             end = true;
@@ -89,8 +89,8 @@ void fy__h1_deliver_body(h1_conn_t *c)
         if (c->body_mode != B_TUNNEL && ex->body_received > c->ctx->limits->max_body) {
             c->body_mode = B_NONE;
             if (!c->head_written && !c->discarding) {
-                c->ex.response_started = false;
-                fy_http_body_too_large(&c->ex);
+                c->b->ex.response_started = false;
+                fy_http_body_too_large(&c->b->ex);
             } else {
                 fy__h1_fail_conn(c, FY_HTTP_E_BODY_SIZE);
             }
@@ -99,14 +99,14 @@ void fy__h1_deliver_body(h1_conn_t *c)
         if (end) {
             c->body_mode = B_NONE;
             /* bytes after the body belong to the next request: keep them at rstart */
-            c->rstart = c->body_pos;
+            c->rstart = c->b->body_pos;
         }
         if (take || end) {
             if (c->discarding) {
                 if (end) {
                     c->discarding = false;
                     c->body_wanted = false;
-                    c->rstart = c->body_pos;
+                    c->rstart = c->b->body_pos;
                     if (!c->in_read) {
                         c->defer.cb = fy__h1_proceed_cb;
                         c->defer.data = c;
@@ -125,13 +125,13 @@ void fy__h1_deliver_body(h1_conn_t *c)
             return;
         }
         /* need more bytes from the socket: reuse the space of consumed body bytes */
-        if (c->body_pos > c->rstart) {
-            memmove(c->rbuf + c->rstart, c->rbuf + c->body_pos, c->rlen - c->body_pos);
-            c->rlen -= c->body_pos - c->rstart;
-            c->body_pos = c->body_out = c->rstart;
+        if (c->b->body_pos > c->rstart) {
+            memmove(c->rbuf + c->rstart, c->rbuf + c->b->body_pos, c->rlen - c->b->body_pos);
+            c->rlen -= c->b->body_pos - c->rstart;
+            c->b->body_pos = c->b->body_out = c->rstart;
         }
         if (!c->rbuf_heap && !c->discarding && c->body_mode != B_TUNNEL &&
-            (c->body_mode == B_CHUNKED || c->body_left > c->rcap - c->rlen))
+            (c->body_mode == B_CHUNKED || c->b->body_left > c->rcap - c->rlen))
             grow_for_body(c);
         if (c->rlen == c->rcap) {
             /* a chunk-size line or trailer longer than the buffer's free space */
@@ -166,7 +166,7 @@ void fy__h1_read_body(fy_exchange_t *ex)
         c->continue_sent = true;
         fy__h1_wbuf_get(c);
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (c->rlen == c->body_pos && fy__h1_wfree(c) >= sizeof cont) {
+        if (c->rlen == c->b->body_pos && fy__h1_wfree(c) >= sizeof cont) {
             fy__h1_wbuf_compact(c);
             memcpy(c->wbuf + c->wlen, cont, sizeof cont - 1);
             c->wlen += sizeof cont - 1;

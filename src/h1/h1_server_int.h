@@ -11,6 +11,7 @@
 #include "h1/h1_server.h"
 #include "h1/h1_resp.h"
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,39 @@ enum body_mode {
 #define MAX_REFS 8
 #define LINGER_MS 2000
 
+/* What a request in progress needs beyond the connection (issue 19: an idle kept-alive
+ * connection holds only its h1_conn_t): the parser, the exchange, body and response state.
+ * From a per-thread pool (h1_server_req.c): taken when a request's first bytes are read, given
+ * back with the buffers by idle_release (or at the close). Pipelined bytes keep it. */
+typedef struct h1_busy {
+    fy_h1_header_t *hdrs; /* limits->max_headers entries (pooled) */
+    fy_h1_req_t req;
+
+    /* request body */
+    uint64_t body_left;
+    fy_h1_chunked_t chunked;
+    size_t body_pos; /* rbuf offset where unread body bytes start */
+    size_t body_out; /* rbuf offset of decoded bytes handed to the handler, end */
+
+    /* response: body references and file (their counts, on the hot path, are in h1_conn_t) */
+    struct iovec refs[MAX_REFS];
+    int file_fd;
+    off_t file_off;
+    char *fbuf; /* TLS: file bytes read for the next write */
+    fy_exchange_t ex;
+    fy_arena_t arena;
+    char *arena_first; /* owned, from arena_pool while a request is in progress */
+} h1_busy_t;
+
+/* The peer's address: inet or inet6 (an accepted TCP connection); any other family keeps only
+ * its sa_family. */
+typedef union h1_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in4;
+    struct sockaddr_in6 in6;
+} h1_addr_t;
+
+/* The idle core: what a kept-alive connection holds between requests. */
 typedef struct h1_conn {
     fy_conn_node_t node; /* in ctx->conns */
     fy_io_t io;
@@ -51,71 +85,63 @@ typedef struct h1_conn {
     fy_transport_t *t;   /* active transport: &sock or TLS over it */
     fy_http_ctx_t *ctx;
     fy_loop_t *loop;
-    struct sockaddr_storage remote;
+    h1_busy_t *b; /* the request in progress (NULL: idle, see h1_busy_t) */
     fy_timer_t timer;
-    int timer_kind;
     fy_defer_t defer;  /* proceed / next request / free, after the callback stack unwinds */
     fy_defer_t rdefer; /* read again: TLS holds decrypted bytes that epoll cannot signal */
 
     /* read side */
     char *rbuf;
     size_t rcap, rstart, rlen; /* unconsumed bytes are rbuf[rstart, rlen) */
-    bool rbuf_heap;            /* grown beyond a chunk: malloc'd */
     char *rbuf_prev;           /* the chunk a body outgrew: the request's head points into it */
-    fy_h1_header_t *hdrs;      /* limits->max_headers entries (owned) */
-    fy_h1_req_t req;
-    bool read_paused; /* not reading from the socket (body backpressure) */
 
-    /* request body */
-    int body_mode;
-    uint64_t body_left;
-    fy_h1_chunked_t chunked;
-    size_t body_pos;     /* rbuf offset where unread body bytes start */
-    size_t body_out;     /* rbuf offset of decoded bytes handed to the handler, end */
-    bool body_wanted;    /* handler asked for body and has not been given any yet */
-    bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
-    bool discarding;     /* reading and dropping the rest of a body nobody wanted */
-    bool continue_sent;
-
-    /* write side */
+    /* write side (what the hot path tests of the request part's output is kept here: one
+       pointer less to follow per check) */
     char *wbuf;
     size_t wlen, wsent;
-    struct iovec refs[MAX_REFS];
-    int nrefs;
-    int file_fd;
-    off_t file_off;
-    size_t file_left;
-    char *fbuf; /* TLS: file bytes read for the next write */
-    size_t flen, fsent;
+    size_t file_left;   /* of b->file_fd */
+    size_t flen, fsent; /* of b->fbuf */
+    int nrefs;          /* of b->refs */
+    int body_mode;      /* enum body_mode of the request in progress */
 
-    /* exchange */
-    fy_exchange_t ex;
-    fy_arena_t arena;
-    bool ex_active;
-    bool head_written;
-    bool res_chunked;
-    bool res_no_body; /* HEAD, 204, 304 */
-    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
-    bool want_proceed;
+    void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
+    void (*mitm_tunnel_free)(void *);
+    size_t mem_held;    /* what ferry_connection_memory_bytes has of this connection */
+    size_t stream_held; /* ... and ferry_stream_memory_bytes of its exchange */
     unsigned requests;
+    h1_addr_t remote;
+    unsigned char timer_kind;
 
     /* connection state */
+    bool rbuf_heap;   /* grown beyond a chunk: malloc'd */
+    bool read_paused; /* not reading from the socket (body backpressure) */
+    bool discarding;  /* reading and dropping the rest of a body nobody wanted */
+    bool ex_active;   /* an exchange is in progress (then b is set) */
     bool handshaking;
     bool keepalive;
     bool in_read; /* inside on_readable: flush once at the end */
     bool closed;
     bool lingering;
-    bool handed_off;   /* the fd and transport now belong to the h2 codec */
-    bool tunnel;       /* 101 sent: raw bytes both ways until either side ends */
-    bool in_spurious;  /* readable while paused: EPOLLIN dropped until reading resumes */
-    bool peer_eof;     /* the client half-closed (tunnel) */
-    void *mitm_tunnel; /* fy_h1_conn_start: copied to every exchange's ex->tunnel */
-    void (*mitm_tunnel_free)(void *);
-    char *arena_first;  /* owned, from arena_pool while a request is in progress */
-    size_t mem_held;    /* what ferry_connection_memory_bytes has of this connection */
-    size_t stream_held; /* ... and ferry_stream_memory_bytes of its exchange */
-    bool mem_dirty;     /* a buffer was taken since the last fy__h1_mem_sync */
+    bool handed_off;  /* the fd and transport now belong to the h2 codec */
+    bool tunnel;      /* 101 sent: raw bytes both ways until either side ends */
+    bool in_spurious; /* readable while paused: EPOLLIN dropped until reading resumes */
+    bool peer_eof;    /* the client half-closed (tunnel) */
+    bool mem_dirty;   /* a buffer was taken since the last fy__h1_mem_sync */
+    /* the exchange in progress (meaningful while b is set) */
+    bool body_wanted;    /* handler asked for body and has not been given any yet */
+    bool body_delivered; /* a slice is out at the handler (valid until it asks again) */
+    bool continue_sent;
+    bool head_written;
+    bool res_chunked;
+    bool res_no_body; /* HEAD, 204, 304 */
+    bool res_final;   /* handler sent FINAL: exchange ends when the output is flushed */
+    bool want_proceed;
 } h1_conn_t;
+
+/* Take the connection's request part (h1_busy_t) if it has none. */
+void fy__h1_busy_get(h1_conn_t *c);
+/* Give it back with what it holds (header array, arena, file buffer). */
+void fy__h1_busy_put(h1_conn_t *c);
 
 /* Count what the connection holds now (buffers, header array, arena, TLS) in the memory
  * gauges; past limits.connection-memory it is read-paused and closed (returns true then). */
@@ -174,10 +200,11 @@ static inline size_t fy__h1_wfree(const h1_conn_t *c)
 
 extern const fy_sink_ops_t fy__h1_sink;
 void fy__h1_rbuf_release(h1_conn_t *c);
-void fy__h1_arena_put(h1_conn_t *c);
-void fy__h1_hdrs_put(h1_conn_t *c);
 int fy__h1_detach(fy_exchange_t *ex, int *fd, char *buf, size_t cap, size_t *len);
 void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up);
+/* Idle between requests (nothing to write, no request byte buffered, no exchange): give the
+ * buffers, the request part and the TLS record buffers back (else nothing). */
+void fy__h1_idle_release(h1_conn_t *c);
 void fy__h1_conn_close(h1_conn_t *c);
 void fy__h1_conn_linger(h1_conn_t *c);
 void fy__h1_update_events(h1_conn_t *c);

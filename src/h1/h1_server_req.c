@@ -18,10 +18,10 @@ static size_t hdrs_size(const h1_conn_t *c)
 
 static void hdrs_get(h1_conn_t *c)
 {
-    if (c->hdrs) return;
+    if (c->b->hdrs) return;
     size_t sz = hdrs_size(c);
     if (hdr_pool.size == 0) fy_pool_init(&hdr_pool, sz, 64);
-    c->hdrs = hdr_pool.size == sz ? fy_pool_get(&hdr_pool) : fy_xmalloc(sz);
+    c->b->hdrs = hdr_pool.size == sz ? fy_pool_get(&hdr_pool) : fy_xmalloc(sz);
 }
 
 /* The arena's first block, from a per-thread pool: an idle connection holds none. */
@@ -32,41 +32,70 @@ static _Thread_local fy_pool_t arena_pool;
  * answered), given back by idle_release. */
 static void req_mem_get(h1_conn_t *c)
 {
+    fy__h1_busy_get(c);
     hdrs_get(c);
-    if (c->arena_first) return;
+    if (c->b->arena_first) return;
     c->mem_dirty = true;
     if (arena_pool.size == 0) fy_pool_init(&arena_pool, ARENA_FIRST, 64);
-    c->arena_first = fy_pool_get(&arena_pool);
-    fy_arena_init(&c->arena, c->arena_first, ARENA_FIRST, 4096);
+    c->b->arena_first = fy_pool_get(&arena_pool);
+    fy_arena_init(&c->b->arena, c->b->arena_first, ARENA_FIRST, 4096);
 }
 
-void fy__h1_arena_put(h1_conn_t *c)
+static void arena_put(h1_conn_t *c)
 {
-    fy_arena_free(&c->arena);
-    if (c->arena_first) fy_pool_put(&arena_pool, c->arena_first);
-    c->arena_first = NULL;
-    fy_arena_init(&c->arena, NULL, 0, 4096);
+    fy_arena_free(&c->b->arena);
+    if (c->b->arena_first) fy_pool_put(&arena_pool, c->b->arena_first);
+    c->b->arena_first = NULL;
+    fy_arena_init(&c->b->arena, NULL, 0, 4096);
 }
 
-void fy__h1_hdrs_put(h1_conn_t *c)
+static void hdrs_put(h1_conn_t *c)
 {
-    if (!c->hdrs) return;
+    if (!c->b->hdrs) return;
     if (hdr_pool.size == hdrs_size(c))
-        fy_pool_put(&hdr_pool, c->hdrs);
+        fy_pool_put(&hdr_pool, c->b->hdrs);
     else
-        free(c->hdrs);
-    c->hdrs = NULL;
+        free(c->b->hdrs);
+    c->b->hdrs = NULL;
+}
+
+/* The request parts (h1_busy_t), per thread like the header arrays. */
+static _Thread_local fy_pool_t busy_pool;
+
+void fy__h1_busy_get(h1_conn_t *c)
+{
+    if (c->b) return;
+    if (busy_pool.size == 0) fy_pool_init(&busy_pool, sizeof(h1_busy_t), 64);
+    h1_busy_t *b = fy_pool_get(&busy_pool);
+    memset(b, 0, sizeof *b);
+    b->file_fd = -1;
+    fy_arena_init(&b->arena, NULL, 0, 4096); /* its first block: req_mem_get */
+    c->b = b;
+    c->mem_dirty = true;
+}
+
+void fy__h1_busy_put(h1_conn_t *c)
+{
+    h1_busy_t *b = c->b;
+    if (!b) return;
+    hdrs_put(c);
+    arena_put(c);
+    if (b->fbuf) fy_pool_put(fy_chunk_pool(), b->fbuf);
+    fy_pool_put(&busy_pool, b);
+    c->b = NULL;
+    c->mem_dirty = true;
 }
 
 void fy_h1_thread_cleanup(void)
 {
     fy_pool_drain(&hdr_pool);
     fy_pool_drain(&arena_pool);
+    fy_pool_drain(&busy_pool);
 }
 
 size_t fy_h1_thread_cached(void)
 {
-    return hdr_pool.nfree + arena_pool.nfree;
+    return hdr_pool.nfree + arena_pool.nfree + busy_pool.nfree;
 }
 
 /* The client speaks HTTP/2 (ALPN h2, or the h2c preface): give the fd, the transport and
@@ -79,8 +108,7 @@ void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)
     size_t len = c->rbuf ? c->rlen - c->rstart : 0;
     fy_io_set(c->loop, &c->io, 0);
     c->handed_off = true;
-    ctx->start_h2(ctx, c->sock.fd, tls, (struct sockaddr *)&c->remote, sizeof c->remote, data, len,
-                  up);
+    ctx->start_h2(ctx, c->sock.fd, tls, &c->remote.sa, sizeof c->remote, data, len, up);
     c->t = &c->sock;
     c->ex_active = false; /* an upgraded request lives on as h2 stream 1 */
     fy__h1_conn_close(c);
@@ -94,11 +122,11 @@ void fy__h1_handoff_h2(h1_conn_t *c, const fy_h2_upgrade_t *up)
 static bool try_upgrade_h2c(h1_conn_t *c)
 {
     fy_http_ctx_t *ctx = c->ctx;
-    if (!c->req.conn_upgrade || c->ex.req.absolute_form || ctx->is_tls ||
+    if (!c->b->req.conn_upgrade || c->b->ex.req.absolute_form || ctx->is_tls ||
         !(ctx->protocols & FY_PROTO_H2C) || !ctx->start_h2 || c->body_mode != B_NONE ||
-        fy__h1_output_pending(c) || c->ex.req.version < 11)
+        fy__h1_output_pending(c) || c->b->ex.req.version < 11)
         return false;
-    const fy_headers_t *hs = &c->ex.req.headers;
+    const fy_headers_t *hs = &c->b->ex.req.headers;
     const fy_header_t *up = FY_HDR_FIND(hs, "upgrade"), *cn = FY_HDR_FIND(hs, "connection");
     const fy_header_t *st = FY_HDR_FIND(hs, "http2-settings");
     if (!up || !st || !cn || !fy_str_list_has(up->value, "h2c", 3) ||
@@ -107,7 +135,7 @@ static bool try_upgrade_h2c(h1_conn_t *c)
     unsigned char settings[1024];
     int n = fy_base64url_decode(st->value.p, st->value.len, settings, sizeof settings);
     if (n < 0 || n % 6) return false;
-    fy_h2_upgrade_t u = {&c->ex.req, settings, (size_t)n};
+    fy_h2_upgrade_t u = {&c->b->ex.req, settings, (size_t)n};
     fy__h1_handoff_h2(c, &u);
     return true;
 }
@@ -118,17 +146,18 @@ static bool try_upgrade_h2c(h1_conn_t *c)
  * refusal of the protocol stage (ex->refused, http/protocol.h). */
 void fy__h1_reject(h1_conn_t *c, int status, const char *why)
 {
+    fy__h1_busy_get(c);
     c->body_mode = B_NONE;
     if (!c->ex_active) {
         /* a minimal exchange so the error goes through the normal writer and access log */
         req_mem_get(c);
-        fy_exchange_t *ex = &c->ex;
+        fy_exchange_t *ex = &c->b->ex;
         memset(ex, 0, sizeof *ex);
-        ex->arena = &c->arena;
+        ex->arena = &c->b->arena;
         ex->ctx = c->ctx;
         ex->codec = c;
         ex->sink = &fy__h1_sink;
-        ex->remote = (struct sockaddr *)&c->remote;
+        ex->remote = &c->remote.sa;
         ex->start_ms = c->loop->now_ms;
         ex->req.version = 11;
         ex->req.method = FY_STR_LIT("-");
@@ -137,7 +166,7 @@ void fy__h1_reject(h1_conn_t *c, int status, const char *why)
         c->head_written = c->res_final = c->want_proceed = false;
     }
     c->read_paused = true;
-    fy_exchange_refuse(&c->ex, status, why);
+    fy_exchange_refuse(&c->b->ex, status, why);
 }
 
 /* The head of a refusal is being written: said in the log, and the connection closed after
@@ -145,8 +174,8 @@ void fy__h1_reject(h1_conn_t *c, int status, const char *why)
 void fy__h1_refused(h1_conn_t *c)
 {
     char a[64];
-    fy_info("client %s: %d %s: %s", fy_sock_addr_str((struct sockaddr *)&c->remote, a, sizeof a),
-            c->ex.res.status, fy_http_reason(c->ex.res.status), c->ex.error);
+    fy_info("client %s: %d %s: %s", fy_sock_addr_str(&c->remote.sa, a, sizeof a),
+            c->b->ex.res.status, fy_http_reason(c->b->ex.res.status), c->b->ex.error);
     c->keepalive = false;
     c->body_mode = B_NONE;
     c->read_paused = true;
@@ -154,14 +183,14 @@ void fy__h1_refused(h1_conn_t *c)
 
 static void begin_exchange(h1_conn_t *c, int headlen)
 {
-    fy_exchange_t *ex = &c->ex;
-    fy_h1_req_t *r = &c->req;
+    fy_exchange_t *ex = &c->b->ex;
+    fy_h1_req_t *r = &c->b->req;
     memset(ex, 0, sizeof *ex);
-    ex->arena = &c->arena;
+    ex->arena = &c->b->arena;
     ex->ctx = c->ctx;
     ex->codec = c;
     ex->sink = &fy__h1_sink;
-    ex->remote = (struct sockaddr *)&c->remote;
+    ex->remote = &c->remote.sa;
     ex->start_ms = c->loop->now_ms;
     c->ex_active = true;
     c->head_written = c->res_final = c->want_proceed = false;
@@ -196,7 +225,7 @@ static void begin_exchange(h1_conn_t *c, int headlen)
         q->path = q->target;
         q->query = FY_STR_NULL;
     }
-    q->headers.v = (fy_header_t *)c->hdrs; /* same layout: two slices */
+    q->headers.v = (fy_header_t *)c->b->hdrs; /* same layout: two slices */
     q->headers.n = r->nheaders;
     /* the rest of the array is room for fields a filter adds (traceparent, transforms) */
     q->headers.cap = (size_t)c->ctx->limits->max_headers;
@@ -214,17 +243,17 @@ static void begin_exchange(h1_conn_t *c, int headlen)
     if (r->body_kind == FY_H1_BODY_LENGTH) {
         q->content_length = (int64_t)r->content_length;
         c->body_mode = r->content_length ? B_LENGTH : B_NONE;
-        c->body_left = r->content_length;
+        c->b->body_left = r->content_length;
     } else if (r->body_kind == FY_H1_BODY_CHUNKED) {
         q->content_length = -1;
         c->body_mode = B_CHUNKED;
-        fy_h1_chunked_init(&c->chunked);
+        fy_h1_chunked_init(&c->b->chunked);
     } else {
         q->content_length = 0;
         c->body_mode = B_NONE;
     }
     c->rstart += (size_t)headlen;
-    c->body_pos = c->body_out = c->rstart;
+    c->b->body_pos = c->b->body_out = c->rstart;
     if (r->conn_close || (q->version == 10 && !r->conn_keep_alive)) c->keepalive = false;
     if (c->ctx->draining) c->keepalive = false;
 }
@@ -254,15 +283,22 @@ void fy__h1_process(h1_conn_t *c)
                 return;
             }
             c->read_paused = false;
-            if (c->requests) fy__h1_set_timer(c, T_IDLE);
+            if (c->requests == 1 && !fy__h1_output_pending(c)) {
+                /* the first response is out: everything back now (see fy__h1_flush) */
+                fy__h1_idle_release(c);
+                fy__h1_set_timer(c, T_KEEPALIVE);
+            } else if (c->requests) {
+                fy__h1_set_timer(c, T_IDLE);
+            }
             return;
         }
+        fy__h1_busy_get(c); /* a request's bytes (pipelined: it was kept) */
         if (!c->keepalive) {
             /* pipelined bytes after a "Connection: close" response are not served */
             if (!fy__h1_output_pending(c)) fy__h1_conn_linger(c);
             return;
         }
-        if (c->requests == 0 && c->req.scanned == 0 && (c->ctx->protocols & FY_PROTO_H2C) &&
+        if (c->requests == 0 && c->b->req.scanned == 0 && (c->ctx->protocols & FY_PROTO_H2C) &&
             c->ctx->start_h2 && !c->ctx->is_tls) {
             static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
             size_t have = c->rlen - c->rstart, cmp = have < 24 ? have : 24;
@@ -283,7 +319,7 @@ void fy__h1_process(h1_conn_t *c)
             fy__h1_reject(c, 505, "HTTP/1.1 is not served on this listener (protocols)");
             return;
         }
-        if (c->req.scanned == 0) {
+        if (c->b->req.scanned == 0) {
             /* a new request: move its first bytes to the front so that its head and body get
                the whole buffer (pipelined leftovers are few bytes) */
             if (c->rstart > 0) {
@@ -292,11 +328,11 @@ void fy__h1_process(h1_conn_t *c)
                 c->rstart = 0;
             }
             req_mem_get(c);
-            fy_h1_req_init(&c->req, c->hdrs);
+            fy_h1_req_init(&c->b->req, c->b->hdrs);
         }
         fy_h1_limits_t lim = {c->ctx->limits->max_request_line, c->ctx->limits->max_header_bytes,
                               (size_t)c->ctx->limits->max_headers};
-        int r = fy_h1_parse_request(&c->req, c->rbuf + c->rstart, c->rlen - c->rstart, &lim);
+        int r = fy_h1_parse_request(&c->b->req, c->rbuf + c->rstart, c->rlen - c->rstart, &lim);
         if (r == FY_H1_INCOMPLETE) {
             if (c->timer_kind != T_HEADER) fy__h1_set_timer(c, T_HEADER);
             c->read_paused = false;
@@ -306,7 +342,7 @@ void fy__h1_process(h1_conn_t *c)
                     memmove(c->rbuf, c->rbuf + c->rstart, c->rlen - c->rstart);
                     c->rlen -= c->rstart;
                     c->rstart = 0;
-                    c->req.scanned = 0; /* the parser rescans from the moved start */
+                    c->b->req.scanned = 0; /* the parser rescans from the moved start */
                 } else {
                     size_t ncap = c->rcap * 2;
                     char *nb = malloc(ncap);
@@ -322,12 +358,12 @@ void fy__h1_process(h1_conn_t *c)
                     c->rbuf = nb;
                     c->rbuf_heap = true;
                     c->rcap = ncap;
-                    c->req.scanned = 0;
+                    c->b->req.scanned = 0;
                 }
             }
             return;
         }
-        c->req.scanned = 0;
+        c->b->req.scanned = 0;
         if (r < 0) {
             if (r == FY_H1_EURI_TOO_LONG || r == FY_H1_EHDR_TOO_LARGE || r == FY_H1_ETOO_MANY_HDRS)
                 fy_counter_inc(fy_cid_limit[r == FY_H1_EURI_TOO_LONG    ? FY_LIMIT_REQUEST_LINE
@@ -338,7 +374,7 @@ void fy__h1_process(h1_conn_t *c)
         }
         begin_exchange(c, r);
         c->requests++;
-        fy_exchange_t *ex = &c->ex;
+        fy_exchange_t *ex = &c->b->ex;
         if (ex->req.method_id == FY_M_CONNECT) {
             /* authority-form (RFC 9112 §3.2.3); the protocol stage refuses it (405) unless a
                forward proxy's handler takes the connection over */
@@ -360,14 +396,14 @@ void fy__h1_process(h1_conn_t *c)
 
 void fy__h1_end_exchange(h1_conn_t *c)
 {
-    fy_exchange_t *ex = &c->ex;
+    fy_exchange_t *ex = &c->b->ex;
     fy_exchange_done(ex);
     c->ex_active = false;
     /* the exchange's memory at its end: its header array and arena (the stream gauges) */
     fy_gauge_raise(fy_cid_stream_mem_max[FY_CPROTO_H1],
-                   (c->hdrs ? hdrs_size(c) : 0) + fy_arena_bytes(&c->arena));
+                   (c->b->hdrs ? hdrs_size(c) : 0) + fy_arena_bytes(&c->b->arena));
     fy_counters_stream_mem(FY_CPROTO_H1, &c->stream_held, 0);
-    fy_arena_reset(&c->arena);
+    fy_arena_reset(&c->b->arena);
     c->head_written = c->res_final = c->want_proceed = false;
     c->read_paused = false; /* the next request (or the close) is ours to read again */
     if (c->body_mode != B_NONE) {

@@ -65,7 +65,7 @@ void fy__h1_wbuf_compact(h1_conn_t *c)
 /* Heads over the write buffer's size are not something a handler should produce: bounded. */
 static bool write_head(h1_conn_t *c)
 {
-    fy_exchange_t *ex = &c->ex;
+    fy_exchange_t *ex = &c->b->ex;
     fy_response_t *res = &ex->res;
     int status = res->status;
     size_t need = 160;
@@ -80,7 +80,7 @@ static bool write_head(h1_conn_t *c)
         c->keepalive = false;
     if (__builtin_expect(ex->refused, 0)) fy__h1_refused(c);
     /* 101 to an Upgrade request: the connection becomes a tunnel for this exchange */
-    bool tunnel = status == 101 && ex->req.protocol.len && c->req.conn_upgrade;
+    bool tunnel = status == 101 && ex->req.protocol.len && c->b->req.conn_upgrade;
     c->res_no_body = !tunnel && (ex->req.method_id == FY_M_HEAD || status == 204 || status == 304 ||
                                  (status >= 100 && status < 200));
     c->res_chunked = false;
@@ -155,7 +155,7 @@ static bool queue_data(h1_conn_t *c, const struct iovec *bufs, size_t n)
             c->wlen += len;
         } else {
             if (c->nrefs == MAX_REFS) return false;
-            c->refs[c->nrefs++] = bufs[i];
+            c->b->refs[c->nrefs++] = bufs[i];
         }
     }
     return true;
@@ -173,7 +173,7 @@ static bool queue_bytes(h1_conn_t *c, const char *s, size_t len, char *scratch)
 
 void fy__h1_fail_conn(h1_conn_t *c, const char *why)
 {
-    if (c->ex_active) c->ex.error = why;
+    if (c->ex_active) c->b->ex.error = why;
     fy__h1_conn_close(c);
 }
 
@@ -192,9 +192,9 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     if (!c->head_written) {
         /* a body nobody will read decides whether the connection can be kept */
         if (c->body_mode != B_NONE && !c->body_delivered && !c->body_wanted) {
-            bool nothing_read = c->ex.body_received == 0 && c->rlen == c->body_pos;
-            if ((c->ex.req.expect_continue && !c->continue_sent && nothing_read) ||
-                (c->body_mode == B_LENGTH && c->body_left > DISCARD_MAX))
+            bool nothing_read = c->b->ex.body_received == 0 && c->rlen == c->b->body_pos;
+            if ((c->b->ex.req.expect_continue && !c->continue_sent && nothing_read) ||
+                (c->body_mode == B_LENGTH && c->b->body_left > DISCARD_MAX))
                 c->keepalive = false;
         }
         if (!write_head(c)) {
@@ -239,7 +239,7 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
                 if (c->nrefs == 0 && iov.iov_len <= fy__h1_wfree(c)) {
                     queue_data(c, &iov, 1);
                 } else if (c->nrefs < MAX_REFS) {
-                    c->refs[c->nrefs++] = iov;
+                    c->b->refs[c->nrefs++] = iov;
                 } else {
                     goto overflow;
                 }
@@ -292,8 +292,8 @@ static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int s
         p = PUT_LIT(p, "\r\n");
         queue_bytes(c, s, (size_t)(p - s), s);
     }
-    c->file_fd = fd;
-    c->file_off = off;
+    c->b->file_fd = fd;
+    c->b->file_off = off;
     c->file_left = len;
     ex->bytes_sent += len;
     if (c->res_chunked) {
@@ -312,10 +312,11 @@ static void h1_send_file(fy_exchange_t *ex, int fd, off_t off, size_t len, int s
 void fy__h1_proceed_cb(fy_defer_t *d)
 {
     h1_conn_t *c = d->data;
-    if (c->closed) return;
-    if (c->want_proceed && !fy__h1_output_pending(c) && c->ex.producer && c->ex.producer->proceed) {
+    if (c->closed || !c->b) return; /* (released: nothing in progress) */
+    if (c->want_proceed && !fy__h1_output_pending(c) && c->b->ex.producer &&
+        c->b->ex.producer->proceed) {
         c->want_proceed = false;
-        c->ex.producer->proceed(&c->ex);
+        c->b->ex.producer->proceed(&c->b->ex);
     } else if (!c->ex_active && !c->read_paused) {
         c->in_read = true; /* batch the responses of pipelined requests into one write */
         fy__h1_process(c);
@@ -338,7 +339,7 @@ void fy__h1_flush(h1_conn_t *c)
             int n = 0;
             if (c->wlen > c->wsent)
                 iov[n++] = (struct iovec){c->wbuf + c->wsent, c->wlen - c->wsent};
-            for (int i = 0; i < c->nrefs; i++) iov[n++] = c->refs[i];
+            for (int i = 0; i < c->nrefs; i++) iov[n++] = c->b->refs[i];
             w = c->t->ops->writev(c->t, iov, n);
             if (w > 0) {
                 size_t left = (size_t)w;
@@ -351,28 +352,30 @@ void fy__h1_flush(h1_conn_t *c)
                     left = 0;
                 }
                 int i = 0;
-                while (i < c->nrefs && left >= c->refs[i].iov_len) left -= c->refs[i++].iov_len;
+                while (i < c->nrefs && left >= c->b->refs[i].iov_len)
+                    left -= c->b->refs[i++].iov_len;
                 if (i) {
-                    memmove(c->refs, c->refs + i, (size_t)(c->nrefs - i) * sizeof c->refs[0]);
+                    memmove(c->b->refs, c->b->refs + i,
+                            (size_t)(c->nrefs - i) * sizeof c->b->refs[0]);
                     c->nrefs -= i;
                 }
                 if (c->nrefs && left) {
-                    c->refs[0].iov_base = (char *)c->refs[0].iov_base + left;
-                    c->refs[0].iov_len -= left;
+                    c->b->refs[0].iov_base = (char *)c->b->refs[0].iov_base + left;
+                    c->b->refs[0].iov_len -= left;
                 }
             }
         } else if (c->t->ops->sendfile) {
-            w = c->t->ops->sendfile(c->t, c->file_fd, &c->file_off, c->file_left);
+            w = c->t->ops->sendfile(c->t, c->b->file_fd, &c->b->file_off, c->file_left);
             if (w > 0) c->file_left -= (size_t)w;
         } else {
             /* TLS: read the file in chunks and write them */
             if (c->flen == c->fsent) {
-                if (!c->fbuf) {
-                    c->fbuf = fy_pool_get(fy_chunk_pool());
+                if (!c->b->fbuf) {
+                    c->b->fbuf = fy_pool_get(fy_chunk_pool());
                     c->mem_dirty = true;
                 }
                 size_t want = c->file_left < FY_CHUNK_SIZE ? c->file_left : FY_CHUNK_SIZE;
-                ssize_t r = pread(c->file_fd, c->fbuf, want, c->file_off);
+                ssize_t r = pread(c->b->file_fd, c->b->fbuf, want, c->b->file_off);
                 if (r <= 0) {
                     fy_error("read file: %s", r < 0 ? strerror(errno) : "file shrank");
                     fy__h1_fail_conn(c, "file read error");
@@ -381,12 +384,12 @@ void fy__h1_flush(h1_conn_t *c)
                 c->flen = (size_t)r;
                 c->fsent = 0;
             }
-            struct iovec iov = {c->fbuf + c->fsent, c->flen - c->fsent};
+            struct iovec iov = {c->b->fbuf + c->fsent, c->flen - c->fsent};
             w = c->t->ops->writev(c->t, &iov, 1);
             if (w > 0) {
                 c->fsent += (size_t)w;
                 if (c->fsent == c->flen) {
-                    c->file_off += (off_t)c->flen;
+                    c->b->file_off += (off_t)c->flen;
                     c->file_left -= c->flen;
                     c->flen = c->fsent = 0;
                 }
@@ -406,7 +409,7 @@ void fy__h1_flush(h1_conn_t *c)
         }
     }
     c->t->want &= ~FY_WANT_WRITE;
-    if (c->file_fd >= 0 && c->file_left == 0) c->file_fd = -1; /* the handler owns the fd */
+    if (c->b->file_fd >= 0 && c->file_left == 0) c->b->file_fd = -1; /* the handler owns the fd */
     if (c->res_final && c->ex_active) {
         fy__h1_end_exchange(c);
         return;
@@ -419,6 +422,16 @@ void fy__h1_flush(h1_conn_t *c)
     if (!c->ex_active && !c->discarding && !c->keepalive) {
         fy__h1_conn_linger(c);
         return;
+    }
+    if (__builtin_expect(c->requests == 1, 0) && c->timer_kind == T_IDLE && !c->ex_active) {
+        /* a connection's first response is out and it waits: give everything back now, not
+           after IDLE_RELEASE_MS. Most such connections stay idle (a client's spare pooled
+           connection, a browser's parallel ones), and at a high accept rate the 10 ms hold
+           made the buffers of the last ~rate/100 connections a high-water mark that the chunk
+           pool keeps (issue 19). From its second request on, a connection is being reused
+           and keeps them for the next. */
+        fy__h1_idle_release(c);
+        if (!c->b) fy__h1_set_timer(c, T_KEEPALIVE);
     }
     fy__h1_update_events(c);
 }

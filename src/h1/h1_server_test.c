@@ -6,6 +6,7 @@
  * Last, the thread's free request blocks go back to malloc (a worker's exit: valgrind found
  * them lost when nothing drained the lists). */
 #include "h1/h1_server.h"
+#include "h1/h1_server_int.h" /* the idle tests look at the connection's parts */
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -253,6 +254,120 @@ static void test_thread_cleanup(void)
     CHECK_EQ_INT(fy_h1_thread_cached(), 0);
 }
 
+/* let the loop run for `ms` (the idle release after IDLE_RELEASE_MS) */
+static void wait_ms(uint64_t ms)
+{
+    static fy_timer_t t;
+    fy_timer_init(&t, on_guard, NULL);
+    loop.stop = false;
+    fy_timer_start(&loop, &t, ms);
+    fy_loop_run(&loop);
+    timed_out = false;
+}
+
+static h1_conn_t *the_conn(void)
+{
+    CHECK(ctx.conns.next != &ctx.conns);
+    return fy_container_of(ctx.conns.next, h1_conn_t, node.link);
+}
+
+/* Issue 19: between requests a kept-alive connection holds its core only; the request part
+ * (h1_busy_t) is taken when bytes arrive, kept while pipelined bytes wait, and given back at
+ * the idle release, and the memory gauge follows (mem_held). */
+static void test_idle_busy_idle(void)
+{
+    static const char req[] = "GET /i HTTP/1.1\r\nHost: a\r\n\r\n";
+    start();
+    h1_conn_t *c = the_conn();
+    CHECK(c->b == NULL); /* accepted, nothing read yet */
+    for (int round = 0; round < 3; round++) {
+        fy_mem_transport_out_reset(&m);
+        fy_mem_transport_feed(&m, req, sizeof req - 1);
+        pump();
+        CHECK(ends_with("\r\n\r\nGET /i"));
+        if (round == 0) {
+            /* the connection's first response: everything goes back at once */
+            CHECK(c->b == NULL && c->rbuf == NULL && c->wbuf == NULL);
+            CHECK_EQ_INT(c->mem_held, sizeof(h1_conn_t));
+            continue;
+        }
+        /* a reused connection keeps the part and buffers for a quick next request */
+        CHECK(c->b != NULL);
+        CHECK(c->mem_held >= sizeof(h1_conn_t) + sizeof(h1_busy_t));
+        wait_ms(IDLE_RELEASE_MS + 20);
+        CHECK(c->b == NULL && c->rbuf == NULL && c->wbuf == NULL);
+        CHECK_EQ_INT(c->mem_held, sizeof(h1_conn_t));
+        CHECK_EQ_INT(c->stream_held, 0);
+        CHECK(!m.shut && !m.destroyed);
+    }
+#ifndef FY_NO_POOL
+    CHECK(fy_h1_thread_cached() >= 3); /* the part, its header array and arena block */
+#endif
+    CHECK(sizeof(h1_conn_t) <= 448); /* the idle core (issue 19: <= 0.5 KiB per idle connection) */
+    finish();
+}
+
+/* A request and the first bytes of the next: the part stays over the idle release (the
+ * pending bytes are a request in progress), and the rest completes it in order. Then the same
+ * across a release: the second request arrives whole after it and takes a fresh part. */
+static void test_pipelined_over_release(void)
+{
+    start();
+    h1_conn_t *c = the_conn();
+    static const char one[] = "GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /two HTTP/1.1\r\nHo";
+    fy_mem_transport_feed(&m, one, sizeof one - 1);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 1 && ends_with("GET /one"));
+    wait_ms(IDLE_RELEASE_MS + 20);
+    CHECK(c->b != NULL && c->rbuf != NULL); /* "GET /two ..." is being parsed */
+    CHECK(c->b->req.scanned > 0 || c->rlen > c->rstart);
+    fy_mem_transport_feed(&m, "st: a\r\n\r\nGET /three HTTP/1.1\r\nHost: a\r\n\r\n", 41);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 3);
+    const char *p1 = memmem(m.out, m.out_len, "GET /one", 8);
+    const char *p2 = memmem(m.out, m.out_len, "GET /two", 8);
+    const char *p3 = memmem(m.out, m.out_len, "GET /three", 10);
+    CHECK(p1 && p2 && p3 && p1 < p2 && p2 < p3);
+    wait_ms(IDLE_RELEASE_MS + 20);
+    CHECK(c->b == NULL);
+    CHECK_EQ_INT(c->mem_held, sizeof(h1_conn_t));
+    fy_mem_transport_out_reset(&m);
+    fy_mem_transport_feed(
+        &m, "GET /4 HTTP/1.1\r\nHost: a\r\n\r\nGET /5 HTTP/1.1\r\nHost: a\r\n\r\n", 56);
+    pump();
+    CHECK(count(m.out, m.out_len, "HTTP/1.1 200 OK\r\n") == 2 && ends_with("GET /5"));
+    CHECK(!m.shut);
+    finish();
+}
+
+/* The client goes away while the connection is idle: after the release (nothing but the core
+ * to free), and just after a response (the part is still held). */
+static void test_close_while_idle(void)
+{
+    static const char req[] = "GET /c HTTP/1.1\r\nHost: a\r\n\r\n";
+    for (int released = 0; released < 2; released++) {
+        start();
+        size_t before = ctx.nconns;
+        for (int i = 0; i < 2; i++) { /* two: the second response's part is kept a while */
+            fy_mem_transport_feed(&m, req, sizeof req - 1);
+            pump();
+        }
+        CHECK(count(m.out, m.out_len, "GET /c") == 2);
+        if (released) {
+            wait_ms(IDLE_RELEASE_MS + 20);
+            CHECK(the_conn()->b == NULL);
+        } else {
+            CHECK(the_conn()->b != NULL);
+        }
+        fy_mem_transport_eof(&m);
+        pump();
+        wait_ms(5); /* the deferred free */
+        CHECK(m.destroyed);
+        CHECK_EQ_INT(ctx.nconns, before - 1);
+        finish();
+    }
+}
+
 int main(void)
 {
     CHECK(fy_loop_init(&loop) == 0);
@@ -262,6 +377,9 @@ int main(void)
     test_pipelined();
     test_bodies_bytewise();
     test_protocol_stage();
+    test_idle_busy_idle();
+    test_pipelined_over_release();
+    test_close_while_idle();
     test_thread_cleanup();
     fy_loop_destroy(&loop);
     printf("%d passed, %d failed\n", fy_test_pass, fy_test_fail);
