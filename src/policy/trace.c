@@ -35,7 +35,7 @@ static bool unhex(const char *p, uint8_t *out, size_t nbytes)
     for (size_t i = 0; i < nbytes; i++) {
         int hi = hexval(p[2 * i]), lo = hexval(p[2 * i + 1]);
         bad |= hi | lo;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        out[i] = (uint8_t)((unsigned)hi << 4 | (unsigned)lo);
         any |= out[i];
     }
     return bad >= 0 && any != 0; /* all zeros: invalid */
