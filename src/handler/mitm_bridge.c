@@ -81,7 +81,7 @@ void fy__mitm_h2_connect_start(fy__mitm_t *m, fy_exchange_t *ex, const char *hos
                                int ofd)
 {
     fy__mitm_tunnel_t *t =
-        fy__mitm_tunnel_new(m, ex->ctx, -1, ex->remote, sizeof(struct sockaddr_storage));
+        fy__mitm_tunnel_new(m, ex->ctx, -1, ex->remote, fy__mitm_addr_len(ex->remote));
     t->oio.fd = ofd;
     snprintf(t->host, sizeof t->host, "%s", host);
     t->port = port;

@@ -28,7 +28,9 @@ static void connect_established(fy__mitm_t *m, fy_exchange_t *ex, const char *ho
     int fd = -1;
     fy_http_ctx_t *ctx = ex->ctx;
     struct sockaddr_storage remote;
-    memcpy(&remote, ex->remote, sizeof remote);
+    memset(&remote, 0, sizeof remote);
+    memcpy(&remote, ex->remote,
+           fy__mitm_addr_len(ex->remote)); /* codecs keep only its family's size */
     if (fy_exchange_detach(ex, &fd, pre, FY__MITM_RELAY_BUF, &prelen) < 0) {
         free(pre);
         close(ofd);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "core/tunnel_relay.h"
@@ -150,6 +151,14 @@ void fy__mitm_h2_connect_start(fy__mitm_t *m, fy_exchange_t *ex, const char *hos
 
 /* mitm_tunnel.c: tunnel lifecycle, origin connect, relay, forged-TLS client side */
 /* A tunnel for the client socket fd (owned from here), in ctx->conns, state 0, no events. */
+/* The length of an exchange's borrowed peer address: codecs keep only what its family needs. */
+static inline socklen_t fy__mitm_addr_len(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6  ? (socklen_t)sizeof(struct sockaddr_in6)
+           : sa->sa_family == AF_INET ? (socklen_t)sizeof(struct sockaddr_in)
+                                      : (socklen_t)sizeof(struct sockaddr);
+}
+
 fy__mitm_tunnel_t *fy__mitm_tunnel_new(fy__mitm_t *m, fy_http_ctx_t *ctx, int fd,
                                        const struct sockaddr *sa, socklen_t salen);
 /* Close both sockets; freed in a deferred callback. Idempotent. */
