@@ -494,7 +494,9 @@ def _connect(port, target):
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
-        head += s.recv(1)
+        b = s.recv(1)
+        assert b, f"the proxy closed before its CONNECT answer: {head!r}"
+        head += b
     assert head.startswith(b"HTTP/1.1 200")
     return s
 

@@ -64,7 +64,9 @@ def test_mitm_websocket_in_intercepted_tunnel(server, certs, ws_origin):  # noqa
     s.sendall(f"CONNECT localhost:{ws_origin} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
-        head += s.recv(1)
+        b = s.recv(1)
+        assert b, f"closed before the response head: {head!r}"
+        head += b
     assert head.startswith(b"HTTP/1.1 200")
     ctx = ssl.create_default_context(cafile=str(srv.ca))
     ctx.set_alpn_protocols(["http/1.1"])

@@ -639,7 +639,9 @@ def test_slow_client_holds_the_h2_origin_back(server, h2origins):
         s.sendall(f"GET /huge?n={n} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         head = b""
         while b"\r\n\r\n" not in head:
-            head += s.recv(1)
+            b = s.recv(1)
+            assert b, f"closed before the response head: {head!r}"
+            head += b
         assert head.startswith(b"HTTP/1.1 200"), head
         time.sleep(1.5)  # the client does not read; the origin stalls on flow control
         assert o.sent < 8 * 1024 * 1024, o.sent
