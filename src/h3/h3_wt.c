@@ -584,7 +584,7 @@ int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n)
     uint8_t b[65536 + 8];
     size_t k = fy_h3_varint_encode(b, (uint64_t)ss->id / 4);
     if (n > sizeof b - k) return -EMSGSIZE;
-    memcpy(b + k, p, n);
+    if (n) memcpy(b + k, p, n);
     int r = fy_quic_send_datagram(ss->w->qc, b, k + n);
     if (r == 0)
         ss->dg_out++;

@@ -136,7 +136,7 @@ static void deliver(fy_wtc_stream_t *st, const uint8_t *p, size_t n, bool fin)
             orphan(st, FY_H3_INTERNAL_ERROR, true); /* the origin broke flow control */
             return;
         }
-        memcpy(st->buf + st->len, p, n);
+        if (n) memcpy(st->buf + st->len, p, n);
         st->len += n;
         return;
     }
@@ -583,7 +583,7 @@ int fy_wtc_send_datagram(fy_wtc_t *c, const void *p, size_t n)
     uint8_t b[1500];
     size_t k = fy_h3_varint_encode(b, (uint64_t)c->cs->id / 4);
     if (n > sizeof b - k) return -EMSGSIZE;
-    memcpy(b + k, p, n);
+    if (n) memcpy(b + k, p, n);
     return fy_quic_send_datagram(c->qc, b, k + n);
 }
 
