@@ -6,8 +6,11 @@
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
+#include "tls/tickets.h"
 
 /* ---- HTTP/3 (QUIC over UDP on the TCP listener's address) ---- */
 
@@ -21,6 +24,28 @@ static uint64_t fnv_file(uint64_t h, const char *path)
         for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
     fclose(f);
     return h;
+}
+
+/* Session tickets for QUIC: on unless `session-tickets: false`; with `ticket-keys`, GnuTLS's key
+ * is derived from the file's first (encrypting) key, so a fleet sharing the file resumes each
+ * other's h3 sessions as it does over TCP. Read again on every reload. */
+static int h3_tickets(const fy_listener_conf_t *lc, fy_quic_server_t *qs)
+{
+    const fy_tls_conf_t *t = lc->tls;
+    if (!t->session_tickets || !t->ticket_keys)
+        return fy_quic_server_set_tickets(qs, t->session_tickets, NULL, 0);
+    char msg[512];
+    fy_tls_tickets_t *k = fy_tls_tickets_load(t->ticket_keys, msg, sizeof msg);
+    if (!k) {
+        fy_error("listener %s: h3: %s", lc->address, msg);
+        return -1;
+    }
+    unsigned char first[80];
+    size_t n = fy_tls_tickets_first(k, first);
+    fy_tls_tickets_free(k);
+    int r = fy_quic_server_set_tickets(qs, true, first, n);
+    memset(first, 0, sizeof first);
+    return r;
 }
 
 /* The listener's certificates, loaded into GnuTLS for QUIC (the same PEM files as OpenSSL):
@@ -57,6 +82,7 @@ int h3_certs(const fy_config_t *cfg, const fy_listener_conf_t *lc, slot_t *sl)
         r = h == sl->cert_hash ? 0 : fy_quic_server_set_certs(sl->quic, certs, keys, k);
     }
     if (r == 0) sl->cert_hash = h;
+    if (r == 0) r = h3_tickets(lc, sl->quic);
 out:
     free(certs);
     free(keys);

@@ -103,7 +103,7 @@ scrape_configs:
 
 FAMILIES = [
     "ferry_connections_active", "ferry_connections_total", "ferry_streams_active",
-    "ferry_tls_handshakes_total", "ferry_upstream_retries_total",
+    "ferry_tls_handshakes_total", "ferry_quic_handshakes_total", "ferry_upstream_retries_total",
     "ferry_upstream_ejections_total", "ferry_limit_rejections_total",
     "ferry_http_responses_total", "ferry_http_request_bytes_total",
     "ferry_http_response_bytes_total", "ferry_http_ttfb_seconds", "ferry_http_duration_seconds",

@@ -4,6 +4,7 @@
 old tickets still resume; once the old key is gone from the file they do not; a bad file is
 a config error naming it."""
 import os
+import shutil
 import signal
 import subprocess
 
@@ -120,3 +121,103 @@ def test_tls_ticket_keys_bad_file_is_config_error(server, pki):
     assert "ticket-keys" in r.stderr and "48 or 80 bytes per key, got 50 bytes" in r.stderr, \
         r.stderr
     assert "bad.yaml:5:" in r.stderr, r.stderr
+
+
+# ---- HTTP/3: GnuTLS's ticket key derived from the same file ----
+
+GTLS = shutil.which("gtlsclient")
+
+H3_CFG = """workers: 2
+listeners:
+  - address: 127.0.0.1:{port}
+    protocols: [h1, h3]
+    tls: {{cert: {tmp}/../cert.pem, key: {tmp}/../key.pem%s}}
+routes:
+  - match: {{path: /}}
+    respond: {{status: 200, body: "ok"}}
+admin:
+  address: 127.0.0.1:{admin}
+"""
+
+
+def h3_get(port, tmp, sess):
+    """One h3 GET with gtlsclient, reading and writing its TLS session and transport parameters
+    in `sess`*: the first run stores a ticket, later runs offer it."""
+    dl = tmp / f"dl-{os.urandom(4).hex()}"
+    dl.mkdir()
+    p = subprocess.run([GTLS, "--exit-on-all-streams-close", f"--download={dl}", "--no-quic-dump",
+                        "--no-http-dump", "--timeout=20s", "--disable-early-data",
+                        f"--session-file={sess}.pem", f"--tp-file={sess}.tp", "127.0.0.1",
+                        str(port), f"https://127.0.0.1:{port}/"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0 and (dl / "index.html").read_bytes() == b"ok", out[-2000:]
+    return out
+
+
+def quic_handshakes(f):
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{f.admin_port}/metrics", timeout=10).read()
+    got = {}
+    for line in text.decode().splitlines():
+        if line.startswith("ferry_quic_handshakes_total{"):
+            got[line.split('"')[1]] = int(float(line.split()[-1]))
+    return got.get("full", 0), got.get("resumed", 0)
+
+
+def h3_server(server, extra):
+    from conftest import free_port
+    admin = free_port()
+    f = server((H3_CFG % extra).replace("{admin}", str(admin)))
+    f.admin_port = admin
+    return f
+
+
+@pytest.mark.skipif(GTLS is None, reason="gtlsclient (ngtcp2-client) missing")
+def test_h3_ticket_keys_shared_between_instances(server, pki):
+    """A ticket one instance issued over QUIC resumes on the other instance, which read the
+    same file; a third with its own random key makes a full handshake."""
+    (pki / "keys.bin").write_bytes(os.urandom(80))
+    a = h3_server(server, ", ticket-keys: {tmp}/../keys.bin")
+    b = h3_server(server, ", ticket-keys: {tmp}/../keys.bin")
+    c = h3_server(server, "")
+    sess = pki / "h3sess"
+    h3_get(a.port, pki, sess)
+    assert quic_handshakes(a) == (1, 0)
+    h3_get(b.port, pki, sess)
+    assert quic_handshakes(b) == (0, 1)
+    h3_get(c.port, pki, sess)
+    assert quic_handshakes(c) == (1, 0)
+    # without a file the random key is the process's: its workers resume each other's tickets
+    sess_c = pki / "h3sess-c"
+    h3_get(c.port, pki, sess_c)
+    for _ in range(3):
+        h3_get(c.port, pki, sess_c)
+    assert quic_handshakes(c) == (2, 3)
+
+
+@pytest.mark.skipif(GTLS is None, reason="gtlsclient (ngtcp2-client) missing")
+def test_h3_ticket_keys_rotated_on_reload_and_off(server, pki):
+    """A new first key in the file is read on reload: tickets under the old one make full
+    handshakes (GnuTLS keeps one key: unlike TCP, the old records do not decrypt over QUIC);
+    `session-tickets: false` sends none."""
+    keys = pki / "keys.bin"
+    old, new = os.urandom(80), os.urandom(80)
+    keys.write_bytes(old)
+    f = h3_server(server, ", ticket-keys: {tmp}/../keys.bin")
+    sess = pki / "h3rot"
+    h3_get(f.port, pki, sess)
+    h3_get(f.port, pki, sess)
+    assert quic_handshakes(f) == (1, 1)
+    keys.write_bytes(new + old)
+    f.proc.send_signal(signal.SIGHUP)
+    line = "reload: generation 2 active on all workers"
+    wait_for(lambda: line in f.log(), 30, line, f.proc)
+    h3_get(f.port, pki, pki / "h3rot-x")  # a fresh session under the new key
+    h3_get(f.port, pki, sess)  # the old ticket is no longer accepted
+    assert quic_handshakes(f) == (3, 1)
+    off = h3_server(server, ", session-tickets: false")
+    sess_off = pki / "h3off"
+    h3_get(off.port, pki, sess_off)
+    h3_get(off.port, pki, sess_off)
+    assert quic_handshakes(off) == (2, 0)

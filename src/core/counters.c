@@ -356,6 +356,8 @@ static const char *const helps[][2] = {
     {"ferry_intercept_certs_forged_total", "Certificates minted for interception."},
     {"ferry_quic_connections_active", "QUIC connections open, by side (server, client)."},
     {"ferry_quic_connections_total", "QUIC connections set up, by side (server, client)."},
+    {"ferry_quic_handshakes_total",
+     "QUIC TLS handshakes Ferry served, by result (full, resumed with a session ticket)."},
     {"ferry_quic_datagrams_dropped_total",
      "QUIC/WebTransport datagrams refused because a connection's send queue was full."},
     {"ferry_l4_route_sessions_total", "Layer-4 sessions started, per l4 route."},
@@ -438,6 +440,7 @@ fy_counter_id_t fy_cid_l4_sess_mem, fy_cid_l4_sess_mem_max;
 fy_counter_id_t fy_cid_intercept_flows[FY_CINT_N], fy_cid_certs_forged;
 fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
 fy_counter_id_t fy_cid_quic_dgrams_dropped;
+fy_counter_id_t fy_cid_quic_handshakes[2];
 fy_counter_id_t fy_cid_conn_mem[FY_CPROTO_N], fy_cid_conn_mem_max[FY_CPROTO_N];
 fy_counter_id_t fy_cid_stream_mem[FY_CPROTO_N], fy_cid_stream_mem_max[FY_CPROTO_N];
 fy_counter_id_t fy_cid_limit_conn_memory;
@@ -484,6 +487,9 @@ void fy_counters_register_builtin(void)
     }
     fy_cid_quic_dgrams_dropped =
         fy_counter_register("ferry_quic_datagrams_dropped_total", "", FY_COUNTER);
+    for (int i = 0; i < 2; i++)
+        fy_cid_quic_handshakes[i] =
+            fy_counter_register("ferry_quic_handshakes_total", tls[i], FY_COUNTER);
     for (int p = 0; p < FY_CPROTO_N; p++) {
         fy_cid_conn_mem[p] =
             fy_counter_register("ferry_connection_memory_bytes", proto[p], FY_GAUGE);

@@ -229,6 +229,8 @@ extern fy_counter_id_t fy_cid_quic_conns_active[2], fy_cid_quic_conns_total[2];
 /* datagrams refused by a connection's full send queue, every connection of the process
    (ferry_quic_datagrams_dropped_total; per connection: fy_quic_datagrams_dropped) */
 extern fy_counter_id_t fy_cid_quic_dgrams_dropped;
+/* server-side QUIC TLS handshakes completed, [FY_CTLS_FULL] and [FY_CTLS_RESUMED] */
+extern fy_counter_id_t fy_cid_quic_handshakes[2];
 /* Memory held by server connections and their streams (exchanges), in bytes: buffers, TLS
  * state and record buffers, codec state (issue 19). Totals are summed over workers; the _max
  * gauges are the largest one connection / stream has held on any worker since start. */

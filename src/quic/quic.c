@@ -255,7 +255,15 @@ static void *ensure_app(fy_quic_conn_t *c)
 
 int fy__quic_cb_handshake_completed(ngtcp2_conn *conn, void *ud)
 {
-    ensure_app(ud);
+    fy_quic_conn_t *c = ud;
+    if (!c->ep->client) {
+        fy_counter_inc(fy_cid_quic_handshakes[gnutls_session_is_resumed(c->tls) ? FY_CTLS_RESUMED
+                                                                                : FY_CTLS_FULL]);
+        /* GNUTLS_NO_AUTO_SEND_TICKET: one ticket, sent now as 1-RTT CRYPTO data */
+        if (c->tickets && gnutls_session_ticket_send(c->tls, 1, 0) != 0)
+            fy_log(FY_LOG_DEBUG, "h3: no session ticket sent");
+    }
+    ensure_app(c);
     return 0;
 }
 

@@ -72,6 +72,13 @@ void fy_quic_server_free(fy_quic_server_t *qs);
  * thread). Returns 0, or -1 after logging (the current certificates stay). */
 int fy_quic_server_set_certs(fy_quic_server_t *qs, const char *const *certs,
                              const char *const *keys, size_t n);
+/* Session tickets (resumption; 0-RTT stays off). `on` false: no NewSessionTicket is sent.
+ * `secret` (len > 0): GnuTLS's ticket master key is derived from it (SHA-512 under a label),
+ * so instances given the same secret resume each other's sessions (GnuTLS rotates the keys it
+ * derives by time: their clocks must agree); len 0: a random key made once for this server,
+ * shared by its workers. Connections accepted from now on use the result. Main thread.
+ * Returns 0, or -1 after logging (the current key stays). */
+int fy_quic_server_set_tickets(fy_quic_server_t *qs, bool on, const void *secret, size_t len);
 
 /* A UDP socket bound to `sa` with SO_REUSEPORT (before the worker threads start). Returns
  * the fd or -errno after logging. */

@@ -62,6 +62,12 @@ struct fy_quic_server {
     gnutls_certificate_credentials_t *old_creds; /* replaced ones, kept until the free */
     size_t nold_creds;
     gnutls_priority_t prio;
+    /* session tickets: GnuTLS's master key (fy_quic_server_set_tickets), read with
+       __atomic_load_n; NULL: no tickets. Replaced ones are kept until the free. */
+    gnutls_datum_t *tkey;
+    gnutls_datum_t **old_tkeys;
+    size_t nold_tkeys;
+    bool tkey_random;   /* tkey was made at random (no shared secret) */
     uint8_t secret[32]; /* stateless reset tokens and Retry tokens */
     char *name;
     /* the workers' endpoints, for packets that reach the wrong one (listeners only) */
@@ -122,6 +128,7 @@ struct fy_quic_conn {
     fy_defer_t write_defer, close_defer, free_defer;
     void *app;
     bool app_open;
+    bool tickets; /* a server connection that sends a session ticket after the handshake */
     bool closing; /* close requested: no more application callbacks */
     bool closed;  /* torn down; memory goes in free_defer */
     ngtcp2_connection_close_error ccerr;

@@ -4,6 +4,7 @@
 #include "quic/quic_int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -72,9 +73,66 @@ int fy_quic_server_set_certs(fy_quic_server_t *qs, const char *const *certs,
     return 0;
 }
 
+static void tkey_free(gnutls_datum_t *k)
+{
+    if (!k) return;
+    gnutls_memset(k->data, 0, k->size);
+    gnutls_free(k->data);
+    free(k);
+}
+
+int fy_quic_server_set_tickets(fy_quic_server_t *qs, bool on, const void *secret, size_t len)
+{
+    gnutls_datum_t *k = NULL;
+    if (on && !len && qs->tkey && qs->tkey_random) return 0; /* the random key stays */
+    if (on) {
+        k = fy_xcalloc(1, sizeof *k);
+        /* a random key gives the size this GnuTLS wants (64 bytes in 3.7) */
+        int r = gnutls_session_ticket_key_generate(k);
+        if (r != 0) {
+            fy_error("listener %s: h3: session ticket key: %s", qs->name, gnutls_strerror(r));
+            free(k);
+            return -1;
+        }
+        if (len) {
+            /* SHA-512 blocks of label, block number and the shared secret, as many as the
+               key needs */
+            static const char label[] = "ferry h3 session ticket key";
+            uint8_t in[sizeof label + 1 + 80], out[64];
+            size_t n = len < 80 ? len : 80;
+            memcpy(in, label, sizeof label);
+            memcpy(in + sizeof label + 1, secret, n);
+            for (unsigned off = 0, i = 0; off < k->size; off += sizeof out, i++) {
+                in[sizeof label] = (uint8_t)i;
+                gnutls_hash_fast(GNUTLS_DIG_SHA512, in, sizeof label + 1 + n, out);
+                size_t m = k->size - off < sizeof out ? k->size - off : sizeof out;
+                memcpy(k->data + off, out, m);
+            }
+            gnutls_memset(in, 0, sizeof in);
+            gnutls_memset(out, 0, sizeof out);
+        }
+    }
+    gnutls_datum_t *cur = qs->tkey;
+    if (cur && k && len && cur->size == k->size && memcmp(cur->data, k->data, k->size) == 0) {
+        tkey_free(k); /* a reload with the same file: the key stays */
+        return 0;
+    }
+    if (cur) {
+        /* a handshake on another worker may be reading it: kept until the free */
+        qs->old_tkeys = fy_xrealloc(qs->old_tkeys, (qs->nold_tkeys + 1) * sizeof *qs->old_tkeys);
+        qs->old_tkeys[qs->nold_tkeys++] = cur;
+    }
+    __atomic_store_n(&qs->tkey, k, __ATOMIC_RELEASE);
+    qs->tkey_random = on && !len;
+    return 0;
+}
+
 void fy_quic_server_free(fy_quic_server_t *qs)
 {
     if (!qs) return;
+    for (size_t i = 0; i < qs->nold_tkeys; i++) tkey_free(qs->old_tkeys[i]);
+    free(qs->old_tkeys);
+    tkey_free(qs->tkey);
     for (size_t i = 0; i < qs->nold_creds; i++)
         gnutls_certificate_free_credentials(qs->old_creds[i]);
     free(qs->old_creds);
@@ -192,6 +250,10 @@ int fy__quic_setup_tls(fy_quic_conn_t *c)
     gnutls_session_set_ptr(c->tls, &c->ref);
     gnutls_certificate_credentials_t cred = __atomic_load_n(&qs->cred, __ATOMIC_ACQUIRE);
     if (gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, cred) != 0) return -1;
+    /* the key is copied into the session (its rotation state starts from it) */
+    const gnutls_datum_t *tk = __atomic_load_n(&qs->tkey, __ATOMIC_ACQUIRE);
+    if (tk && gnutls_session_ticket_enable_server(c->tls, tk) != 0) return -1;
+    c->tickets = tk != NULL;
     gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
     if (gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0) return -1;
     gnutls_handshake_set_hook_function(c->tls, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_POST,

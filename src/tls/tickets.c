@@ -88,6 +88,16 @@ size_t fy_tls_tickets_count(const fy_tls_tickets_t *k)
     return k ? k->n : 0;
 }
 
+size_t fy_tls_tickets_first(const fy_tls_tickets_t *k, unsigned char out[80])
+{
+    if (!k || !k->n) return 0;
+    const tkey_t *t = &k->v[0];
+    memcpy(out, t->name, 16);
+    memcpy(out + 16, t->hmac, t->klen);
+    memcpy(out + 16 + t->klen, t->aes, t->klen);
+    return 16 + 2 * t->klen;
+}
+
 static int ex_index = -1;
 static pthread_once_t ex_once = PTHREAD_ONCE_INIT;
 

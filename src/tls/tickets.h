@@ -27,6 +27,9 @@ fy_tls_tickets_t *fy_tls_tickets_parse(const unsigned char *buf, size_t len, cha
 fy_tls_tickets_t *fy_tls_tickets_load(const char *path, char *msg, size_t msglen);
 void fy_tls_tickets_free(fy_tls_tickets_t *k);
 size_t fy_tls_tickets_count(const fy_tls_tickets_t *k);
+/* The encrypting (first) key's bytes as the file holds them (name, HMAC secret, AES key; 80 or
+ * 48): the secret HTTP/3 derives GnuTLS's ticket key from. Returns the length written. */
+size_t fy_tls_tickets_first(const fy_tls_tickets_t *k, unsigned char out[80]);
 
 /* Make `ssl_ctx` (an SSL_CTX *) encrypt and decrypt its tickets with `k` (borrowed: it must
  * outlive the context's use; the listener's fy_tls_ctx_t owns both). Returns 0 or -1. */

@@ -34,6 +34,21 @@ static void test_sizes(void)
     CHECK(strstr(msg, "at most 16") != NULL);
 }
 
+/* the first record's bytes as read, whichever the record size (the HTTP/3 key's secret) */
+static void test_first(void)
+{
+    unsigned char buf[160], out[80];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 7 + 1);
+    char msg[200];
+    fy_tls_tickets_t *k = fy_tls_tickets_parse(buf, 160, msg, sizeof msg);
+    CHECK(k && fy_tls_tickets_first(k, out) == 80 && memcmp(out, buf, 80) == 0);
+    fy_tls_tickets_free(k);
+    k = fy_tls_tickets_parse(buf, 96, msg, sizeof msg);
+    CHECK(k && fy_tls_tickets_first(k, out) == 48 && memcmp(out, buf, 48) == 0);
+    fy_tls_tickets_free(k);
+    CHECK(fy_tls_tickets_first(NULL, out) == 0);
+}
+
 static void test_load_and_attach(void)
 {
     char path[] = "/tmp/ferry-tickets-XXXXXX";
@@ -54,4 +69,4 @@ static void test_load_and_attach(void)
     CHECK(strstr(msg, path) != NULL);
 }
 
-FY_TEST_MAIN(test_sizes(); test_load_and_attach())
+FY_TEST_MAIN(test_sizes(); test_first(); test_load_and_attach())

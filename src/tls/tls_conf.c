@@ -128,6 +128,7 @@ const fy_conf_directive_t fy_tls_conf_table[] = {
             "rand 80`) or 48-byte ones (16 each, AES-128), nginx's `ssl_session_ticket_key` "
             "layout, up to 16. The first encrypts, all decrypt (tickets under a later one are "
             "renewed). Read again on every reload; unset, each start makes random keys. TLS "
-            "over TCP (and layer-4 termination); not HTTP/3, whose QUIC TLS is GnuTLS's."},
+            "over TCP and layer-4 termination; HTTP/3 (GnuTLS) derives its one ticket key from "
+            "the first record, so over QUIC only tickets under the first key resume."},
     {.key = NULL, .check = check_tls},
 };
