@@ -176,3 +176,35 @@ def test_connection_memory_budget_closes_named(server):
     assert s[("ferry_connection_memory_max_bytes", '{proto="h1"}')] > 64 * 1024
     # the server goes on serving
     assert http_request(f.port, "/")[0] == 200
+
+
+GTLS = __import__("shutil").which("gtlsclient")
+
+
+@pytest.mark.skipif(GTLS is None, reason="gtlsclient (ngtcp2-client) missing")
+def test_h3_connection_and_stream_memory_counted(server, tmp_path):
+    """HTTP/3: a 1 MiB response held in the QUIC stream's send chunks until acknowledged shows
+    in the stream gauge's max and in its connection's; both go back to 0 with the connection
+    (ngtcp2's state, the connection struct, datagrams and now the streams' chunks)."""
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "big").write_bytes(os.urandom(1 << 20))
+    f = server(CONF.replace("{tls}", "    protocols: [h1, h3]\n    tls: self-signed\n")
+               .replace("  - respond:",
+                        "  - match: {{path: /big}}\n    static: {{root: DOCROOT}}\n  - respond:").replace("DOCROOT", str(tmp_path / "www")))
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    p = subprocess.run([GTLS, "--exit-on-all-streams-close", f"--download={dl}", "-q",
+                        "--timeout=20s", "127.0.0.1", str(f.port),
+                        f"https://127.0.0.1:{f.port}/big"], capture_output=True, timeout=60)
+    assert p.returncode == 0 and (dl / "big").stat().st_size == 1 << 20, p.stdout[-2000:]
+    lab = '{proto="h3"}'
+    s = samples(f.ports[1])
+    # at least one 16 KiB chunk of the body was held by the request stream
+    assert s[("ferry_stream_memory_max_bytes", lab)] > 16384
+    assert (s[("ferry_connection_memory_max_bytes", lab)]
+            > s[("ferry_stream_memory_max_bytes", lab)])
+    wait_for(lambda: samples(f.ports[1])[("ferry_connections_active", lab)] == 0, timeout=40.0,
+             what="the QUIC connection closed")
+    s = samples(f.ports[1])
+    assert s[("ferry_stream_memory_bytes", lab)] == 0
+    assert s[("ferry_connection_memory_bytes", lab)] == 0

@@ -120,7 +120,7 @@ static void *cm_realloc(void *p, size_t n, void *ud)
 static void conn_mem_sync(fy_quic_conn_t *c, bool closing)
 {
     if (c->ep->client) return;
-    size_t now = closing ? 0 : sizeof *c + c->lib_bytes + c->dg_bytes;
+    size_t now = closing ? 0 : sizeof *c + c->lib_bytes + c->dg_bytes + c->st_bytes;
     fy_counters_conn_mem(FY_CPROTO_H3, &c->mem_held, now);
 }
 

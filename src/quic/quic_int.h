@@ -99,6 +99,7 @@ typedef struct qstream {
     bool fin, fin_sent, shut_wr, blocked, in_sendq;
     bool stop_pending; /* STOP_SENDING asked for, applied outside ngtcp2's callbacks */
     uint64_t stop_code;
+    size_t held;     /* request streams of server connections: bytes in ferry_stream_memory_bytes */
     fy_list_t link;  /* c->streams */
     fy_list_t qlink; /* c->sendq */
 } qstream_t;
@@ -142,6 +143,7 @@ struct fy_quic_conn {
     fy_io_t pio;
     dgram_t *dg_head, **dg_tail; /* owned: outgoing DATAGRAM frames, oldest first */
     size_t ndgrams, dg_bytes;
+    size_t st_bytes; /* its streams: their structs and the chunks they hold (unacknowledged) */
     uint64_t dgrams_dropped; /* refused by a full queue (fy_quic_datagrams_dropped) */
     tls_rx_t tls_rx[3];      /* per level: Initial, Handshake, 1-RTT */
     fy_list_t link;          /* ep->conns */

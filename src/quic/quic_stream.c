@@ -21,8 +21,24 @@ static fy_pool_t *chunk_pool(void)
     return fy_chunk_pool(); /* qchunk_t is exactly one I/O chunk */
 }
 
-static void chunk_put(qchunk_t *k)
+/* What a chunk costs: a 512-byte small block or one pooled I/O chunk. */
+static size_t chunk_bytes(const qchunk_t *k)
 {
+    return k->cap == QCHUNK_SMALL ? offsetof(qchunk_t, data) + QCHUNK_SMALL : sizeof *k;
+}
+
+/* The stream's bytes moved by `d`: its connection's total, and for a request stream of a server
+ * connection (client-initiated bidirectional) ferry_stream_memory_bytes{proto="h3"}. */
+static void stream_mem(qstream_t *s, ssize_t d)
+{
+    s->c->st_bytes += (size_t)d;
+    if (s->c->ep->client || (s->pub.id & 3) != 0) return;
+    fy_counters_stream_mem(FY_CPROTO_H3, &s->held, s->held + (size_t)d);
+}
+
+static void chunk_put(qstream_t *s, qchunk_t *k)
+{
+    stream_mem(s, -(ssize_t)chunk_bytes(k));
     if (k->cap == QCHUNK_SMALL)
         fy_spool_free(k);
     else
@@ -42,6 +58,7 @@ qstream_t *fy__quic_stream_new(fy_quic_conn_t *c, int64_t id)
     fy_list_init(&s->qlink);
     fy_list_insert_tail(&c->streams, &s->link);
     ngtcp2_conn_set_stream_user_data(c->conn, id, s);
+    stream_mem(s, sizeof *s);
     return s;
 }
 
@@ -49,7 +66,7 @@ static void stream_drop_data(qstream_t *s)
 {
     for (qchunk_t *k = s->head, *next; k; k = next) {
         next = k->next;
-        chunk_put(k);
+        chunk_put(s, k);
     }
     s->head = s->tail = NULL;
     s->head_off = s->buffered = s->sent = 0;
@@ -72,6 +89,7 @@ void fy__quic_stream_free(qstream_t *s)
     stream_drop_data(s);
     if (s->in_sendq) fy_list_remove(&s->qlink);
     fy_list_remove(&s->link);
+    stream_mem(s, -(ssize_t)sizeof *s);
     free(s);
 }
 
@@ -109,6 +127,7 @@ static uint8_t *stream_wbuf(qstream_t *s, size_t *avail, size_t want)
         }
         k->next = NULL;
         k->len = 0;
+        stream_mem(s, (ssize_t)chunk_bytes(k));
         if (s->tail)
             s->tail->next = k;
         else
@@ -451,7 +470,7 @@ int fy__quic_cb_acked(ngtcp2_conn *conn, int64_t id, uint64_t offset, uint64_t l
         s->head = k->next;
         s->head_off = 0;
         if (!s->head) s->tail = NULL;
-        chunk_put(k);
+        chunk_put(s, k);
     }
     if (!c->closing && c->app && c->ep->ops->acked) c->ep->ops->acked(c->app, &s->pub);
     return 0;
