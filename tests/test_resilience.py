@@ -329,6 +329,64 @@ def test_hedge_cancels_the_h2_loser(server, h2silent):
         assert metric(srv, "ferry_upstream_hedge_wins_total", upstream="up") == 2
 
 
+class FailsWhileHedged(BaseHTTPRequestHandler):
+    """A: holds its request until B has the hedge, then closes without a response."""
+    waiting = None  # threading.Event: A holds a request
+    hedged = None  # threading.Event: B has the hedge
+
+    def do_GET(self):
+        cls = type(self)
+        cls.waiting.set()
+        cls.hedged.wait(bound(10))
+        self.close_connection = True  # no status line: Ferry sees the connection end first
+
+    def log_message(self, *a):
+        pass
+
+
+class AnswersAfterTheFailure(BaseHTTPRequestHandler):
+    """B: a request while A holds one is the hedge; it is answered only once Ferry has logged
+    that the first attempt failed, so the hedge is then the only attempt."""
+    a = None
+    srv = None
+
+    def do_GET(self):
+        a = type(self).a
+        if a.waiting.is_set():
+            a.hedged.set()
+            wait_for(lambda: "the hedge to" in type(self).srv.log(), bound(10),
+                     "Ferry logs the first attempt's failure")
+        body = b"b 200\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Origin", "b")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_hedge_becomes_the_attempt_when_the_first_fails(server):
+    """The first attempt fails (A closes without a head) while the hedge to B runs: the hedge
+    goes on as the request's attempt, no retry is spent (retries: 0 would allow none), and the
+    client gets B's answer. Ordered by events and the log line, not by time."""
+    a = type("A", (FailsWhileHedged,), {"waiting": threading.Event(),
+                                        "hedged": threading.Event()})
+    b = type("B", (AnswersAfterTheFailure,), {"a": a})
+    with http_origin(a) as aport, http_origin(b) as bport:
+        srv = server(admin_config([f"http://127.0.0.1:{aport}", f"http://127.0.0.1:{bport}"], {
+            "retries": 0, "hedge": {"delay": "100ms"}}))
+        b.srv = srv
+        for _ in range(2):  # round robin: one of the two goes to A first
+            st, h, body = get(srv)
+            assert st == 200 and h["x-origin"] == "b" and body == b"b 200\n"
+        assert a.waiting.is_set() and a.hedged.is_set()
+        assert "the hedge to" in srv.log()
+        assert metric(srv, "ferry_upstream_hedges_total", upstream="up") == 1
+        assert metric(srv, "ferry_upstream_retries_total") == 0
+
+
 def test_no_hedge_for_post(server, h2silent):
     a = h2silent()
     b = switch("b")
