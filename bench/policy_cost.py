@@ -128,7 +128,15 @@ def rows(tmp):
             "capture": ("    capture: {}\nTOP:" + insp, None),
             "capture-nobody": ("    capture: {bodies: false}\nTOP:" + insp, None),
             # issue 14: W3C trace context on, a new trace per request (no traceparent sent)
-            "tracing": ("TOP:tracing: {enabled: true}\n", None)}
+            "tracing": ("TOP:tracing: {enabled: true}\n", None),
+            # issue 15: a local rate limit per client address that never rejects, and its
+            # peers: nginx `limit_req` (a zone keyed by address) and an HAProxy stick table
+            # tracking the request rate per source, each beside its own plain proxy
+            "ratelimit": ("    rate-limit: {rate: 1000000/s, burst: 1000000, "
+                          "key: [client-address]}\n", None),
+            "nginx-plain": ("NGINX:plain", None),
+            "nginx-limit-req": ("NGINX:limitreq", None),
+            "haproxy-stick": ("HAPROXY:STICK", None)}
 
 
 def text64k(path):
@@ -147,7 +155,11 @@ def haproxy_conf(tmp, port, origin, alg):
     """HAProxy as the JWT peer: one thread, keep-alive to the origin, and with `alg` the
     documented jwt_verify recipe (alg from the token's header must be the one expected)."""
     jwt = ""
-    if alg:
+    if alg == "STICK":
+        jwt = ("  stick-table type ip size 100k expire 30s store http_req_rate(10s)\n"
+               "  http-request track-sc0 src\n"
+               "  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1000000 }\n")
+    elif alg:
         key = f'"{SECRET}"' if alg == "HS256" else f'"{tmp}/ec.pem"'
         jwt = (f"  http-request set-var(txn.bearer) http_auth_bearer\n"
                f"  http-request set-var(txn.alg) var(txn.bearer),jwt_header_query('$.alg')\n"
@@ -192,6 +204,10 @@ def nginx_conf(tmp, port, origin, modsec):
             for r in sorted(glob.glob(f"{crs}/*.conf")):
                 f.write(f"Include {r}\n")
     ms = (f"    modsecurity on;\n    modsecurity_rules_file {rules};\n" if modsec is True else "")
+    zone = ""
+    if modsec == "limitreq":
+        zone = "  limit_req_zone $binary_remote_addr zone=perip:1m rate=1000000r/s;\n"
+        ms = "    limit_req zone=perip burst=1000000 nodelay;\n"
     if modsec == "gzip1":
         ms = ("    gzip on;\n    gzip_comp_level 1;\n    gzip_min_length 256;\n"
               "    gzip_types application/octet-stream;\n")
@@ -208,7 +224,7 @@ http {{
   keepalive_requests 1000000;
   client_body_temp_path {tmp}/ngx-body;
   proxy_temp_path {tmp}/ngx-proxy;
-  upstream app {{ server 127.0.0.1:{origin}; keepalive 8; }}
+{zone}  upstream app {{ server 127.0.0.1:{origin}; keepalive 8; }}
   server {{
     listen 127.0.0.1:{port};
 {ms}    location / {{
@@ -228,7 +244,8 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     if extra.startswith("NGINX:"):
         path = f"{tmp}/{tag}-{k}.nginx.conf"
         open(path, "w").write(nginx_conf(tmp, port, origin, True if extra == "NGINX:modsec"
-                                         else "gzip1" if extra == "NGINX:gzip1" else False))
+                                         else extra[6:] if extra in ("NGINX:gzip1", "NGINX:limitreq")
+                                         else False))
         cmd = ["nginx", "-p", tmp, "-c", path]
         return measure(cmd, port, token, k, tmp, tag)
     if extra.startswith("HAPROXY:"):

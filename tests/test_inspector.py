@@ -761,6 +761,22 @@ def test_inspector_websocket_messages(server):
         big = ws[6]
         assert big["size"] == 100000 and big["cut"] and len(big["text"]) < 65536
         assert any(m["opcode"] == 8 for m in d["ws"])  # the close handshake
+        # HAR: Chrome's `_webSocketMessages`, and back through an import
+        har = json.loads(api(srv, f"/api/export.har?ids={f['id']}")[2])
+        hm = [m for m in har["log"]["entries"][0]["_webSocketMessages"] if m["opcode"] in (1, 2)]
+        assert [(m["type"], m["opcode"]) for m in hm[:4]] == [
+            ("send", 1), ("receive", 1), ("send", 2), ("receive", 2)]
+        assert hm[0]["data"] == "hello" and "_encoding" not in hm[0]
+        assert hm[2]["data"] == "AAFiaW5hcnn/" and hm[2]["_encoding"] == "base64"
+        assert hm[6]["_cut"] is True and hm[6]["_size"] == 100000
+        st, _, out = api(srv, "/api/import", "POST", body=json.dumps(har).encode(),
+                         headers={"Content-Type": "application/json"})
+        assert st == 200 and json.loads(out) == {"imported": 1}
+        imp = detail(srv, flows(srv, None)[0]["id"])
+        assert [(m["from"], m["opcode"], m["size"], m["cut"], m.get("text"), m.get("base64"))
+                for m in imp["ws"]] == [
+            (m["from"], m["opcode"], m["size"], m["cut"], m.get("text"), m.get("base64"))
+            for m in d["ws"]]
 
         # intercepted: an Upgrade in absolute form through the proxy
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=bound(10))

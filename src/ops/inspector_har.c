@@ -89,6 +89,65 @@ static void har_timings(fy__sb_t *b, const fy_cs_flow_t *f)
                   dns, con, ssl, wait, receive);
 }
 
+/* One stored WebSocket message (FY_CS_META_WS value): direction, opcode, flags, size and the
+ * payload kept. False when the value is not one. */
+typedef struct ws_msg {
+    bool from_client;
+    unsigned opcode, flags;
+    unsigned long long size;
+    fy_str_t data;
+} ws_msg_t;
+
+static bool ws_parse(fy_str_t v, ws_msg_t *m)
+{
+    if (v.len < 5 || (v.p[0] != '>' && v.p[0] != '<')) return false;
+    const char *colon = memchr(v.p, ':', v.len);
+    if (!colon || colon - v.p < 4 || colon - v.p > 23) return false;
+    char buf[24];
+    memcpy(buf, v.p, (size_t)(colon - v.p));
+    buf[colon - v.p] = 0;
+    char op[2] = {buf[1], 0}, fl[2] = {buf[2], 0};
+    m->from_client = buf[0] == '>';
+    m->opcode = (unsigned)strtoul(op, NULL, 16);
+    m->flags = (unsigned)strtoul(fl, NULL, 16);
+    m->size = strtoull(buf + 3, NULL, 10);
+    m->data = fy_str(colon + 1, v.len - (size_t)(colon + 1 - v.p));
+    return true;
+}
+
+/* Chrome DevTools' HAR extension for WebSocket frames: `_webSocketMessages`, one object per
+ * message: type send/receive, time (seconds since the epoch: the flow's start, as Ferry keeps no
+ * per-message time), opcode, data (text; binary and compressed payloads in base64, as Chrome
+ * writes binary ones). Ours beside them: `_cut` when the payload was cut at body-cap, `_size`
+ * when the message's size is not the payload's (cut, or JSON-redacted), `_compressed` for a
+ * permessage-deflate payload kept as it was sent. */
+static void har_ws(fy__sb_t *b, const fy_cs_flow_t *f)
+{
+    bool first = true;
+    for (size_t i = 0; i < f->n_meta; i++) {
+        fy_str_t nm = f->meta[i].name;
+        ws_msg_t m;
+        if (nm.len != 2 || memcmp(nm.p, FY_CS_META_WS, 2) != 0 || !ws_parse(f->meta[i].value, &m))
+            continue;
+        fy__sb_printf(b, "%s{\"type\": \"%s\", \"time\": %.6f, \"opcode\": %u, \"data\": ",
+                      first ? ", \"_webSocketMessages\": [" : ", ",
+                      m.from_client ? "send" : "receive", (double)f->start_us / 1e6, m.opcode);
+        first = false;
+        if (m.opcode == 1 && !(m.flags & 2) && printable(m.data)) {
+            fy__sb_json(b, m.data.p, m.data.len);
+        } else {
+            fy__sb_puts(b, "\"");
+            fy__sb_base64(b, m.data.p, m.data.len);
+            fy__sb_puts(b, "\", \"_encoding\": \"base64\"");
+        }
+        if (m.flags & 1) fy__sb_puts(b, ", \"_cut\": true");
+        if (m.size != m.data.len) fy__sb_printf(b, ", \"_size\": %llu", m.size);
+        if (m.flags & 2) fy__sb_puts(b, ", \"_compressed\": true");
+        fy__sb_puts(b, "}");
+    }
+    if (!first) fy__sb_puts(b, "]");
+}
+
 void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f)
 {
     time_t sec = (time_t)(f->start_us / 1000000);
@@ -160,6 +219,7 @@ void fy__insp_har_entry(fy__sb_t *b, const fy_cs_flow_t *f)
         fy__sb_puts(b, ", \"comment\": ");
         fy__sb_json(b, f->error.p, f->error.len);
     }
+    har_ws(b, f);
     fy__sb_printf(b, ", \"_ferry\": {\"id\": %llu}}", (unsigned long long)f->id);
 }
 
@@ -510,7 +570,10 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
             const jv_t *sz = jget(ct, "size");
             f.res_size =
                 sz && sz->t == J_NUM && sz->num >= 0 ? jint(sz, UINT64_MAX / 2) : f.res_body.len;
-            fy_cs_header_t meta[4];
+            const jv_t *wsm = jget(e, "_webSocketMessages");
+            size_t nws = wsm && wsm->t == J_ARR ? wsm->n : 0;
+            if (nws > 1000) nws = 1000; /* FY_INSP_WS_MAX_MSGS, as a capture keeps */
+            fy_cs_header_t *meta = jalloc(&j, (4 + nws) * sizeof *meta);
             char mv[4][24];
             static const char *const tn[4] = {"dns", "connect", "ssl", "wait"};
             static const char *const mn[4] = {FY_CS_META_DNS, FY_CS_META_CONNECT, FY_CS_META_TLS,
@@ -526,6 +589,25 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
                 snprintf(mv[f.n_meta], sizeof mv[0], "%ld", ms < 0 ? -1L : (long)(ms * 1000));
                 meta[f.n_meta].name = fy_str(mn[k], strlen(mn[k]));
                 meta[f.n_meta].value = fy_str(mv[f.n_meta], strlen(mv[f.n_meta]));
+                f.n_meta++;
+            }
+            for (size_t k = 0; k < nws; k++) {
+                const jv_t *m = wsm->items[k];
+                fy_str_t data = jstr(jget(m, "data")), type = jstr(jget(m, "type"));
+                bool b64 = jstr(jget(m, "_encoding")).len == 6 ||
+                           (jint(jget(m, "opcode"), 15) == 2 && !jget(m, "_encoding"));
+                if (b64) data = unbase64(&j, data);
+                const jv_t *cut = jget(m, "_cut"), *cmp = jget(m, "_compressed");
+                unsigned fl = (cut && cut->t == J_BOOL && cut->num ? 1u : 0u) |
+                              (cmp && cmp->t == J_BOOL && cmp->num ? 2u : 0u);
+                const jv_t *msz = jget(m, "_size");
+                unsigned long long size = msz ? jint(msz, UINT64_MAX / 2) : data.len;
+                char *v = jalloc(&j, 32 + data.len);
+                int hl = snprintf(v, 32, "%c%x%x%llu:", type.len == 4 ? '>' : '<',
+                                  (unsigned)jint(jget(m, "opcode"), 15), fl, size);
+                if (data.len) memcpy(v + hl, data.p, data.len);
+                meta[f.n_meta].name = FY_STR_LIT(FY_CS_META_WS);
+                meta[f.n_meta].value = fy_str(v, (size_t)hl + data.len);
                 f.n_meta++;
             }
             f.meta = meta;
