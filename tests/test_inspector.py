@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import urllib.parse
 from pathlib import Path
 
@@ -807,6 +808,60 @@ def test_inspector_websocket_messages(server):
             ("client", 1, "via the proxy"), ("origin", 1, "via the proxy")]
     finally:
         o.stop()
+
+
+def test_inspector_websocket_deflate_inflated(server):
+    """permessage-deflate (python3-websockets negotiates it on both ends): the stored messages
+    are the inflated text (context kept across messages), marked compressed and inflated, and
+    JSON in them is redacted as in uncompressed ones."""
+    import asyncio
+    import websockets
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    state = {}
+
+    async def echo(ws, *_):
+        async for m in ws:
+            await ws.send(m)
+
+    async def serve():
+        state["srv"] = await websockets.serve(echo, "127.0.0.1", 0)
+        state["port"] = state["srv"].sockets[0].getsockname()[1]
+        ready.set()
+
+    t = threading.Thread(target=lambda: (loop.run_until_complete(serve()), loop.run_forever()),
+                         daemon=True)
+    t.start()
+    assert ready.wait(bound(10))
+    try:
+        srv = server(WS_CFG.replace("{ws}", f"http://127.0.0.1:{state['port']}"))
+        msgs = ["hello " * 200, "hello " * 200 + "again", '{"password": "pw", "n": 2}']
+
+        async def run():
+            async with websockets.connect(f"ws://127.0.0.1:{srv.ports[2]}/ws/z",
+                                          open_timeout=5, close_timeout=5) as ws:
+                assert ws.extensions and ws.extensions[0].name == "permessage-deflate"
+                for m in msgs:
+                    await ws.send(m)
+                    assert await asyncio.wait_for(ws.recv(), 5) == m
+
+        asyncio.run(run())
+        wait_handled(srv, 1)
+        ws = [m for m in detail(srv, flows(srv)[0]["id"])["ws"] if m["opcode"] == 1]
+        assert [m["from"] for m in ws] == ["client", "origin"] * 3
+        assert all(m["compressed"] and m["inflated"] and not m["cut"] for m in ws)
+        assert [m["text"] for m in ws[:4]] == [msgs[0], msgs[0], msgs[1], msgs[1]]
+        assert ws[4]["text"] == '{"password": "[redacted]", "n": 2}' == ws[5]["text"]
+        assert ws[0]["size"] == len(msgs[0])
+    finally:
+        async def stop():
+            state["srv"].close()
+            await state["srv"].wait_closed()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(bound(10))
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(bound(10))
 
 
 def test_inspector_compare_against_new_upstream(insp):

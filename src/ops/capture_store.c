@@ -304,7 +304,8 @@ static void rebuild(fy_cs_t *cs)
 static char *redact_ws(fy_cs_t *cs, fy_cs_header_t m, size_t *len)
 {
     if (m.name.len != 2 || memcmp(m.name.p, FY_CS_META_WS, 2) != 0 || m.value.len < 4 ||
-        m.value.p[1] != '1' || (m.value.p[2] != '0' && m.value.p[2] != '1'))
+        m.value.p[1] != '1' ||
+        (m.value.p[2] != '0' && m.value.p[2] != '1' && m.value.p[2] != '6' && m.value.p[2] != '7'))
         return NULL;
     const char *colon = memchr(m.value.p, ':', m.value.len);
     if (!colon) return NULL;

@@ -74,8 +74,9 @@ typedef struct fy_cs_flow {
 #define FY_CS_META_TLS "t.tls"
 /* One WebSocket message each, in order: direction ('>' from the client, '<' from the origin),
    the opcode as one hex digit, flags as one hex digit (1: the payload is cut, 2: compressed
-   with permessage-deflate), the whole size in decimal, ':', then the payload kept
-   (uncompressed text messages are JSON-redacted as bodies are). */
+   with permessage-deflate, 4: and the payload kept is the inflated one), the whole size in
+   decimal (inflated: the inflated size), ':', then the payload kept (text messages whose
+   payload is not compressed — sent so, or inflated — are JSON-redacted as bodies are). */
 #define FY_CS_META_WS "ws"
 #define FY_CS_META_WS_DROPPED "ws.dropped" /* messages past the per-flow count, decimal */
 #define FY_CS_META_WAIT "t.wait"           /* the request sent to the origin to its response head */

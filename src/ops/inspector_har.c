@@ -120,7 +120,8 @@ static bool ws_parse(fy_str_t v, ws_msg_t *m)
  * per-message time), opcode, data (text; binary and compressed payloads in base64, as Chrome
  * writes binary ones). Ours beside them: `_cut` when the payload was cut at body-cap, `_size`
  * when the message's size is not the payload's (cut, or JSON-redacted), `_compressed` for a
- * permessage-deflate payload kept as it was sent. */
+ * permessage-deflate payload kept as it was sent, `_inflated` for one kept inflated (its data is
+ * the message's text). */
 static void har_ws(fy__sb_t *b, const fy_cs_flow_t *f)
 {
     bool first = true;
@@ -133,7 +134,7 @@ static void har_ws(fy__sb_t *b, const fy_cs_flow_t *f)
                       first ? ", \"_webSocketMessages\": [" : ", ",
                       m.from_client ? "send" : "receive", (double)f->start_us / 1e6, m.opcode);
         first = false;
-        if (m.opcode == 1 && !(m.flags & 2) && printable(m.data)) {
+        if (m.opcode == 1 && (!(m.flags & 2) || (m.flags & 4)) && printable(m.data)) {
             fy__sb_json(b, m.data.p, m.data.len);
         } else {
             fy__sb_puts(b, "\"");
@@ -142,7 +143,8 @@ static void har_ws(fy__sb_t *b, const fy_cs_flow_t *f)
         }
         if (m.flags & 1) fy__sb_puts(b, ", \"_cut\": true");
         if (m.size != m.data.len) fy__sb_printf(b, ", \"_size\": %llu", m.size);
-        if (m.flags & 2) fy__sb_puts(b, ", \"_compressed\": true");
+        if ((m.flags & 6) == 2) fy__sb_puts(b, ", \"_compressed\": true");
+        if (m.flags & 4) fy__sb_puts(b, ", \"_inflated\": true");
         fy__sb_puts(b, "}");
     }
     if (!first) fy__sb_puts(b, "]");
@@ -598,8 +600,10 @@ long fy__insp_har_import(fy_inspector_t *ins, const char *s, size_t n, const cha
                            (jint(jget(m, "opcode"), 15) == 2 && !jget(m, "_encoding"));
                 if (b64) data = unbase64(&j, data);
                 const jv_t *cut = jget(m, "_cut"), *cmp = jget(m, "_compressed");
+                const jv_t *inf = jget(m, "_inflated");
                 unsigned fl = (cut && cut->t == J_BOOL && cut->num ? 1u : 0u) |
-                              (cmp && cmp->t == J_BOOL && cmp->num ? 2u : 0u);
+                              (cmp && cmp->t == J_BOOL && cmp->num ? 2u : 0u) |
+                              (inf && inf->t == J_BOOL && inf->num ? 6u : 0u);
                 const jv_t *msz = jget(m, "_size");
                 unsigned long long size = msz ? jint(msz, UINT64_MAX / 2) : data.len;
                 char *v = jalloc(&j, 32 + data.len);

@@ -164,9 +164,9 @@ size_t fy__insp_ws_meta(fy_exchange_t *ex, const fy_insp_ws_t *w, fy_cs_header_t
     for (size_t i = 0; i < w->n; i++) {
         const fy_insp_ws_msg_t *m = &w->msgs[i];
         char head[32];
-        int hl =
-            snprintf(head, sizeof head, "%c%x%x%llu:", m->from_client ? '>' : '<', m->opcode,
-                     (m->cut ? 1u : 0u) | (m->compressed ? 2u : 0u), (unsigned long long)m->size);
+        int hl = snprintf(head, sizeof head, "%c%x%x%llu:", m->from_client ? '>' : '<', m->opcode,
+                          (m->cut ? 1u : 0u) | (m->compressed ? 2u : 0u) | (m->inflated ? 4u : 0u),
+                          (unsigned long long)m->size);
         char *v = fy_arena_alloc(ex->arena, (size_t)hl + m->len);
         memcpy(v, head, (size_t)hl);
         if (m->len) memcpy(v + hl, m->data, m->len);
@@ -219,11 +219,12 @@ void fy__insp_ws_json(fy__sb_t *b, const fy_cs_flow_t *f)
         long flags = strtol(fl, NULL, 16);
         fy__sb_printf(b,
                       "%s{\"from\": \"%s\", \"opcode\": %ld, \"size\": %llu, \"cut\": %s, "
-                      "\"compressed\": %s, ",
+                      "\"compressed\": %s, \"inflated\": %s, ",
                       first ? "" : ", ", v.p[0] == '>' ? "client" : "origin", strtol(op, NULL, 16),
                       strtoull(num, NULL, 10), flags & 1 ? "true" : "false",
-                      flags & 2 ? "true" : "false");
-        payload_json(b, op[0] == '1' && !(flags & 2), colon + 1, v.len - (size_t)(colon + 1 - v.p));
+                      flags & 2 ? "true" : "false", flags & 4 ? "true" : "false");
+        payload_json(b, op[0] == '1' && (!(flags & 2) || (flags & 4)), colon + 1,
+                     v.len - (size_t)(colon + 1 - v.p));
         fy__sb_puts(b, "}");
         first = false;
     }

@@ -70,15 +70,73 @@ static void run(size_t step)
     fy_arena_free(&a);
 }
 
+/* Raw deflate of p as a permessage-deflate sender makes it: sync flush, the last four bytes
+ * (0x00 0x00 0xff 0xff) taken off. The context carries over between calls. */
+static size_t deflate_msg(z_stream *z, const char *p, size_t n, uint8_t *out, size_t cap)
+{
+    z->next_in = (Bytef *)p;
+    z->avail_in = (uInt)n;
+    z->next_out = out;
+    z->avail_out = (uInt)cap;
+    CHECK(deflate(z, Z_SYNC_FLUSH) == Z_OK);
+    size_t len = cap - z->avail_out;
+    CHECK(len >= 4 && memcmp(out + len - 4, "\0\0\xff\xff", 4) == 0);
+    return len - 4;
+}
+
+/* permessage-deflate: inflated as it streams, context kept across messages, fragmented and
+ * masked, any split; an empty last frame; bad data stops inflating for that direction only */
+static void test_deflate(size_t step)
+{
+    static const uint8_t mask[4] = {0xa1, 0xb2, 0xc3, 0xd4};
+    fy_arena_t a;
+    fy_arena_init(&a, NULL, 0, 4096);
+    fy_insp_ws_t w;
+    fy_insp_ws_init(&w, &a, 1 << 20);
+    z_stream z = {0};
+    CHECK(deflateInit2(&z, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    static uint8_t d1[100000], d2[1000], s[200000];
+    size_t n1 = deflate_msg(&z, big, sizeof big, d1, sizeof d1);
+    /* the second message refers back into the first (context takeover) */
+    size_t n2 = deflate_msg(&z, big, 500, d2, sizeof d2);
+    CHECK(n2 < 100);
+    deflateEnd(&z);
+    size_t sl = 0, half = n1 / 2;
+    s[0] = 0; /* first frame: RSV1, text, not final */
+    sl += mkframe(s + sl, false, 1, (const char *)d1, half, mask);
+    s[0] |= 0x40;
+    sl += mkframe(s + sl, true, 0, (const char *)d1 + half, n1 - half, mask);
+    size_t m2 = sl;
+    sl += mkframe(s + sl, false, 1, (const char *)d2, n2, mask);
+    s[m2] |= 0x40;
+    sl += mkframe(s + sl, true, 0, "", 0, mask); /* an empty last frame */
+    for (size_t off = 0; off < sl; off += step)
+        fy_insp_ws_feed(&w, true, s + off, sl - off < step ? sl - off : step);
+    CHECK_EQ_INT(w.n, 2);
+    CHECK(w.msgs[0].compressed && w.msgs[0].inflated && !w.msgs[0].cut);
+    CHECK(w.msgs[0].size == sizeof big && w.msgs[0].len == sizeof big);
+    CHECK(memcmp(w.msgs[0].data, big, sizeof big) == 0);
+    CHECK(w.msgs[1].inflated && w.msgs[1].size == 500 && memcmp(w.msgs[1].data, big, 500) == 0);
+    /* the origin's direction has its own context: bad data there leaves the client's alone */
+    uint8_t bad[] = {0xc1, 0x03, 0xff, 0xff, 0xff};
+    fy_insp_ws_feed(&w, false, bad, sizeof bad);
+    CHECK(w.n == 3 && w.msgs[2].cut && w.down.zoff && !w.up.zoff);
+    uint8_t again[] = {0xc1, 0x02, 'h', 'i'}; /* later ones are kept as sent */
+    fy_insp_ws_feed(&w, false, again, sizeof again);
+    CHECK(w.n == 4 && w.msgs[3].compressed && !w.msgs[3].inflated);
+    CHECK_STRN(w.msgs[3].data, w.msgs[3].len, "hi");
+    fy_arena_free(&a);
+}
+
 static void test_bad_and_full(void)
 {
     fy_arena_t a;
     fy_arena_init(&a, NULL, 0, 4096);
     fy_insp_ws_t w;
     fy_insp_ws_init(&w, &a, 1 << 20);
-    uint8_t z[] = {0xc1, 0x01, 'x'}; /* RSV1: permessage-deflate, kept as sent */
+    uint8_t z[] = {0xc1, 0x01, 0xff}; /* RSV1: permessage-deflate; a reserved block type */
     fy_insp_ws_feed(&w, false, z, sizeof z);
-    CHECK(w.n == 1 && w.msgs[0].compressed && w.msgs[0].len == 1);
+    CHECK(w.n == 1 && w.msgs[0].compressed && w.msgs[0].cut && w.down.zoff);
     w.n = 0;
     uint8_t rsv[] = {0xa1, 0x01, 'x'}; /* RSV2 set: not for us */
     fy_insp_ws_feed(&w, false, rsv, sizeof rsv);
@@ -97,4 +155,7 @@ FY_TEST_MAIN({
     run(3);
     run(sizeof buf);
     test_bad_and_full();
+    test_deflate(1);
+    test_deflate(7);
+    test_deflate(sizeof buf);
 })
