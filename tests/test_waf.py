@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import http_origin
+from test_mitm import nginx  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 CRS = Path("/usr/share/modsecurity-crs/rules")
@@ -346,6 +347,38 @@ routes:
     assert log.count("blocked 403 by rule 949110") == 2
     # one rule set for both listeners (same policy, same generation)
     assert log.count("rules (CRS) loaded in") == 1, log
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_waf_inside_an_intercepted_tls_tunnel(server, nginx, certs, proto):
+    """CONNECT + TLS through the intercepting listener: the decrypted requests inside the
+    tunnel (HTTP/1.1 or h2 to the forged certificate) meet the listener's WAF; the attack is
+    answered 403 by Ferry and never reaches the TLS origin (nginx), the benign GET does."""
+    srv = server(f"""
+workers: 1
+data-dir: {{data}}
+listeners:
+  - address: 127.0.0.1:{{port}}
+    kind: intercept
+    waf: edge
+intercept:
+  ca-dir: {{data}}/ca
+  upstream-ca: {certs['ca']}
+waf-policies:
+  - name: edge
+    mode: blocking
+""")
+    via = ["-x", f"http://127.0.0.1:{srv.port}", "--cacert", str(srv.data / "ca" / "ferry-ca.pem"),
+           proto]
+    base = f"https://localhost:{nginx.tls_port}"
+    attack = "/index.html?id=1%27%20OR%20%271%27=%271&q=%3Cscript%3Ealert(1)%3C/script%3E"
+    st, body = curl(base + attack, *via)
+    assert st == 403, (body[:300], srv.log()[-3000:])
+    st, body = curl(base + "/index.html", *via, *CHROME)
+    assert st == 200 and body == b"hello from nginx\n"
+    log = nginx.access_log.read_text()
+    assert "OR%20%271" not in log and "script" not in log
+    assert "blocked 403 by rule 949110" in srv.log()
 
 
 def test_waf_policy_names_are_checked(tmp_path):

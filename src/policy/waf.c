@@ -324,6 +324,11 @@ static void connection(waf_tx_t *tx, const fy_exchange_t *ex)
 static fy_filter_verdict_t waf_on_request(fy_filter_t *base, fy_exchange_t *ex)
 {
     waf_filter_t *f = (waf_filter_t *)base;
+    /* On an intercepting listener a CONNECT only sets up a tunnel (the CRS would refuse the
+       method, 911100): the requests decrypted inside it come through this filter one by one;
+       a tunnel passed through undecrypted has nothing a WAF could read. */
+    if (ex->ctx->forward_proxy && ex->req.method_id == FY_M_CONNECT && !ex->req.protocol.len)
+        return FY_FILTER_NEXT;
     waf_tx_t *tx = fy_arena_calloc(ex->arena, sizeof *tx);
     tx->f = f;
     tx->ex = ex;
