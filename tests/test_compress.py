@@ -301,7 +301,7 @@ def test_compress_config_errors(tmp_path):
     bad.write_text("""listeners: [{address: "127.0.0.1:1"}]
 routes:
   - respond: {}
-    compress: {encodings: [gzip, deflate], types: [textplain], gzip-level: 12}
+    compress: {encodings: [gzip, deflate], types: [textplain], gzip-level: 13}
 """)
     p = subprocess.run([FERRY, "check", "-c", str(bad)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=20, text=True)

@@ -70,8 +70,9 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .offset = C(gzip_level),
      .dflt = "5",
      .min = 1,
-     .max = 9,
-     .doc = "zlib level for gzip."},
+     .max = 12,
+     .doc = "gzip level: libdeflate's 1..12 for bodies compressed in one shot (`one-shot-max`), "
+            "zlib's 1..9 when streaming (10..12 stream as 9)."},
     {.key = "brotli-level",
      .type = FY_CT_INT,
      .offset = C(brotli_level),
@@ -94,5 +95,13 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .max = 16 << 20,
      .doc = "Static files are read and compressed this many bytes per send (the client's pace "
             "sets the next read: no whole-file buffering)."},
+    {.key = "one-shot-max",
+     .type = FY_CT_SIZE,
+     .offset = C(one_shot_max),
+     .dflt = "256k",
+     .max = 16 << 20,
+     .doc = "A body whose Content-Length is at most this (or that comes whole in one send) is "
+            "held and compressed in one call (libdeflate for gzip; Content-Length set to the "
+            "result); longer or unknown-length bodies stream send by send. 0: always stream."},
     {.key = NULL},
 };
