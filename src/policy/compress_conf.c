@@ -93,8 +93,9 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .dflt = "64k",
      .min = 4096,
      .max = 16 << 20,
-     .doc = "Static files are read and compressed this many bytes per send (the client's pace "
-            "sets the next read: no whole-file buffering)."},
+     .doc = "Static files longer than `one-shot-max` are read and compressed this many bytes "
+            "per send (the client's pace sets the next read: no whole-file buffering); shorter "
+            "ones are read whole and compressed in one call."},
     {.key = "one-shot-max",
      .type = FY_CT_SIZE,
      .offset = C(one_shot_max),
