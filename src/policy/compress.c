@@ -286,6 +286,14 @@ static void hold(clayer_t *c, fy_exchange_t *ex)
     fy_defer(ex->ctx->loop, &c->defer);
 }
 
+/* Holding ends (the body went, streams, or failed): the handler's producer is back. */
+static void unhold(clayer_t *c, fy_exchange_t *ex)
+{
+    if (ex->producer != &hold_producer) return;
+    fy_defer_cancel(ex->ctx->loop, &c->defer);
+    ex->producer = c->orig;
+}
+
 static bool buf_room(clayer_t *c, size_t add)
 {
     if (!c->buf) c->buf = malloc(c->want > 0 ? (size_t)c->want : 1); /* want <= one-shot-max */
@@ -294,6 +302,7 @@ static bool buf_room(clayer_t *c, size_t add)
 
 static void fail(clayer_t *c, fy_exchange_t *ex)
 {
+    unhold(c, ex);
     enc_free(c);
     c->one = false;
     fy_layer_next_send(&c->l, ex, NULL, 0, FY_SEND_ERROR);
@@ -319,6 +328,7 @@ static void one_finish(clayer_t *c, fy_exchange_t *ex, const void *in, size_t n,
         fail(c, ex);
         return;
     }
+    unhold(c, ex);
     c->one = false;
     c->one_done = true;
     ex->res.content_length = (int64_t)o;
@@ -328,8 +338,10 @@ static void one_finish(clayer_t *c, fy_exchange_t *ex, const void *in, size_t n,
 
 /* More than the announced length came: give up holding, stream from here (the held bytes
    first). The encoder starts now; bufs[0..n) is what to encode, `v` room for n + 1. */
-static size_t to_stream(clayer_t *c, const struct iovec *bufs, size_t n, struct iovec *v)
+static size_t to_stream(clayer_t *c, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                        struct iovec *v)
 {
+    unhold(c, ex);
     c->one = false;
     if (!enc_init(c, -1)) return (size_t)-1;
     size_t m = 0;
@@ -351,6 +363,7 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
         decide(c, ex, fl);
     }
     if (c->state != ST_ON || state == FY_SEND_ERROR) {
+        if (c->state == ST_ON) unhold(c, ex); /* no deferred proceed into a failed handler */
         fy_layer_next_send(l, ex, bufs, n, state);
         return;
     }
@@ -374,6 +387,7 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
             return;
         }
         for (size_t i = 0; i < n; i++) {
+            if (!bufs[i].iov_len) continue; /* an empty piece may have no pointer */
             memcpy(c->buf + c->blen, bufs[i].iov_base, bufs[i].iov_len);
             c->blen += bufs[i].iov_len;
         }
@@ -385,7 +399,7 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
     }
     if (c->one) {
         struct iovec *v = fy_arena_alloc(ex->arena, sizeof *v * (n + 1));
-        size_t m = v ? to_stream(c, bufs, n, v) : (size_t)-1;
+        size_t m = v ? to_stream(c, ex, bufs, n, v) : (size_t)-1;
         if (m == (size_t)-1) {
             fail(c, ex);
             return;
@@ -459,6 +473,7 @@ static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off
     clayer_t *c = (clayer_t *)l;
     if (c->state == ST_UNDECIDED) decide(c, ex, state == FY_SEND_FINAL ? (int64_t)len : -1);
     if (c->state != ST_ON || state == FY_SEND_ERROR) {
+        if (c->state == ST_ON) unhold(c, ex);
         fy_layer_next_send_file(l, ex, fd, off, len, state);
         return;
     }
@@ -491,6 +506,7 @@ static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off
         return;
     }
     if (c->one) { /* longer than announced: stream, what was held first */
+        unhold(c, ex);
         c->one = false;
         if (!enc_init(c, -1)) {
             fail(c, ex);
