@@ -226,7 +226,9 @@ static void decide(clayer_t *c, fy_exchange_t *ex, int64_t final_len)
     if (!ae) return;
     c->coding = fy_compress_negotiate(ae->value, c->cf->offer, c->cf->noffer);
     if (c->coding == FY_CODING_IDENTITY) return;
-    c->one = len >= 0 && conf->one_shot_max > 0 && (uint64_t)len <= conf->one_shot_max;
+    /* br streams whatever the length: its one-shot call was no cheaper (compress_oneshot.h) */
+    c->one = len >= 0 && c->coding != FY_CODING_BR && conf->one_shot_max > 0 &&
+             (uint64_t)len <= conf->one_shot_max;
     c->want = len;
     if (!c->one && !enc_init(c, len)) return;
     c->state = ST_ON;
@@ -313,9 +315,7 @@ static void fail(clayer_t *c, fy_exchange_t *ex)
 static void one_finish(clayer_t *c, fy_exchange_t *ex, const void *in, size_t n, int state)
 {
     const fy_compress_conf_t *cf = c->cf->conf;
-    int level = (int)(c->coding == FY_CODING_GZIP ? cf->gzip_level
-                      : c->coding == FY_CODING_BR ? cf->brotli_level
-                                                  : cf->zstd_level);
+    int level = (int)(c->coding == FY_CODING_GZIP ? cf->gzip_level : cf->zstd_level);
     size_t b = fy__compress_oneshot_bound(c->coding, level, n);
     if (b && c->cap < b) {
         unsigned char *p = realloc(c->out, b);

@@ -1,8 +1,8 @@
 /* The compression filter (stage FY_STAGE_COMPRESS, `compress:` per route): a sink layer that
  * encodes the response body with gzip (zlib, libdeflate), br (brotli) or zstd as the client's
- * Accept-Encoding prefers. A body whose length is known (Content-Length, or a first send that
- * is also the last) and at most `one-shot-max` is held until whole and compressed in one call
- * (compress_oneshot.h: libdeflate for gzip), its Content-Length then the compressed length;
+ * Accept-Encoding prefers. A gzip or zstd body whose length is known (Content-Length, or a first
+ * send that is also the last) and at most `one-shot-max` is held until whole and compressed in one
+ * call (compress_oneshot.h: libdeflate for gzip), its Content-Length then the compressed length;
  * while it holds a piece the layer stands in for the handler's producer (a deferred proceed
  * asks for the next, a stop cancels it). Any other body streams: each send is compressed and
  * flushed on its own, so nothing is buffered beyond one send, and static files (send_file) are

@@ -93,16 +93,17 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .dflt = "64k",
      .min = 4096,
      .max = 16 << 20,
-     .doc = "Static files longer than `one-shot-max` are read and compressed this many bytes "
-            "per send (the client's pace sets the next read: no whole-file buffering); shorter "
-            "ones are read whole and compressed in one call."},
+     .doc = "Static files are read and compressed this many bytes per send (the client's pace "
+            "sets the next read: no whole-file buffering), except gzip and zstd ones up to "
+            "`one-shot-max`: those are read whole and compressed in one call."},
     {.key = "one-shot-max",
      .type = FY_CT_SIZE,
      .offset = C(one_shot_max),
      .dflt = "256k",
      .max = 16 << 20,
-     .doc = "A body whose Content-Length is at most this (or that comes whole in one send) is "
-            "held and compressed in one call (libdeflate for gzip; Content-Length set to the "
-            "result); longer or unknown-length bodies stream send by send. 0: always stream."},
+     .doc = "A gzip or zstd body whose Content-Length is at most this (or that comes whole in "
+            "one send) is held and compressed in one call (libdeflate for gzip; Content-Length "
+            "set to the result); br, longer and unknown-length bodies stream send by send. 0: "
+            "always stream."},
     {.key = NULL},
 };

@@ -1,7 +1,6 @@
 /* One-shot body compression (policy/compress_oneshot.h). */
 #include "policy/compress_oneshot.h"
 
-#include <brotli/encode.h>
 #include <libdeflate.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -77,8 +76,6 @@ size_t fy__compress_oneshot_bound(int coding, int level, size_t n)
     }
     case FY_CODING_ZSTD:
         return ZSTD_compressBound(n);
-    case FY_CODING_BR:
-        return BrotliEncoderMaxCompressedSize(n);
     }
     return 0;
 }
@@ -100,12 +97,6 @@ size_t fy__compress_oneshot(int coding, int level, const void *in, size_t n, voi
         if (!t->zs) return 0;
         size_t r = ZSTD_compressCCtx(t->zs, out, cap, in, n, level);
         return ZSTD_isError(r) ? 0 : r;
-    }
-    case FY_CODING_BR: {
-        if (level < BROTLI_MIN_QUALITY || level > BROTLI_MAX_QUALITY) return 0;
-        size_t ol = cap;
-        if (!BrotliEncoderCompress(level, 22, BROTLI_MODE_GENERIC, n, in, &ol, out)) return 0;
-        return ol;
     }
     }
     return 0;
