@@ -13,7 +13,8 @@ with ModSecurity-nginx (Debian libnginx-mod-http-modsecurity) and the same CRS f
 
 The haproxy-* rows run HAProxy 2.6 (one thread) the same way, as the JWT peer; the big-* and
 nginx-big-* rows put 64 KiB of text behind the proxy, plain and with gzip level 1 (Ferry's
-compress filter, nginx's gzip); they are slow under callgrind, so use --k 20,120 for them.
+compress filter, nginx's gzip; big-br4 and big-zstd3 Ferry's br and zstd, the client accepting
+only that coding); they are slow under callgrind, so use --k 20,120 for them.
 """
 import argparse
 import contextlib
@@ -121,6 +122,12 @@ def rows(tmp):
             # labels a body file application/octet-stream, so both compress that type)
             "big-plain": ("BIG:", None),
             "big-gzip1": ("BIG:    compress: {encodings: [gzip], gzip-level: 1, "
+                          "types: [application/octet-stream]}\n", None),
+            # the same body in br (quality 4) and zstd (level 3), the client accepting only that
+            # coding (AE:): one-shot BrotliEncoderCompress / ZSTD_compressCCtx since session 8
+            "big-br4": ("BIG:AE:br:    compress: {encodings: [br], brotli-level: 4, "
+                        "types: [application/octet-stream]}\n", None),
+            "big-zstd3": ("BIG:AE:zstd:    compress: {encodings: [zstd], zstd-level: 3, "
                           "types: [application/octet-stream]}\n", None),
             "nginx-big-plain": ("BIG:NGINX:plain", None),
             "nginx-big-gzip1": ("BIG:NGINX:gzip1", None),
@@ -241,6 +248,9 @@ def run_one(ferry, origin, extra, token, k, tmp, tag):
     port = free_port()
     if extra.startswith("BIG:"):
         origin, extra = big_origin(tmp), extra[4:]
+    ae = "gzip"
+    if extra.startswith("AE:"):  # the client's Accept-Encoding (gzip unless the row says)
+        ae, extra = extra[3:].split(":", 1)
     if extra.startswith("NGINX:"):
         path = f"{tmp}/{tag}-{k}.nginx.conf"
         open(path, "w").write(nginx_conf(tmp, port, origin, True if extra == "NGINX:modsec"
@@ -280,10 +290,10 @@ upstreams:
 {route}{extra}{top}"""
     path = f"{tmp}/{tag}-{k}.yaml"
     open(path, "w").write(cfg)
-    return measure([ferry, "run", "-c", path], port, token, k, tmp, tag)
+    return measure([ferry, "run", "-c", path], port, token, k, tmp, tag, ae)
 
 
-def measure(cmd, port, token, k, tmp, tag):
+def measure(cmd, port, token, k, tmp, tag, ae="gzip"):
     out = f"{tmp}/cg-{tag}-{k}"
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
                          + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -293,7 +303,7 @@ def measure(cmd, port, token, k, tmp, tag):
         for n in range(k):
             t = token[n] if isinstance(token, list) else token
             hdr = BROWSER if t == "BROWSER" else f"Authorization: Bearer {t}\r\n" if t else ""
-            s.sendall(f"GET /hello HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n{hdr}\r\n"
+            s.sendall(f"GET /hello HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {ae}\r\n{hdr}\r\n"
                       .encode())
             buf = b""
             while True:

@@ -11,6 +11,7 @@
 #include <zstd.h>
 
 #include "policy/compress_neg.h"
+#include "policy/compress_oneshot.h"
 
 typedef struct compress_filter {
     fy_filter_t f;
@@ -41,6 +42,15 @@ typedef struct clayer {
     int file_state;
     unsigned char *in;             /* owned (malloc): file_chunk bytes */
     const fy_producer_ops_t *orig; /* the handler's producer (for stop) */
+    /* one shot: a body of known length up to `one-shot-max` is held until it is whole, then
+       compressed in one call (compress_oneshot.h) */
+    bool one;           /* holding the body for the one-shot call */
+    bool one_done;      /* its output went: later sends carry nothing */
+    int64_t want;       /* the body's length (Content-Length, or the FINAL first send's) */
+    unsigned char *buf; /* owned (malloc): the bytes held */
+    size_t blen;
+    fy_defer_t defer; /* asks the handler for the next piece while holding */
+    fy_exchange_t *ex;
 } clayer_t;
 
 static void enc_free(clayer_t *c)
@@ -57,9 +67,11 @@ static void on_reset(void *arg)
 {
     clayer_t *c = arg;
     enc_free(c);
+    fy_defer_cancel(c->ex->ctx->loop, &c->defer);
     free(c->out);
     free(c->in);
-    c->out = c->in = NULL;
+    free(c->buf);
+    c->out = c->in = c->buf = NULL;
 }
 
 static bool grow(clayer_t *c, size_t need)
@@ -83,8 +95,8 @@ static bool enc_init(clayer_t *c, int64_t len)
         /* a small body of known length needs no 32 KiB window (less memory to set up) */
         while (len >= 0 && wbits > 9 && (1 << (wbits - 1)) >= len + 262) wbits--;
         memset(&c->z, 0, sizeof c->z);
-        if (deflateInit2(&c->z, (int)cf->gzip_level, Z_DEFLATED, wbits + 16, 8,
-                         Z_DEFAULT_STRATEGY) != Z_OK)
+        int level = cf->gzip_level > 9 ? 9 : (int)cf->gzip_level; /* 10..12: libdeflate's */
+        if (deflateInit2(&c->z, level, Z_DEFLATED, wbits + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
             return false;
         c->z_init = true;
         return true;
@@ -213,7 +225,12 @@ static void decide(clayer_t *c, fy_exchange_t *ex, int64_t final_len)
     const fy_header_t *ae = FY_HDR_FIND(&ex->req.headers, "accept-encoding");
     if (!ae) return;
     c->coding = fy_compress_negotiate(ae->value, c->cf->offer, c->cf->noffer);
-    if (c->coding == FY_CODING_IDENTITY || !enc_init(c, len)) return;
+    if (c->coding == FY_CODING_IDENTITY) return;
+    /* br streams whatever the length: its one-shot call was no cheaper (compress_oneshot.h) */
+    c->one = len >= 0 && c->coding != FY_CODING_BR && conf->one_shot_max > 0 &&
+             (uint64_t)len <= conf->one_shot_max;
+    c->want = len;
+    if (!c->one && !enc_init(c, len)) return;
     c->state = ST_ON;
     const char *name = fy_compress_coding_name(c->coding);
     FY_HDR_ADD(ex->arena, &r->headers, "content-encoding", name, strlen(name));
@@ -231,6 +248,108 @@ static void decide(clayer_t *c, fy_exchange_t *ex, int64_t final_len)
     fy_arena_on_reset(ex->arena, on_reset, c);
 }
 
+/* ---- one shot: hold a body that fits, compress it in one call ---- */
+
+static const fy_layer_ops_t clayer_ops;
+
+/* While a piece is held the layer stands in for the handler's producer, so that a stop from
+   the codec cancels the deferred proceed before it reaches a stopped handler. */
+static void hold_proceed(fy_exchange_t *ex)
+{
+    (void)ex; /* the codec took nothing of ours: the deferred proceed is already due */
+}
+
+static void hold_stop(fy_exchange_t *ex)
+{
+    clayer_t *c = (clayer_t *)fy_exchange_find_layer(ex, &clayer_ops);
+    if (!c) return;
+    fy_defer_cancel(ex->ctx->loop, &c->defer);
+    ex->producer = c->orig;
+    if (c->orig && c->orig->stop) c->orig->stop(ex);
+}
+
+static const fy_producer_ops_t hold_producer = {hold_proceed, hold_stop};
+
+static void held_cb(fy_defer_t *d)
+{
+    clayer_t *c = d->data;
+    fy_exchange_t *ex = c->ex;
+    ex->producer = c->orig;
+    if (ex->producer && ex->producer->proceed) ex->producer->proceed(ex);
+}
+
+/* The piece is in c->buf and the body is not whole yet: ask for the next one. */
+static void hold(clayer_t *c, fy_exchange_t *ex)
+{
+    if (ex->producer != &hold_producer) {
+        c->orig = ex->producer;
+        ex->producer = &hold_producer;
+    }
+    fy_defer(ex->ctx->loop, &c->defer);
+}
+
+/* Holding ends (the body went, streams, or failed): the handler's producer is back. */
+static void unhold(clayer_t *c, fy_exchange_t *ex)
+{
+    if (ex->producer != &hold_producer) return;
+    fy_defer_cancel(ex->ctx->loop, &c->defer);
+    ex->producer = c->orig;
+}
+
+static bool buf_room(clayer_t *c, size_t add)
+{
+    if (!c->buf) c->buf = malloc(c->want > 0 ? (size_t)c->want : 1); /* want <= one-shot-max */
+    return c->buf && c->blen + add <= (size_t)(c->want > 0 ? c->want : 1);
+}
+
+static void fail(clayer_t *c, fy_exchange_t *ex)
+{
+    unhold(c, ex);
+    enc_free(c);
+    c->one = false;
+    fy_layer_next_send(&c->l, ex, NULL, 0, FY_SEND_ERROR);
+}
+
+/* Compress the whole body in[0..n) in one call and send it with `state`; Content-Length is
+   the output's. */
+static void one_finish(clayer_t *c, fy_exchange_t *ex, const void *in, size_t n, int state)
+{
+    const fy_compress_conf_t *cf = c->cf->conf;
+    int level = (int)(c->coding == FY_CODING_GZIP ? cf->gzip_level : cf->zstd_level);
+    size_t b = fy__compress_oneshot_bound(c->coding, level, n);
+    if (b && c->cap < b) {
+        unsigned char *p = realloc(c->out, b);
+        if (p) c->out = p, c->cap = b;
+    }
+    size_t o = b && c->cap >= b ? fy__compress_oneshot(c->coding, level, in, n, c->out, c->cap) : 0;
+    free(c->buf);
+    c->buf = NULL;
+    if (!o) {
+        fail(c, ex);
+        return;
+    }
+    unhold(c, ex);
+    c->one = false;
+    c->one_done = true;
+    ex->res.content_length = (int64_t)o;
+    struct iovec iov = {c->out, o};
+    fy_layer_next_send(&c->l, ex, &iov, 1, state);
+}
+
+/* More than the announced length came: give up holding, stream from here (the held bytes
+   first). The encoder starts now; bufs[0..n) is what to encode, `v` room for n + 1. */
+static size_t to_stream(clayer_t *c, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
+                        struct iovec *v)
+{
+    unhold(c, ex);
+    c->one = false;
+    if (!enc_init(c, -1)) return (size_t)-1;
+    size_t m = 0;
+    if (c->blen) v[m++] = (struct iovec){c->buf, c->blen};
+    for (size_t i = 0; i < n; i++) v[m++] = bufs[i];
+    return m;
+}
+
 static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                    int state)
 {
@@ -244,13 +363,56 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
         decide(c, ex, fl);
     }
     if (c->state != ST_ON || state == FY_SEND_ERROR) {
+        if (c->state == ST_ON) unhold(c, ex); /* no deferred proceed into a failed handler */
         fy_layer_next_send(l, ex, bufs, n, state);
         return;
     }
+    size_t t = 0;
+    for (size_t i = 0; i < n; i++) t += bufs[i].iov_len;
+    if (c->one_done) { /* the whole body went already */
+        if (t)
+            fail(c, ex);
+        else
+            fy_layer_next_send(l, ex, NULL, 0, state);
+        return;
+    }
+    if (c->one && c->blen + t <= (uint64_t)c->want) {
+        bool whole = state == FY_SEND_FINAL || c->blen + t == (uint64_t)c->want;
+        if (whole && c->blen == 0 && n <= 1) { /* all of it in one piece: no copy */
+            one_finish(c, ex, n ? bufs[0].iov_base : NULL, t, state);
+            return;
+        }
+        if (!buf_room(c, t)) {
+            fail(c, ex);
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!bufs[i].iov_len) continue; /* an empty piece may have no pointer */
+            memcpy(c->buf + c->blen, bufs[i].iov_base, bufs[i].iov_len);
+            c->blen += bufs[i].iov_len;
+        }
+        if (whole)
+            one_finish(c, ex, c->buf, c->blen, state);
+        else
+            hold(c, ex);
+        return;
+    }
+    if (c->one) {
+        struct iovec *v = fy_arena_alloc(ex->arena, sizeof *v * (n + 1));
+        size_t m = v ? to_stream(c, ex, bufs, n, v) : (size_t)-1;
+        if (m == (size_t)-1) {
+            fail(c, ex);
+            return;
+        }
+        bufs = v;
+        n = m;
+    }
     ssize_t o = encode(c, bufs, n, state == FY_SEND_FINAL);
+    free(c->buf);
+    c->buf = NULL;
+    c->blen = 0;
     if (o < 0) {
-        enc_free(c);
-        fy_layer_next_send(l, ex, NULL, 0, FY_SEND_ERROR);
+        fail(c, ex);
         return;
     }
     if (state == FY_SEND_FINAL) enc_free(c);
@@ -259,8 +421,6 @@ static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bu
 }
 
 /* ---- static files: read and compress one chunk per proceed ---- */
-
-static const fy_layer_ops_t clayer_ops;
 
 static void file_step(clayer_t *c, fy_exchange_t *ex)
 {
@@ -313,8 +473,66 @@ static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off
     clayer_t *c = (clayer_t *)l;
     if (c->state == ST_UNDECIDED) decide(c, ex, state == FY_SEND_FINAL ? (int64_t)len : -1);
     if (c->state != ST_ON || state == FY_SEND_ERROR) {
+        if (c->state == ST_ON) unhold(c, ex);
         fy_layer_next_send_file(l, ex, fd, off, len, state);
         return;
+    }
+    if (c->one_done) {
+        if (len)
+            fail(c, ex);
+        else
+            fy_layer_next_send(l, ex, NULL, 0, state);
+        return;
+    }
+    if (c->one && c->blen + len <= (uint64_t)c->want) { /* read it all now: it fits */
+        if (!buf_room(c, len)) {
+            fail(c, ex);
+            return;
+        }
+        for (size_t got = 0; got < len;) {
+            ssize_t r = pread(fd, c->buf + c->blen, len - got, off + (off_t)got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) { /* an error, or the file shrank under us */
+                fail(c, ex);
+                return;
+            }
+            got += (size_t)r;
+            c->blen += (size_t)r;
+        }
+        if (state == FY_SEND_FINAL || c->blen == (uint64_t)c->want)
+            one_finish(c, ex, c->buf, c->blen, state);
+        else
+            hold(c, ex);
+        return;
+    }
+    if (c->one) { /* longer than announced: stream, what was held first */
+        unhold(c, ex);
+        c->one = false;
+        if (!enc_init(c, -1)) {
+            fail(c, ex);
+            return;
+        }
+        if (c->blen) {
+            struct iovec held = {c->buf, c->blen};
+            ssize_t o = encode(c, &held, 1, false);
+            free(c->buf);
+            c->buf = NULL;
+            c->blen = 0;
+            if (o < 0 || !(c->in = malloc(c->cf->conf->file_chunk))) {
+                fail(c, ex);
+                return;
+            }
+            /* the held bytes now; the file from the next proceed */
+            c->fd = fd;
+            c->off = off;
+            c->left = len;
+            c->file_state = state;
+            c->orig = ex->producer;
+            ex->producer = &file_producer;
+            struct iovec iov = {c->out, (size_t)o};
+            fy_layer_next_send(l, ex, &iov, o ? 1 : 0, FY_SEND_MORE);
+            return;
+        }
     }
     if (!c->in) c->in = malloc(c->cf->conf->file_chunk);
     if (!c->in) {
@@ -345,6 +563,9 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
     memset(c, 0, sizeof *c);
     c->cf = cf;
     c->fd = -1;
+    c->ex = ex;
+    c->defer.cb = held_cb;
+    c->defer.data = c;
     fy_exchange_push_layer(ex, &c->l, &clayer_ops, FY_STAGE_COMPRESS);
     return FY_FILTER_NEXT;
 }

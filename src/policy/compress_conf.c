@@ -70,8 +70,9 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .offset = C(gzip_level),
      .dflt = "5",
      .min = 1,
-     .max = 9,
-     .doc = "zlib level for gzip."},
+     .max = 12,
+     .doc = "gzip level: libdeflate's 1..12 for bodies compressed in one shot (`one-shot-max`), "
+            "zlib's 1..9 when streaming (10..12 stream as 9)."},
     {.key = "brotli-level",
      .type = FY_CT_INT,
      .offset = C(brotli_level),
@@ -93,6 +94,16 @@ const fy_conf_directive_t fy_compress_conf_table[] = {
      .min = 4096,
      .max = 16 << 20,
      .doc = "Static files are read and compressed this many bytes per send (the client's pace "
-            "sets the next read: no whole-file buffering)."},
+            "sets the next read: no whole-file buffering), except gzip and zstd ones up to "
+            "`one-shot-max`: those are read whole and compressed in one call."},
+    {.key = "one-shot-max",
+     .type = FY_CT_SIZE,
+     .offset = C(one_shot_max),
+     .dflt = "256k",
+     .max = 16 << 20,
+     .doc = "A gzip or zstd body whose Content-Length is at most this (or that comes whole in "
+            "one send) is held and compressed in one call (libdeflate for gzip; Content-Length "
+            "set to the result); br, longer and unknown-length bodies stream send by send. 0: "
+            "always stream."},
     {.key = NULL},
 };
