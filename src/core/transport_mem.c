@@ -45,6 +45,7 @@ static ssize_t mem_read(fy_transport_t *t, void *buf, size_t len)
     size_t n = have < len ? have : len;
     memcpy(buf, m->in + m->in_off, n);
     m->in_off += n;
+    if (m->exact_ready && m->in_off == m->in_len && !m->in_eof) readable(m, false);
     return (ssize_t)n;
 }
 

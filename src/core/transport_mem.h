@@ -28,6 +28,10 @@ typedef struct fy_mem_transport {
     char *out;   /* owned: what the codec wrote */
     size_t out_len, out_cap;
     size_t max_write;       /* 0: a writev takes everything; else at most this many bytes */
+    bool exact_ready;       /* the fd stops being readable as soon as the last fed byte is read
+                               (as a socket's would), not at the next read that finds nothing:
+                               for a transport that sits in a pool, where a readable fd means
+                               the peer spoke or closed */
     bool shut;              /* the codec half-closed (shutdown) */
     bool destroyed;         /* the codec released the transport */
     unsigned reads_starved; /* reads that found nothing */

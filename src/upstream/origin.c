@@ -429,7 +429,7 @@ bool fy_origin_stream_can_tunnel(const fy_origin_stream_t *os)
 bool fy_origin_stream_timing(const fy_origin_stream_t *os, int32_t *connect_us, int32_t *tls_us)
 {
     if (os->proto != &proto_h1 || !os->oc) return false;
-    bool tls = os->oc->t != &os->oc->sock;
+    bool tls = os->oc->tls;
     *connect_us = os->reused ? -1 : (int32_t)os->oc->connect_us;
     *tls_us = os->reused || !tls ? -1 : (int32_t)os->oc->tls_us;
     return true;

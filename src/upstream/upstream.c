@@ -613,7 +613,7 @@ static void on_io(fy_io_t *io, uint32_t ev)
             return;
         }
         oc->connect_us = (uint32_t)(mono_us() - oc->t0_us);
-        if (oc->t != &oc->sock) {
+        if (oc->tls) {
             oc->state = OC_HANDSHAKE;
             handshake(oc);
             return;
@@ -655,6 +655,8 @@ fy_origin_conn_t *fy_origin_acquire(fy_upstream_t *u, int w, int server, fy_loop
     return fy_origin_connect(u, w, server, loop, cb, ud, err);
 }
 
+fy_transport_t *(*fy__origin_test_connect)(const fy_upstream_server_conf_t *sv, int *fd);
+
 fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop_t *loop,
                                     fy_origin_cb cb, void *ud, const char **err)
 {
@@ -666,17 +668,23 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
             return NULL;
         }
     }
-    int fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        *err = "cannot create a socket to the origin";
-        return NULL;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, (const struct sockaddr *)&sv->addr, sv->addrlen) < 0 && errno != EINPROGRESS) {
-        *err = errno == ECONNREFUSED ? "origin refused the connection" : "origin connect failed";
-        close(fd);
-        return NULL;
+    int fd;
+    fy_transport_t *test_t = fy__origin_test_connect ? fy__origin_test_connect(sv, &fd) : NULL;
+    if (!test_t) {
+        fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *err = "cannot create a socket to the origin";
+            return NULL;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (connect(fd, (const struct sockaddr *)&sv->addr, sv->addrlen) < 0 &&
+            errno != EINPROGRESS) {
+            *err =
+                errno == ECONNREFUSED ? "origin refused the connection" : "origin connect failed";
+            close(fd);
+            return NULL;
+        }
     }
     fy_origin_conn_t *oc = fy_xcalloc(1, sizeof *oc);
     u->workers[w].srv[server].nconns++;
@@ -688,8 +696,9 @@ fy_origin_conn_t *fy_origin_connect(fy_upstream_t *u, int w, int server, fy_loop
     oc->cb = cb;
     oc->ud = ud;
     fy_sock_transport_init(&oc->sock, fd);
-    oc->t = &oc->sock;
-    if (sv->tls) {
+    oc->t = test_t ? test_t : &oc->sock;
+    if (sv->tls && !test_t) {
+        oc->tls = true;
         oc->t = fy_tls_client_transport_new(sv->h2 ? u->tls_h2 : u->tls, fd,
                                             u->conf->sni ? u->conf->sni : sv->host);
         if (!oc->t) {

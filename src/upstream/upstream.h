@@ -28,7 +28,8 @@ typedef void (*fy_origin_cb)(fy_origin_conn_t *oc, unsigned events, void *ud);
 struct fy_origin_conn {
     fy_io_t io;
     fy_transport_t sock;
-    fy_transport_t *t; /* &sock or TLS over it (owned) */
+    fy_transport_t *t; /* &sock, TLS over it (owned), or a test's (fy__origin_test_connect) */
+    bool tls;          /* t is TLS over sock: a handshake first */
     fy_upstream_t *up;
     int server;
     int worker;
@@ -47,6 +48,12 @@ struct fy_origin_conn {
     uint64_t t0_us;
     uint32_t connect_us, tls_us;
 };
+
+/* Unit tests only (NULL otherwise): connections to origins are made by this instead of a
+ * socket: it returns the transport to use (plain, owned by the test) and sets *fd to the
+ * descriptor its readiness comes through (an in-memory transport's eventfd; closed by the
+ * connection like a socket). Main thread, before any connection is made. */
+extern fy_transport_t *(*fy__origin_test_connect)(const fy_upstream_server_conf_t *sv, int *fd);
 
 /* Build from config (borrowed) for `nworkers` workers. NULL after logging on failure. */
 fy_upstream_t *fy_upstream_new(const fy_upstream_conf_t *conf, int nworkers);
