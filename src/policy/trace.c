@@ -204,7 +204,10 @@ static inline void hex_2w(char *o, uint64_t a, uint64_t b)
 }
 #endif
 
-/* ---- the filter ---- */
+/* ---- the filter ----
+ *
+ * The fields it adds are named from http/filter.h's table (FY_FILTER_FIELD_*) and appended
+ * last: the proxy forwards them without classifying their names. */
 
 typedef struct trace_filter {
     fy_filter_t f;
@@ -244,9 +247,10 @@ static inline __attribute__((always_inline)) void add_traceparent(fy_exchange_t 
                                                                   fy_headers_t *hs, char *v)
 {
     if (__builtin_expect(hs->n < hs->cap, 1)) /* the codec's array has room (h1): no call */
-        hs->v[hs->n++] = (fy_header_t){FY_STR_LIT("traceparent"), fy_str(v, FY_TRACEPARENT_LEN)};
+        hs->v[hs->n++] =
+            (fy_header_t){fy_str(FY_FILTER_FIELD_TRACEPARENT, 11), fy_str(v, FY_TRACEPARENT_LEN)};
     else
-        FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
+        fy_headers_add(ex->arena, hs, FY_FILTER_FIELD_TRACEPARENT, 11, v, FY_TRACEPARENT_LEN);
     ex->trace_id = v + 3; /* 32 hex characters */
 }
 
@@ -306,7 +310,7 @@ static __attribute__((noinline)) fy_filter_verdict_t on_request_fields(trace_fil
         write_new(v, t);
     }
     add_traceparent(ex, hs, v);
-    if (tsn) FY_HDR_ADD(ex->arena, hs, "tracestate", ts, tsn);
+    if (tsn) fy_headers_add(ex->arena, hs, FY_FILTER_FIELD_TRACESTATE, 10, ts, tsn);
     return FY_FILTER_NEXT;
 }
 
