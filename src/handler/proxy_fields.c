@@ -213,11 +213,12 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
     bool any_xff = false, conn = false;
     for (size_t i = 0; i < q->headers.n && !conn; i++)
         conn = q->headers.v[i].name.len == 10 && fy_str_ieq(q->headers.v[i].name, "connection", 10);
-    for (size_t i = 0; i < q->headers.n; i++) {
-        const fy_header_t *h = &q->headers.v[i];
+    /* may a rule drop a field that has no class of its own? */
+    bool rules = conn || pc->remove_headers.n || pc->set_headers.n;
+    for (const fy_header_t *h = q->headers.v, *he = h + q->headers.n; h < he; h++) {
         if (fy_filter_field_is_ours(h->name.p)) {
             /* a filter's (http/filter.h: tracing's traceparent): no class, lowercase */
-            if (!dropped(pc, &q->headers, conn, h->name)) o[n++] = *h;
+            if (!rules || !dropped(pc, &q->headers, conn, h->name)) o[n++] = *h;
             continue;
         }
         switch (fy__proxy_field_class(h->name)) {
