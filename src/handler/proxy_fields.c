@@ -167,14 +167,15 @@ static const char *lower_dup(fy_arena_t *a, fy_str_t n)
     return l;
 }
 
-/* Does a route rule or the client's Connection list drop the field named n? */
-static inline __attribute__((always_inline)) bool
-dropped(const fy_proxy_conf_t *pc, const fy_headers_t *hs, bool conn, fy_str_t n)
+/* Does a route rule drop the field named n (remove it, or set it anew)? */
+static inline __attribute__((always_inline)) bool dropped(const fy_proxy_conf_t *pc, fy_str_t n)
 {
-    return (conn && named_in_connection(hs, n)) ||
-           (pc->remove_headers.n && fy__proxy_in_list(&pc->remove_headers, n)) ||
+    return (pc->remove_headers.n && fy__proxy_in_list(&pc->remove_headers, n)) ||
            (pc->set_headers.n && fy__proxy_in_map(&pc->set_headers, n));
 }
+
+/* our "te: trailers" (a Connection list naming te does not drop it: h1 clients must list it) */
+static const char te_name[] = "te";
 
 /* The request's fields for the origin, pseudo-headers first, whatever codec carries them:
  * route rules (host, path prefix, set/remove), hop-by-hop removal, X-Forwarded-*, Via. */
@@ -211,22 +212,22 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
         PUT(":protocol", 9, pl, q->protocol.len);
     }
     bool any_xff = false, conn = false;
-    for (size_t i = 0; i < q->headers.n && !conn; i++)
-        conn = q->headers.v[i].name.len == 10 && fy_str_ieq(q->headers.v[i].name, "connection", 10);
-    /* may a rule drop a field that has no class of its own? */
-    bool rules = conn || pc->remove_headers.n || pc->set_headers.n;
+    bool rules = pc->remove_headers.n || pc->set_headers.n; /* may a route rule drop one? */
+    size_t first = n;                                       /* the client's fields from here */
     for (const fy_header_t *h = q->headers.v, *he = h + q->headers.n; h < he; h++) {
         if (fy_filter_field_is_ours(h->name.p)) {
             /* a filter's (http/filter.h: tracing's traceparent): no class, lowercase */
-            if (!rules || !dropped(pc, &q->headers, conn, h->name)) o[n++] = *h;
+            if (!rules || !dropped(pc, h->name)) o[n++] = *h;
             continue;
         }
         switch (fy__proxy_field_class(h->name)) {
         case F_TE:
             if (fr.te_trailers && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
-                PUT("te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
+                PUT(te_name, 2, "trailers", 8); /* the only TE HTTP/2 carries */
             continue;
         case F_HOP:
+            if (h->name.len == 10 && fy_str_ieq(h->name, "connection", 10)) conn = true;
+            continue;
         case F_HOST:
         case F_CL:
             continue;
@@ -245,11 +246,20 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
         default:
             break;
         }
-        if (dropped(pc, &q->headers, conn, h->name)) continue;
+        if (rules && dropped(pc, h->name)) continue;
         if (!fr.lowercase) /* the h1 codec keeps the client's case */
             PUT(h->name.p, h->name.len, h->value.p, h->value.len);
         else
             PUT(lower_dup(a, h->name), h->name.len, h->value.p, h->value.len);
+    }
+    if (__builtin_expect(conn, 0)) {
+        /* the fields a Connection header names are hop-by-hop too: out of what was kept (found
+           after the fact: the usual request has no Connection list to look for first) */
+        size_t k = first;
+        for (size_t j = first; j < n; j++)
+            if (o[j].name.p == te_name || !named_in_connection(&q->headers, o[j].name))
+                o[k++] = o[j];
+        n = k;
     }
     for (size_t i = 0; i < pc->set_headers.n; i++) {
         fy_str_t k = fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i]));

@@ -25,6 +25,7 @@ int fy_filter_chain_add(fy_filter_chain_t *c, fy_filter_t *f)
     }
     c->v[i] = f;
     c->n++;
+    c->only = c->n == 1 ? c->v[0]->ops->on_request : NULL;
     f->refs++;
     return 0;
 }
@@ -63,10 +64,9 @@ void fy_filter_run(fy_exchange_t *ex)
     /* the usual chain (e.g. tracing): one filter on the route, none on the listener, from the
        start; the filter's call and then the handler's, with nothing to keep but ex */
     const fy_route_t *r = ex->route;
-    if (__builtin_expect(!ex->ctx->filters && r && r->filters.n == 1 && ex->filter_pos == 0, 1)) {
-        fy_filter_t *f = r->filters.v[0];
+    if (__builtin_expect(!ex->ctx->filters && r && r->filters.only && ex->filter_pos == 0, 1)) {
         ex->filter_pos = 1;
-        if (f->ops->on_request(f, ex) != FY_FILTER_NEXT) return;
+        if (r->filters.only(r->filters.v[0], ex) != FY_FILTER_NEXT) return;
         r = ex->route; /* reloaded: one callee-saved register less */
         r->handler->ops->on_request(r->handler, ex);
         return;

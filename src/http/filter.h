@@ -68,6 +68,9 @@ struct fy_filter {
 typedef struct fy_filter_chain {
     fy_filter_t **v; /* owned array, sorted by stage; each entry holds one reference */
     size_t n, cap;
+    /* v[0]->ops->on_request when the chain has exactly one filter, else NULL: resolved when the
+       chain is built, so that fy_filter_run's usual case is one load and one call */
+    fy_filter_verdict_t (*only)(fy_filter_t *f, fy_exchange_t *ex);
 } fy_filter_chain_t;
 
 /* Add f (takes a reference) at its stage's place. 0, or -1 when out of memory. */
