@@ -272,3 +272,32 @@ def test_access_log_long_fields_are_whole_and_escaped(server, origin):
     assert http_request(srv.port, "/static", headers={"User-Agent": ua})[0] == 200
     recs = log_lines(srv)
     assert len(recs) == 1 and recs[0]["user_agent"] == ua
+
+
+def raw_get(srv, head):
+    """GET /p over HTTP/1.1 with the raw field lines `head`; returns the status."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(f"GET /p HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+    data = b""
+    for _ in range(1000):
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    return int(data.split(b" ", 2)[1])
+
+
+def test_tracing_connection_list_applies_before_and_after_it(server, origin):
+    """The proxy drops the fields a Connection header names wherever they stand (before it too)
+    and forwards the filter's traceparent unless the client's Connection names it."""
+    srv = server(conf(origin))
+    assert raw_get(srv, "X-Secret: 1\r\nX-Normal: kept\r\nConnection: close, X-Secret\r\n"
+                   "X-Late: 2\r\n") == 200
+    h = dict(origin.seen[-1])
+    assert "x-secret" not in h and h["x-normal"] == "kept" and h["x-late"] == "2", h
+    assert len(origin.last("traceparent")) == 1 and TP_RE.match(origin.last("traceparent")[0])
+    # traceparent named hop-by-hop by the client: not forwarded, though the filter made one
+    assert raw_get(srv, "Connection: close, traceparent\r\nX-Normal: kept\r\n") == 200
+    assert origin.last("traceparent") == [] and origin.last("x-normal") == ["kept"]

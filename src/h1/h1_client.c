@@ -140,15 +140,70 @@ typedef struct wbuf {
     char *p;
     size_t len;
 } wbuf_t;
+
+/* n bytes from s to d with no call for a field's usual size (up to 64): unaligned moves that
+ * may overlap each other but stay inside [s, s + n) and [d, d + n) */
+static inline void copy_short(char *d, const char *s, size_t n)
+{
+    if (n <= 16) {
+        if (n >= 8) {
+            uint64_t x, y;
+            memcpy(&x, s, 8);
+            memcpy(&y, s + n - 8, 8);
+            memcpy(d, &x, 8);
+            memcpy(d + n - 8, &y, 8);
+        } else if (n >= 4) {
+            uint32_t x, y;
+            memcpy(&x, s, 4);
+            memcpy(&y, s + n - 4, 4);
+            memcpy(d, &x, 4);
+            memcpy(d + n - 4, &y, 4);
+        } else if (n) {
+            char x = s[0], y = s[n / 2], z = s[n - 1];
+            d[0] = x;
+            d[n / 2] = y;
+            d[n - 1] = z;
+        }
+    } else if (n <= 64) {
+        char x[16], y[16];
+        if (n > 32) {
+            char u[16], v[16];
+            memcpy(u, s + 16, 16);
+            memcpy(v, s + n - 32, 16);
+            memcpy(d + 16, u, 16);
+            memcpy(d + n - 32, v, 16);
+        }
+        memcpy(x, s, 16);
+        memcpy(y, s + n - 16, 16);
+        memcpy(d, x, 16);
+        memcpy(d + n - 16, y, 16);
+    } else {
+        memcpy(d, s, n);
+    }
+}
+
 static inline void w_put(wbuf_t *w, const char *s, size_t n)
 {
-    memcpy(w->p + w->len, s, n);
+    copy_short(w->p + w->len, s, n);
     w->len += n;
 }
 #define W_LIT(w, lit) w_put((w), (lit), sizeof(lit) - 1)
 static inline void w_str(wbuf_t *w, fy_str_t s)
 {
     w_put(w, s.p, s.len);
+}
+
+/* "name: value\r\n" */
+static inline void w_field(wbuf_t *w, fy_str_t n, fy_str_t v)
+{
+    char *d = w->p + w->len;
+    copy_short(d, n.p, n.len);
+    d += n.len;
+    memcpy(d, ": ", 2);
+    copy_short(d + 2, v.p, v.len);
+    d += 2 + v.len;
+    memcpy(d, "\r\n", 2);
+    w->len = (size_t)(d + 2 - w->p);
 }
 
 typedef struct sbuf {
@@ -209,6 +264,12 @@ static void ws_key(fy_h1_client_t *c, wbuf_t *b)
 }
 
 /* Fields the codec writes itself (framing, connection management). */
+/* the name lengths submit looks at: codec_field's, cookie (6), sec-websocket-key (17) and
+ * -version (21) */
+#define SPECIAL_LENS                                                                               \
+    ((1u << 2) | (1u << 4) | (1u << 6) | (1u << 7) | (1u << 10) | (1u << 14) | (1u << 17) |        \
+     (1u << 21))
+
 static bool codec_field(fy_str_t n)
 {
     switch (n.len) {
@@ -274,6 +335,12 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
     bool cookies_done = false, has_key = false, has_version = false;
     for (size_t k = i; k < hs->n; k++) {
         fy_str_t n = hs->v[k].name;
+        /* the usual field has none of the lengths below (traceparent, accept, x-forwarded-*,
+           via ...): straight out */
+        if (__builtin_expect(n.len >= 32 || !(SPECIAL_LENS >> n.len & 1), 1)) {
+            w_field(&b, n, hs->v[k].value);
+            continue;
+        }
         if (codec_field(n)) continue;
         if (n.len == 6 && fy_str_ieq(n, "cookie", 6)) {
             /* h2 clients split cookies into crumbs; HTTP/1.1 wants one field (RFC 9113
@@ -294,10 +361,7 @@ void fy_h1_client_submit(fy_h1_client_t *c, const fy_headers_t *hs, int64_t body
         if (c->upgrade && n.len == 17 && fy_str_ieq(n, "sec-websocket-key", 17)) has_key = true;
         if (c->upgrade && n.len == 21 && fy_str_ieq(n, "sec-websocket-version", 21))
             has_version = true;
-        w_str(&b, n);
-        W_LIT(&b, ": ");
-        w_str(&b, hs->v[k].value);
-        W_LIT(&b, "\r\n");
+        w_field(&b, n, hs->v[k].value);
     }
     c->req_has_body = c->upgrade || body_len != 0;
     c->big_body = body_len < 0 || body_len > FY_CHUNK_SIZE;

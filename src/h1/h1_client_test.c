@@ -509,7 +509,41 @@ static void test_not_reusable(void)
     CHECK(!fx_done(&f));
 }
 
-FY_TEST_MAIN(test_get_keepalive(); test_chunked_bytewise();
+/* every length the head writer's copies branch on (0..130: 1, 4, 8, 16, 32, 64 bytes and past
+ * them), for a name, a value and the target: byte for byte what HTTP/1.1 wants */
+static void test_field_lengths(void)
+{
+    static char src[3][160];
+    for (int i = 0; i < 160; i++) {
+        src[0][i] = (char)('a' + i % 26); /* names: never a length-and-name the codec owns */
+        src[1][i] = (char)('A' + i % 26);
+        src[2][i] = (char)('0' + i % 10);
+    }
+    for (size_t l = 0; l <= 130; l++) {
+        fx_t f;
+        fx_init(&f, NULL, false);
+        size_t nl = l ? l : 1;
+        fy_headers_t hs = {0};
+        char path[160] = "/";
+        memcpy(path + 1, src[2], l);
+        fy_headers_add(&f.a, &hs, ":method", 7, "GET", 3);
+        fy_headers_add(&f.a, &hs, ":authority", 10, "o.test", 6);
+        fy_headers_add(&f.a, &hs, ":path", 5, path, l + 1);
+        fy_headers_add(&f.a, &hs, src[0], nl, src[1], l);
+        fy_headers_add(&f.a, &hs, "x", 1, src[2], 130 - l);
+        fy_h1_client_submit(f.c, &hs, 0);
+        char want[1024];
+        int n = snprintf(
+            want, sizeof want, "GET %.*s HTTP/1.1\r\nHost: o.test\r\n%.*s: %.*s\r\nx: %.*s\r\n\r\n",
+            (int)(l + 1), path, (int)nl, src[0], (int)l, src[1], (int)(130 - l), src[2]);
+        CHECK_STRN(f.m.out, f.m.out_len, want);
+        CHECK_EQ_INT(f.m.out_len, n);
+        fy_h1_client_free(f.c);
+        fy_arena_free(&f.a);
+    }
+}
+
+FY_TEST_MAIN(test_field_lengths(); test_get_keepalive(); test_chunked_bytewise();
              test_post_chunked_trailers_partial_writes(); test_early_response_body_goes_on();
              test_content_length_body(); test_interim(); test_head_request(); test_upgrade();
              test_errors(); test_not_reusable())

@@ -10,6 +10,7 @@
 
 #include <openssl/evp.h>
 
+#include "http/filter.h"
 #include "net/sock.h"
 
 int fy__proxy_field_class(fy_str_t n)
@@ -157,20 +158,24 @@ void fy__proxy_add_response_extras(proxy_req_t *pr)
 
 /* ---- the request for the origin ---- */
 
-static void h2_add(fy_arena_t *a, fy_headers_t *hs, const char *n, size_t nl, const char *v,
-                   size_t vl)
-{
-    fy_headers_add(a, hs, n, nl, v, vl);
-}
-
 /* Lowercase copy of a field name (HTTP/2 and HTTP/3 want lowercase; h1 clients send any case). */
-static void h2_add_lower(fy_arena_t *a, fy_headers_t *hs, fy_str_t n, fy_str_t v)
+static const char *lower_dup(fy_arena_t *a, fy_str_t n)
 {
     char *l = fy_arena_alloc(a, n.len + 1);
     for (size_t i = 0; i < n.len; i++) l[i] = fy_lower(n.p[i]);
     l[n.len] = '\0';
-    h2_add(a, hs, l, n.len, v.p, v.len);
+    return l;
 }
+
+/* Does a route rule drop the field named n (remove it, or set it anew)? */
+static inline __attribute__((always_inline)) bool dropped(const fy_proxy_conf_t *pc, fy_str_t n)
+{
+    return (pc->remove_headers.n && fy__proxy_in_list(&pc->remove_headers, n)) ||
+           (pc->set_headers.n && fy__proxy_in_map(&pc->set_headers, n));
+}
+
+/* our "te: trailers" (a Connection list naming te does not drop it: h1 clients must list it) */
+static const char te_name[] = "te";
 
 /* The request's fields for the origin, pseudo-headers first, whatever codec carries them:
  * route rules (host, path prefix, set/remove), hop-by-hop removal, X-Forwarded-*, Via. */
@@ -186,9 +191,9 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
     /* sized once: 5 pseudo-headers, the client's fields, the route's, and ours (3 forwarded,
        via, te, content-length) */
     hs->cap = q->headers.n + pc->set_headers.n + 12;
-    hs->v = fy_arena_alloc(a, hs->cap * sizeof *hs->v);
-    hs->n = 0;
-#define PUT(np, nl, vp, vl) (hs->v[hs->n++] = (fy_header_t){fy_str((np), (nl)), fy_str((vp), (vl))})
+    fy_header_t *o = hs->v = fy_arena_alloc(a, hs->cap * sizeof *hs->v);
+    size_t n = 0; /* hs->n, kept in a register until the end */
+#define PUT(np, nl, vp, vl) (o[n++] = (fy_header_t){fy_str((np), (nl)), fy_str((vp), (vl))})
     if (pr->tunnel)
         PUT(":method", 7, "CONNECT", 7); /* extended CONNECT (RFC 8441) */
     else
@@ -207,16 +212,22 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
         PUT(":protocol", 9, pl, q->protocol.len);
     }
     bool any_xff = false, conn = false;
-    for (size_t i = 0; i < q->headers.n && !conn; i++)
-        conn = q->headers.v[i].name.len == 10 && fy_str_ieq(q->headers.v[i].name, "connection", 10);
-    for (size_t i = 0; i < q->headers.n; i++) {
-        const fy_header_t *h = &q->headers.v[i];
+    bool rules = pc->remove_headers.n || pc->set_headers.n; /* may a route rule drop one? */
+    size_t first = n;                                       /* the client's fields from here */
+    for (const fy_header_t *h = q->headers.v, *he = h + q->headers.n; h < he; h++) {
+        if (fy_filter_field_is_ours(h->name.p)) {
+            /* a filter's (http/filter.h: tracing's traceparent): no class, lowercase */
+            if (!rules || !dropped(pc, h->name)) o[n++] = *h;
+            continue;
+        }
         switch (fy__proxy_field_class(h->name)) {
         case F_TE:
             if (fr.te_trailers && !pr->tunnel && fy_str_list_has(h->value, "trailers", 8))
-                PUT("te", 2, "trailers", 8); /* the only TE HTTP/2 carries */
+                PUT(te_name, 2, "trailers", 8); /* the only TE HTTP/2 carries */
             continue;
         case F_HOP:
+            if (h->name.len == 10 && fy_str_ieq(h->name, "connection", 10)) conn = true;
+            continue;
         case F_HOST:
         case F_CL:
             continue;
@@ -235,22 +246,25 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
         default:
             break;
         }
-        if ((conn && named_in_connection(&q->headers, h->name)) ||
-            (pc->remove_headers.n && fy__proxy_in_list(&pc->remove_headers, h->name)) ||
-            (pc->set_headers.n && fy__proxy_in_map(&pc->set_headers, h->name)))
-            continue;
+        if (rules && dropped(pc, h->name)) continue;
         if (!fr.lowercase) /* the h1 codec keeps the client's case */
             PUT(h->name.p, h->name.len, h->value.p, h->value.len);
         else
-            h2_add_lower(a, hs, h->name, h->value);
+            PUT(lower_dup(a, h->name), h->name.len, h->value.p, h->value.len);
+    }
+    if (__builtin_expect(conn, 0)) {
+        /* the fields a Connection header names are hop-by-hop too: out of what was kept (found
+           after the fact: the usual request has no Connection list to look for first) */
+        size_t k = first;
+        for (size_t j = first; j < n; j++)
+            if (o[j].name.p == te_name || !named_in_connection(&q->headers, o[j].name))
+                o[k++] = o[j];
+        n = k;
     }
     for (size_t i = 0; i < pc->set_headers.n; i++) {
-        if (!fr.lowercase)
-            PUT(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i]), pc->set_headers.values[i],
-                strlen(pc->set_headers.values[i]));
-        else
-            h2_add_lower(a, hs, fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i])),
-                         fy_str(pc->set_headers.values[i], strlen(pc->set_headers.values[i])));
+        fy_str_t k = fy_str(pc->set_headers.keys[i], strlen(pc->set_headers.keys[i]));
+        PUT(fr.lowercase ? lower_dup(a, k) : k.p, k.len, pc->set_headers.values[i],
+            strlen(pc->set_headers.values[i]));
     }
     if (pc->forwarded) {
         char ip[64];
@@ -278,9 +292,10 @@ void fy__proxy_build_fields(proxy_req_t *pr, fy_headers_t *hs)
     if (pc->via) PUT("via", 3, "1.1 ferry", 9);
     if (!pr->tunnel && q->content_length > 0) {
         char *cl = fy_arena_alloc(a, 24);
-        int n = snprintf(cl, 24, "%lld", (long long)q->content_length);
-        PUT("content-length", 14, cl, (size_t)n);
+        int l = snprintf(cl, 24, "%lld", (long long)q->content_length);
+        PUT("content-length", 14, cl, (size_t)l);
     }
+    hs->n = n;
 #undef PUT
 }
 

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -67,6 +68,9 @@ struct fy_filter {
 typedef struct fy_filter_chain {
     fy_filter_t **v; /* owned array, sorted by stage; each entry holds one reference */
     size_t n, cap;
+    /* v[0]->ops->on_request when the chain has exactly one filter, else NULL: resolved when the
+       chain is built, so that fy_filter_run's usual case is one load and one call */
+    fy_filter_verdict_t (*only)(fy_filter_t *f, fy_exchange_t *ex);
 } fy_filter_chain_t;
 
 /* Add f (takes a reference) at its stage's place. 0, or -1 when out of memory. */
@@ -81,6 +85,25 @@ void fy_filter_run(fy_exchange_t *ex);
 static inline void fy_filter_resume(fy_exchange_t *ex)
 {
     fy_filter_run(ex);
+}
+
+/* ---- request fields that filters add ----
+ *
+ * Names of the request fields a filter may add that no handler has a rule of its own for:
+ * lowercase, not hop-by-hop, not framing, not Host. A filter that adds such a field points
+ * its name into this table (FY_FILTER_FIELD_*, NUL-terminated, lengths as noted); a handler may
+ * then forward a field so named without classifying its name (the proxy still applies a
+ * Connection list and the route's remove/set rules to it). A field whose name points
+ * elsewhere is treated as a received one. */
+extern const char fy_filter_field_names[];
+#define FY_FILTER_FIELD_NAMES_LEN 23                            /* the table's size */
+#define FY_FILTER_FIELD_TRACEPARENT (fy_filter_field_names + 0) /* "traceparent", 11 */
+#define FY_FILTER_FIELD_TRACESTATE (fy_filter_field_names + 12) /* "tracestate", 10 */
+
+/* Does `name` point into fy_filter_field_names (a field a filter added)? */
+static inline bool fy_filter_field_is_ours(const char *name)
+{
+    return (uintptr_t)name - (uintptr_t)fy_filter_field_names < FY_FILTER_FIELD_NAMES_LEN;
 }
 
 /* ---- sink layers ---- */

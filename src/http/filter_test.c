@@ -133,6 +133,63 @@ static void test_run(void)
     fy_filter_chain_free(&r.filters);
 }
 
+/* the one-filter fast path of fy_filter_run: NEXT, WAIT then resume, DONE; a second filter
+ * turns it off */
+static void test_run_one(void)
+{
+    tfilter_t a = {{&ops_access, 0}, 'a', FY_FILTER_NEXT, 0};
+    tfilter_t u = {{&ops_auth, 0}, 'u', FY_FILTER_NEXT, 0};
+    fy_handler_t h = {&h_ops};
+    fy_route_t r = {.handler = &h};
+    fy_filter_chain_add(&r.filters, &a.f);
+    CHECK(r.filters.only == ops_access.on_request);
+    fy_http_ctx_t ctx = {0};
+    fy_exchange_t ex = {.ctx = &ctx, .route = &r, .sink = &c_sink};
+
+    tn = 0;
+    fy_filter_run(&ex);
+    CHECK(strcmp(trace, "aH") == 0 && ex.filter_pos == 1);
+
+    memset(&ex, 0, sizeof ex);
+    ex.ctx = &ctx, ex.route = &r, ex.sink = &c_sink;
+    a.verdict = FY_FILTER_WAIT;
+    tn = 0;
+    fy_filter_run(&ex);
+    CHECK(strcmp(trace, "a") == 0);
+    fy_filter_resume(&ex); /* the handler, not the filter again */
+    CHECK(strcmp(trace, "aH") == 0);
+
+    memset(&ex, 0, sizeof ex);
+    ex.ctx = &ctx, ex.route = &r, ex.sink = &c_sink;
+    a.verdict = FY_FILTER_DONE;
+    tn = 0;
+    fy_filter_run(&ex);
+    CHECK(strcmp(trace, "a") == 0);
+
+    fy_filter_chain_add(&r.filters, &u.f);
+    CHECK(r.filters.only == NULL);
+    memset(&ex, 0, sizeof ex);
+    ex.ctx = &ctx, ex.route = &r, ex.sink = &c_sink;
+    a.verdict = FY_FILTER_NEXT;
+    tn = 0;
+    fy_filter_run(&ex);
+    CHECK(strcmp(trace, "auH") == 0);
+    fy_filter_chain_free(&r.filters);
+    CHECK(r.filters.only == NULL);
+}
+
+/* the names filters give the fields they add */
+static void test_field_names(void)
+{
+    CHECK(fy_filter_field_is_ours(FY_FILTER_FIELD_TRACEPARENT));
+    CHECK(fy_filter_field_is_ours(FY_FILTER_FIELD_TRACESTATE));
+    CHECK(strcmp(FY_FILTER_FIELD_TRACEPARENT, "traceparent") == 0);
+    CHECK(strcmp(FY_FILTER_FIELD_TRACESTATE, "tracestate") == 0);
+    static const char other[] = "traceparent";
+    CHECK(!fy_filter_field_is_ours(other));
+    CHECK(!fy_filter_field_is_ours(NULL));
+}
+
 static void test_layers(void)
 {
     fy_exchange_t ex = {.sink = &c_sink};
@@ -156,4 +213,4 @@ static void test_layers(void)
     CHECK(fy_exchange_detach(&ex, NULL, NULL, 0, NULL) == -1);
 }
 
-FY_TEST_MAIN(test_chain(); test_run(); test_layers())
+FY_TEST_MAIN(test_chain(); test_run(); test_run_one(); test_field_names(); test_layers())

@@ -143,16 +143,21 @@ static inline uint64_t wyrand(uint64_t *s)
 
 /* three 64-bit ids from one load and store of the state: a trace id (two words, not both
  * zero) and a parent id (not zero); an all-zero id is invalid (W3C §3.2.2.3-4) */
-static inline void new_ids(uint64_t *t0, uint64_t *t1, uint64_t *par)
+static inline void new_ids_from(uint64_t s, uint64_t *t0, uint64_t *t1, uint64_t *par)
 {
-    uint64_t s = rng;
-    if (__builtin_expect(s == 0, 0)) s = rng_seed();
     *t0 = wyrand(&s);
     *t1 = wyrand(&s);
     *par = wyrand(&s);
     rng = s;
     *t1 |= (uint64_t)((*t0 | *t1) == 0);
     *par |= (uint64_t)(*par == 0);
+}
+
+static inline void new_ids(uint64_t *t0, uint64_t *t1, uint64_t *par)
+{
+    uint64_t s = rng;
+    if (__builtin_expect(s == 0, 0)) s = rng_seed();
+    new_ids_from(s, t0, t1, par);
 }
 
 static inline uint64_t new_parent(void)
@@ -204,11 +209,15 @@ static inline void hex_2w(char *o, uint64_t a, uint64_t b)
 }
 #endif
 
-/* ---- the filter ---- */
+/* ---- the filter ----
+ *
+ * The fields it adds are named from http/filter.h's table (FY_FILTER_FIELD_*) and appended
+ * last: the proxy forwards them without classifying their names. */
 
 typedef struct trace_filter {
     fy_filter_t f;
     const fy_trace_conf_t *conf;
+    char tail[4]; /* "-0" and the flag digit of the traces we start, NUL: the value's last 4 */
 } trace_filter_t;
 
 static bool is_name(fy_str_t n, const char *lower, size_t len)
@@ -227,26 +236,33 @@ static inline char *value_room(fy_arena_t *a)
     return fy_arena_alloc(a, FY_TRACEPARENT_LEN + 1);
 }
 
-/* a new trace: "00-" trace id "-" parent id flags, with the NUL, into v */
-static inline __attribute__((always_inline)) void write_new(char *v, const trace_filter_t *t)
+/* a new trace from the ids: "00-" trace id "-" parent id flags, with the NUL, into v */
+static inline __attribute__((always_inline)) void write_ids(char *v, const trace_filter_t *t,
+                                                            uint64_t t0, uint64_t t1, uint64_t par)
 {
-    uint64_t t0, t1, par;
-    new_ids(&t0, &t1, &par);
     memcpy(v, "00--", 4); /* the 4th byte is the trace id's first, written next */
     hex_2w(v + 3, t0, t1);
     v[35] = '-';
     hex_w(v + 36, par);
-    memcpy(v + 52, "-00", 4);
-    v[54] = (char)('0' + t->conf->sampled); /* the flags of the traces Ferry starts */
+    memcpy(v + 52, t->tail, 4); /* the flags of the traces Ferry starts */
+}
+
+/* a new trace, with new ids, into v */
+static inline __attribute__((always_inline)) void write_new(char *v, const trace_filter_t *t)
+{
+    uint64_t t0, t1, par;
+    new_ids(&t0, &t1, &par);
+    write_ids(v, t, t0, t1, par);
 }
 
 static inline __attribute__((always_inline)) void add_traceparent(fy_exchange_t *ex,
                                                                   fy_headers_t *hs, char *v)
 {
     if (__builtin_expect(hs->n < hs->cap, 1)) /* the codec's array has room (h1): no call */
-        hs->v[hs->n++] = (fy_header_t){FY_STR_LIT("traceparent"), fy_str(v, FY_TRACEPARENT_LEN)};
+        hs->v[hs->n++] =
+            (fy_header_t){fy_str(FY_FILTER_FIELD_TRACEPARENT, 11), fy_str(v, FY_TRACEPARENT_LEN)};
     else
-        FY_HDR_ADD(ex->arena, hs, "traceparent", v, FY_TRACEPARENT_LEN);
+        fy_headers_add(ex->arena, hs, FY_FILTER_FIELD_TRACEPARENT, 11, v, FY_TRACEPARENT_LEN);
     ex->trace_id = v + 3; /* 32 hex characters */
 }
 
@@ -306,7 +322,17 @@ static __attribute__((noinline)) fy_filter_verdict_t on_request_fields(trace_fil
         write_new(v, t);
     }
     add_traceparent(ex, hs, v);
-    if (tsn) FY_HDR_ADD(ex->arena, hs, "tracestate", ts, tsn);
+    if (tsn) fy_headers_add(ex->arena, hs, FY_FILTER_FIELD_TRACESTATE, 10, ts, tsn);
+    return FY_FILTER_NEXT;
+}
+
+/* A new trace the long way (seeding the generator, a new arena block, a larger array). */
+static __attribute__((noinline, cold)) fy_filter_verdict_t new_trace_slow(trace_filter_t *t,
+                                                                          fy_exchange_t *ex)
+{
+    char *v = value_room(ex->arena);
+    write_new(v, t);
+    add_traceparent(ex, &ex->req.headers, v);
     return FY_FILTER_NEXT;
 }
 
@@ -316,15 +342,25 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
     fy_headers_t *hs = &ex->req.headers;
     /* the usual request has neither field: a name of 10 or 11 bytes starting with 't' or 'T'
        sends it to the whole rule */
-    for (size_t i = 0; i < hs->n; i++) {
-        fy_str_t n = hs->v[i].name;
-        if (__builtin_expect(n.len - 10 <= 1 && (n.p[0] | 0x20) == 't', 0))
+    for (const fy_header_t *h = hs->v, *e = h + hs->n; h < e; h++)
+        if (__builtin_expect(h->name.len - 10 <= 1 && (h->name.p[0] | 0x20) == 't', 0))
             return on_request_fields(t, ex);
-    }
     if (!t->conf->generate) return FY_FILTER_NEXT;
-    char *v = value_room(ex->arena);
-    write_new(v, t);
-    add_traceparent(ex, hs, v);
+    /* no call below (nothing to save on the stack): a first use of the generator, a full
+       arena block or a full field array take the slow path */
+    fy_arena_t *a = ex->arena;
+    char *v = a->cur;
+    uint64_t s = rng;
+    if (__builtin_expect(
+            s == 0 || (size_t)(a->end - v) < FY_TRACEPARENT_LEN + 1 || hs->n >= hs->cap, 0))
+        return new_trace_slow(t, ex);
+    a->cur = v + FY_TRACEPARENT_LEN + 1;
+    uint64_t t0, t1, par;
+    new_ids_from(s, &t0, &t1, &par);
+    write_ids(v, t, t0, t1, par);
+    hs->v[hs->n++] =
+        (fy_header_t){fy_str(FY_FILTER_FIELD_TRACEPARENT, 11), fy_str(v, FY_TRACEPARENT_LEN)};
+    ex->trace_id = v + 3; /* 32 hex characters */
     return FY_FILTER_NEXT;
 }
 
@@ -341,6 +377,7 @@ int fy_trace_filter_add(const fy_trace_conf_t *conf, fy_filter_chain_t *chain)
     if (!t) return -1;
     t->f.ops = &trace_ops;
     t->conf = conf;
+    memcpy(t->tail, conf->sampled ? "-01" : "-00", 4);
     if (fy_filter_chain_add(chain, &t->f) < 0) {
         free(t);
         return -1;

@@ -42,8 +42,9 @@ void fy_traceparent_format(const fy_traceparent_t *tp, char out[FY_TRACEPARENT_L
  * FY_TRACESTATE_MAX_MEMBERS members, without a trailing separator; 0 when none fits. */
 size_t fy_tracestate_trim(const char *p, size_t n, size_t max);
 
-/* A new trace filter for `conf` (borrowed: it lives in the generation's config), added to
- * `chain` (which takes the only reference). 0, or -1 when out of memory. */
+/* A new trace filter for `conf` (borrowed: it lives in the generation's config and is not
+ * changed after this call; `sampled` is read here), added to `chain` (which takes the only
+ * reference). 0, or -1 when out of memory. */
 int fy_trace_filter_add(const fy_trace_conf_t *conf, fy_filter_chain_t *chain);
 
 #endif
