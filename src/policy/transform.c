@@ -10,6 +10,8 @@
 
 #include <netinet/in.h>
 
+#include "core/alloc.h"
+#include "h1/h1_resp.h"
 #include "http/path.h"
 #include "net/sock.h"
 #include "policy/hname.h"
@@ -113,6 +115,7 @@ typedef struct rule {
 
 typedef struct hdr_edit {
     fy_hname_t name; /* lowercase (borrowed from the config) */
+    fy_str_t h1name; /* its spelling on h1 (h1_spelling()); owned */
     tpl_t v;
     fy_str_t lit; /* the value when the template is one literal (planned at config time) */
     bool is_lit, append;
@@ -132,8 +135,8 @@ typedef struct transform_filter {
     rule_t *redirect, *rewrite; /* owned */
     size_t nredirect, nrewrite;
     hdr_edits_t req, res;
-    size_t reqid_len;
     fy_hname_t reqid;                  /* `request-id`, lowercase */
+    fy_str_t reqid_h1;                 /* its spelling on h1; owned */
     bool need_layer;                   /* a response edit or the request id echoed */
     bool req_work;                     /* rules, request edits or a request id */
     pcre2_match_data *md[MAX_WORKERS]; /* slot w: made and used by worker w only */
@@ -262,20 +265,22 @@ static void remove_named(fy_headers_t *hs, const fy_hname_t *name)
 
 /* Append (name, value): in place while the array has room (the proxy sizes the response's
  * with spare entries), else through fy_headers_add's growth. */
-static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
+static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, fy_str_t name, fy_str_t val)
 {
     if (hs->n < hs->cap) {
-        hs->v[hs->n].name = fy_str(name->lower, name->len);
+        hs->v[hs->n].name = name;
         hs->v[hs->n].value = val;
         hs->n++;
         return;
     }
-    fy_headers_add(a, hs, name->lower, name->len, val.p, val.len);
+    fy_headers_add(a, hs, name.p, name.len, val.p, val.len);
 }
 
 /* `set`: the first field of that name takes the value in place, the others go; appended when
- * there is none. One pass over the fields. */
-static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
+ * there is none. One pass over the fields. `wire`: the name as it is written (name->lower, or
+ * its h1 spelling). */
+static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t wire,
+                    fy_str_t val)
 {
     size_t k = 0;
     bool done = false;
@@ -283,18 +288,23 @@ static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_
         if (fy_hname_eq(name, hs->v[i].name)) {
             if (done) continue;
             done = true;
-            hs->v[i].name = fy_str(name->lower, name->len);
+            hs->v[i].name = wire;
             hs->v[i].value = val;
         }
         if (k != i) hs->v[k] = hs->v[i];
         k++;
     }
     hs->n = k;
-    if (!done) add_hdr(a, hs, name, val);
+    if (!done) add_hdr(a, hs, wire, val);
 }
 
-/* v may be NULL when e->all_lit. */
-static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+static inline fy_str_t lower_of(const fy_hname_t *n)
+{
+    return fy_str(n->lower, n->len);
+}
+
+/* v may be NULL when e->all_lit. h1: the fields go to an h1 client (names in h1 spelling). */
+static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs, bool h1)
 {
     for (size_t i = 0; i < e->nremove; i++) remove_named(hs, &e->remove[i]);
     for (size_t i = 0; i < e->n; i++) {
@@ -306,10 +316,11 @@ static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_heade
             val = expand(v, &h->v);
             if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
         }
+        fy_str_t wire = h1 ? h->h1name : lower_of(&h->name);
         if (h->append)
-            add_hdr(a, hs, &h->name, val);
+            add_hdr(a, hs, wire, val);
         else
-            set_hdr(a, hs, &h->name, val);
+            set_hdr(a, hs, &h->name, wire, val);
     }
 }
 
@@ -322,35 +333,44 @@ typedef struct res_layer {
     bool done;
 } res_layer_t;
 
+/* An h1 client gets the configured names in their h1 spelling (h1 writes a name holding a
+ * capital as it is, with no per-field casing); h2 and h3 get them lowercase. */
+static inline bool to_h1(const fy_exchange_t *ex)
+{
+    return ex->req.version < 20;
+}
+
+/* Once, at the first send. */
 static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
 {
-    if (rl->done) return;
     rl->done = true;
-    const hdr_edits_t *e = &rl->t->res;
+    const transform_filter_t *t = rl->t;
+    const hdr_edits_t *e = &t->res;
+    bool h1 = to_h1(ex);
     if (e->all_lit) {
-        apply_edits(ex->arena, NULL, e, &ex->res.headers);
+        apply_edits(ex->arena, NULL, e, &ex->res.headers, h1);
     } else {
         vctx_t v = {.ex = ex, .reqid = rl->reqid};
-        apply_edits(ex->arena, &v, e, &ex->res.headers);
+        apply_edits(ex->arena, &v, e, &ex->res.headers, h1);
     }
-    const fy_transform_conf_t *c = rl->t->conf;
+    const fy_transform_conf_t *c = t->conf;
     if (c->request_id && c->request_id_response && rl->reqid.len) {
-        remove_named(&ex->res.headers, &rl->t->reqid);
-        add_hdr(ex->arena, &ex->res.headers, &rl->t->reqid, rl->reqid);
+        remove_named(&ex->res.headers, &t->reqid);
+        add_hdr(ex->arena, &ex->res.headers, h1 ? t->reqid_h1 : lower_of(&t->reqid), rl->reqid);
     }
 }
 
 static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                    int state)
 {
-    edit_response((res_layer_t *)l, ex);
+    if (!((res_layer_t *)l)->done) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send(l, ex, bufs, n, state);
 }
 
 static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
                         int state)
 {
-    edit_response((res_layer_t *)l, ex);
+    if (!((res_layer_t *)l)->done) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send_file(l, ex, fd, off, len, state);
 }
 
@@ -418,19 +438,28 @@ static bool rule_match(const rule_t *r, pcre2_match_data *md, vctx_t *v)
     return true;
 }
 
+/* The filter's on_request when it has response edits only (chosen at build time): the layer
+ * and nothing else. */
+static fy_filter_verdict_t on_request_res(fy_filter_t *f, fy_exchange_t *ex)
+{
+    res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
+    rl->t = (transform_filter_t *)f;
+    rl->reqid = FY_STR_NULL;
+    rl->done = false;
+    fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
+    return FY_FILTER_NEXT;
+}
+
+static fy_filter_verdict_t on_request_none(fy_filter_t *f, fy_exchange_t *ex)
+{
+    (void)f, (void)ex;
+    return FY_FILTER_NEXT;
+}
+
 static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
 {
     transform_filter_t *t = (transform_filter_t *)f;
     const fy_transform_conf_t *c = t->conf;
-    if (!t->req_work) { /* response edits only (planned at build time) */
-        if (!t->need_layer) return FY_FILTER_NEXT;
-        res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
-        rl->t = t;
-        rl->reqid = FY_STR_NULL;
-        rl->done = false;
-        fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
-        return FY_FILTER_NEXT;
-    }
     vctx_t v = {.ex = ex};
     if (c->request_id) {
         const fy_header_t *h = NULL;
@@ -441,7 +470,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         } else {
             v.reqid = new_reqid(ex->arena);
             remove_named(&ex->req.headers, &t->reqid);
-            add_hdr(ex->arena, &ex->req.headers, &t->reqid, v.reqid);
+            add_hdr(ex->arena, &ex->req.headers, lower_of(&t->reqid), v.reqid);
         }
     }
     if (t->need_layer) {
@@ -504,7 +533,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             break;
         }
     }
-    apply_edits(ex->arena, &v, &t->req, &ex->req.headers);
+    apply_edits(ex->arena, &v, &t->req, &ex->req.headers, false);
     return FY_FILTER_NEXT;
 }
 
@@ -515,6 +544,9 @@ static void destroy(fy_filter_t *f)
     transform_filter_t *t = (transform_filter_t *)f;
     for (size_t i = 0; i < t->nredirect; i++) pcre2_code_free(t->redirect[i].re);
     for (size_t i = 0; i < t->nrewrite; i++) pcre2_code_free(t->rewrite[i].re);
+    for (size_t i = 0; i < t->req.n; i++) free((char *)t->req.v[i].h1name.p);
+    for (size_t i = 0; i < t->res.n; i++) free((char *)t->res.v[i].h1name.p);
+    free((char *)t->reqid_h1.p);
     free(t->redirect);
     free(t->rewrite);
     free(t->req.v);
@@ -525,10 +557,24 @@ static void destroy(fy_filter_t *f)
     free(t);
 }
 
+/* Which on_request is decided once, at build time, from what the config asks for: a route
+ * whose transform has nothing to do on the request pays only for its response layer. */
 static const fy_filter_ops_t transform_ops = {
     .name = "transform",
     .stage = FY_STAGE_REWRITE,
     .on_request = on_request,
+    .destroy = destroy,
+};
+static const fy_filter_ops_t transform_res_ops = {
+    .name = "transform",
+    .stage = FY_STAGE_REWRITE,
+    .on_request = on_request_res,
+    .destroy = destroy,
+};
+static const fy_filter_ops_t transform_none_ops = {
+    .name = "transform",
+    .stage = FY_STAGE_REWRITE,
+    .on_request = on_request_none,
     .destroy = destroy,
 };
 
@@ -559,6 +605,18 @@ static int build_rules(const fy_conf_list_t *l, rule_t **out, size_t *nout, char
     return 0;
 }
 
+/* The h1 spelling of a configured name (malloc'd): as written when it has a capital (the h1
+ * writer keeps such a name as it is, and so do we), else the canonical case, irregular
+ * spellings included ("www-authenticate" -> "WWW-Authenticate"), from the h1 writer itself. */
+static fy_str_t h1_spelling(const char *name)
+{
+    size_t n = strlen(name);
+    char *b = fy_xmalloc(n + 1);
+    fy_h1_put_field_name(b, name, n);
+    b[n] = '\0';
+    return fy_str(b, n);
+}
+
 static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *err, size_t errlen)
 {
     size_t n = h->set.n + h->append.n;
@@ -576,8 +634,10 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
         const fy_conf_strmap_t *m = pass ? &h->append : &h->set;
         for (size_t i = 0; i < m->n; i++) {
             hdr_edit_t *x = &e->v[e->n];
-            /* names go on the wire lowercase (h2/h3 require it) */
+            /* names are matched and sent on h2/h3 lowercase (h2/h3 require it), on h1 in their
+               h1 spelling */
             char *nm = m->keys[i];
+            x->h1name = h1_spelling(nm);
             for (char *p = nm; *p; p++)
                 if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
             fy_hname_init(&x->name, nm);
@@ -585,6 +645,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             const char *why = compile(m->values[i], &x->v);
             if (why) {
                 snprintf(err, errlen, "transform: header %s: %s", nm, why);
+                free((char *)x->h1name.p); /* not counted in e->n: destroy() won't see it */
                 return -1;
             }
             /* a literal value needs no expansion and no check per request (compile() made
@@ -607,9 +668,9 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
     t->f.ops = &transform_ops;
     t->conf = conf;
     if (conf->request_id) {
+        t->reqid_h1 = h1_spelling(conf->request_id);
         for (char *p = conf->request_id; *p; p++)
             if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-        t->reqid_len = strlen(conf->request_id);
         fy_hname_init(&t->reqid, conf->request_id);
     }
     if (build_rules(&conf->redirect, &t->redirect, &t->nredirect, err, errlen) < 0 ||
@@ -621,5 +682,6 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
     }
     t->need_layer = t->res.n || t->res.nremove || (conf->request_id && conf->request_id_response);
     t->req_work = t->nredirect || t->nrewrite || t->req.n || t->req.nremove || conf->request_id;
+    if (!t->req_work) t->f.ops = t->need_layer ? &transform_res_ops : &transform_none_ops;
     return &t->f;
 }
