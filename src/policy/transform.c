@@ -126,7 +126,8 @@ typedef struct hdr_edits {
     size_t n;
     fy_hname_t *remove; /* owned; names borrowed from the config */
     size_t nremove;
-    bool all_lit; /* every value is a literal: no expansion context needed */
+    bool all_lit;  /* every value is a literal: no expansion context needed */
+    bool lit_only; /* all_lit and nothing to remove (apply_lit) */
 } hdr_edits_t;
 
 typedef struct transform_filter {
@@ -138,6 +139,7 @@ typedef struct transform_filter {
     fy_hname_t reqid;                  /* `request-id`, lowercase */
     fy_str_t reqid_h1;                 /* its spelling on h1; owned */
     bool need_layer;                   /* a response edit or the request id echoed */
+    bool res_lit_only;                 /* res.lit_only and no request id echoed */
     bool req_work;                     /* rules, request edits or a request id */
     pcre2_match_data *md[MAX_WORKERS]; /* slot w: made and used by worker w only */
 } transform_filter_t;
@@ -279,28 +281,39 @@ static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, fy_str_t name, fy_st
 /* `set`: the first field of that name takes the value in place, the others go; appended when
  * there is none. One pass over the fields. `wire`: the name as it is written (name->lower, or
  * its h1 spelling). */
-static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t wire,
-                    fy_str_t val)
+static inline __attribute__((always_inline)) void
+set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t wire, fy_str_t val)
 {
-    size_t k = 0;
-    bool done = false;
-    for (size_t i = 0; i < hs->n; i++) {
-        if (fy_hname_eq(name, hs->v[i].name)) {
-            if (done) continue;
-            done = true;
-            hs->v[i].name = wire;
-            hs->v[i].value = val;
-        }
-        if (k != i) hs->v[k] = hs->v[i];
-        k++;
+    fy_header_t *v = hs->v;
+    size_t i = 0, n = hs->n;
+    while (i < n && !fy_hname_eq(name, v[i].name)) i++;
+    if (i == n) { /* the common case: a name the response does not have */
+        add_hdr(a, hs, wire, val);
+        return;
     }
+    v[i].name = wire;
+    v[i].value = val;
+    size_t k = ++i;
+    for (; i < n; i++)
+        if (!fy_hname_eq(name, v[i].name)) v[k++] = v[i];
     hs->n = k;
-    if (!done) add_hdr(a, hs, wire, val);
 }
 
 static inline fy_str_t lower_of(const fy_hname_t *n)
 {
     return fy_str(n->lower, n->len);
+}
+
+/* Literal values only and nothing removed (planned at build time): no expansion, no checks. */
+static inline void apply_lit(fy_arena_t *a, const hdr_edits_t *e, fy_headers_t *hs, bool h1)
+{
+    for (const hdr_edit_t *h = e->v, *end = e->v + e->n; h < end; h++) {
+        fy_str_t wire = h1 ? h->h1name : lower_of(&h->name);
+        if (h->append)
+            add_hdr(a, hs, wire, h->lit);
+        else
+            set_hdr(a, hs, &h->name, wire, h->lit);
+    }
 }
 
 /* v may be NULL when e->all_lit. h1: the fields go to an h1 client (names in h1 spelling). */
@@ -340,10 +353,10 @@ static inline bool to_h1(const fy_exchange_t *ex)
     return ex->req.version < 20;
 }
 
-/* Once, at the first send. */
-static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+/* Templates, removals or the request id echoed: out of line, so that the literal-only path of
+ * edit_response() keeps a small frame. */
+static __attribute__((noinline)) void edit_response_full(res_layer_t *rl, fy_exchange_t *ex)
 {
-    rl->done = true;
     const transform_filter_t *t = rl->t;
     const hdr_edits_t *e = &t->res;
     bool h1 = to_h1(ex);
@@ -358,6 +371,17 @@ static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
         remove_named(&ex->res.headers, &t->reqid);
         add_hdr(ex->arena, &ex->res.headers, h1 ? t->reqid_h1 : lower_of(&t->reqid), rl->reqid);
     }
+}
+
+/* Once, at the first send. */
+static inline void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+{
+    rl->done = true;
+    const transform_filter_t *t = rl->t;
+    if (t->res_lit_only)
+        apply_lit(ex->arena, &t->res, &ex->res.headers, to_h1(ex));
+    else
+        edit_response_full(rl, ex);
 }
 
 static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
@@ -658,6 +682,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             e->n++;
         }
     }
+    e->lit_only = e->all_lit && !e->nremove;
     return 0;
 }
 
@@ -682,6 +707,7 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
     }
     t->need_layer = t->res.n || t->res.nremove || (conf->request_id && conf->request_id_response);
     t->req_work = t->nredirect || t->nrewrite || t->req.n || t->req.nremove || conf->request_id;
+    t->res_lit_only = t->res.lit_only && !(conf->request_id && conf->request_id_response);
     if (!t->req_work) t->f.ops = t->need_layer ? &transform_res_ops : &transform_none_ops;
     return &t->f;
 }
