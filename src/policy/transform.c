@@ -305,7 +305,8 @@ static inline fy_str_t lower_of(const fy_hname_t *n)
 }
 
 /* Literal values only and nothing removed (planned at build time): no expansion, no checks. */
-static inline void apply_lit(fy_arena_t *a, const hdr_edits_t *e, fy_headers_t *hs, bool h1)
+static inline __attribute__((always_inline)) void apply_lit(fy_arena_t *a, const hdr_edits_t *e,
+                                                            fy_headers_t *hs, bool h1)
 {
     for (const hdr_edit_t *h = e->v, *end = e->v + e->n; h < end; h++) {
         fy_str_t wire = h1 ? h->h1name : lower_of(&h->name);
@@ -339,11 +340,12 @@ static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_heade
 
 /* ---- response layer ---- */
 
+/* 48 bytes of the exchange's arena (the proxy's exchange nearly fills the h1 arena's first
+ * block: every byte here brings a second block's malloc nearer) */
 typedef struct res_layer {
     fy_sink_layer_t l;
-    transform_filter_t *t;
+    const transform_filter_t *t; /* NULL once the response is edited */
     fy_str_t reqid;
-    bool done;
 } res_layer_t;
 
 /* An h1 client gets the configured names in their h1 spelling (h1 writes a name holding a
@@ -355,46 +357,46 @@ static inline bool to_h1(const fy_exchange_t *ex)
 
 /* Templates, removals or the request id echoed: out of line, so that the literal-only path of
  * edit_response() keeps a small frame. */
-static __attribute__((noinline)) void edit_response_full(res_layer_t *rl, fy_exchange_t *ex)
+static __attribute__((noinline)) void edit_response_full(const transform_filter_t *t,
+                                                         fy_str_t reqid, fy_exchange_t *ex)
 {
-    const transform_filter_t *t = rl->t;
     const hdr_edits_t *e = &t->res;
     bool h1 = to_h1(ex);
     if (e->all_lit) {
         apply_edits(ex->arena, NULL, e, &ex->res.headers, h1);
     } else {
-        vctx_t v = {.ex = ex, .reqid = rl->reqid};
+        vctx_t v = {.ex = ex, .reqid = reqid};
         apply_edits(ex->arena, &v, e, &ex->res.headers, h1);
     }
     const fy_transform_conf_t *c = t->conf;
-    if (c->request_id && c->request_id_response && rl->reqid.len) {
+    if (c->request_id && c->request_id_response && reqid.len) {
         remove_named(&ex->res.headers, &t->reqid);
-        add_hdr(ex->arena, &ex->res.headers, h1 ? t->reqid_h1 : lower_of(&t->reqid), rl->reqid);
+        add_hdr(ex->arena, &ex->res.headers, h1 ? t->reqid_h1 : lower_of(&t->reqid), reqid);
     }
 }
 
 /* Once, at the first send. */
-static inline void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+static inline __attribute__((always_inline)) void edit_response(res_layer_t *rl, fy_exchange_t *ex)
 {
-    rl->done = true;
     const transform_filter_t *t = rl->t;
+    rl->t = NULL;
     if (t->res_lit_only)
         apply_lit(ex->arena, &t->res, &ex->res.headers, to_h1(ex));
     else
-        edit_response_full(rl, ex);
+        edit_response_full(t, rl->reqid, ex);
 }
 
 static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                    int state)
 {
-    if (!((res_layer_t *)l)->done) edit_response((res_layer_t *)l, ex);
+    if (((res_layer_t *)l)->t) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send(l, ex, bufs, n, state);
 }
 
 static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
                         int state)
 {
-    if (!((res_layer_t *)l)->done) edit_response((res_layer_t *)l, ex);
+    if (((res_layer_t *)l)->t) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send_file(l, ex, fd, off, len, state);
 }
 
@@ -414,6 +416,20 @@ static bool reqid_ok(fy_str_t s)
     return true;
 }
 
+/* Eight hex digits of v, one per byte of the result (the digits' order is of no matter: the
+ * bits are random): the nibbles spread one to a byte, then 0..9 -> '0'..'9', 10..15 ->
+ * 'a'..'f' (a byte >= 10 gets 0x10 from the + 6). */
+static inline uint64_t hex8(uint32_t v)
+{
+    uint64_t x = v;
+    x = (x | x << 16) & 0x0000ffff0000ffffull;
+    x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+    x = (x | x << 4) & 0x0f0f0f0f0f0f0f0full;
+    uint64_t ge10 = ((x + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
+    return x + 0x3030303030303030ull + ge10 * ('a' - '0' - 10);
+}
+
+/* 32 hex digits (not NUL-terminated) in the arena. */
 static fy_str_t new_reqid(fy_arena_t *a)
 {
     static __thread uint64_t s0, s1;
@@ -424,22 +440,16 @@ static fy_str_t new_reqid(fy_arena_t *a)
         if (f) fclose(f);
         s1 |= 1;
     }
-    char *b = fy_arena_alloc(a, 33);
-    static const char hex[] = "0123456789abcdef";
+    char *b = fy_arena_alloc(a, 32);
     for (int k = 0; k < 2; k++) {
         /* xorshift128+ */
         uint64_t x = s0, y = s1;
         s0 = y;
         x ^= x << 23;
         s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
-        uint64_t r = s1 + y;
-        /* two hex digits per step */
-        for (int i = 0; i < 8; i++, r >>= 8) {
-            b[k * 16 + 2 * i] = hex[(r >> 4) & 15];
-            b[k * 16 + 2 * i + 1] = hex[r & 15];
-        }
+        uint64_t r = s1 + y, w[2] = {hex8((uint32_t)r), hex8((uint32_t)(r >> 32))};
+        memcpy(b + 16 * k, w, 16);
     }
-    b[32] = '\0';
     return fy_str(b, 32);
 }
 
@@ -469,7 +479,6 @@ static fy_filter_verdict_t on_request_res(fy_filter_t *f, fy_exchange_t *ex)
     res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
     rl->t = (transform_filter_t *)f;
     rl->reqid = FY_STR_NULL;
-    rl->done = false;
     fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
     return FY_FILTER_NEXT;
 }
@@ -501,7 +510,6 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
         res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
         rl->t = t;
         rl->reqid = v.reqid;
-        rl->done = false;
         fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
     }
     pcre2_match_data *md = (t->nredirect || t->nrewrite) ? md_of(t, ex->ctx->worker_id) : NULL;
@@ -543,6 +551,13 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             if (!ok) {
                 fy_exchange_fail(ex, 500, "rewrite produced an invalid path");
                 return FY_FILTER_DONE;
+            }
+            if (path.p == np.p && (q ? query.len > 0 : !query.len)) {
+                /* the expansion is the whole target already (arena or config memory) */
+                ex->req.target = np;
+                ex->req.path = path;
+                ex->req.query = query.len ? query : FY_STR_NULL;
+                break;
             }
             size_t tl = path.len + (query.len ? 1 + query.len : 0);
             char *tg = fy_arena_alloc(ex->arena, tl);
