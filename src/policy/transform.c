@@ -109,6 +109,7 @@ const char *fy_transform_template_why(const char *t)
 
 typedef struct rule {
     pcre2_code *re;
+    bool jit; /* JIT-compiled: matched by pcre2_jit_match (no option checks per call) */
     tpl_t to;
     int status;
 } rule_t;
@@ -152,8 +153,7 @@ typedef struct vctx {
     const PCRE2_SIZE *ov;
     int nmatch;
     fy_str_t reqid;
-    char client[64];
-    bool have_client;
+    fy_str_t client; /* {client}, in the arena once asked for (NULL p: not yet) */
 } vctx_t;
 
 static fy_str_t var(vctx_t *v, const seg_t *s)
@@ -197,26 +197,30 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
     case S_SCHEME:
         return ex->req.scheme;
     case S_CLIENT:
-        if (!v->have_client) {
-            v->client[0] = '\0';
+        if (!v->client.p) {
             if (ex->remote && ex->remote->sa_family == AF_INET) {
                 /* the common case without inet_ntop's generality */
                 const unsigned char *q =
                     (const unsigned char *)&((const struct sockaddr_in *)ex->remote)->sin_addr;
-                char *w = v->client;
+                char *b = fy_arena_alloc(ex->arena, 16), *w = b;
                 for (int i = 0; i < 4; i++) {
                     unsigned x = q[i];
                     if (x >= 100) *w++ = (char)('0' + x / 100);
                     if (x >= 10) *w++ = (char)('0' + x / 10 % 10);
                     *w++ = (char)('0' + x % 10);
-                    *w++ = i < 3 ? '.' : '\0';
+                    *w++ = '.';
                 }
+                v->client = fy_str(b, (size_t)(w - b - 1));
             } else if (ex->remote) {
-                fy_sock_host_str(ex->remote, v->client, sizeof v->client);
+                char *b = fy_arena_alloc(ex->arena, 64);
+                b[0] = '\0';
+                fy_sock_host_str(ex->remote, b, 64);
+                v->client = fy_str(b, strlen(b));
+            } else {
+                v->client = fy_str("", 0);
             }
-            v->have_client = true;
         }
-        return fy_str(v->client, strlen(v->client));
+        return v->client;
     case S_REQID:
         return v->reqid;
     case S_HEADER: {
@@ -227,22 +231,26 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
     return FY_STR_NULL;
 }
 
-/* The expanded template in the arena (NUL-terminated, not counted). */
+/* The expanded template (not NUL-terminated): a template of one part is that part itself (the
+ * config's, the exchange's or the arena's memory, all alive as long as the exchange), others
+ * are put together in the arena. */
 static fy_str_t expand(vctx_t *v, const tpl_t *t)
 {
+    if (t->n == 1) {
+        fy_str_t r = var(v, &t->s[0]);
+        return r.p ? r : fy_str("", 0); /* never a NULL pointer: it may reach a memcpy */
+    }
     fy_str_t parts[MAX_SEGS];
     size_t n = 0;
     for (size_t i = 0; i < t->n; i++) {
         parts[i] = var(v, &t->s[i]);
         n += parts[i].len;
     }
-    if (t->n == 1 && t->s[0].kind == S_LIT) return parts[0];
-    char *b = fy_arena_alloc(v->ex->arena, n + 1), *w = b;
+    char *b = fy_arena_alloc(v->ex->arena, n ? n : 1), *w = b;
     for (size_t i = 0; i < t->n; i++) {
         if (parts[i].len) memcpy(w, parts[i].p, parts[i].len);
         w += parts[i].len;
     }
-    *w = '\0';
     return fy_str(b, n);
 }
 
@@ -464,7 +472,8 @@ static pcre2_match_data *md_of(transform_filter_t *t, int w)
 static bool rule_match(const rule_t *r, pcre2_match_data *md, vctx_t *v)
 {
     fy_str_t p = v->ex->req.path;
-    int rc = pcre2_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL);
+    int rc = r->jit ? pcre2_jit_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL)
+                    : pcre2_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL);
     if (rc < 0) return false;
     v->subject = p.p;
     v->ov = pcre2_get_ovector_pointer(md);
@@ -632,7 +641,7 @@ static int build_rules(const fy_conf_list_t *l, rule_t **out, size_t *nout, char
             snprintf(err, errlen, "transform: bad regex '%s'", rc[i].match);
             return -1;
         }
-        pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE);
+        r->jit = pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE) == 0;
         const char *why = compile(rc[i].to, &r->to);
         if (why) {
             snprintf(err, errlen, "transform: template '%s': %s", rc[i].to, why);

@@ -54,10 +54,20 @@ static void test_expand(void)
     CHECK_STRN(r.p, r.len,
                "https://example.com/x/y?k=v example.com:8080 10.1.2.3 GET https rid dave[]");
     inet_pton(AF_INET, "192.168.0.255", &sin.sin_addr);
-    v.have_client = false;
+    v.client = FY_STR_NULL;
     compile("{client}", &t);
     r = expand(&v, &t);
     CHECK_STRN(r.p, r.len, "192.168.0.255");
+    /* one part: that part itself, never a NULL pointer */
+    compile("{path}", &t);
+    r = expand(&v, &t);
+    CHECK(r.p == ex.req.path.p && r.len == ex.req.path.len);
+    compile("{header.none}", &t);
+    r = expand(&v, &t);
+    CHECK(r.p != NULL && r.len == 0);
+    compile("$5", &t);
+    r = expand(&v, &t);
+    CHECK(r.p != NULL && r.len == 0);
     ex.req.authority = FY_STR_LIT("[::1]:443");
     compile("{host}", &t);
     r = expand(&v, &t);
