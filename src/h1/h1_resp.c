@@ -209,7 +209,8 @@ static inline void capitalise(char *c)
     if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 32);
 }
 
-char *fy_h1_put_field_name(char *p, const char *name, size_t len)
+/* fy_h1_put_field_name past its inline fast path (h1_resp.h) */
+char *fy__h1_put_field_name_case(char *p, const char *name, size_t len)
 {
     const char *c;
     if (len < 8) { /* short names byte by byte */
