@@ -511,7 +511,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             v.reqid = h->value;
         } else {
             v.reqid = new_reqid(ex->arena);
-            remove_named(&ex->req.headers, &t->reqid);
+            if (h) remove_named(&ex->req.headers, &t->reqid); /* none when the scan found none */
             add_hdr(ex->arena, &ex->req.headers, lower_of(&t->reqid), v.reqid);
         }
     }
