@@ -370,17 +370,18 @@ static __attribute__((noinline)) void edit_response_full(const transform_filter_
 {
     const hdr_edits_t *e = &t->res;
     bool h1 = to_h1(ex);
-    if (e->all_lit) {
+    if (e->lit_only) {
+        apply_lit(ex->arena, e, &ex->res.headers, h1);
+    } else if (e->all_lit) {
         apply_edits(ex->arena, NULL, e, &ex->res.headers, h1);
     } else {
         vctx_t v = {.ex = ex, .reqid = reqid};
         apply_edits(ex->arena, &v, e, &ex->res.headers, h1);
     }
     const fy_transform_conf_t *c = t->conf;
-    if (c->request_id && c->request_id_response && reqid.len) {
-        remove_named(&ex->res.headers, &t->reqid);
-        add_hdr(ex->arena, &ex->res.headers, h1 ? t->reqid_h1 : lower_of(&t->reqid), reqid);
-    }
+    if (c->request_id && c->request_id_response && reqid.len)
+        set_hdr(ex->arena, &ex->res.headers, &t->reqid, h1 ? t->reqid_h1 : lower_of(&t->reqid),
+                reqid);
 }
 
 /* Once, at the first send. */
@@ -511,8 +512,10 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             v.reqid = h->value;
         } else {
             v.reqid = new_reqid(ex->arena);
-            if (h) remove_named(&ex->req.headers, &t->reqid); /* none when the scan found none */
-            add_hdr(ex->arena, &ex->req.headers, lower_of(&t->reqid), v.reqid);
+            if (h) /* a bad one: replaced (and any other of that name goes) */
+                set_hdr(ex->arena, &ex->req.headers, &t->reqid, lower_of(&t->reqid), v.reqid);
+            else
+                add_hdr(ex->arena, &ex->req.headers, lower_of(&t->reqid), v.reqid);
         }
     }
     if (t->need_layer) {
