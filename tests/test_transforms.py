@@ -274,3 +274,13 @@ def test_transform_configured_names_spelling(server, origin, h2):
     st, h, _ = curl(srv.url("/"), h2=h2)
     assert st == 200 and h["x-origin"] == ["replaced"] and h["etag"] == ['"v1"']
     assert h["www-authenticate"] == ["Basic"] and h["x-dns-prefetch-control"] == ["off"]
+
+
+def test_transform_request_id_replaced_once(server, origin):
+    """A bad request id is replaced by one field however many the client sent, and the echo
+    on the response is one field."""
+    srv = server(config(origin, "      request-id: x-request-id"))
+    st, h, body = curl(srv.url("/"), "-H", "X-Request-Id: bad id", "-H", "x-request-id: two")
+    seen = [v for k, v in json.loads(body)["all"] if k == "x-request-id"]
+    assert len(seen) == 1 and re.fullmatch(r"[0-9a-f]{32}", seen[0]), seen
+    assert h["x-request-id"] == seen
