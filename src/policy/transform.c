@@ -156,6 +156,36 @@ typedef struct vctx {
     fy_str_t client; /* {client}, in the arena once asked for (NULL p: not yet) */
 } vctx_t;
 
+/* Each byte in decimal and a '.', padded to 4 bytes, and how many of them count: {client}
+ * writes an IPv4 address as four 4-byte copies. */
+#define OCT(x)                                                                                     \
+    {                                                                                              \
+        {(char)('0' + ((x) >= 100  ? (x) / 100                                                     \
+                       : (x) >= 10 ? (x) / 10                                                      \
+                                   : (x))),                                                        \
+         (char)((x) >= 100  ? '0' + (x) / 10 % 10                                                  \
+                : (x) >= 10 ? '0' + (x) % 10                                                       \
+                            : '.'),                                                                \
+         (char)((x) >= 100  ? '0' + (x) % 10                                                       \
+                : (x) >= 10 ? '.'                                                                  \
+                            : 0),                                                                  \
+         (char)((x) >= 100 ? '.' : 0)},                                                            \
+            (x) >= 100  ? 4                                                                        \
+            : (x) >= 10 ? 3                                                                        \
+                        : 2                                                                        \
+    }
+#define OCT4(x) OCT(x), OCT((x) + 1), OCT((x) + 2), OCT((x) + 3)
+#define OCT16(x) OCT4(x), OCT4((x) + 4), OCT4((x) + 8), OCT4((x) + 12)
+#define OCT64(x) OCT16(x), OCT16((x) + 16), OCT16((x) + 32), OCT16((x) + 48)
+static const struct {
+    char s[4];
+    unsigned char n;
+} octets[256] = {OCT64(0), OCT64(64), OCT64(128), OCT64(192)};
+#undef OCT64
+#undef OCT16
+#undef OCT4
+#undef OCT
+
 static fy_str_t var(vctx_t *v, const seg_t *s)
 {
     fy_exchange_t *ex = v->ex;
@@ -204,13 +234,10 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
                     (const unsigned char *)&((const struct sockaddr_in *)ex->remote)->sin_addr;
                 char *b = fy_arena_alloc(ex->arena, 16), *w = b;
                 for (int i = 0; i < 4; i++) {
-                    unsigned x = q[i];
-                    if (x >= 100) *w++ = (char)('0' + x / 100);
-                    if (x >= 10) *w++ = (char)('0' + x / 10 % 10);
-                    *w++ = (char)('0' + x % 10);
-                    *w++ = '.';
+                    memcpy(w, octets[q[i]].s, 4); /* at most 16 bytes in all */
+                    w += octets[q[i]].n;
                 }
-                v->client = fy_str(b, (size_t)(w - b - 1));
+                v->client = fy_str(b, (size_t)(w - b - 1)); /* without the last '.' */
             } else if (ex->remote) {
                 char *b = fy_arena_alloc(ex->arena, 64);
                 b[0] = '\0';

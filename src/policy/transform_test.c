@@ -68,6 +68,20 @@ static void test_expand(void)
     compile("$5", &t);
     r = expand(&v, &t);
     CHECK(r.p != NULL && r.len == 0);
+    /* every byte value in every place, against snprintf */
+    for (unsigned x = 0; x < 256; x++) {
+        unsigned char *o = (unsigned char *)&sin.sin_addr;
+        o[0] = (unsigned char)x, o[1] = (unsigned char)(255 - x), o[2] = (unsigned char)(x / 3),
+        o[3] = (unsigned char)(x * 7);
+        char want[20];
+        snprintf(want, sizeof want, "%u.%u.%u.%u", o[0], o[1], o[2], o[3]);
+        v.client = FY_STR_NULL;
+        compile("<{client}>", &t);
+        r = expand(&v, &t);
+        char w2[24];
+        snprintf(w2, sizeof w2, "<%s>", want);
+        CHECK_STRN(r.p, r.len, w2);
+    }
     ex.req.authority = FY_STR_LIT("[::1]:443");
     compile("{host}", &t);
     r = expand(&v, &t);
