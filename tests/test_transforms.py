@@ -237,3 +237,50 @@ def test_transform_h3(server, origin, tmp_path):
     rc, out, _ = gtls(srv.port, ["/plain"], tmp_path)
     assert statuses(out) == [200]
     assert header(out, "x-edited") == ["yes"]
+
+
+NAMES = """      request-id: X-Request-ID
+      response-headers:
+        set: {ETag: '"v1"', www-authenticate: Basic, X-XSS-Protection: "0",
+              x-frame-options: DENY, X-Custom-ID: c1, X-ORIGIN: replaced}
+        append: {x-dns-prefetch-control: "off"}
+"""
+
+
+def raw_names(url, h2):
+    """The response's field names as they came on the wire, in order."""
+    cmd = ["curl", "-s", "--max-time", "10", "-D", "-", "-o", "/dev/null"]
+    if h2:
+        cmd.append("--http2-prior-knowledge")
+    out = subprocess.run(cmd + [url], stdout=subprocess.PIPE, timeout=20).stdout
+    lines = out.decode("latin-1").split("\r\n")[1:]
+    return [l.partition(":")[0] for l in lines if ":" in l]
+
+
+@pytest.mark.parametrize("h2", [False, True])
+def test_transform_configured_names_spelling(server, origin, h2):
+    """Configured response names go out in their h1 spelling on h1 (the config's own when it
+    has a capital, else the canonical one, irregular ones included) and lowercase on h2; a set
+    replaces the origin's field whatever its case."""
+    srv = server(config(origin, NAMES.replace("{", "{{").replace("}", "}}")))
+    names = raw_names(srv.url("/"), h2)
+    want = ["ETag", "WWW-Authenticate", "X-XSS-Protection", "X-Frame-Options", "X-Custom-ID",
+            "X-ORIGIN", "X-DNS-Prefetch-Control", "X-Request-ID"]
+    for n in want:
+        assert (n.lower() if h2 else n) in names, (n, names)
+    assert [n for n in names if n.lower() == "x-origin"] == ["x-origin" if h2 else "X-ORIGIN"]
+    if h2:
+        assert all(n == n.lower() for n in names), names
+    st, h, _ = curl(srv.url("/"), h2=h2)
+    assert st == 200 and h["x-origin"] == ["replaced"] and h["etag"] == ['"v1"']
+    assert h["www-authenticate"] == ["Basic"] and h["x-dns-prefetch-control"] == ["off"]
+
+
+def test_transform_request_id_replaced_once(server, origin):
+    """A bad request id is replaced by one field however many the client sent, and the echo
+    on the response is one field."""
+    srv = server(config(origin, "      request-id: x-request-id"))
+    st, h, body = curl(srv.url("/"), "-H", "X-Request-Id: bad id", "-H", "x-request-id: two")
+    seen = [v for k, v in json.loads(body)["all"] if k == "x-request-id"]
+    assert len(seen) == 1 and re.fullmatch(r"[0-9a-f]{32}", seen[0]), seen
+    assert h["x-request-id"] == seen

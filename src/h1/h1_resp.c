@@ -133,29 +133,51 @@ int fy_h1_parse_response(fy_h1_resp_t *r, const char *buf, size_t len, bool head
 
 /* ---- field-name case on the way out ---- */
 
-/* Names whose registered spelling is not "Each-Word-Capitalised" (RFC 9110 §8.8.3,
- * RFC 6455 §11.3, the IANA field name registry). */
-static const struct {
-    size_t len;
-    const char *lower, *canon;
-} irregular[] = {
-    {4, "etag", "ETag"},
-    {2, "te", "TE"},
-    {16, "www-authenticate", "WWW-Authenticate"},
-    {11, "content-md5", "Content-MD5"},
-    {3, "dnt", "DNT"},
-    {20, "sec-websocket-accept", "Sec-WebSocket-Accept"},
-    {22, "sec-websocket-protocol", "Sec-WebSocket-Protocol"},
-    {24, "sec-websocket-extensions", "Sec-WebSocket-Extensions"},
-    {21, "sec-websocket-version", "Sec-WebSocket-Version"},
-    {16, "x-xss-protection", "X-XSS-Protection"},
-    {15, "x-ua-compatible", "X-UA-Compatible"},
-    {22, "x-dns-prefetch-control", "X-DNS-Prefetch-Control"},
-};
-/* the lengths above, as bits: most names skip the table after one test */
-#define IRREGULAR_LENS                                                                             \
-    ((1u << 2) | (1u << 3) | (1u << 4) | (1u << 11) | (1u << 15) | (1u << 16) | (1u << 20) |       \
-     (1u << 21) | (1u << 22) | (1u << 24))
+/* The canonical spelling of a lowercase name whose registered spelling is not
+ * "Each-Word-Capitalised" (RFC 9110 §8.8.3, RFC 6455 §11.3, the IANA field name registry), or
+ * NULL. A switch on the length leaves at most two candidates, and each memcmp has a constant
+ * size, so the compiler makes it a few word compares instead of a call. */
+#define IRREGULAR(lower, canon)                                                                    \
+    if (memcmp(n, lower, sizeof lower - 1) == 0) return canon
+static const char *irregular(const char *n, size_t len)
+{
+    switch (len) {
+    case 2:
+        IRREGULAR("te", "TE");
+        break;
+    case 3:
+        IRREGULAR("dnt", "DNT");
+        break;
+    case 4:
+        IRREGULAR("etag", "ETag");
+        break;
+    case 11:
+        IRREGULAR("content-md5", "Content-MD5");
+        break;
+    case 15:
+        IRREGULAR("x-ua-compatible", "X-UA-Compatible");
+        break;
+    case 16:
+        IRREGULAR("www-authenticate", "WWW-Authenticate");
+        IRREGULAR("x-xss-protection", "X-XSS-Protection");
+        break;
+    case 20:
+        IRREGULAR("sec-websocket-accept", "Sec-WebSocket-Accept");
+        break;
+    case 21:
+        IRREGULAR("sec-websocket-version", "Sec-WebSocket-Version");
+        break;
+    case 22:
+        IRREGULAR("sec-websocket-protocol", "Sec-WebSocket-Protocol");
+        IRREGULAR("x-dns-prefetch-control", "X-DNS-Prefetch-Control");
+        break;
+    case 24:
+        IRREGULAR("sec-websocket-extensions", "Sec-WebSocket-Extensions");
+        break;
+    }
+    return NULL;
+}
+#undef IRREGULAR
 
 /* Eight bytes at a time (names are tokens: ASCII, so no byte's sum below carries into the
  * next): the high bit of each byte in [lo, hi], and of each byte equal to c. */
@@ -187,21 +209,33 @@ static inline void capitalise(char *c)
     if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 32);
 }
 
-char *fy_h1_put_field_name(char *p, const char *name, size_t len)
+/* fy_h1_put_field_name past its inline fast path (h1_resp.h) */
+char *fy__h1_put_field_name_case(char *p, const char *name, size_t len)
 {
-    memcpy(p, name, len);
+    const char *c;
     if (len < 8) { /* short names byte by byte */
+        memcpy(p, name, len);
         for (size_t i = 0; i < len; i++)
             if (name[i] >= 'A' && name[i] <= 'Z') return p + len; /* someone chose this case */
-        if (IRREGULAR_LENS >> len & 1u) goto irregular;
+        if ((c = irregular(name, len))) {
+            memcpy(p, c, len);
+            return p + len;
+        }
         capitalise(p);
         for (size_t i = 0; i + 1 < len; i++)
             if (name[i] == '-') capitalise(p + i + 1);
         return p + len;
     }
-    for (size_t i = 0; i < len; i += 8)
+    /* the first word decides most names (a configured or an h1 origin's spelling) */
+    uint64_t w0 = word_at(name, 0, len);
+    memcpy(p, name, len);
+    if (bytes_in(w0, 'A', 'Z')) return p + len;
+    for (size_t i = 8; i < len; i += 8)
         if (bytes_in(word_at(name, i, len), 'A', 'Z')) return p + len;
-    if (len < 32 && (IRREGULAR_LENS >> len & 1u)) goto irregular;
+    if ((c = irregular(name, len))) {
+        memcpy(p, c, len);
+        return p + len;
+    }
     capitalise(p); /* Each-Word-Capitalised: the first letter and each after a '-' */
     for (size_t i = 0; i < len; i += 8) {
         size_t at = i + 8 <= len ? i : len - 8;
@@ -210,15 +244,5 @@ char *fy_h1_put_field_name(char *p, const char *name, size_t len)
             if (k < len) capitalise(p + k); /* twice where words overlap: no harm */
         }
     }
-    return p + len;
-irregular:
-    for (size_t k = 0; k < sizeof irregular / sizeof irregular[0]; k++)
-        if (irregular[k].len == len && memcmp(irregular[k].lower, name, len) == 0) {
-            memcpy(p, irregular[k].canon, len);
-            return p + len;
-        }
-    capitalise(p);
-    for (size_t i = 0; i + 1 < len; i++)
-        if (name[i] == '-') capitalise(p + i + 1);
     return p + len;
 }

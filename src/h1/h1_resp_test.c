@@ -561,6 +561,20 @@ static void test_field_name_case(void)
         {"abcdefgh-ijklmno-pq", "Abcdefgh-Ijklmno-Pq"},
         {"x-forwarded-for", "X-Forwarded-For"},
         {"content-security-policy", "Content-Security-Policy"},
+        /* every irregular spelling, and regular names of the same lengths */
+        {"te", "TE"},
+        {"dnt", "DNT"},
+        {"content-md5", "Content-MD5"},
+        {"x-ua-compatible", "X-UA-Compatible"},
+        {"x-frame-options", "X-Frame-Options"},
+        {"x-xss-protection", "X-XSS-Protection"},
+        {"x-content-digest", "X-Content-Digest"},
+        {"sec-websocket-version", "Sec-WebSocket-Version"},
+        {"sec-websocket-protocol", "Sec-WebSocket-Protocol"},
+        {"x-dns-prefetch-control", "X-DNS-Prefetch-Control"},
+        {"x-dns-prefetch-controm", "X-Dns-Prefetch-Controm"},
+        {"sec-websocket-extensions", "Sec-WebSocket-Extensions"},
+        {"tf", "Tf"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[64];

@@ -28,7 +28,9 @@
 #include "http/http_conf.h"
 
 typedef struct fy_header {
-    fy_str_t name; /* lowercase for headers made by ferry; as received for request headers */
+    fy_str_t name; /* lowercase for headers made by ferry (except a transform's configured
+                      response names on an h1 exchange: their h1 spelling, e.g. "ETag", which
+                      the h1 writer copies as is); as received for request headers */
     fy_str_t value;
 } fy_header_t;
 

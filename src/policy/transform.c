@@ -10,6 +10,8 @@
 
 #include <netinet/in.h>
 
+#include "core/alloc.h"
+#include "h1/h1_resp.h"
 #include "http/path.h"
 #include "net/sock.h"
 #include "policy/hname.h"
@@ -107,12 +109,14 @@ const char *fy_transform_template_why(const char *t)
 
 typedef struct rule {
     pcre2_code *re;
+    bool jit; /* JIT-compiled: matched by pcre2_jit_match (no option checks per call) */
     tpl_t to;
     int status;
 } rule_t;
 
 typedef struct hdr_edit {
     fy_hname_t name; /* lowercase (borrowed from the config) */
+    fy_str_t h1name; /* its spelling on h1 (h1_spelling()); owned */
     tpl_t v;
     fy_str_t lit; /* the value when the template is one literal (planned at config time) */
     bool is_lit, append;
@@ -123,7 +127,8 @@ typedef struct hdr_edits {
     size_t n;
     fy_hname_t *remove; /* owned; names borrowed from the config */
     size_t nremove;
-    bool all_lit; /* every value is a literal: no expansion context needed */
+    bool all_lit;  /* every value is a literal: no expansion context needed */
+    bool lit_only; /* all_lit and nothing to remove (apply_lit) */
 } hdr_edits_t;
 
 typedef struct transform_filter {
@@ -132,9 +137,10 @@ typedef struct transform_filter {
     rule_t *redirect, *rewrite; /* owned */
     size_t nredirect, nrewrite;
     hdr_edits_t req, res;
-    size_t reqid_len;
     fy_hname_t reqid;                  /* `request-id`, lowercase */
+    fy_str_t reqid_h1;                 /* its spelling on h1; owned */
     bool need_layer;                   /* a response edit or the request id echoed */
+    bool res_lit_only;                 /* res.lit_only and no request id echoed */
     bool req_work;                     /* rules, request edits or a request id */
     pcre2_match_data *md[MAX_WORKERS]; /* slot w: made and used by worker w only */
 } transform_filter_t;
@@ -147,9 +153,38 @@ typedef struct vctx {
     const PCRE2_SIZE *ov;
     int nmatch;
     fy_str_t reqid;
-    char client[64];
-    bool have_client;
+    fy_str_t client; /* {client}, in the arena once asked for (NULL p: not yet) */
 } vctx_t;
+
+/* Each byte in decimal and a '.', padded to 4 bytes, and how many of them count: {client}
+ * writes an IPv4 address as four 4-byte copies. */
+#define OCT(x)                                                                                     \
+    {                                                                                              \
+        {(char)('0' + ((x) >= 100  ? (x) / 100                                                     \
+                       : (x) >= 10 ? (x) / 10                                                      \
+                                   : (x))),                                                        \
+         (char)((x) >= 100  ? '0' + (x) / 10 % 10                                                  \
+                : (x) >= 10 ? '0' + (x) % 10                                                       \
+                            : '.'),                                                                \
+         (char)((x) >= 100  ? '0' + (x) % 10                                                       \
+                : (x) >= 10 ? '.'                                                                  \
+                            : 0),                                                                  \
+         (char)((x) >= 100 ? '.' : 0)},                                                            \
+            (x) >= 100  ? 4                                                                        \
+            : (x) >= 10 ? 3                                                                        \
+                        : 2                                                                        \
+    }
+#define OCT4(x) OCT(x), OCT((x) + 1), OCT((x) + 2), OCT((x) + 3)
+#define OCT16(x) OCT4(x), OCT4((x) + 4), OCT4((x) + 8), OCT4((x) + 12)
+#define OCT64(x) OCT16(x), OCT16((x) + 16), OCT16((x) + 32), OCT16((x) + 48)
+static const struct {
+    char s[4];
+    unsigned char n;
+} octets[256] = {OCT64(0), OCT64(64), OCT64(128), OCT64(192)};
+#undef OCT64
+#undef OCT16
+#undef OCT4
+#undef OCT
 
 static fy_str_t var(vctx_t *v, const seg_t *s)
 {
@@ -192,26 +227,27 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
     case S_SCHEME:
         return ex->req.scheme;
     case S_CLIENT:
-        if (!v->have_client) {
-            v->client[0] = '\0';
+        if (!v->client.p) {
             if (ex->remote && ex->remote->sa_family == AF_INET) {
                 /* the common case without inet_ntop's generality */
                 const unsigned char *q =
                     (const unsigned char *)&((const struct sockaddr_in *)ex->remote)->sin_addr;
-                char *w = v->client;
+                char *b = fy_arena_alloc(ex->arena, 16), *w = b;
                 for (int i = 0; i < 4; i++) {
-                    unsigned x = q[i];
-                    if (x >= 100) *w++ = (char)('0' + x / 100);
-                    if (x >= 10) *w++ = (char)('0' + x / 10 % 10);
-                    *w++ = (char)('0' + x % 10);
-                    *w++ = i < 3 ? '.' : '\0';
+                    memcpy(w, octets[q[i]].s, 4); /* at most 16 bytes in all */
+                    w += octets[q[i]].n;
                 }
+                v->client = fy_str(b, (size_t)(w - b - 1)); /* without the last '.' */
             } else if (ex->remote) {
-                fy_sock_host_str(ex->remote, v->client, sizeof v->client);
+                char *b = fy_arena_alloc(ex->arena, 64);
+                b[0] = '\0';
+                fy_sock_host_str(ex->remote, b, 64);
+                v->client = fy_str(b, strlen(b));
+            } else {
+                v->client = fy_str("", 0);
             }
-            v->have_client = true;
         }
-        return fy_str(v->client, strlen(v->client));
+        return v->client;
     case S_REQID:
         return v->reqid;
     case S_HEADER: {
@@ -222,22 +258,26 @@ static fy_str_t var(vctx_t *v, const seg_t *s)
     return FY_STR_NULL;
 }
 
-/* The expanded template in the arena (NUL-terminated, not counted). */
+/* The expanded template (not NUL-terminated): a template of one part is that part itself (the
+ * config's, the exchange's or the arena's memory, all alive as long as the exchange), others
+ * are put together in the arena. */
 static fy_str_t expand(vctx_t *v, const tpl_t *t)
 {
+    if (t->n == 1) {
+        fy_str_t r = var(v, &t->s[0]);
+        return r.p ? r : fy_str("", 0); /* never a NULL pointer: it may reach a memcpy */
+    }
     fy_str_t parts[MAX_SEGS];
     size_t n = 0;
     for (size_t i = 0; i < t->n; i++) {
         parts[i] = var(v, &t->s[i]);
         n += parts[i].len;
     }
-    if (t->n == 1 && t->s[0].kind == S_LIT) return parts[0];
-    char *b = fy_arena_alloc(v->ex->arena, n + 1), *w = b;
+    char *b = fy_arena_alloc(v->ex->arena, n ? n : 1), *w = b;
     for (size_t i = 0; i < t->n; i++) {
         if (parts[i].len) memcpy(w, parts[i].p, parts[i].len);
         w += parts[i].len;
     }
-    *w = '\0';
     return fy_str(b, n);
 }
 
@@ -262,39 +302,58 @@ static void remove_named(fy_headers_t *hs, const fy_hname_t *name)
 
 /* Append (name, value): in place while the array has room (the proxy sizes the response's
  * with spare entries), else through fy_headers_add's growth. */
-static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
+static inline void add_hdr(fy_arena_t *a, fy_headers_t *hs, fy_str_t name, fy_str_t val)
 {
     if (hs->n < hs->cap) {
-        hs->v[hs->n].name = fy_str(name->lower, name->len);
+        hs->v[hs->n].name = name;
         hs->v[hs->n].value = val;
         hs->n++;
         return;
     }
-    fy_headers_add(a, hs, name->lower, name->len, val.p, val.len);
+    fy_headers_add(a, hs, name.p, name.len, val.p, val.len);
 }
 
 /* `set`: the first field of that name takes the value in place, the others go; appended when
- * there is none. One pass over the fields. */
-static void set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t val)
+ * there is none. One pass over the fields. `wire`: the name as it is written (name->lower, or
+ * its h1 spelling). */
+static inline __attribute__((always_inline)) void
+set_hdr(fy_arena_t *a, fy_headers_t *hs, const fy_hname_t *name, fy_str_t wire, fy_str_t val)
 {
-    size_t k = 0;
-    bool done = false;
-    for (size_t i = 0; i < hs->n; i++) {
-        if (fy_hname_eq(name, hs->v[i].name)) {
-            if (done) continue;
-            done = true;
-            hs->v[i].name = fy_str(name->lower, name->len);
-            hs->v[i].value = val;
-        }
-        if (k != i) hs->v[k] = hs->v[i];
-        k++;
+    fy_header_t *v = hs->v;
+    size_t i = 0, n = hs->n;
+    while (i < n && !fy_hname_eq(name, v[i].name)) i++;
+    if (i == n) { /* the common case: a name the response does not have */
+        add_hdr(a, hs, wire, val);
+        return;
     }
+    v[i].name = wire;
+    v[i].value = val;
+    size_t k = ++i;
+    for (; i < n; i++)
+        if (!fy_hname_eq(name, v[i].name)) v[k++] = v[i];
     hs->n = k;
-    if (!done) add_hdr(a, hs, name, val);
 }
 
-/* v may be NULL when e->all_lit. */
-static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs)
+static inline fy_str_t lower_of(const fy_hname_t *n)
+{
+    return fy_str(n->lower, n->len);
+}
+
+/* Literal values only and nothing removed (planned at build time): no expansion, no checks. */
+static inline __attribute__((always_inline)) void apply_lit(fy_arena_t *a, const hdr_edits_t *e,
+                                                            fy_headers_t *hs, bool h1)
+{
+    for (const hdr_edit_t *h = e->v, *end = e->v + e->n; h < end; h++) {
+        fy_str_t wire = h1 ? h->h1name : lower_of(&h->name);
+        if (h->append)
+            add_hdr(a, hs, wire, h->lit);
+        else
+            set_hdr(a, hs, &h->name, wire, h->lit);
+    }
+}
+
+/* v may be NULL when e->all_lit. h1: the fields go to an h1 client (names in h1 spelling). */
+static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_headers_t *hs, bool h1)
 {
     for (size_t i = 0; i < e->nremove; i++) remove_named(hs, &e->remove[i]);
     for (size_t i = 0; i < e->n; i++) {
@@ -306,51 +365,74 @@ static void apply_edits(fy_arena_t *a, vctx_t *v, const hdr_edits_t *e, fy_heade
             val = expand(v, &h->v);
             if (h->v.check && !wire_ok(val)) continue; /* e.g. a client's header with a bare CR */
         }
+        fy_str_t wire = h1 ? h->h1name : lower_of(&h->name);
         if (h->append)
-            add_hdr(a, hs, &h->name, val);
+            add_hdr(a, hs, wire, val);
         else
-            set_hdr(a, hs, &h->name, val);
+            set_hdr(a, hs, &h->name, wire, val);
     }
 }
 
 /* ---- response layer ---- */
 
+/* 48 bytes of the exchange's arena (the proxy's exchange nearly fills the h1 arena's first
+ * block: every byte here brings a second block's malloc nearer) */
 typedef struct res_layer {
     fy_sink_layer_t l;
-    transform_filter_t *t;
+    const transform_filter_t *t; /* NULL once the response is edited */
     fy_str_t reqid;
-    bool done;
 } res_layer_t;
 
-static void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+/* An h1 client gets the configured names in their h1 spelling (h1 writes a name holding a
+ * capital as it is, with no per-field casing); h2 and h3 get them lowercase. */
+static inline bool to_h1(const fy_exchange_t *ex)
 {
-    if (rl->done) return;
-    rl->done = true;
-    const hdr_edits_t *e = &rl->t->res;
-    if (e->all_lit) {
-        apply_edits(ex->arena, NULL, e, &ex->res.headers);
+    return ex->req.version < 20;
+}
+
+/* Templates, removals or the request id echoed: out of line, so that the literal-only path of
+ * edit_response() keeps a small frame. */
+static __attribute__((noinline)) void edit_response_full(const transform_filter_t *t,
+                                                         fy_str_t reqid, fy_exchange_t *ex)
+{
+    const hdr_edits_t *e = &t->res;
+    bool h1 = to_h1(ex);
+    if (e->lit_only) {
+        apply_lit(ex->arena, e, &ex->res.headers, h1);
+    } else if (e->all_lit) {
+        apply_edits(ex->arena, NULL, e, &ex->res.headers, h1);
     } else {
-        vctx_t v = {.ex = ex, .reqid = rl->reqid};
-        apply_edits(ex->arena, &v, e, &ex->res.headers);
+        vctx_t v = {.ex = ex, .reqid = reqid};
+        apply_edits(ex->arena, &v, e, &ex->res.headers, h1);
     }
-    const fy_transform_conf_t *c = rl->t->conf;
-    if (c->request_id && c->request_id_response && rl->reqid.len) {
-        remove_named(&ex->res.headers, &rl->t->reqid);
-        add_hdr(ex->arena, &ex->res.headers, &rl->t->reqid, rl->reqid);
-    }
+    const fy_transform_conf_t *c = t->conf;
+    if (c->request_id && c->request_id_response && reqid.len)
+        set_hdr(ex->arena, &ex->res.headers, &t->reqid, h1 ? t->reqid_h1 : lower_of(&t->reqid),
+                reqid);
+}
+
+/* Once, at the first send. */
+static inline __attribute__((always_inline)) void edit_response(res_layer_t *rl, fy_exchange_t *ex)
+{
+    const transform_filter_t *t = rl->t;
+    rl->t = NULL;
+    if (t->res_lit_only)
+        apply_lit(ex->arena, &t->res, &ex->res.headers, to_h1(ex));
+    else
+        edit_response_full(t, rl->reqid, ex);
 }
 
 static void l_send(fy_sink_layer_t *l, fy_exchange_t *ex, const struct iovec *bufs, size_t n,
                    int state)
 {
-    edit_response((res_layer_t *)l, ex);
+    if (((res_layer_t *)l)->t) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send(l, ex, bufs, n, state);
 }
 
 static void l_send_file(fy_sink_layer_t *l, fy_exchange_t *ex, int fd, off_t off, size_t len,
                         int state)
 {
-    edit_response((res_layer_t *)l, ex);
+    if (((res_layer_t *)l)->t) edit_response((res_layer_t *)l, ex);
     fy_layer_next_send_file(l, ex, fd, off, len, state);
 }
 
@@ -370,6 +452,20 @@ static bool reqid_ok(fy_str_t s)
     return true;
 }
 
+/* Eight hex digits of v, one per byte of the result (the digits' order is of no matter: the
+ * bits are random): the nibbles spread one to a byte, then 0..9 -> '0'..'9', 10..15 ->
+ * 'a'..'f' (a byte >= 10 gets 0x10 from the + 6). */
+static inline uint64_t hex8(uint32_t v)
+{
+    uint64_t x = v;
+    x = (x | x << 16) & 0x0000ffff0000ffffull;
+    x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+    x = (x | x << 4) & 0x0f0f0f0f0f0f0f0full;
+    uint64_t ge10 = ((x + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
+    return x + 0x3030303030303030ull + ge10 * ('a' - '0' - 10);
+}
+
+/* 32 hex digits (not NUL-terminated) in the arena. */
 static fy_str_t new_reqid(fy_arena_t *a)
 {
     static __thread uint64_t s0, s1;
@@ -380,22 +476,16 @@ static fy_str_t new_reqid(fy_arena_t *a)
         if (f) fclose(f);
         s1 |= 1;
     }
-    char *b = fy_arena_alloc(a, 33);
-    static const char hex[] = "0123456789abcdef";
+    char *b = fy_arena_alloc(a, 32);
     for (int k = 0; k < 2; k++) {
         /* xorshift128+ */
         uint64_t x = s0, y = s1;
         s0 = y;
         x ^= x << 23;
         s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
-        uint64_t r = s1 + y;
-        /* two hex digits per step */
-        for (int i = 0; i < 8; i++, r >>= 8) {
-            b[k * 16 + 2 * i] = hex[(r >> 4) & 15];
-            b[k * 16 + 2 * i + 1] = hex[r & 15];
-        }
+        uint64_t r = s1 + y, w[2] = {hex8((uint32_t)r), hex8((uint32_t)(r >> 32))};
+        memcpy(b + 16 * k, w, 16);
     }
-    b[32] = '\0';
     return fy_str(b, 32);
 }
 
@@ -410,7 +500,8 @@ static pcre2_match_data *md_of(transform_filter_t *t, int w)
 static bool rule_match(const rule_t *r, pcre2_match_data *md, vctx_t *v)
 {
     fy_str_t p = v->ex->req.path;
-    int rc = pcre2_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL);
+    int rc = r->jit ? pcre2_jit_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL)
+                    : pcre2_match(r->re, (PCRE2_SPTR)p.p, p.len, 0, 0, md, NULL);
     if (rc < 0) return false;
     v->subject = p.p;
     v->ov = pcre2_get_ovector_pointer(md);
@@ -418,19 +509,27 @@ static bool rule_match(const rule_t *r, pcre2_match_data *md, vctx_t *v)
     return true;
 }
 
+/* The filter's on_request when it has response edits only (chosen at build time): the layer
+ * and nothing else. */
+static fy_filter_verdict_t on_request_res(fy_filter_t *f, fy_exchange_t *ex)
+{
+    res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
+    rl->t = (transform_filter_t *)f;
+    rl->reqid = FY_STR_NULL;
+    fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
+    return FY_FILTER_NEXT;
+}
+
+static fy_filter_verdict_t on_request_none(fy_filter_t *f, fy_exchange_t *ex)
+{
+    (void)f, (void)ex;
+    return FY_FILTER_NEXT;
+}
+
 static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
 {
     transform_filter_t *t = (transform_filter_t *)f;
     const fy_transform_conf_t *c = t->conf;
-    if (!t->req_work) { /* response edits only (planned at build time) */
-        if (!t->need_layer) return FY_FILTER_NEXT;
-        res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
-        rl->t = t;
-        rl->reqid = FY_STR_NULL;
-        rl->done = false;
-        fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
-        return FY_FILTER_NEXT;
-    }
     vctx_t v = {.ex = ex};
     if (c->request_id) {
         const fy_header_t *h = NULL;
@@ -440,15 +539,16 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             v.reqid = h->value;
         } else {
             v.reqid = new_reqid(ex->arena);
-            remove_named(&ex->req.headers, &t->reqid);
-            add_hdr(ex->arena, &ex->req.headers, &t->reqid, v.reqid);
+            if (h) /* a bad one: replaced (and any other of that name goes) */
+                set_hdr(ex->arena, &ex->req.headers, &t->reqid, lower_of(&t->reqid), v.reqid);
+            else
+                add_hdr(ex->arena, &ex->req.headers, lower_of(&t->reqid), v.reqid);
         }
     }
     if (t->need_layer) {
         res_layer_t *rl = fy_arena_alloc(ex->arena, sizeof *rl);
         rl->t = t;
         rl->reqid = v.reqid;
-        rl->done = false;
         fy_exchange_push_layer(ex, &rl->l, &res_layer_ops, FY_STAGE_REWRITE);
     }
     pcre2_match_data *md = (t->nredirect || t->nrewrite) ? md_of(t, ex->ctx->worker_id) : NULL;
@@ -491,6 +591,13 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
                 fy_exchange_fail(ex, 500, "rewrite produced an invalid path");
                 return FY_FILTER_DONE;
             }
+            if (path.p == np.p && (q ? query.len > 0 : !query.len)) {
+                /* the expansion is the whole target already (arena or config memory) */
+                ex->req.target = np;
+                ex->req.path = path;
+                ex->req.query = query.len ? query : FY_STR_NULL;
+                break;
+            }
             size_t tl = path.len + (query.len ? 1 + query.len : 0);
             char *tg = fy_arena_alloc(ex->arena, tl);
             memcpy(tg, path.p, path.len);
@@ -504,7 +611,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *f, fy_exchange_t *ex)
             break;
         }
     }
-    apply_edits(ex->arena, &v, &t->req, &ex->req.headers);
+    apply_edits(ex->arena, &v, &t->req, &ex->req.headers, false);
     return FY_FILTER_NEXT;
 }
 
@@ -515,6 +622,9 @@ static void destroy(fy_filter_t *f)
     transform_filter_t *t = (transform_filter_t *)f;
     for (size_t i = 0; i < t->nredirect; i++) pcre2_code_free(t->redirect[i].re);
     for (size_t i = 0; i < t->nrewrite; i++) pcre2_code_free(t->rewrite[i].re);
+    for (size_t i = 0; i < t->req.n; i++) free((char *)t->req.v[i].h1name.p);
+    for (size_t i = 0; i < t->res.n; i++) free((char *)t->res.v[i].h1name.p);
+    free((char *)t->reqid_h1.p);
     free(t->redirect);
     free(t->rewrite);
     free(t->req.v);
@@ -525,10 +635,24 @@ static void destroy(fy_filter_t *f)
     free(t);
 }
 
+/* Which on_request is decided once, at build time, from what the config asks for: a route
+ * whose transform has nothing to do on the request pays only for its response layer. */
 static const fy_filter_ops_t transform_ops = {
     .name = "transform",
     .stage = FY_STAGE_REWRITE,
     .on_request = on_request,
+    .destroy = destroy,
+};
+static const fy_filter_ops_t transform_res_ops = {
+    .name = "transform",
+    .stage = FY_STAGE_REWRITE,
+    .on_request = on_request_res,
+    .destroy = destroy,
+};
+static const fy_filter_ops_t transform_none_ops = {
+    .name = "transform",
+    .stage = FY_STAGE_REWRITE,
+    .on_request = on_request_none,
     .destroy = destroy,
 };
 
@@ -547,7 +671,7 @@ static int build_rules(const fy_conf_list_t *l, rule_t **out, size_t *nout, char
             snprintf(err, errlen, "transform: bad regex '%s'", rc[i].match);
             return -1;
         }
-        pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE);
+        r->jit = pcre2_jit_compile(r->re, PCRE2_JIT_COMPLETE) == 0;
         const char *why = compile(rc[i].to, &r->to);
         if (why) {
             snprintf(err, errlen, "transform: template '%s': %s", rc[i].to, why);
@@ -557,6 +681,18 @@ static int build_rules(const fy_conf_list_t *l, rule_t **out, size_t *nout, char
         (*nout)++;
     }
     return 0;
+}
+
+/* The h1 spelling of a configured name (malloc'd): as written when it has a capital (the h1
+ * writer keeps such a name as it is, and so do we), else the canonical case, irregular
+ * spellings included ("www-authenticate" -> "WWW-Authenticate"), from the h1 writer itself. */
+static fy_str_t h1_spelling(const char *name)
+{
+    size_t n = strlen(name);
+    char *b = fy_xmalloc(n + 1);
+    fy_h1_put_field_name(b, name, n);
+    b[n] = '\0';
+    return fy_str(b, n);
 }
 
 static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *err, size_t errlen)
@@ -576,8 +712,10 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
         const fy_conf_strmap_t *m = pass ? &h->append : &h->set;
         for (size_t i = 0; i < m->n; i++) {
             hdr_edit_t *x = &e->v[e->n];
-            /* names go on the wire lowercase (h2/h3 require it) */
+            /* names are matched and sent on h2/h3 lowercase (h2/h3 require it), on h1 in their
+               h1 spelling */
             char *nm = m->keys[i];
+            x->h1name = h1_spelling(nm);
             for (char *p = nm; *p; p++)
                 if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
             fy_hname_init(&x->name, nm);
@@ -585,6 +723,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             const char *why = compile(m->values[i], &x->v);
             if (why) {
                 snprintf(err, errlen, "transform: header %s: %s", nm, why);
+                free((char *)x->h1name.p); /* not counted in e->n: destroy() won't see it */
                 return -1;
             }
             /* a literal value needs no expansion and no check per request (compile() made
@@ -597,6 +736,7 @@ static int build_edits(const fy_transform_headers_t *h, hdr_edits_t *e, char *er
             e->n++;
         }
     }
+    e->lit_only = e->all_lit && !e->nremove;
     return 0;
 }
 
@@ -607,9 +747,9 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
     t->f.ops = &transform_ops;
     t->conf = conf;
     if (conf->request_id) {
+        t->reqid_h1 = h1_spelling(conf->request_id);
         for (char *p = conf->request_id; *p; p++)
             if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-        t->reqid_len = strlen(conf->request_id);
         fy_hname_init(&t->reqid, conf->request_id);
     }
     if (build_rules(&conf->redirect, &t->redirect, &t->nredirect, err, errlen) < 0 ||
@@ -621,5 +761,7 @@ fy_filter_t *fy_transform_filter_new(const fy_transform_conf_t *conf, char *err,
     }
     t->need_layer = t->res.n || t->res.nremove || (conf->request_id && conf->request_id_response);
     t->req_work = t->nredirect || t->nrewrite || t->req.n || t->req.nremove || conf->request_id;
+    t->res_lit_only = t->res.lit_only && !(conf->request_id && conf->request_id_response);
+    if (!t->req_work) t->f.ops = t->need_layer ? &transform_res_ops : &transform_none_ops;
     return &t->f;
 }

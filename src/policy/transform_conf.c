@@ -113,7 +113,9 @@ static const fy_conf_directive_t headers_table[] = {
      .offset = H(set),
      .validate = validate_tpl_map,
      .doc = "Headers set to a template value (any of that name are replaced), e.g. "
-            "`{x-client: \"{client}\"}`."},
+            "`{x-client: \"{client}\"}`. Names match in any case; an h1 client gets a "
+            "response name spelled as written when it has a capital, else in canonical case "
+            "(`ETag`, `X-Frame-Options`), h2 and h3 lowercase."},
     {.key = "append",
      .type = FY_CT_STRMAP,
      .offset = H(append),
