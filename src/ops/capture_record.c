@@ -1,6 +1,5 @@
-/* The capture store's records: sized, then encoded in one pass into memory the caller holds
- * (the store's queue), so a flow is copied once on its way to disk; parsed for the index in
- * place. */
+/* The capture store's records: encoded in one pass into memory the caller holds (the store's
+ * queue), so a flow is copied once on its way to disk; parsed for the index in place. */
 #include "ops/capture_record.h"
 
 #include <errno.h>
@@ -41,30 +40,16 @@ static inline fy_str_t hval(const fy__cs_rec_edit_t *e, const fy_cs_header_t *h)
     return e->hred && fy__cs_hred_match(e->hred, h->name) ? red : h->value;
 }
 
-/* Header i of direction d as stored (e->red computed) */
-static inline fy_str_t sval(const fy__cs_rec_edit_t *e, int d, size_t i, const fy_cs_header_t *h)
-{
-    if (i < 64) return e->red[d] >> i & 1 ? red : h->value;
-    return hval(e, h);
-}
-
-size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e)
+size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e)
 {
     size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
     n += f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len;
     n += e->req_body.len + e->res_body.len;
     n += (f->n_req_headers + f->n_res_headers) * 8;
-    /* one pass per direction: the redaction mask and the sizes together */
     for (int d = 0; d < 2; d++) {
         const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
         size_t nh = d ? f->n_res_headers : f->n_req_headers;
-        uint64_t m = 0;
-        for (size_t i = 0; i < nh; i++) {
-            bool r = e->hred && fy__cs_hred_match(e->hred, h[i].name);
-            if (r && i < 64) m |= 1ull << i;
-            n += h[i].name.len + (r ? red.len : h[i].value.len);
-        }
-        e->red[d] = m;
+        for (size_t i = 0; i < nh; i++) n += h[i].name.len + hval(e, &h[i]).len;
     }
     if (f->n_meta) {
         n += 4 + f->n_meta * 8;
@@ -108,11 +93,22 @@ static inline bool is_ctype(fy_str_t name)
     return ((a | fold) == fa) && ((b | fold) == fb);
 }
 
-void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e, uint64_t id,
-                       uint32_t ct[2])
+/* A field that does not fit before `end` ends the encoding (0): the caller grows its buffer
+   and encodes again, which is rare. One compare per header (name and value together), where a
+   sizing pass first was a second walk over every header (~150 instructions a flow). */
+#define ROOM(n)                                                                                    \
+    do {                                                                                           \
+        if ((size_t)(end - p) < (n)) return 0;                                                     \
+    } while (0)
+
+size_t fy__cs_rec_encode(char *dst, size_t room, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e,
+                         uint64_t id, uint32_t ct[2])
 {
     ct[0] = ct[1] = 0;
     char *p = dst;
+    const char *end = dst + room;
+    ROOM(8 + 64 + 4 * 5 + f->method.len + f->scheme.len + f->authority.len + f->target.len +
+         f->error.len);
     memcpy(p, FY__CS_REC_MAGIC, 4);
     p += 8; /* the length, filled below */
     p = w64(p, id);
@@ -132,31 +128,44 @@ void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t
     p = wstr(p, f->authority);
     p = wstr(p, f->target);
     p = wstr(p, f->error);
+    const fy__cs_hred_t *hr = e->hred;
     for (size_t i = 0; i < f->n_req_headers; i++) {
-        p = wstr(p, f->req_headers[i].name);
-        p = wstr(p, sval(e, 0, i, &f->req_headers[i]));
+        const fy_cs_header_t *h = &f->req_headers[i];
+        fy_str_t v = hr && fy__cs_hred_match(hr, h->name) ? red : h->value;
+        ROOM(8 + h->name.len + v.len);
+        p = wstr(p, h->name);
+        p = wstr(p, v);
     }
     for (size_t i = 0; i < f->n_res_headers; i++) {
         const fy_cs_header_t *h = &f->res_headers[i];
+        fy_str_t v = hr && fy__cs_hred_match(hr, h->name) ? red : h->value;
+        ROOM(8 + h->name.len + v.len);
         p = wstr(p, h->name);
-        fy_str_t v = sval(e, 1, i, h);
         if (!ct[0] && is_ctype(h->name)) {
             ct[0] = (uint32_t)(p + 4 - dst);
             ct[1] = (uint32_t)v.len;
         }
         p = wstr(p, v);
     }
+    ROOM(8 + (f->n_meta ? 4 : 0) + e->req_body.len + e->res_body.len); /* and the meta count */
     p = wstr(p, e->req_body);
     p = wstr(p, e->res_body);
     if (f->n_meta) {
         p = w32(p, (uint32_t)f->n_meta);
+        const fy_cs_header_t *m = f->meta;
+        const fy_str_t *mv = e->meta_values;
         for (size_t i = 0; i < f->n_meta; i++) {
-            p = wstr(p, f->meta[i].name);
-            p = wstr(p, e->meta_values ? e->meta_values[i] : f->meta[i].value);
+            fy_str_t v = mv ? mv[i] : m[i].value;
+            ROOM(8 + m[i].name.len + v.len);
+            p = wstr(p, m[i].name);
+            p = wstr(p, v);
         }
     }
     w32(dst + 4, (uint32_t)(p - dst));
+    return (size_t)(p - dst);
 }
+
+#undef ROOM
 
 /* ---- reading ---- */
 

@@ -78,17 +78,16 @@ typedef struct fy__cs_rec_edit {
     unsigned flags;
     const fy_str_t *meta_values;
     const fy__cs_hred_t *hred;
-    uint64_t red[2]; /* set by fy__cs_rec_size: bit i, header i (< 64) of the request, response
-                        is redacted */
 } fy__cs_rec_edit_t;
 
-/* Bytes the record of f with edit e takes (and e->red, for fy__cs_rec_encode). */
-size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e);
-/* Encode it at dst (fy__cs_rec_size bytes) with `id`. ct: where the first response
-   Content-Type value is in the record (offset, length; 0, 0 when there is none), for
-   fy__cs_rec_index_encoded. */
-void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e, uint64_t id,
-                       uint32_t ct[2]);
+/* Bytes the record of f with edit e takes (the tests check the encoder against it). */
+size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e);
+/* Encode the record of f with edit e and `id` at dst, in at most `room` bytes: its length
+   (fy__cs_rec_size), or 0 when it needs more room (dst[0..room) is then scratch: encode again
+   into a larger buffer). ct: where the first response Content-Type value is in the record
+   (offset, length; 0, 0 when there is none), for fy__cs_rec_index_encoded. */
+size_t fy__cs_rec_encode(char *dst, size_t room, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e,
+                         uint64_t id, uint32_t ct[2]);
 
 /* What the index keeps of a record: e's strings point into the record (not NUL-terminated:
    the lengths are in *lens, method, host, target, ctype). 0, or -EIO when the record (whole,

@@ -78,10 +78,21 @@ static void test_roundtrip(void)
                            .hred = &t};
     size_t n = fy__cs_rec_size(&f, &e);
     char *buf = malloc(n + 1);
-    buf[n] = 'Z';
     uint32_t ct[2];
-    fy__cs_rec_encode(buf, &f, &e, 77, ct);
+    /* too little room: refused, and nothing written past it (the guard byte) */
+    for (size_t room = 0; room < n; room++) {
+        buf[room] = 'Z';
+        CHECK_EQ_INT(fy__cs_rec_encode(buf, room, &f, &e, 77, ct), 0);
+        CHECK(buf[room] == 'Z');
+    }
+    buf[n] = 'Z';
+    CHECK_EQ_INT(fy__cs_rec_encode(buf, n, &f, &e, 77, ct), n);
     CHECK(buf[n] == 'Z'); /* the size was exact */
+    char *big = malloc(n + 100);
+    uint32_t ct2[2];
+    CHECK_EQ_INT(fy__cs_rec_encode(big, n + 100, &f, &e, 77, ct2), n);
+    CHECK(memcmp(big, buf, n) == 0 && ct2[0] == ct[0] && ct2[1] == ct[1]);
+    free(big);
     uint32_t len;
     memcpy(&len, buf + 4, 4);
     CHECK_EQ_INT(len, n);
@@ -139,7 +150,7 @@ static void test_ctype_position(void)
     size_t n = fy__cs_rec_size(&f, &e);
     char *buf = malloc(n);
     uint32_t ct[2];
-    fy__cs_rec_encode(buf, &f, &e, 1, ct);
+    CHECK_EQ_INT(fy__cs_rec_encode(buf, n, &f, &e, 1, ct), n);
     CHECK_EQ_INT(ct[1], 1);
     CHECK(ct[0] < n && buf[ct[0]] == 'y');
     fy_cs_entry_t a;

@@ -552,19 +552,9 @@ int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
         mv = f->n_meta ? redact_meta(cs, f) : NULL;
         e.meta_values = mv;
     }
-    size_t n = fy__cs_rec_size(f, &e);
     int r = -1;
     pthread_mutex_lock(&cs->qlock);
-    if (!cs->stop && cs->qn < cs->conf.max_queue && cs->qbytes + n <= cs->conf.max_queue_bytes) {
-        if (cs->q_len + n > cs->q_cap) {
-            size_t nc = cs->q_cap ? cs->q_cap * 2 : 64 * 1024;
-            while (nc < cs->q_len + n) nc *= 2;
-            char *nq = realloc(cs->q, nc);
-            if (nq) {
-                cs->q = nq;
-                cs->q_cap = nc;
-            }
-        }
+    if (!cs->stop && cs->qn < cs->conf.max_queue && cs->qbytes < cs->conf.max_queue_bytes) {
         if (cs->qn == cs->qct_cap) {
             size_t nc = cs->qct_cap ? cs->qct_cap * 2 : 256;
             void *nq = realloc(cs->qct, nc * sizeof *cs->qct);
@@ -573,9 +563,26 @@ int fy_cs_submit(fy_cs_t *cs, const fy_cs_flow_t *f)
                 cs->qct_cap = nc;
             }
         }
-        if (cs->q_len + n <= cs->q_cap && cs->qn < cs->qct_cap) {
-            /* ids are given in queue order, under qlock; encoded once, in place */
-            fy__cs_rec_encode(cs->q + cs->q_len, f, &e, cs->next_id++, cs->qct[cs->qn]);
+        /* encoded once, in place, in one pass: a record that does not fit grows the queue
+           (doubling) and is encoded again; one past max_queue_bytes is dropped */
+        uint64_t lim = cs->conf.max_queue_bytes - cs->qbytes;
+        size_t n = 0;
+        while (cs->qn < cs->qct_cap) {
+            size_t room = cs->q_cap - cs->q_len;
+            if (room > lim) room = (size_t)lim;
+            /* ids are given in queue order, under qlock (the id is taken only when stored) */
+            n = cs->q ? fy__cs_rec_encode(cs->q + cs->q_len, room, f, &e, cs->next_id,
+                                          cs->qct[cs->qn])
+                      : 0;
+            if (n || room == lim) break;
+            size_t nc = cs->q_cap ? cs->q_cap * 2 : 64 * 1024;
+            char *nq = realloc(cs->q, nc);
+            if (!nq) break;
+            cs->q = nq;
+            cs->q_cap = nc;
+        }
+        if (n) {
+            cs->next_id++;
             cs->q_len += n;
             cs->qn++;
             cs->qbytes += n;
