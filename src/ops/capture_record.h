@@ -90,8 +90,9 @@ size_t fy__cs_rec_encode(char *dst, size_t room, const fy_cs_flow_t *f, const fy
                          uint64_t id, uint32_t ct[2]);
 
 /* What the index keeps of a record: e's strings point into the record (not NUL-terminated:
-   the lengths are in *lens, method, host, target, ctype). 0, or -EIO when the record (whole,
-   magic and length included) is not a valid one; the same records as fy__cs_rec_decode. */
+   the lengths are in *lens, method, host, target, ctype; the first three in that order, as the
+   record holds them, which the index relies on to copy them as one run). 0, or -EIO when the record
+   (whole, magic and length included) is not a valid one; the same records as fy__cs_rec_decode. */
 int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4]);
 /* The same for a record fy__cs_rec_encode wrote (trusted: not checked), with its ct. */
 void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t *e,

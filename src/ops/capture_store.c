@@ -167,11 +167,19 @@ static int index_add(fy_cs_t *cs, seg_t *s, const char *rec, uint64_t off, uint3
     else if (fy__cs_rec_index(rec, len, e, str) < 0)
         return -EIO;
     cs->elen++;
-    /* one bump allocation per entry from its segment's strings (was four mallocs) */
-    char *at = seg_alloc(s, str[0].len + str[1].len + str[2].len + str[3].len + 4);
-    e->method = put_str(&at, str[0]);
-    e->host = put_str(&at, str[1]);
-    e->target = put_str(&at, str[2]);
+    /* one bump allocation per entry from its segment's strings (was four mallocs). Method,
+       authority and target lie in the record in that order, between length prefixes (and the
+       scheme): they are copied as one run, each ended by a NUL over the prefix after it. */
+    size_t run = (size_t)(str[2].p + str[2].len - str[0].p);
+    char *at = seg_alloc(s, run + 1 + str[3].len + 1);
+    fy__cs_copy(at, str[0].p, run);
+    e->method = at;
+    e->host = at + (str[1].p - str[0].p);
+    e->target = at + (str[2].p - str[0].p);
+    e->method[str[0].len] = 0;
+    e->host[str[1].len] = 0;
+    e->target[str[2].len] = 0;
+    at += run + 1;
     e->ctype = put_str(&at, str[3]);
     e->seg = s->seq;
     e->off = off;

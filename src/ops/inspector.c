@@ -151,6 +151,8 @@ typedef struct cap_layer {
     uint64_t req_seen, res_seen;
     void (*saved_on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
     fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
+    bool small_used;  /* `small` is req's or res's first buffer */
+    char small[64];   /* the first body buffer: a small body needs no arena allocation */
 } cap_layer_t;
 
 /* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 64 bytes)
@@ -164,7 +166,13 @@ static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len,
         size_t nc = *cap ? *cap * 2 : 64;
         while (nc < len + k) nc *= 2;
         if (nc > c->max) nc = c->max;
-        char *nb = fy_arena_alloc(ex->arena, nc);
+        char *nb;
+        if (!*cap && nc <= sizeof c->small && !c->small_used) {
+            nb = c->small;
+            c->small_used = true;
+        } else {
+            nb = fy_arena_alloc(ex->arena, nc);
+        }
         if (len) memcpy(nb, *buf, len);
         *buf = nb;
         *cap = nc;
@@ -295,7 +303,8 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
         atomic_fetch_add_explicit(&f->ins->sampled_out, 1, memory_order_relaxed);
         return FY_FILTER_NEXT;
     }
-    cap_layer_t *c = fy_arena_calloc(ex->arena, sizeof *c);
+    cap_layer_t *c = fy_arena_alloc(ex->arena, sizeof *c);
+    memset(c, 0, offsetof(cap_layer_t, small)); /* `small` is scratch */
     c->f = f;
     c->sampled = sampled;
     c->max = f->bodies ? f->ins->body_cap : 0;
@@ -411,7 +420,8 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     size_t mmax = FY__INSP_MAX_META;
     fy_cs_header_t *meta = nws ? fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta) : local;
     f.meta = meta;
-    f.n_meta = fy__insp_meta(ex, meta, mmax);
+    char digits[FY__INSP_META_DIGITS];
+    f.n_meta = fy__insp_meta(ex, meta, mmax, digits);
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }
