@@ -251,19 +251,40 @@ int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
     str[2] = rstr(&r); /* target */
     rstr(&r);          /* error */
     str[3] = FY_STR_LIT("");
+    /* the headers: skipped by their lengths, one bound check each (the index is rebuilt
+       from every stored record at start) */
+    if (r.bad) return -EIO;
+    size_t i = r.i;
+    for (uint32_t k = 0; k < 2 * nq; k++) { /* nq <= n / 8: no overflow */
+        uint32_t l;
+        if (n - i < 4) return -EIO;
+        memcpy(&l, p + i, 4);
+        if (l > n - i - 4) return -EIO;
+        i += 4 + (size_t)l;
+    }
     bool ct = false;
-    for (uint32_t i = 0; i < nq + ns && !r.bad; i++) {
-        fy_str_t name = rstr(&r), value = rstr(&r);
-        if (i >= nq && !ct && name.len == 12 && fy_str_ieq(name, "content-type", 12)) {
-            str[3] = value;
+    for (uint32_t k = 0; k < ns; k++) {
+        uint32_t nl, vl;
+        if (n - i < 4) return -EIO;
+        memcpy(&nl, p + i, 4);
+        if (nl > n - i - 4) return -EIO;
+        const char *name = p + i + 4;
+        i += 4 + (size_t)nl;
+        if (n - i < 4) return -EIO;
+        memcpy(&vl, p + i, 4);
+        if (vl > n - i - 4) return -EIO;
+        if (!ct && nl == 12 && fy_str_ieq(fy_str(name, 12), "content-type", 12)) {
+            str[3] = fy_str(p + i + 4, vl);
             ct = true;
         }
+        i += 4 + (size_t)vl;
     }
+    r.i = i;
     rstr(&r);
     rstr(&r);
     uint32_t nm = r.i < n ? ru32(&r) : 0;
     if (!r.bad && nm && nm <= n / 8) {
-        for (uint32_t i = 0; i < nm; i++) {
+        for (uint32_t k = 0; k < nm; k++) {
             rstr(&r);
             rstr(&r);
         }
