@@ -390,7 +390,8 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     }
     struct timeval now;
     gettimeofday(&now, NULL);
-    fy_cs_flow_t f = {0};
+    fy_cs_flow_t f; /* every field set below (zeroing it first was ~30 instructions) */
+    f.id = 0;
     f.start_us = (int64_t)now.tv_sec * 1000000 + now.tv_usec - (int64_t)total * 1000;
     f.duration_ms = (uint32_t)total;
     f.ttfb_ms = ex->head_ms >= ex->start_ms ? (uint32_t)(ex->head_ms - ex->start_ms) : 0;
@@ -401,7 +402,7 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.scheme = ex->req.scheme;
     f.authority = ex->req.authority;
     f.target = ex->req.target;
-    if (ex->error) f.error = fy_str(ex->error, strlen(ex->error));
+    f.error = ex->error ? fy_str(ex->error, strlen(ex->error)) : FY_STR_NULL;
     f.req_headers = conv(&ex->req.headers);
     f.n_req_headers = ex->req.headers.n;
     f.res_headers = conv(&ex->res.headers);
