@@ -39,34 +39,50 @@ static inline bool fy__cs_hred_match(const fy__cs_hred_t *t, fy_str_t name)
 }
 
 /* Most strings of a record are short (names, values of a few bytes): copied inline, not by a
-   call to memcpy each (callgrind: a tenth of the capture cost was memcpy calls). */
+   call to memcpy each (callgrind: a tenth of the capture cost was memcpy calls), and through
+   one jump on the length rather than a chain of size tests (~7 instructions a string less). */
 static inline void fy__cs_copy(char *d, const char *s, size_t n)
 {
-    if (n > 32) {
-        memcpy(d, s, n);
-    } else if (n >= 16) {
-        char a[16], b[16];
-        memcpy(a, s, 16);
-        memcpy(b, s + n - 16, 16);
-        memcpy(d, a, 16);
-        memcpy(d + n - 16, b, 16);
-    } else if (n >= 8) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4) {
+    switch (n) {
+    case 0:
+        return;
+    case 1:
+        d[0] = s[0];
+        return;
+    case 2 ... 3: {
+        uint16_t a, b;
+        memcpy(&a, s, 2);
+        memcpy(&b, s + n - 2, 2);
+        memcpy(d, &a, 2);
+        memcpy(d + n - 2, &b, 2);
+        return;
+    }
+    case 4 ... 7: {
         uint32_t a, b;
         memcpy(&a, s, 4);
         memcpy(&b, s + n - 4, 4);
         memcpy(d, &a, 4);
         memcpy(d + n - 4, &b, 4);
-    } else if (n) {
-        char a = s[0], b = s[n / 2], c = s[n - 1];
-        d[0] = a;
-        d[n / 2] = b;
-        d[n - 1] = c;
+        return;
+    }
+    case 8 ... 15: {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+        return;
+    }
+    case 16 ... 32: {
+        char a[16], b[16];
+        memcpy(a, s, 16);
+        memcpy(b, s + n - 16, 16);
+        memcpy(d, a, 16);
+        memcpy(d + n - 16, b, 16);
+        return;
+    }
+    default:
+        memcpy(d, s, n);
     }
 }
 
