@@ -228,72 +228,6 @@ static void fixed(rd_t *r, fy_cs_flow_t *f, uint32_t *nq, uint32_t *ns)
     *ns = ru32(r);
 }
 
-int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
-{
-    rd_t r = {p, n, 8, false};
-    if (n < 8 + FY__CS_REC_FIXED || memcmp(p, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
-    fy_cs_flow_t f;
-    uint32_t nq, ns;
-    fixed(&r, &f, &nq, &ns);
-    if (r.bad || nq > n / 8 || ns > n / 8) return -EIO;
-    e->id = f.id;
-    e->start_us = f.start_us;
-    e->duration_ms = f.duration_ms;
-    e->status = f.status;
-    e->version = f.version;
-    e->stream_id = f.stream_id;
-    e->flags = f.flags;
-    e->req_size = f.req_size;
-    e->res_size = f.res_size;
-    str[0] = rstr(&r); /* method */
-    rstr(&r);          /* scheme */
-    str[1] = rstr(&r); /* authority */
-    str[2] = rstr(&r); /* target */
-    rstr(&r);          /* error */
-    str[3] = FY_STR_LIT("");
-    /* the headers: skipped by their lengths, one bound check each (the index is rebuilt
-       from every stored record at start) */
-    if (r.bad) return -EIO;
-    size_t i = r.i;
-    for (uint32_t k = 0; k < 2 * nq; k++) { /* nq <= n / 8: no overflow */
-        uint32_t l;
-        if (n - i < 4) return -EIO;
-        memcpy(&l, p + i, 4);
-        if (l > n - i - 4) return -EIO;
-        i += 4 + (size_t)l;
-    }
-    bool ct = false;
-    for (uint32_t k = 0; k < ns; k++) {
-        uint32_t nl, vl;
-        if (n - i < 4) return -EIO;
-        memcpy(&nl, p + i, 4);
-        if (nl > n - i - 4) return -EIO;
-        const char *name = p + i + 4;
-        i += 4 + (size_t)nl;
-        if (n - i < 4) return -EIO;
-        memcpy(&vl, p + i, 4);
-        if (vl > n - i - 4) return -EIO;
-        if (!ct && nl == 12 && fy_str_ieq(fy_str(name, 12), "content-type", 12)) {
-            str[3] = fy_str(p + i + 4, vl);
-            ct = true;
-        }
-        i += 4 + (size_t)vl;
-    }
-    r.i = i;
-    rstr(&r);
-    rstr(&r);
-    uint32_t nm = r.i < n ? ru32(&r) : 0;
-    if (!r.bad && nm && nm <= n / 8) {
-        for (uint32_t k = 0; k < nm; k++) {
-            rstr(&r);
-            rstr(&r);
-        }
-    } else if (nm) {
-        r.bad = true;
-    }
-    return r.bad ? -EIO : 0;
-}
-
 static inline uint32_t g32(const char *p)
 {
     uint32_t v;
@@ -306,6 +240,63 @@ static inline uint64_t g64(const char *p)
     uint64_t v;
     memcpy(&v, p, 8);
     return v;
+}
+
+/* The string at p[*i] (u32 length, bytes) into *out, *i past it: false when it runs past n
+   (*i <= n stays true). */
+static inline bool skip(const char *p, size_t n, size_t *i, fy_str_t *out)
+{
+    uint32_t l;
+    if (n - *i < 4) return false;
+    memcpy(&l, p + *i, 4);
+    if (l > n - *i - 4) return false;
+    *out = fy_str(p + *i + 4, l);
+    *i += 4 + (size_t)l;
+    return true;
+}
+
+/* Every stored record is indexed at start: one bound check a string, the fixed part read
+   after one length check. */
+int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
+{
+    if (n < 8 + FY__CS_REC_FIXED || memcmp(p, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
+    uint32_t nq = g32(p + 64), ns = g32(p + 68);
+    if (nq > n / 8 || ns > n / 8) return -EIO;
+    e->id = g64(p + 8);
+    e->start_us = (int64_t)g64(p + 16);
+    e->duration_ms = g32(p + 24);
+    e->status = (int)g32(p + 32);
+    e->version = (int)g32(p + 36);
+    e->stream_id = g32(p + 40);
+    e->flags = g32(p + 44);
+    e->req_size = g64(p + 48);
+    e->res_size = g64(p + 56);
+    size_t i = 72; /* magic, length and the fixed fields */
+    fy_str_t x;
+    if (!skip(p, n, &i, &str[0]) || !skip(p, n, &i, &x) || !skip(p, n, &i, &str[1]) ||
+        !skip(p, n, &i, &str[2]) || !skip(p, n, &i, &x))
+        return -EIO;
+    str[3] = FY_STR_LIT("");
+    for (uint32_t k = 0; k < 2 * nq; k++) /* nq <= n / 8: no overflow */
+        if (!skip(p, n, &i, &x)) return -EIO;
+    bool ct = false;
+    for (uint32_t k = 0; k < ns; k++) {
+        fy_str_t name, value;
+        if (!skip(p, n, &i, &name) || !skip(p, n, &i, &value)) return -EIO;
+        if (!ct && name.len == 12 && fy_str_ieq(name, "content-type", 12)) {
+            str[3] = value;
+            ct = true;
+        }
+    }
+    if (!skip(p, n, &i, &x) || !skip(p, n, &i, &x)) return -EIO; /* the bodies */
+    if (i == n) return 0;                                        /* no meta */
+    if (n - i < 4) return -EIO;
+    uint32_t nm = g32(p + i);
+    i += 4;
+    if (nm > n / 8) return -EIO;
+    for (uint32_t k = 0; k < 2 * nm; k++)
+        if (!skip(p, n, &i, &x)) return -EIO;
+    return 0;
 }
 
 void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t *e,

@@ -129,7 +129,7 @@ static void test_roundtrip(void)
     free(copy);
 
     /* a record cut short anywhere is refused by both readers */
-    for (size_t k = 0; k < n; k += 7) {
+    for (size_t k = 0; k < n; k++) {
         if (k == n - 21) continue; /* ends before the meta (4 + 10 + 7 bytes): a valid record */
         CHECK(fy__cs_rec_index(buf, k, &a, sa) < 0);
         char *c = malloc(k ? k : 1);
