@@ -40,6 +40,44 @@ static inline fy_str_t hval(const fy__cs_rec_edit_t *e, const fy_cs_header_t *h)
     return e->hred && fy__cs_hred_match(e->hred, h->name) ? red : h->value;
 }
 
+/* The timing meta's names (fy_cs_flow_t.t_set's bits) */
+static const fy_str_t tname[4] = {FY_STR_LIT(FY_CS_META_DNS), FY_STR_LIT(FY_CS_META_CONNECT),
+                                  FY_STR_LIT(FY_CS_META_TLS), FY_STR_LIT(FY_CS_META_WAIT)};
+
+static const char d2[201] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                            "34353637383940414243444546474849505152535455565758596061626364656667"
+                            "6869707172737475767778798081828384858687888990919293949596979899";
+
+/* us in decimal ("-1" when negative) ending at e: its first byte */
+static inline char *digits(char *e, int32_t us)
+{
+    char *q = e;
+    if (us < 0) {
+        *--q = '1';
+        *--q = '-';
+        return q;
+    }
+    uint32_t v = (uint32_t)us;
+    while (v >= 100) {
+        q -= 2;
+        memcpy(q, d2 + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, d2 + 2 * v, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    return q;
+}
+
+static inline size_t n_time(const fy_cs_flow_t *f)
+{
+    static const uint8_t bits[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+    return bits[f->t_set & 15]; /* no popcnt without -mpopcnt: a libgcc call */
+}
+
 size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e)
 {
     size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
@@ -51,8 +89,12 @@ size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e)
         size_t nh = d ? f->n_res_headers : f->n_req_headers;
         for (size_t i = 0; i < nh; i++) n += h[i].name.len + hval(e, &h[i]).len;
     }
+    if (f->n_meta || n_time(f)) n += 4 + (f->n_meta + n_time(f)) * 8;
+    for (int i = 0; i < 4; i++) {
+        char t[12];
+        if (f->t_set >> i & 1) n += tname[i].len + (size_t)(t + 12 - digits(t + 12, f->t_us[i]));
+    }
     if (f->n_meta) {
-        n += 4 + f->n_meta * 8;
         for (size_t i = 0; i < f->n_meta; i++)
             n += f->meta[i].name.len +
                  (e->meta_values ? e->meta_values[i].len : f->meta[i].value.len);
@@ -147,11 +189,22 @@ size_t fy__cs_rec_encode(char *dst, size_t room, const fy_cs_flow_t *f, const fy
         }
         p = wstr(p, v);
     }
-    ROOM(8 + (f->n_meta ? 4 : 0) + e->req_body.len + e->res_body.len); /* and the meta count */
+    size_t nt = n_time(f);
+    ROOM(8 + (f->n_meta || nt ? 4 : 0) + e->req_body.len + e->res_body.len); /* and the count */
     p = wstr(p, e->req_body);
     p = wstr(p, e->res_body);
+    if (f->n_meta || nt) p = w32(p, (uint32_t)(f->n_meta + nt));
+    if (nt) {
+        for (int i = 0; i < 4; i++) {
+            if (!(f->t_set >> i & 1)) continue;
+            char t[12], *q = digits(t + 12, f->t_us[i]);
+            size_t dl = (size_t)(t + 12 - q);
+            ROOM(8 + tname[i].len + dl);
+            p = wstr(p, tname[i]);
+            p = wstr(p, fy_str(q, dl));
+        }
+    }
     if (f->n_meta) {
-        p = w32(p, (uint32_t)f->n_meta);
         const fy_cs_header_t *m = f->meta;
         const fy_str_t *mv = e->meta_values;
         for (size_t i = 0; i < f->n_meta; i++) {

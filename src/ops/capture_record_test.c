@@ -2,6 +2,7 @@
  * decode and index (in place and from the encoder's Content-Type position) agreeing. */
 #include "ops/capture_record.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,7 +161,61 @@ static void test_ctype_position(void)
     free(buf);
 }
 
+/* Timings given as numbers are stored as the first meta, as strings would be: the same
+   record as the strings give (the format did not change). */
+static void test_timings(void)
+{
+    fy_cs_header_t tls[] = {{FY_STR_LIT("tls.sni"), FY_STR_LIT("a.test")}};
+    fy_cs_flow_t f = {.method = FY_STR_LIT("GET"),
+                      .meta = tls,
+                      .n_meta = 1,
+                      .t_set = 2 | 4 | 8,
+                      .t_us = {5, 1736, -1, 2147483647}};
+    fy_cs_header_t as_str[] = {{FY_STR_LIT("t.connect"), FY_STR_LIT("1736")},
+                               {FY_STR_LIT("t.tls"), FY_STR_LIT("-1")},
+                               {FY_STR_LIT("t.wait"), FY_STR_LIT("2147483647")},
+                               {FY_STR_LIT("tls.sni"), FY_STR_LIT("a.test")}};
+    fy_cs_flow_t g = {.method = FY_STR_LIT("GET"), .meta = as_str, .n_meta = 4};
+    fy__cs_rec_edit_t e = {0};
+    size_t n = fy__cs_rec_size(&f, &e);
+    CHECK_EQ_INT(n, fy__cs_rec_size(&g, &e));
+    char *a = malloc(n), *b = malloc(n);
+    uint32_t ct[2];
+    for (size_t room = 0; room < n; room++)
+        CHECK_EQ_INT(fy__cs_rec_encode(a, room, &f, &e, 9, ct), 0);
+    CHECK_EQ_INT(fy__cs_rec_encode(a, n, &f, &e, 9, ct), n);
+    CHECK_EQ_INT(fy__cs_rec_encode(b, n, &g, &e, 9, ct), n);
+    CHECK(memcmp(a, b, n) == 0);
+    fy_cs_loaded_t l;
+    CHECK_EQ_INT(fy__cs_rec_decode(a, n, &l), 0);
+    CHECK_EQ_INT(l.f.n_meta, 4);
+    CHECK_EQ_INT(l.f.t_set, 0);
+    CHECK_STRN(l.f.meta[0].value.p, l.f.meta[0].value.len, "1736");
+    CHECK_STRN(l.f.meta[2].value.p, l.f.meta[2].value.len, "2147483647");
+    free(l.hdrs);
+    free(l.meta);
+    /* each digit count, and dns alone */
+    int32_t vals[] = {0, 9, 10, 99, 100, 999, 1000, 12345, 100000, 9999999};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", (int)vals[i]);
+        fy_cs_flow_t h = {.t_set = 1, .t_us = {vals[i]}};
+        size_t m = fy__cs_rec_size(&h, &e);
+        char *c = malloc(m);
+        CHECK_EQ_INT(fy__cs_rec_encode(c, m, &h, &e, 1, ct), m);
+        CHECK_EQ_INT(fy__cs_rec_decode(c, m, &l), 0);
+        CHECK_EQ_INT(l.f.n_meta, 1);
+        CHECK_STRN(l.f.meta[0].name.p, l.f.meta[0].name.len, "t.dns");
+        CHECK_STRN(l.f.meta[0].value.p, l.f.meta[0].value.len, want);
+        free(l.hdrs);
+        free(l.meta);
+        free(c);
+    }
+    free(b);
+}
+
 FY_TEST_MAIN({
+    test_timings();
     test_ctype_position();
     test_hred();
     test_copy();

@@ -421,8 +421,14 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     size_t mmax = FY__INSP_MAX_META;
     fy_cs_header_t *meta = nws ? fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta) : local;
     f.meta = meta;
-    char digits[FY__INSP_META_DIGITS];
-    f.n_meta = fy__insp_meta(ex, meta, mmax, digits);
+    /* the timings as numbers: the store writes their digits into the record */
+    f.t_set = (ex->timing.dns_set ? 1u : 0u) | (ex->timing.set ? 6u : 0u) |
+              (ex->timing.wait_us > 0 ? 8u : 0u);
+    f.t_us[0] = ex->timing.dns_us;
+    f.t_us[1] = ex->timing.connect_us;
+    f.t_us[2] = ex->timing.tls_us;
+    f.t_us[3] = ex->timing.wait_us;
+    f.n_meta = ex->tunnel ? fy__insp_meta(ex, meta, mmax) : 0;
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }

@@ -53,20 +53,9 @@ static void put_us(char *t, fy_cs_header_t *m, size_t *n, size_t max, const char
     (*n)++;
 }
 
-size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max, char *dg)
+size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
 {
     size_t n = 0;
-    if (ex->timing.dns_set)
-        put_us(dg, meta, &n, max, FY_CS_META_DNS, sizeof FY_CS_META_DNS - 1, ex->timing.dns_us);
-    if (ex->timing.set) {
-        put_us(dg + 12, meta, &n, max, FY_CS_META_CONNECT, sizeof FY_CS_META_CONNECT - 1,
-               ex->timing.connect_us);
-        put_us(dg + 24, meta, &n, max, FY_CS_META_TLS, sizeof FY_CS_META_TLS - 1,
-               ex->timing.tls_us);
-    }
-    if (ex->timing.wait_us > 0)
-        put_us(dg + 36, meta, &n, max, FY_CS_META_WAIT, sizeof FY_CS_META_WAIT - 1,
-               ex->timing.wait_us);
     const fy_mitm_tls_facts_t *t = ex->tunnel ? fy_mitm_tls_facts(ex) : NULL;
     if (!t) return n;
     /* the strings live in the tunnel (as long as the connection): the store copies them */
