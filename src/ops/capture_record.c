@@ -336,7 +336,7 @@ int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
     for (uint32_t k = 0; k < ns; k++) {
         fy_str_t name, value;
         if (!skip(p, n, &i, &name) || !skip(p, n, &i, &value)) return -EIO;
-        if (!ct && name.len == 12 && fy_str_ieq(name, "content-type", 12)) {
+        if (!ct && is_ctype(name)) {
             str[3] = value;
             ct = true;
         }
