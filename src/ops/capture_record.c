@@ -364,12 +364,15 @@ void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t
     e->flags = g32(p + 44);
     e->req_size = g64(p + 48);
     e->res_size = g64(p + 56);
-    const char *q = p + 72;
-    for (int i = 0; i < 4; i++) { /* method, scheme, authority, target */
-        uint32_t n = g32(q);
-        if (i != 1) str[i ? i - 1 : 0] = fy_str(q + 4, n);
-        q += 4 + n;
-    }
+    const char *q = p + 72; /* method, scheme, authority, target */
+    uint32_t n = g32(q);
+    str[0] = fy_str(q + 4, n);
+    q += 4 + n;
+    q += 4 + g32(q);
+    n = g32(q);
+    str[1] = fy_str(q + 4, n);
+    q += 4 + n;
+    str[2] = fy_str(q + 4, g32(q));
     str[3] = fy_str(p + ct[0], ct[1]);
 }
 
