@@ -211,6 +211,7 @@ static void test_timings(void)
         free(l.meta);
         free(c);
     }
+    free(a);
     free(b);
 }
 
