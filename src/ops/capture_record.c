@@ -1,6 +1,5 @@
-/* The capture store's records: sized, then encoded in one pass into memory the caller holds
- * (the store's queue), so a flow is copied once on its way to disk; parsed for the index in
- * place. */
+/* The capture store's records: encoded in one pass into memory the caller holds (the store's
+ * queue), so a flow is copied once on its way to disk; parsed for the index in place. */
 #include "ops/capture_record.h"
 
 #include <errno.h>
@@ -41,33 +40,61 @@ static inline fy_str_t hval(const fy__cs_rec_edit_t *e, const fy_cs_header_t *h)
     return e->hred && fy__cs_hred_match(e->hred, h->name) ? red : h->value;
 }
 
-/* Header i of direction d as stored (e->red computed) */
-static inline fy_str_t sval(const fy__cs_rec_edit_t *e, int d, size_t i, const fy_cs_header_t *h)
+/* The timing meta's names (fy_cs_flow_t.t_set's bits) */
+static const fy_str_t tname[4] = {FY_STR_LIT(FY_CS_META_DNS), FY_STR_LIT(FY_CS_META_CONNECT),
+                                  FY_STR_LIT(FY_CS_META_TLS), FY_STR_LIT(FY_CS_META_WAIT)};
+
+static const char d2[201] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                            "34353637383940414243444546474849505152535455565758596061626364656667"
+                            "6869707172737475767778798081828384858687888990919293949596979899";
+
+/* us in decimal ("-1" when negative) ending at e: its first byte */
+static inline char *digits(char *e, int32_t us)
 {
-    if (i < 64) return e->red[d] >> i & 1 ? red : h->value;
-    return hval(e, h);
+    char *q = e;
+    if (us < 0) {
+        *--q = '1';
+        *--q = '-';
+        return q;
+    }
+    uint32_t v = (uint32_t)us;
+    while (v >= 100) {
+        q -= 2;
+        memcpy(q, d2 + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, d2 + 2 * v, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    return q;
 }
 
-size_t fy__cs_rec_size(const fy_cs_flow_t *f, fy__cs_rec_edit_t *e)
+static inline size_t n_time(const fy_cs_flow_t *f)
+{
+    static const uint8_t bits[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+    return bits[f->t_set & 15]; /* no popcnt without -mpopcnt: a libgcc call */
+}
+
+size_t fy__cs_rec_size(const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e)
 {
     size_t n = 8 + 64 + 4 * 7; /* magic, length, fixed fields, 5 strings and 2 bodies' lengths */
     n += f->method.len + f->scheme.len + f->authority.len + f->target.len + f->error.len;
     n += e->req_body.len + e->res_body.len;
     n += (f->n_req_headers + f->n_res_headers) * 8;
-    /* one pass per direction: the redaction mask and the sizes together */
     for (int d = 0; d < 2; d++) {
         const fy_cs_header_t *h = d ? f->res_headers : f->req_headers;
         size_t nh = d ? f->n_res_headers : f->n_req_headers;
-        uint64_t m = 0;
-        for (size_t i = 0; i < nh; i++) {
-            bool r = e->hred && fy__cs_hred_match(e->hred, h[i].name);
-            if (r && i < 64) m |= 1ull << i;
-            n += h[i].name.len + (r ? red.len : h[i].value.len);
-        }
-        e->red[d] = m;
+        for (size_t i = 0; i < nh; i++) n += h[i].name.len + hval(e, &h[i]).len;
+    }
+    if (f->n_meta || n_time(f)) n += 4 + (f->n_meta + n_time(f)) * 8;
+    for (int i = 0; i < 4; i++) {
+        char t[12];
+        if (f->t_set >> i & 1) n += tname[i].len + (size_t)(t + 12 - digits(t + 12, f->t_us[i]));
     }
     if (f->n_meta) {
-        n += 4 + f->n_meta * 8;
         for (size_t i = 0; i < f->n_meta; i++)
             n += f->meta[i].name.len +
                  (e->meta_values ? e->meta_values[i].len : f->meta[i].value.len);
@@ -108,11 +135,22 @@ static inline bool is_ctype(fy_str_t name)
     return ((a | fold) == fa) && ((b | fold) == fb);
 }
 
-void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e, uint64_t id,
-                       uint32_t ct[2])
+/* A field that does not fit before `end` ends the encoding (0): the caller grows its buffer
+   and encodes again, which is rare. One compare per header (name and value together), where a
+   sizing pass first was a second walk over every header (~150 instructions a flow). */
+#define ROOM(n)                                                                                    \
+    do {                                                                                           \
+        if ((size_t)(end - p) < (n)) return 0;                                                     \
+    } while (0)
+
+size_t fy__cs_rec_encode(char *dst, size_t room, const fy_cs_flow_t *f, const fy__cs_rec_edit_t *e,
+                         uint64_t id, uint32_t ct[2])
 {
     ct[0] = ct[1] = 0;
     char *p = dst;
+    const char *end = dst + room;
+    ROOM(8 + 64 + 4 * 5 + f->method.len + f->scheme.len + f->authority.len + f->target.len +
+         f->error.len);
     memcpy(p, FY__CS_REC_MAGIC, 4);
     p += 8; /* the length, filled below */
     p = w64(p, id);
@@ -132,31 +170,55 @@ void fy__cs_rec_encode(char *dst, const fy_cs_flow_t *f, const fy__cs_rec_edit_t
     p = wstr(p, f->authority);
     p = wstr(p, f->target);
     p = wstr(p, f->error);
+    const fy__cs_hred_t *hr = e->hred;
     for (size_t i = 0; i < f->n_req_headers; i++) {
-        p = wstr(p, f->req_headers[i].name);
-        p = wstr(p, sval(e, 0, i, &f->req_headers[i]));
+        const fy_cs_header_t *h = &f->req_headers[i];
+        fy_str_t v = hr && fy__cs_hred_match(hr, h->name) ? red : h->value;
+        ROOM(8 + h->name.len + v.len);
+        p = wstr(p, h->name);
+        p = wstr(p, v);
     }
     for (size_t i = 0; i < f->n_res_headers; i++) {
         const fy_cs_header_t *h = &f->res_headers[i];
+        fy_str_t v = hr && fy__cs_hred_match(hr, h->name) ? red : h->value;
+        ROOM(8 + h->name.len + v.len);
         p = wstr(p, h->name);
-        fy_str_t v = sval(e, 1, i, h);
         if (!ct[0] && is_ctype(h->name)) {
             ct[0] = (uint32_t)(p + 4 - dst);
             ct[1] = (uint32_t)v.len;
         }
         p = wstr(p, v);
     }
+    size_t nt = n_time(f);
+    ROOM(8 + (f->n_meta || nt ? 4 : 0) + e->req_body.len + e->res_body.len); /* and the count */
     p = wstr(p, e->req_body);
     p = wstr(p, e->res_body);
+    if (f->n_meta || nt) p = w32(p, (uint32_t)(f->n_meta + nt));
+    if (nt) {
+        for (int i = 0; i < 4; i++) {
+            if (!(f->t_set >> i & 1)) continue;
+            char t[12], *q = digits(t + 12, f->t_us[i]);
+            size_t dl = (size_t)(t + 12 - q);
+            ROOM(8 + tname[i].len + dl);
+            p = wstr(p, tname[i]);
+            p = wstr(p, fy_str(q, dl));
+        }
+    }
     if (f->n_meta) {
-        p = w32(p, (uint32_t)f->n_meta);
+        const fy_cs_header_t *m = f->meta;
+        const fy_str_t *mv = e->meta_values;
         for (size_t i = 0; i < f->n_meta; i++) {
-            p = wstr(p, f->meta[i].name);
-            p = wstr(p, e->meta_values ? e->meta_values[i] : f->meta[i].value);
+            fy_str_t v = mv ? mv[i] : m[i].value;
+            ROOM(8 + m[i].name.len + v.len);
+            p = wstr(p, m[i].name);
+            p = wstr(p, v);
         }
     }
     w32(dst + 4, (uint32_t)(p - dst));
+    return (size_t)(p - dst);
 }
+
+#undef ROOM
 
 /* ---- reading ---- */
 
@@ -219,51 +281,6 @@ static void fixed(rd_t *r, fy_cs_flow_t *f, uint32_t *nq, uint32_t *ns)
     *ns = ru32(r);
 }
 
-int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
-{
-    rd_t r = {p, n, 8, false};
-    if (n < 8 + FY__CS_REC_FIXED || memcmp(p, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
-    fy_cs_flow_t f;
-    uint32_t nq, ns;
-    fixed(&r, &f, &nq, &ns);
-    if (r.bad || nq > n / 8 || ns > n / 8) return -EIO;
-    e->id = f.id;
-    e->start_us = f.start_us;
-    e->duration_ms = f.duration_ms;
-    e->status = f.status;
-    e->version = f.version;
-    e->stream_id = f.stream_id;
-    e->flags = f.flags;
-    e->req_size = f.req_size;
-    e->res_size = f.res_size;
-    str[0] = rstr(&r); /* method */
-    rstr(&r);          /* scheme */
-    str[1] = rstr(&r); /* authority */
-    str[2] = rstr(&r); /* target */
-    rstr(&r);          /* error */
-    str[3] = FY_STR_LIT("");
-    bool ct = false;
-    for (uint32_t i = 0; i < nq + ns && !r.bad; i++) {
-        fy_str_t name = rstr(&r), value = rstr(&r);
-        if (i >= nq && !ct && name.len == 12 && fy_str_ieq(name, "content-type", 12)) {
-            str[3] = value;
-            ct = true;
-        }
-    }
-    rstr(&r);
-    rstr(&r);
-    uint32_t nm = r.i < n ? ru32(&r) : 0;
-    if (!r.bad && nm && nm <= n / 8) {
-        for (uint32_t i = 0; i < nm; i++) {
-            rstr(&r);
-            rstr(&r);
-        }
-    } else if (nm) {
-        r.bad = true;
-    }
-    return r.bad ? -EIO : 0;
-}
-
 static inline uint32_t g32(const char *p)
 {
     uint32_t v;
@@ -278,6 +295,63 @@ static inline uint64_t g64(const char *p)
     return v;
 }
 
+/* The string at p[*i] (u32 length, bytes) into *out, *i past it: false when it runs past n
+   (*i <= n stays true). */
+static inline bool skip(const char *p, size_t n, size_t *i, fy_str_t *out)
+{
+    uint32_t l;
+    if (n - *i < 4) return false;
+    memcpy(&l, p + *i, 4);
+    if (l > n - *i - 4) return false;
+    *out = fy_str(p + *i + 4, l);
+    *i += 4 + (size_t)l;
+    return true;
+}
+
+/* Every stored record is indexed at start: one bound check a string, the fixed part read
+   after one length check. */
+int fy__cs_rec_index(const char *p, size_t n, fy_cs_entry_t *e, fy_str_t str[4])
+{
+    if (n < 8 + FY__CS_REC_FIXED || memcmp(p, FY__CS_REC_MAGIC, 4) != 0) return -EIO;
+    uint32_t nq = g32(p + 64), ns = g32(p + 68);
+    if (nq > n / 8 || ns > n / 8) return -EIO;
+    e->id = g64(p + 8);
+    e->start_us = (int64_t)g64(p + 16);
+    e->duration_ms = g32(p + 24);
+    e->status = (int)g32(p + 32);
+    e->version = (int)g32(p + 36);
+    e->stream_id = g32(p + 40);
+    e->flags = g32(p + 44);
+    e->req_size = g64(p + 48);
+    e->res_size = g64(p + 56);
+    size_t i = 72; /* magic, length and the fixed fields */
+    fy_str_t x;
+    if (!skip(p, n, &i, &str[0]) || !skip(p, n, &i, &x) || !skip(p, n, &i, &str[1]) ||
+        !skip(p, n, &i, &str[2]) || !skip(p, n, &i, &x))
+        return -EIO;
+    str[3] = FY_STR_LIT("");
+    for (uint32_t k = 0; k < 2 * nq; k++) /* nq <= n / 8: no overflow */
+        if (!skip(p, n, &i, &x)) return -EIO;
+    bool ct = false;
+    for (uint32_t k = 0; k < ns; k++) {
+        fy_str_t name, value;
+        if (!skip(p, n, &i, &name) || !skip(p, n, &i, &value)) return -EIO;
+        if (!ct && is_ctype(name)) {
+            str[3] = value;
+            ct = true;
+        }
+    }
+    if (!skip(p, n, &i, &x) || !skip(p, n, &i, &x)) return -EIO; /* the bodies */
+    if (i == n) return 0;                                        /* no meta */
+    if (n - i < 4) return -EIO;
+    uint32_t nm = g32(p + i);
+    i += 4;
+    if (nm > n / 8) return -EIO;
+    for (uint32_t k = 0; k < 2 * nm; k++)
+        if (!skip(p, n, &i, &x)) return -EIO;
+    return 0;
+}
+
 void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t *e,
                               fy_str_t str[4])
 {
@@ -290,12 +364,15 @@ void fy__cs_rec_index_encoded(const char *p, const uint32_t ct[2], fy_cs_entry_t
     e->flags = g32(p + 44);
     e->req_size = g64(p + 48);
     e->res_size = g64(p + 56);
-    const char *q = p + 72;
-    for (int i = 0; i < 4; i++) { /* method, scheme, authority, target */
-        uint32_t n = g32(q);
-        if (i != 1) str[i ? i - 1 : 0] = fy_str(q + 4, n);
-        q += 4 + n;
-    }
+    const char *q = p + 72; /* method, scheme, authority, target */
+    uint32_t n = g32(q);
+    str[0] = fy_str(q + 4, n);
+    q += 4 + n;
+    q += 4 + g32(q);
+    n = g32(q);
+    str[1] = fy_str(q + 4, n);
+    q += 4 + n;
+    str[2] = fy_str(q + 4, g32(q));
     str[3] = fy_str(p + ct[0], ct[1]);
 }
 

@@ -2,6 +2,7 @@
  * decode and index (in place and from the encoder's Content-Type position) agreeing. */
 #include "ops/capture_record.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,10 +79,21 @@ static void test_roundtrip(void)
                            .hred = &t};
     size_t n = fy__cs_rec_size(&f, &e);
     char *buf = malloc(n + 1);
-    buf[n] = 'Z';
     uint32_t ct[2];
-    fy__cs_rec_encode(buf, &f, &e, 77, ct);
+    /* too little room: refused, and nothing written past it (the guard byte) */
+    for (size_t room = 0; room < n; room++) {
+        buf[room] = 'Z';
+        CHECK_EQ_INT(fy__cs_rec_encode(buf, room, &f, &e, 77, ct), 0);
+        CHECK(buf[room] == 'Z');
+    }
+    buf[n] = 'Z';
+    CHECK_EQ_INT(fy__cs_rec_encode(buf, n, &f, &e, 77, ct), n);
     CHECK(buf[n] == 'Z'); /* the size was exact */
+    char *big = malloc(n + 100);
+    uint32_t ct2[2];
+    CHECK_EQ_INT(fy__cs_rec_encode(big, n + 100, &f, &e, 77, ct2), n);
+    CHECK(memcmp(big, buf, n) == 0 && ct2[0] == ct[0] && ct2[1] == ct[1]);
+    free(big);
     uint32_t len;
     memcpy(&len, buf + 4, 4);
     CHECK_EQ_INT(len, n);
@@ -118,7 +130,7 @@ static void test_roundtrip(void)
     free(copy);
 
     /* a record cut short anywhere is refused by both readers */
-    for (size_t k = 0; k < n; k += 7) {
+    for (size_t k = 0; k < n; k++) {
         if (k == n - 21) continue; /* ends before the meta (4 + 10 + 7 bytes): a valid record */
         CHECK(fy__cs_rec_index(buf, k, &a, sa) < 0);
         char *c = malloc(k ? k : 1);
@@ -139,7 +151,7 @@ static void test_ctype_position(void)
     size_t n = fy__cs_rec_size(&f, &e);
     char *buf = malloc(n);
     uint32_t ct[2];
-    fy__cs_rec_encode(buf, &f, &e, 1, ct);
+    CHECK_EQ_INT(fy__cs_rec_encode(buf, n, &f, &e, 1, ct), n);
     CHECK_EQ_INT(ct[1], 1);
     CHECK(ct[0] < n && buf[ct[0]] == 'y');
     fy_cs_entry_t a;
@@ -149,7 +161,62 @@ static void test_ctype_position(void)
     free(buf);
 }
 
+/* Timings given as numbers are stored as the first meta, as strings would be: the same
+   record as the strings give (the format did not change). */
+static void test_timings(void)
+{
+    fy_cs_header_t tls[] = {{FY_STR_LIT("tls.sni"), FY_STR_LIT("a.test")}};
+    fy_cs_flow_t f = {.method = FY_STR_LIT("GET"),
+                      .meta = tls,
+                      .n_meta = 1,
+                      .t_set = 2 | 4 | 8,
+                      .t_us = {5, 1736, -1, 2147483647}};
+    fy_cs_header_t as_str[] = {{FY_STR_LIT("t.connect"), FY_STR_LIT("1736")},
+                               {FY_STR_LIT("t.tls"), FY_STR_LIT("-1")},
+                               {FY_STR_LIT("t.wait"), FY_STR_LIT("2147483647")},
+                               {FY_STR_LIT("tls.sni"), FY_STR_LIT("a.test")}};
+    fy_cs_flow_t g = {.method = FY_STR_LIT("GET"), .meta = as_str, .n_meta = 4};
+    fy__cs_rec_edit_t e = {0};
+    size_t n = fy__cs_rec_size(&f, &e);
+    CHECK_EQ_INT(n, fy__cs_rec_size(&g, &e));
+    char *a = malloc(n), *b = malloc(n);
+    uint32_t ct[2];
+    for (size_t room = 0; room < n; room++)
+        CHECK_EQ_INT(fy__cs_rec_encode(a, room, &f, &e, 9, ct), 0);
+    CHECK_EQ_INT(fy__cs_rec_encode(a, n, &f, &e, 9, ct), n);
+    CHECK_EQ_INT(fy__cs_rec_encode(b, n, &g, &e, 9, ct), n);
+    CHECK(memcmp(a, b, n) == 0);
+    fy_cs_loaded_t l;
+    CHECK_EQ_INT(fy__cs_rec_decode(a, n, &l), 0);
+    CHECK_EQ_INT(l.f.n_meta, 4);
+    CHECK_EQ_INT(l.f.t_set, 0);
+    CHECK_STRN(l.f.meta[0].value.p, l.f.meta[0].value.len, "1736");
+    CHECK_STRN(l.f.meta[2].value.p, l.f.meta[2].value.len, "2147483647");
+    free(l.hdrs);
+    free(l.meta);
+    /* each digit count, and dns alone */
+    int32_t vals[] = {0, 9, 10, 99, 100, 999, 1000, 12345, 100000, 9999999};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", (int)vals[i]);
+        fy_cs_flow_t h = {.t_set = 1, .t_us = {vals[i]}};
+        size_t m = fy__cs_rec_size(&h, &e);
+        char *c = malloc(m);
+        CHECK_EQ_INT(fy__cs_rec_encode(c, m, &h, &e, 1, ct), m);
+        CHECK_EQ_INT(fy__cs_rec_decode(c, m, &l), 0);
+        CHECK_EQ_INT(l.f.n_meta, 1);
+        CHECK_STRN(l.f.meta[0].name.p, l.f.meta[0].name.len, "t.dns");
+        CHECK_STRN(l.f.meta[0].value.p, l.f.meta[0].value.len, want);
+        free(l.hdrs);
+        free(l.meta);
+        free(c);
+    }
+    free(a);
+    free(b);
+}
+
 FY_TEST_MAIN({
+    test_timings();
     test_ctype_position();
     test_hred();
     test_copy();

@@ -65,6 +65,12 @@ typedef struct fy_cs_flow {
        details, WebSocket messages... Stored as given (no redaction: callers put no secrets). */
     const fy_cs_header_t *meta;
     size_t n_meta;
+    /* The timings, stored as the first meta (before `meta`) in the order dns, connect, tls,
+       wait: t_us[i] (µs, negative: "-1", did not happen) when bit i of t_set is set. The
+       store writes their digits straight into the record (no strings built per flow); a
+       loaded flow has them in `meta` and t_set 0. */
+    unsigned t_set;
+    int32_t t_us[4];
 } fy_cs_flow_t;
 
 /* Meta names the inspector writes (values are decimal µs for the timings; absent: unknown,

@@ -151,6 +151,8 @@ typedef struct cap_layer {
     uint64_t req_seen, res_seen;
     void (*saved_on_body)(fy_exchange_t *ex, const char *p, size_t n, bool end);
     fy_insp_ws_t *ws; /* a WebSocket tunnel: its bytes are messages, not bodies */
+    bool small_used;  /* `small` is req's or res's first buffer */
+    char small[64];   /* the first body buffer: a small body needs no arena allocation */
 } cap_layer_t;
 
 /* Room for `want` more bytes in *buf (at most max in all): the buffer doubles (from 64 bytes)
@@ -164,7 +166,13 @@ static size_t reserve(cap_layer_t *c, fy_exchange_t *ex, char **buf, size_t len,
         size_t nc = *cap ? *cap * 2 : 64;
         while (nc < len + k) nc *= 2;
         if (nc > c->max) nc = c->max;
-        char *nb = fy_arena_alloc(ex->arena, nc);
+        char *nb;
+        if (!*cap && nc <= sizeof c->small && !c->small_used) {
+            nb = c->small;
+            c->small_used = true;
+        } else {
+            nb = fy_arena_alloc(ex->arena, nc);
+        }
         if (len) memcpy(nb, *buf, len);
         *buf = nb;
         *cap = nc;
@@ -295,7 +303,8 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
         atomic_fetch_add_explicit(&f->ins->sampled_out, 1, memory_order_relaxed);
         return FY_FILTER_NEXT;
     }
-    cap_layer_t *c = fy_arena_calloc(ex->arena, sizeof *c);
+    cap_layer_t *c = fy_arena_alloc(ex->arena, sizeof *c);
+    memset(c, 0, offsetof(cap_layer_t, small)); /* `small` is scratch */
     c->f = f;
     c->sampled = sampled;
     c->max = f->bodies ? f->ins->body_cap : 0;
@@ -381,7 +390,8 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     }
     struct timeval now;
     gettimeofday(&now, NULL);
-    fy_cs_flow_t f = {0};
+    fy_cs_flow_t f; /* every field set below (zeroing it first was ~30 instructions) */
+    f.id = 0;
     f.start_us = (int64_t)now.tv_sec * 1000000 + now.tv_usec - (int64_t)total * 1000;
     f.duration_ms = (uint32_t)total;
     f.ttfb_ms = ex->head_ms >= ex->start_ms ? (uint32_t)(ex->head_ms - ex->start_ms) : 0;
@@ -392,7 +402,7 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     f.scheme = ex->req.scheme;
     f.authority = ex->req.authority;
     f.target = ex->req.target;
-    if (ex->error) f.error = fy_str(ex->error, strlen(ex->error));
+    f.error = ex->error ? fy_str(ex->error, strlen(ex->error)) : FY_STR_NULL;
     f.req_headers = conv(&ex->req.headers);
     f.n_req_headers = ex->req.headers.n;
     f.res_headers = conv(&ex->res.headers);
@@ -411,7 +421,14 @@ void fy_inspector_exchange(fy_exchange_t *ex, void *arg)
     size_t mmax = FY__INSP_MAX_META;
     fy_cs_header_t *meta = nws ? fy_arena_alloc(ex->arena, (mmax + nws) * sizeof *meta) : local;
     f.meta = meta;
-    f.n_meta = fy__insp_meta(ex, meta, mmax);
+    /* the timings as numbers: the store writes their digits into the record */
+    f.t_set = (ex->timing.dns_set ? 1u : 0u) | (ex->timing.set ? 6u : 0u) |
+              (ex->timing.wait_us > 0 ? 8u : 0u);
+    f.t_us[0] = ex->timing.dns_us;
+    f.t_us[1] = ex->timing.connect_us;
+    f.t_us[2] = ex->timing.tls_us;
+    f.t_us[3] = ex->timing.wait_us;
+    f.n_meta = ex->tunnel ? fy__insp_meta(ex, meta, mmax) : 0;
     if (c->ws) f.n_meta += fy__insp_ws_meta(ex, c->ws, meta + f.n_meta);
     fy_cs_submit(ins->store, &f);
 }

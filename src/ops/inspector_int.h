@@ -68,8 +68,9 @@ typedef struct fy__insp_decision {
 int fy__insp_break_decide(fy_inspector_t *ins, uint64_t id, const fy__insp_decision_t *d);
 void fy__insp_break_free(fy_inspector_t *ins);
 
-/* inspector_meta.c: the flow's named facts (timings, TLS) as meta pairs, strings in ex's
-   arena. The number of pairs written (at most max). */
+/* inspector_meta.c: the flow's TLS facts as meta pairs, the strings borrowed from the tunnel
+   (the timings go as fy_cs_flow_t.t_us, which the store writes). The number of pairs written
+   (at most max). */
 #define FY__INSP_MAX_META 24
 size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max);
 /* The recorded WebSocket messages as FY_CS_META_WS pairs (and the count of those not kept),

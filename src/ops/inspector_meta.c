@@ -20,8 +20,12 @@ static void put_ref(fy_cs_header_t *m, size_t *n, size_t max, const char *name, 
     (*n)++;
 }
 
-/* Decimal by hand: snprintf was half of this observer's cost per flow (bench/policy_cost.py
-   capture row). */
+/* Decimal by hand, two digits a step (snprintf was half of this observer's cost per flow,
+   bench/policy_cost.py capture row; one digit a step was ~30 instructions a value). */
+static const char d2[201] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                            "34353637383940414243444546474849505152535455565758596061626364656667"
+                            "6869707172737475767778798081828384858687888990919293949596979899";
+
 static void put_us(char *t, fy_cs_header_t *m, size_t *n, size_t max, const char *name,
                    size_t name_len, int32_t us)
 {
@@ -32,8 +36,17 @@ static void put_us(char *t, fy_cs_header_t *m, size_t *n, size_t max, const char
         *--q = '-';
     } else {
         uint32_t v = (uint32_t)us;
-        do *--q = (char)('0' + v % 10);
-        while ((v /= 10) != 0);
+        while (v >= 100) {
+            q -= 2;
+            memcpy(q, d2 + 2 * (v % 100), 2);
+            v /= 100;
+        }
+        if (v >= 10) {
+            q -= 2;
+            memcpy(q, d2 + 2 * v, 2);
+        } else {
+            *--q = (char)('0' + v);
+        }
     }
     m[*n].name = fy_str(name, name_len);
     m[*n].value = fy_str(q, (size_t)(e - q));
@@ -43,21 +56,6 @@ static void put_us(char *t, fy_cs_header_t *m, size_t *n, size_t max, const char
 size_t fy__insp_meta(fy_exchange_t *ex, fy_cs_header_t *meta, size_t max)
 {
     size_t n = 0;
-    /* one arena allocation for the four timings' digits */
-    char *dg = ex->timing.dns_set || ex->timing.set || ex->timing.wait_us > 0
-                   ? fy_arena_alloc(ex->arena, 4 * 12)
-                   : NULL;
-    if (ex->timing.dns_set)
-        put_us(dg, meta, &n, max, FY_CS_META_DNS, sizeof FY_CS_META_DNS - 1, ex->timing.dns_us);
-    if (ex->timing.set) {
-        put_us(dg + 12, meta, &n, max, FY_CS_META_CONNECT, sizeof FY_CS_META_CONNECT - 1,
-               ex->timing.connect_us);
-        put_us(dg + 24, meta, &n, max, FY_CS_META_TLS, sizeof FY_CS_META_TLS - 1,
-               ex->timing.tls_us);
-    }
-    if (ex->timing.wait_us > 0)
-        put_us(dg + 36, meta, &n, max, FY_CS_META_WAIT, sizeof FY_CS_META_WAIT - 1,
-               ex->timing.wait_us);
     const fy_mitm_tls_facts_t *t = ex->tunnel ? fy_mitm_tls_facts(ex) : NULL;
     if (!t) return n;
     /* the strings live in the tunnel (as long as the connection): the store copies them */
