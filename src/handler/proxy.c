@@ -333,7 +333,7 @@ static void start(proxy_req_t *pr)
                               &lim,       pr->ex->arena};
     fy__proxy_set_timer(pr, T_FIRST_BYTE);
     pr->sent_us = fy__proxy_now_us();
-    if (__builtin_expect(pr->ex->layers != NULL, 0)) { /* for a capture (ops/inspector.c) */
+    if (__builtin_expect(pr->ex->timing.want, 0)) { /* for a capture (ops/inspector.c) */
         pr->ex->timing.set =
             fy_origin_stream_timing(pr->os, &pr->ex->timing.connect_us, &pr->ex->timing.tls_us);
     }

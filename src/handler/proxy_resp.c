@@ -236,7 +236,7 @@ void fy__proxy_o_on_head(void *ud, int status, fy_headers_t *hs, bool end)
     if (fy_upstream_conf(pr->ph->up)->balance == FY_BALANCE_LEAST_TIME)
         fy_upstream_report_ttfb(pr->ph->up, pr->worker, pr->server,
                                 fy__proxy_now_us() - pr->sent_us);
-    if (__builtin_expect(ex->layers != NULL, 0)) /* a capture may want it (ops/inspector.c) */
+    if (__builtin_expect(ex->timing.want, 0)) /* a capture wants it (ops/inspector.c) */
         ex->timing.wait_us = (int32_t)(fy__proxy_now_us() - pr->sent_us);
     fy_exchange_start_response(ex, &proxy_producer);
 }

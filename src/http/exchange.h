@@ -204,10 +204,11 @@ struct fy_exchange {
     /* The origin side's timings for the inspector, µs, filled by the handler that proxied it
        (set false: none measured; -1: it did not happen, e.g. a pooled connection needs no
        connect). connect is TCP alone, tls the handshake after it, wait the request sent to
-       the origin's response head. */
+       the origin's response head. `want`: a capture asked for them (the proxy measures only
+       then). */
     struct {
         int32_t dns_us, connect_us, tls_us, wait_us;
-        bool set, dns_set;
+        bool set, dns_set, want;
     } timing;
     uint32_t stream_id; /* the client's h2/h3 stream (0: h1), set by the server codec */
 };

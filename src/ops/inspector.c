@@ -313,6 +313,7 @@ static fy_filter_verdict_t on_request(fy_filter_t *base, fy_exchange_t *ex)
         fy_insp_ws_init(c->ws, ex->arena, f->ins->body_cap);
     }
     fy_exchange_push_layer(ex, &c->l, f->bodies ? &layer_ops : &layer_ops_nobody, FY_STAGE_CAPTURE);
+    ex->timing.want = true; /* the origin side's timings go into the record */
     return fy__insp_break(f->ins, ex) ? FY_FILTER_WAIT : FY_FILTER_NEXT;
 }
 
