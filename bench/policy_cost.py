@@ -246,6 +246,9 @@ http {{
 
 def run_one(ferry, origin, extra, token, k, tmp, tag):
     port = free_port()
+    # each run its own inspector store: the longer run would otherwise rebuild the shorter
+    # run's flows at start, which is not a per-request cost
+    extra = extra.replace(f"{tmp}/insp,", f"{tmp}/insp-{tag}-{k},")
     if extra.startswith("BIG:"):
         origin, extra = big_origin(tmp), extra[4:]
     ae = "gzip"
