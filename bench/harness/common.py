@@ -13,12 +13,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import run as base  # noqa: E402  (bench/run.py: Server, /proc helpers)
+from peerrun import common as _pr_common, cost as _pr_cost, server as _pr_server  # noqa: E402
 
+# what bench/run shares with bench/run.py (its modules are bench/peerrun/): the server process
+# wrapper and the /proc and callgrind readers
+base = types.SimpleNamespace(log=_pr_common.log, free_port=_pr_common.free_port,
+                             Server=_pr_server.Server, tree=_pr_server.tree,
+                             cpu_ticks=_pr_server.cpu_ticks,
+                             parse_callgrind=_pr_cost.parse_callgrind)
 log, free_port, Server, tree = base.log, base.free_port, base.Server, base.tree
 SERVER_CPU, LOAD_CPU = "0", "1"
 NGINX, HAPROXY, H2O, LIGHTTPD, CADDY = ("/usr/sbin/nginx", "/usr/sbin/haproxy", "/usr/bin/h2o",
