@@ -49,12 +49,10 @@ struct fy_wtc_stream {
     fy_quic_stream_t *qs; /* NULL once QUIC closed it */
     void *ud;
     bool uni, local;
-    bool wt;    /* peer stream: its prefix said WebTransport (else read and ignored) */
-    int prefix; /* peer stream: varints of the prefix still to read (2, 1, 0) */
-    uint8_t sb[8];
-    size_t sn;
-    bool orphan;  /* the owner no longer sees it (reset, or the session ended) */
-    uint8_t *buf; /* received, not yet used by the owner (at most one stream window) */
+    bool wt;              /* peer stream: its prefix said WebTransport (else read and ignored) */
+    fy__wtc_prefix_t pre; /* peer stream: its prefix (pre.state 0 while reading it) */
+    bool orphan;          /* the owner no longer sees it (reset, or the session ended) */
+    uint8_t *buf;         /* received, not yet used by the owner (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen;
     fy_defer_t defer;
@@ -69,7 +67,7 @@ static fy_wtc_stream_t *stream_new(fy_wtc_t *c, fy_quic_stream_t *qs, bool uni, 
     st->qs = qs;
     st->uni = uni;
     st->local = local;
-    st->prefix = local ? 0 : 2;
+    st->pre.state = local ? 1 : 0;
     fy_list_insert_tail(&c->streams, &st->link);
     qs->app = st;
     return st;
@@ -178,39 +176,103 @@ static void resume_cb(fy_defer_t *d)
     }
 }
 
+/* ---- wire pieces ---- */
+
+size_t fy__wtc_prefix_feed(fy__wtc_prefix_t *pr, uint64_t want, const uint8_t *p, size_t n)
+{
+    size_t used = 0;
+    while (pr->state == 0 && used < n) {
+        pr->sb[pr->sn++] = p[used++];
+        uint64_t v;
+        if (!fy_h3_varint_decode(pr->sb, pr->sn, &v)) continue;
+        pr->sn = 0;
+        if (!pr->have_type) {
+            pr->have_type = true;
+            pr->type = v;
+            if (v != want) pr->state = -1;
+            continue;
+        }
+        pr->sid = v;
+        pr->state = 1;
+    }
+    return used;
+}
+
+size_t fy__wtc_settings(uint8_t *b)
+{
+    uint8_t st[48];
+    size_t sl = 0;
+    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM_04);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_DRAFT02);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_MAX_SESSIONS);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
+    k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
+    k += fy_h3_varint_encode(b + k, sl);
+    memcpy(b + k, st, sl);
+    return k + sl;
+}
+
+size_t fy__wtc_stream_head(uint8_t *b, bool uni, uint64_t sid)
+{
+    size_t k = fy_h3_varint_encode(b, uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI);
+    return k + fy_h3_varint_encode(b + k, sid);
+}
+
+size_t fy__wtc_close_frame(uint8_t *b, uint32_t code, const char *reason, size_t rlen)
+{
+    uint8_t cap[16 + 4 + FY_WT_CLOSE_REASON_MAX];
+    size_t n = fy_wt_capsule_close(cap, code, reason, rlen);
+    size_t k = fy_h3_varint_encode(b, FY_H3_DATA);
+    k += fy_h3_varint_encode(b + k, n);
+    memcpy(b + k, cap, n);
+    return k + n;
+}
+
+size_t fy__wtc_datagram(uint8_t *b, size_t cap, uint64_t sid, const void *p, size_t n)
+{
+    uint8_t q[8];
+    size_t k = fy_h3_varint_encode(q, sid / 4);
+    if (k + n > cap) return 0;
+    memcpy(b, q, k);
+    if (n) memcpy(b + k, p, n);
+    return k + n;
+}
+
+size_t fy__wtc_datagram_of(const uint8_t *p, size_t n, uint64_t sid)
+{
+    uint64_t q;
+    size_t k = fy_h3_varint_decode(p, n, &q);
+    return k && q * 4 == sid ? k : 0;
+}
+
 /* A peer stream's prefix: bidi 0x41 + session id, uni 0x54 + session id (other uni types:
  * control and QPACK streams, read and ignored). Returns the bytes it took. */
 static size_t read_prefix(fy_wtc_stream_t *st, const uint8_t *p, size_t n)
 {
     fy_wtc_t *c = st->c;
-    size_t used = 0;
-    while (st->prefix && used < n) {
-        st->sb[st->sn++] = p[used++];
-        uint64_t v;
-        if (!fy_h3_varint_decode(st->sb, st->sn, &v)) continue;
-        st->sn = 0;
-        if (st->prefix == 2) {
-            uint64_t want = st->uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI;
-            if (v != want) { /* control/QPACK/unknown: ignored */
-                st->prefix = 0;
-                st->orphan = true;
-                return used;
-            }
-            st->prefix = 1;
-            continue;
-        }
-        st->prefix = 0;
-        if (!c->cs || v != (uint64_t)c->cs->id || c->state != S_OPEN || c->dead) {
-            st->orphan = true;
-            if (st->qs && c->qc) {
-                if (!st->uni) fy_quic_stream_reset(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
-                fy_quic_stream_stop_reading(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
-            }
-            return used;
-        }
-        st->wt = true;
-        if (c->ops->stream) c->ops->stream(c->ud, st);
+    if (st->pre.state != 0) return 0; /* read before (or a stream of ours) */
+    size_t used =
+        fy__wtc_prefix_feed(&st->pre, st->uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI, p, n);
+    if (st->pre.state == -1) { /* control/QPACK/unknown: ignored */
+        st->orphan = true;
+        return used;
     }
+    if (st->pre.state == 0) return used;
+    if (!c->cs || st->pre.sid != (uint64_t)c->cs->id || c->state != S_OPEN || c->dead) {
+        st->orphan = true;
+        if (st->qs && c->qc) {
+            if (!st->uni) fy_quic_stream_reset(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
+            fy_quic_stream_stop_reading(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
+        }
+        return used;
+    }
+    st->wt = true;
+    if (c->ops->stream) c->ops->stream(c->ud, st);
     return used;
 }
 
@@ -307,21 +369,8 @@ static void send_settings(fy_wtc_t *c)
 {
     fy_quic_stream_t *ctrl = fy_quic_open_uni(c->qc);
     if (!ctrl) return;
-    uint8_t st[64], b[96];
-    size_t sl = 0;
-    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM_04);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_DRAFT02);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_MAX_SESSIONS);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
-    k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
-    k += fy_h3_varint_encode(b + k, sl);
-    memcpy(b + k, st, sl);
-    fy_quic_stream_write(c->qc, ctrl, b, k + sl);
+    uint8_t b[64];
+    fy_quic_stream_write(c->qc, ctrl, b, fy__wtc_settings(b));
 }
 
 static void nv_add(nghttp3_nv *nv, size_t *n, const char *k, const char *v)
@@ -433,7 +482,7 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
     }
     size_t k = read_prefix(st, p, n);
     credit(st, k);
-    if (st->prefix || !st->wt || st->orphan) {
+    if (st->pre.state != 1 || !st->wt || st->orphan) {
         credit(st, n - k);
         return 0;
     }
@@ -492,9 +541,9 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
 static void app_datagram(void *app, const uint8_t *p, size_t n)
 {
     fy_wtc_t *c = app;
-    uint64_t q;
-    size_t k = fy_h3_varint_decode(p, n, &q);
-    if (!k || c->dead || c->state != S_OPEN || !c->cs || q * 4 != (uint64_t)c->cs->id) return;
+    if (c->dead || c->state != S_OPEN || !c->cs) return;
+    size_t k = fy__wtc_datagram_of(p, n, (uint64_t)c->cs->id);
+    if (!k) return;
     if (c->ops->datagram) c->ops->datagram(c->ud, p + k, n - k);
 }
 
@@ -564,12 +613,8 @@ void fy_wtc_close(fy_wtc_t *c, uint32_t code, const char *reason, size_t rlen)
         return;
     }
     if (open && c->cs) {
-        uint8_t cap[16 + 4 + FY_WT_CLOSE_REASON_MAX], h[16];
-        size_t k = fy_wt_capsule_close(cap, code, reason, rlen);
-        size_t hk = fy_h3_varint_encode(h, FY_H3_DATA);
-        hk += fy_h3_varint_encode(h + hk, k);
-        fy_quic_stream_write(c->qc, c->cs, h, hk);
-        fy_quic_stream_write(c->qc, c->cs, cap, k);
+        uint8_t f[32 + FY_WT_CLOSE_REASON_MAX];
+        fy_quic_stream_write(c->qc, c->cs, f, fy__wtc_close_frame(f, code, reason, rlen));
         fy_quic_stream_finish(c->qc, c->cs);
         fy_timer_start(c->loop, &c->linger, LINGER_MS);
         return;
@@ -581,10 +626,9 @@ int fy_wtc_send_datagram(fy_wtc_t *c, const void *p, size_t n)
 {
     if (c->dead || c->state != S_OPEN || !c->qc || !c->cs) return -ENOTSUP;
     uint8_t b[1500];
-    size_t k = fy_h3_varint_encode(b, (uint64_t)c->cs->id / 4);
-    if (n > sizeof b - k) return -EMSGSIZE;
-    if (n) memcpy(b + k, p, n);
-    return fy_quic_send_datagram(c->qc, b, k + n);
+    size_t k = fy__wtc_datagram(b, sizeof b, (uint64_t)c->cs->id, p, n);
+    if (!k) return -EMSGSIZE;
+    return fy_quic_send_datagram(c->qc, b, k);
 }
 
 fy_wtc_stream_t *fy_wtc_open(fy_wtc_t *c, bool uni)
@@ -595,9 +639,7 @@ fy_wtc_stream_t *fy_wtc_open(fy_wtc_t *c, bool uni)
     fy_wtc_stream_t *st = stream_new(c, qs, uni, true);
     st->wt = true;
     uint8_t b[16];
-    size_t k = fy_h3_varint_encode(b, uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI);
-    k += fy_h3_varint_encode(b + k, (uint64_t)c->cs->id);
-    fy_quic_stream_write(c->qc, qs, b, k);
+    fy_quic_stream_write(c->qc, qs, b, fy__wtc_stream_head(b, uni, (uint64_t)c->cs->id));
     return st;
 }
 

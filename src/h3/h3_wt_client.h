@@ -78,4 +78,31 @@ void fy_wtc_stream_resume(fy_wtc_stream_t *st);
  * inside this call (as fy_wt_stream_reset does) and nothing else comes for `st`. */
 void fy_wtc_stream_reset(fy_wtc_stream_t *st, uint32_t code);
 
+/* ---- the wire pieces, pure (h3_wt_client_test.c) ---- */
+
+/* A peer stream's prefix: the type varint (`want`: 0x41 bidi, 0x54 uni), then the session id.
+ * state: 0 reading, 1 a WebTransport stream (sid set), -1 another type (control, QPACK,
+ * unknown: the rest is not ours). */
+typedef struct fy__wtc_prefix {
+    int state;
+    bool have_type;
+    uint8_t sb[8];
+    size_t sn;
+    uint64_t type, sid;
+} fy__wtc_prefix_t;
+/* Returns the bytes taken; stops right after the prefix (or after a foreign type). */
+size_t fy__wtc_prefix_feed(fy__wtc_prefix_t *pr, uint64_t want, const uint8_t *p, size_t n);
+/* Our control stream: its type, then SETTINGS (both H3_DATAGRAM codepoints, draft-02
+ * ENABLE_WEBTRANSPORT, WT_MAX_SESSIONS 1). b: 64 bytes. */
+size_t fy__wtc_settings(uint8_t *b);
+/* A stream of ours begins with this (type, session id). b: 16 bytes. */
+size_t fy__wtc_stream_head(uint8_t *b, bool uni, uint64_t sid);
+/* A DATA frame carrying a CLOSE_WEBTRANSPORT_SESSION capsule (reason cut at
+ * FY_WT_CLOSE_REASON_MAX). b: 32 + FY_WT_CLOSE_REASON_MAX bytes. */
+size_t fy__wtc_close_frame(uint8_t *b, uint32_t code, const char *reason, size_t rlen);
+/* An HTTP Datagram of session `sid` (quarter stream id, payload): 0 if over `cap`. */
+size_t fy__wtc_datagram(uint8_t *b, size_t cap, uint64_t sid, const void *p, size_t n);
+/* A received datagram's payload offset when it belongs to session `sid`, else 0. */
+size_t fy__wtc_datagram_of(const uint8_t *p, size_t n, uint64_t sid);
+
 #endif
