@@ -198,6 +198,36 @@ def test_webtransport_errors_session_closed_mid_stream(server, tmp_path):
     assert 'session closed by the client: code 42, reason "mid"' in srv.log()
 
 
+WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
+
+
+def test_webtransport_stream_reset_code_reaches_handler(server, tmp_path):
+    # the client sends half a stream, then RESET_STREAM with WebTransport code 7: the echo
+    # handler is told RESET_STREAM with code 7 and resets its answer with the same code
+    srv, _ = start(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size",
+                         200000, "-n", 2, "-d", 30, "--wt-fault", "reset-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 2, rep
+    assert extra["first_reset_code"] == WT7, extra
+    srv.finish()
+    assert srv.log().count("reset by the peer (RESET_STREAM), code 7") == 2, srv.log()[-2000:]
+    assert "STOP_SENDING" not in srv.log()
+
+
+def test_webtransport_stop_sending_reaches_handler_as_stop(server, tmp_path):
+    # the client's STOP_SENDING (code 7) once 64 KiB of a 4 MiB echo came back: the handler
+    # is told STOP_SENDING, not a reset, and QUIC answers the client with RESET_STREAM 7
+    srv, _ = start(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size",
+                         4 << 20, "-n", 1, "-d", 30, "--wt-fault", "stop-sending")
+    assert rep["requests"] == 1 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 1, rep
+    assert extra["first_reset_code"] == WT7, extra
+    srv.finish()
+    assert srv.log().count("the peer asked to stop sending (STOP_SENDING)") == 1, \
+        srv.log()[-2000:]
+    assert "(RESET_STREAM)" not in srv.log()
+
+
 def test_webtransport_errors_datagram_without_stream_id(server, tmp_path):
     # an HTTP Datagram too short for its quarter stream id: H3_DATAGRAM_ERROR (0x33)
     srv, _ = start(server, tmp_path)

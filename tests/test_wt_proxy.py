@@ -64,6 +64,41 @@ def test_wt_proxy_load_echo_streams_and_datagrams(server, tmp_path):
     assert origin.log().count("WebTransport session ends") == 2, origin.log()[-2000:]
 
 
+WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
+
+
+def test_wt_proxy_reset_stream_relayed_as_reset_with_its_code(server, tmp_path):
+    # the client's RESET_STREAM (WebTransport code 7) after half a stream reaches the origin
+    # as RESET_STREAM with code 7 (not as STOP_SENDING: the proxy relays the direction that
+    # was reset); the origin's echo resets back with 7, which the proxy relays to the client
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         200000, "-n", 2, "-d", 30, "--wt-fault", "reset-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 2, rep
+    assert extra["first_reset_code"] == WT7, extra
+    proxy.finish()
+    origin.finish()
+    log = origin.log()
+    assert log.count("reset by the peer (RESET_STREAM), code 7") == 2, log[-2000:]
+    assert "STOP_SENDING" not in log, log[-2000:]
+
+
+def test_wt_proxy_stop_sending_relayed_as_stop_sending(server, tmp_path):
+    # the client's STOP_SENDING once 64 KiB of a 4 MiB echo came back: the proxy sends
+    # STOP_SENDING toward the origin (it used to reset the origin's stream both ways), and
+    # the client gets its code 7 back in the RESET_STREAM its STOP_SENDING asked for
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 1, "--size",
+                         4 << 20, "-n", 1, "-d", 30, "--wt-fault", "stop-sending")
+    assert rep["requests"] == 1 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 1, rep
+    assert extra["first_reset_code"] == WT7, extra
+    proxy.finish()
+    origin.finish()
+    log = origin.log()
+    assert log.count("the peer asked to stop sending (STOP_SENDING)") == 1, log[-2000:]
+    assert "(RESET_STREAM)" not in log, log[-2000:]
+
+
 def test_wt_proxy_client_close_reaches_origin(server, tmp_path):
     # the client closes its session (42 "mid") with streams in flight: the proxy closes the
     # origin's session with the same code and reason, and the client's streams are reset

@@ -146,6 +146,9 @@ struct fy_wt_stream {
     uint8_t *buf; /* received and not yet used by the handler (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen, counted;
+    bool stop_seen;  /* the peer's STOP_SENDING was reported */
+    bool sent_reset; /* fy_wt_stream_reset_send: our sending side is reset */
+    bool stopped;    /* fy_wt_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -232,7 +235,7 @@ static void stream_free(fy_wt_stream_t *st)
 static void deliver(fy_wt_stream_t *st, const uint8_t *p, size_t n, bool fin)
 {
     fy_wt_session_t *ss = st->ss;
-    if (!ss) {
+    if (!ss || st->stopped) {
         stream_credit(st, n);
         return;
     }
@@ -270,7 +273,7 @@ static void resume_cb(fy_defer_t *d)
 {
     fy_wt_stream_t *st = d->data;
     fy_wt_session_t *ss = st->ss;
-    if (!ss || (!st->len && (!st->fin || st->fin_given))) return;
+    if (!ss || st->stopped || (!st->len && (!st->fin || st->fin_given))) return;
     size_t n = st->len;
     size_t used = ss->ops->data(ss->ud, st, st->buf, n, st->fin);
     if (!st->ss) return;
@@ -380,13 +383,27 @@ void fy_h3_wt_recv(fy_h3_wt_t *w, fy_quic_stream_t *qs, const uint8_t *p, size_t
     deliver(st, p, n, fin);
 }
 
+/* The QUIC layer reports the peer's RESET_STREAM with its code and the peer's STOP_SENDING as
+ * code 0 (ngtcp2 0.12 keeps that code to itself; 0 is no HTTP/3 error code). */
 void fy_h3_wt_reset(fy_h3_wt_t *w, fy_quic_stream_t *qs, uint64_t code)
 {
     (void)w;
     fy_wt_stream_t *st = qs->app;
-    if (!st || !st->ss || st->reset_seen) return;
-    st->reset_seen = true;
+    if (!st || !st->ss) return;
     fy_wt_session_t *ss = st->ss;
+    if (code == 0 && ss->ops->stop) {
+        if (st->stop_seen) return;
+        st->stop_seen = true;
+        ss->ops->stop(ss->ud, st, -1);
+        return;
+    }
+    if (st->reset_seen) return;
+    st->reset_seen = true;
+    if (code && ss->ops->stop) { /* RESET_STREAM: what is still buffered of it is void */
+        fy_defer_cancel(st->w->loop, &st->defer);
+        stream_credit(st, st->len);
+        st->len = 0;
+    }
     if (ss->ops->reset) ss->ops->reset(ss->ud, st, fy_wt_code_from_h3(code));
 }
 
@@ -407,7 +424,7 @@ void fy_h3_wt_stream_close(fy_h3_wt_t *w, fy_quic_stream_t *qs)
     /* everything arrived and everything we sent was acknowledged, but the handler has not
        used all the bytes yet (a proxy waiting for room on the other side): the stream stays
        until it has (resume_cb) */
-    if (st->ss && (st->len || (st->fin && !st->fin_given))) return;
+    if (st->ss && !st->stopped && (st->len || (st->fin && !st->fin_given))) return;
     stream_gone(st);
 }
 
@@ -711,13 +728,14 @@ void *fy_wt_stream_ud(const fy_wt_stream_t *st)
 
 int fy_wt_stream_write(fy_wt_stream_t *st, const void *p, size_t n)
 {
-    if (!st->qs || !st->ss || (st->uni && !st->local)) return -EPIPE;
+    if (!st->qs || !st->ss || st->sent_reset || (st->uni && !st->local)) return -EPIPE;
     return fy_quic_stream_write(st->w->qc, st->qs, p, n);
 }
 
 void fy_wt_stream_finish(fy_wt_stream_t *st)
 {
-    if (st->qs && !(st->uni && !st->local)) fy_quic_stream_finish(st->w->qc, st->qs);
+    if (st->qs && !st->sent_reset && !(st->uni && !st->local))
+        fy_quic_stream_finish(st->w->qc, st->qs);
 }
 
 size_t fy_wt_stream_buffered(const fy_wt_stream_t *st)
@@ -734,4 +752,21 @@ void fy_wt_stream_reset(fy_wt_stream_t *st, uint32_t code)
 {
     if (!st->ss) return;
     orphan(st, fy_wt_code_to_h3(code));
+}
+
+void fy_wt_stream_reset_send(fy_wt_stream_t *st, uint32_t code)
+{
+    if (!st->ss || !st->qs || st->sent_reset || (st->uni && !st->local)) return;
+    st->sent_reset = true;
+    fy_quic_stream_reset(st->w->qc, st->qs, fy_wt_code_to_h3(code));
+}
+
+void fy_wt_stream_stop(fy_wt_stream_t *st, uint32_t code)
+{
+    if (!st->ss || !st->qs || st->stopped || (st->uni && st->local)) return;
+    st->stopped = true;
+    fy_defer_cancel(st->w->loop, &st->defer);
+    stream_credit(st, st->len);
+    st->len = 0;
+    fy_quic_stream_stop_reading(st->w->qc, st->qs, fy_wt_code_to_h3(code));
 }

@@ -84,6 +84,10 @@ typedef struct fy_wt_ops {
     /* The peer reset the stream or asked us to stop sending: `code` is its WebTransport
        error code (-1 when it was not one). */
     void (*reset)(void *ud, fy_wt_stream_t *st, int64_t code);
+    /* May be NULL (then `reset` gets both). When set, `reset` is the peer's RESET_STREAM only
+       (its buffered bytes are dropped; our sending side stays) and this is its STOP_SENDING
+       (QUIC has reset our sending side; `code` -1: the QUIC library does not tell it). */
+    void (*stop)(void *ud, fy_wt_stream_t *st, int64_t code);
     /* The stream is gone (both directions ended, or the session closed); `st` is freed after. */
     void (*stream_gone)(void *ud, fy_wt_stream_t *st);
     /* One HTTP Datagram of the session. */
@@ -126,6 +130,11 @@ size_t fy_wt_send_buffer(const fy_wt_stream_t *st);
 void fy_wt_stream_resume(fy_wt_stream_t *st);
 /* RESET_STREAM and STOP_SENDING with WebTransport error `code`. */
 void fy_wt_stream_reset(fy_wt_stream_t *st, uint32_t code);
+/* One direction only: RESET_STREAM of our sending side (writes fail with -EPIPE after), or
+ * STOP_SENDING of the peer's (what still arrives is dropped). The stream stays until QUIC
+ * closes it (stream_gone then). */
+void fy_wt_stream_reset_send(fy_wt_stream_t *st, uint32_t code);
+void fy_wt_stream_stop(fy_wt_stream_t *st, uint32_t code);
 
 /* ---- hooks for the h3 server codec ---- */
 typedef struct fy_h3_wt fy_h3_wt_t;

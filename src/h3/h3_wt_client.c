@@ -55,6 +55,9 @@ struct fy_wtc_stream {
     uint8_t *buf;         /* received, not yet used by the owner (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen;
+    bool stop_seen;  /* the origin's STOP_SENDING was reported */
+    bool sent_reset; /* fy_wtc_stream_reset_send: our sending side is reset */
+    bool stopped;    /* fy_wtc_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -124,7 +127,7 @@ static void credit(fy_wtc_stream_t *st, size_t n)
 static void deliver(fy_wtc_stream_t *st, const uint8_t *p, size_t n, bool fin)
 {
     fy_wtc_t *c = st->c;
-    if (st->orphan || c->dead || c->state != S_OPEN) {
+    if (st->orphan || st->stopped || c->dead || c->state != S_OPEN) {
         credit(st, n);
         return;
     }
@@ -160,7 +163,7 @@ static void resume_cb(fy_defer_t *d)
 {
     fy_wtc_stream_t *st = d->data;
     fy_wtc_t *c = st->c;
-    if (st->orphan || c->dead || (!st->len && (!st->fin || st->fin_given))) return;
+    if (st->orphan || st->stopped || c->dead || (!st->len && (!st->fin || st->fin_given))) return;
     size_t n = st->len;
     size_t used = c->ops->data(c->ud, st, st->buf, n, st->fin);
     if (st->orphan || c->dead) return;
@@ -498,9 +501,22 @@ static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
         end_session(c, 0, "gone", 4);
         return;
     }
+    /* as fy_h3_wt_reset: code 0 is the origin's STOP_SENDING, another its RESET_STREAM */
     fy_wtc_stream_t *st = s->app;
-    if (!st || !st->wt || st->orphan || st->reset_seen) return;
+    if (!st || !st->wt || st->orphan) return;
+    if (code == 0 && c->ops->stop) {
+        if (st->stop_seen) return;
+        st->stop_seen = true;
+        c->ops->stop(c->ud, st, -1);
+        return;
+    }
+    if (st->reset_seen) return;
     st->reset_seen = true;
+    if (code && c->ops->stop) { /* RESET_STREAM: what is still buffered of it is void */
+        fy_defer_cancel(c->loop, &st->defer);
+        credit(st, st->len);
+        st->len = 0;
+    }
     if (c->ops->reset) c->ops->reset(c->ud, st, fy_wt_code_from_h3(code));
 }
 
@@ -530,7 +546,9 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
     s->app = NULL;
     /* all received and all sent, but the owner has not used every byte yet: it stays until
        it has (resume_cb) */
-    if (!st->orphan && st->wt && !c->dead && (st->len || (st->fin && !st->fin_given))) return;
+    if (!st->orphan && !st->stopped && st->wt && !c->dead &&
+        (st->len || (st->fin && !st->fin_given)))
+        return;
     if (!st->orphan) {
         st->orphan = true;
         if (st->wt && !c->dead && c->ops->stream_gone) c->ops->stream_gone(c->ud, st);
@@ -660,13 +678,13 @@ void *fy_wtc_stream_ud(const fy_wtc_stream_t *st)
 
 int fy_wtc_stream_write(fy_wtc_stream_t *st, const void *p, size_t n)
 {
-    if (st->orphan || !st->qs || !st->c->qc || !can_send(st)) return -EPIPE;
+    if (st->orphan || st->sent_reset || !st->qs || !st->c->qc || !can_send(st)) return -EPIPE;
     return fy_quic_stream_write(st->c->qc, st->qs, p, n);
 }
 
 void fy_wtc_stream_finish(fy_wtc_stream_t *st)
 {
-    if (!st->orphan && st->qs && st->c->qc && can_send(st))
+    if (!st->orphan && !st->sent_reset && st->qs && st->c->qc && can_send(st))
         fy_quic_stream_finish(st->c->qc, st->qs);
 }
 
@@ -691,4 +709,21 @@ void fy_wtc_stream_resume(fy_wtc_stream_t *st)
 void fy_wtc_stream_reset(fy_wtc_stream_t *st, uint32_t code)
 {
     orphan(st, fy_wt_code_to_h3(code), true);
+}
+
+void fy_wtc_stream_reset_send(fy_wtc_stream_t *st, uint32_t code)
+{
+    if (st->orphan || st->sent_reset || !st->qs || !st->c->qc || !can_send(st)) return;
+    st->sent_reset = true;
+    fy_quic_stream_reset(st->c->qc, st->qs, fy_wt_code_to_h3(code));
+}
+
+void fy_wtc_stream_stop(fy_wtc_stream_t *st, uint32_t code)
+{
+    if (st->orphan || st->stopped || !st->qs || !st->c->qc || !can_recv(st)) return;
+    st->stopped = true;
+    fy_defer_cancel(st->c->loop, &st->defer);
+    credit(st, st->len);
+    st->len = 0;
+    fy_quic_stream_stop_reading(st->c->qc, st->qs, fy_wt_code_to_h3(code));
 }

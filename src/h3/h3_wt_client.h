@@ -38,6 +38,9 @@ typedef struct fy_wtc_ops {
     void (*writable)(void *ud, fy_wtc_stream_t *st);
     /* RESET_STREAM or STOP_SENDING from the origin: its WebTransport code (-1: not one). */
     void (*reset)(void *ud, fy_wtc_stream_t *st, int64_t code);
+    /* May be NULL (then `reset` gets both). As fy_wt_ops_t.stop: when set, `reset` is the
+       origin's RESET_STREAM only and this its STOP_SENDING (code -1: not known). */
+    void (*stop)(void *ud, fy_wtc_stream_t *st, int64_t code);
     /* The stream is gone; freed after this returns. */
     void (*stream_gone)(void *ud, fy_wtc_stream_t *st);
     /* One HTTP Datagram of the session (payload after the quarter stream id). */
@@ -77,6 +80,9 @@ void fy_wtc_stream_resume(fy_wtc_stream_t *st);
 /* RESET_STREAM and STOP_SENDING with WebTransport error `code`; stream_gone is called from
  * inside this call (as fy_wt_stream_reset does) and nothing else comes for `st`. */
 void fy_wtc_stream_reset(fy_wtc_stream_t *st, uint32_t code);
+/* One direction only, as fy_wt_stream_reset_send / fy_wt_stream_stop. */
+void fy_wtc_stream_reset_send(fy_wtc_stream_t *st, uint32_t code);
+void fy_wtc_stream_stop(fy_wtc_stream_t *st, uint32_t code);
 
 /* ---- the wire pieces, pure (h3_wt_client_test.c) ---- */
 

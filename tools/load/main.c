@@ -56,7 +56,9 @@ static void usage(FILE *f)
         "  --sessions N     wt://: WebTransport sessions per connection (default 1)\n"
         "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
         "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
-        "                   late-settings\n"
+        "                   late-settings, reset-stream (half the bytes, then RESET_STREAM\n"
+        "                   with WebTransport code 7), stop-sending (STOP_SENDING with code 7\n"
+        "                   once 64 KiB of the echo came back; all bytes are still sent)\n"
         "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
@@ -484,10 +486,12 @@ int main(int argc, char **argv)
                               : !strcmp(v, "close-mid-stream") ? 2
                               : !strcmp(v, "bad-datagram")     ? 3
                               : !strcmp(v, "late-settings")    ? 4
+                              : !strcmp(v, "reset-stream")     ? 5
+                              : !strcmp(v, "stop-sending")     ? 6
                                                                : -1;
             if (fl_cfg.wt_fault < 0)
                 die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram, "
-                                "late-settings");
+                                "late-settings, reset-stream, stop-sending");
         } else if (!strcmp(name, "--datagram-size")) {
             fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {

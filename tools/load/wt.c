@@ -28,6 +28,8 @@ typedef struct wt_str {
     uint64_t t0, sent, got;
     uint8_t seed;
     bool busy, bad;
+    bool reset_sent, stop_sent; /* --wt-fault reset-stream / stop-sending: done */
+    bool reset_due;             /* stop-sending: the server's RESET_STREAM came; end when sent */
 } wt_str_t;
 
 struct wt_sess {
@@ -67,6 +69,7 @@ static __thread wt_worker_t *ww;
 static uint64_t dg_sent, dg_echoed, dg_bad; /* atomics: every worker adds */
 static uint64_t peer_close = (uint64_t)-1;  /* the last CONNECTION_CLOSE code the server sent */
 static uint64_t first_reset = (uint64_t)-1; /* the first RESET_STREAM code the server sent */
+#define FAULT_CODE (0x52e4a40fa8dbull + 7)  /* WebTransport code 7 as an HTTP/3 code */
 
 static bool stopping(void)
 {
@@ -79,12 +82,16 @@ static uint8_t pat(uint8_t seed, uint64_t i)
     return (uint8_t)((i * 7 + seed * 13 + 3) & 0xff);
 }
 
+static void stream_end(wt_str_t *s, int err);
+
 static void pump_stream(wt_str_t *s)
 {
     wt_conn_t *wc = s->ss->wc;
     uint8_t buf[16384];
-    /* close-mid-stream: half the bytes and no FIN, so no echo can complete before the close */
-    uint64_t size = fl_cfg.wt_fault == 2 ? fl_cfg.echo_size / 2 : fl_cfg.echo_size;
+    /* close-mid-stream: half the bytes and no FIN, so no echo can complete before the close;
+       reset-stream: half the bytes, then RESET_STREAM (the echo's reset ends the stream) */
+    bool half = fl_cfg.wt_fault == 2 || fl_cfg.wt_fault == 5;
+    uint64_t size = half ? fl_cfg.echo_size / 2 : fl_cfg.echo_size;
     while (s->sent < size && fy_quic_stream_buffered(s->qs) < 256 * 1024) {
         size_t n = size - s->sent < sizeof buf ? size - s->sent : sizeof buf;
         for (size_t i = 0; i < n; i++) buf[i] = pat(s->seed, s->sent + i);
@@ -92,6 +99,14 @@ static void pump_stream(wt_str_t *s)
         s->sent += n;
     }
     if (s->sent == fl_cfg.echo_size) fy_quic_stream_finish(wc->qc, s->qs);
+    /* reset-stream: once those bytes were acknowledged (a reset drops what is still queued,
+       which would leave the server a stream without its WebTransport prefix) */
+    if (fl_cfg.wt_fault == 5 && s->sent == size && !s->reset_sent &&
+        fy_quic_stream_buffered(s->qs) == 0) {
+        s->reset_sent = true;
+        fy_quic_stream_reset(wc->qc, s->qs, FAULT_CODE);
+    }
+    if (s->reset_due && s->sent == fl_cfg.echo_size) stream_end(s, FL_ERR_RESET);
 }
 
 static void start_streams(wt_sess_t *ss)
@@ -333,6 +348,11 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
         return 0;
     }
     wt_str_t *st = s->app;
+    if (st->stop_sent) return 0; /* what still comes after our STOP_SENDING */
+    if (fl_cfg.wt_fault == 6 && st->got + n >= 65536) {
+        st->stop_sent = true;
+        fy_quic_stream_stop_reading(wc->qc, s, FAULT_CODE);
+    }
     for (size_t i = 0; i < n; i++)
         if (p[i] != pat(st->seed, st->got + i)) st->bad = true;
     st->got += n;
@@ -346,14 +366,25 @@ static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
     uint64_t none = (uint64_t)-1;
     __atomic_compare_exchange_n(&first_reset, &none, code, false, __ATOMIC_RELAXED,
                                 __ATOMIC_RELAXED);
-    if (s->app && s->app_kind == KIND_DATA) stream_end(s->app, FL_ERR_RESET);
+    if (!s->app || s->app_kind != KIND_DATA) return;
+    wt_str_t *st = s->app;
+    /* stop-sending: the server's RESET_STREAM answers our STOP_SENDING; the bytes still to
+       send go on (the server's side of the test needs them), the stream ends after them. A
+       code 0 is the server's own STOP_SENDING: nothing more can be sent. */
+    if (fl_cfg.wt_fault == 6 && code && st->sent < fl_cfg.echo_size) {
+        st->reset_due = true;
+        return;
+    }
+    stream_end(st, FL_ERR_RESET);
 }
 
 static void app_acked(void *app, fy_quic_stream_t *s)
 {
     (void)app;
     wt_str_t *st = s->app;
-    if (st && s->app_kind == KIND_DATA && st->busy && st->sent < fl_cfg.echo_size) pump_stream(st);
+    if (st && s->app_kind == KIND_DATA && st->busy && st->sent < fl_cfg.echo_size &&
+        !st->reset_sent)
+        pump_stream(st);
 }
 
 static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
