@@ -198,6 +198,33 @@ def test_webtransport_errors_session_closed_mid_stream(server, tmp_path):
     assert 'session closed by the client: code 42, reason "mid"' in srv.log()
 
 
+def test_webtransport_drain_on_shutdown(server, tmp_path):
+    # ferry stops (SIGTERM) with a session open: with its GOAWAY goes one
+    # DRAIN_WEBTRANSPORT_SESSION on the session, which the client counts
+    import signal
+    import time
+    srv, _ = start(server, tmp_path)
+    args = [LOAD, f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size", 1 << 24,
+            "-n", 100000, "-d", 4, "--insecure", "--json"]
+    p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the session is up (it lasts until the client's -d ends)
+    srv.proc.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=60)[0]
+    lines = out.strip().splitlines()
+    rep, extra = json.loads(lines[0]), json.loads(lines[1])
+    assert rep["status"]["2xx"] == 1, rep
+    assert extra["drains"] == 1, extra
+
+
+def test_webtransport_client_drain_reaches_handler(server, tmp_path):
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 5000,
+                     "-n", 10, "-d", 30, "--wt-fault", "drain")
+    assert rep["requests"] == 10 and rep["ok"] == 10, rep
+    srv.finish()
+    assert srv.log().count("the client drains the session (DRAIN_WEBTRANSPORT_SESSION)") == 1
+
+
 WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
 
 

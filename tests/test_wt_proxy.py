@@ -144,9 +144,25 @@ def test_wt_proxy_origin_going_away_closes_client_session(server, tmp_path):
     # WT_SESSION_GONE from the proxy's close, or WebTransport code 0: the origin reset its
     # streams (with H3 codes, which are no WebTransport code) as it went
     assert extra["first_reset_code"] in (0x170d7b68, 0x52e4a40fa8db), extra
+    # the origin's DRAIN_WEBTRANSPORT_SESSION (sent with its GOAWAY) was relayed to the client
+    assert extra["drains"] == 1, extra
     proxy.finish()
     assert 'upstream wt-origin ended the session: code 0, reason "gone"' in proxy.log(), \
         proxy.log()[-2000:]
+    assert proxy.log().count("upstream wt-origin drains the session") == 1, proxy.log()[-2000:]
+
+
+def test_wt_proxy_client_drain_reaches_origin(server, tmp_path):
+    # the client's DRAIN_WEBTRANSPORT_SESSION is relayed to the origin; the session goes on
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         100000, "-n", 20, "-d", 30, "--wt-fault", "drain")
+    assert rep["requests"] == 20 and rep["ok"] == 20 and rep["errors"] == 0, rep
+    assert extra["drains"] == 0, extra
+    proxy.finish()
+    origin.finish()
+    assert origin.log().count("the client drains the session (DRAIN_WEBTRANSPORT_SESSION)") == 1, \
+        origin.log()[-2000:]
 
 
 def test_wt_proxy_chromium(server, tmp_path):

@@ -130,6 +130,7 @@ struct fy_wt_session {
     fy_wt_capsule_rd_t caps;
     bool closing;
     bool waiting;                       /* accepted before the client's SETTINGS: no 200 sent yet */
+    bool drained;                       /* our DRAIN capsule went */
     uint64_t dg_in, dg_out, dg_dropped; /* datagrams received, sent, refused by a full queue */
 };
 
@@ -498,7 +499,11 @@ static void sess_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
             fy_exchange_send(ex, NULL, 0, FY_SEND_FINAL);
             return;
         }
-        if (ev.kind == 2) fy_debug("h3 stream %lld: DRAIN_WEBTRANSPORT_SESSION", (long long)ss->id);
+        if (ev.kind == 2) {
+            fy_debug("h3 stream %lld: DRAIN_WEBTRANSPORT_SESSION", (long long)ss->id);
+            if (ss->ops->drain) ss->ops->drain(ss->ud, ss);
+            if (ex->handler_data != ss) return; /* the handler closed it */
+        }
     }
     if (end) {
         ex->handler_data = NULL;
@@ -674,14 +679,19 @@ bool fy_h3_wt_refuse(fy_exchange_t *ex)
 void fy_h3_wt_drain(fy_h3_wt_t *w)
 {
     for (fy_list_t *l = w->sessions.next; l != &w->sessions; l = l->next) {
-        fy_wt_session_t *ss = fy_container_of(l, fy_wt_session_t, link);
-        if (!ss->ex || ss->waiting) continue;
-        uint8_t b[8];
-        size_t k = fy_h3_varint_encode(b, FY_WT_CAPSULE_DRAIN);
-        k += fy_h3_varint_encode(b + k, 0);
-        struct iovec iov = {b, k};
-        fy_exchange_send(ss->ex, &iov, 1, FY_SEND_MORE);
+        fy_wt_session_drain(fy_container_of(l, fy_wt_session_t, link));
     }
+}
+
+void fy_wt_session_drain(fy_wt_session_t *ss)
+{
+    if (!ss->ex || ss->waiting || ss->closing || ss->drained) return;
+    ss->drained = true;
+    uint8_t b[8];
+    size_t k = fy_h3_varint_encode(b, FY_WT_CAPSULE_DRAIN);
+    k += fy_h3_varint_encode(b + k, 0);
+    struct iovec iov = {b, k};
+    fy_exchange_send(ss->ex, &iov, 1, FY_SEND_MORE);
 }
 
 void fy_h3_wt_free(fy_h3_wt_t *w)

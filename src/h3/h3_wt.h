@@ -88,6 +88,8 @@ typedef struct fy_wt_ops {
        (its buffered bytes are dropped; our sending side stays) and this is its STOP_SENDING
        (QUIC has reset our sending side; `code` -1: the QUIC library does not tell it). */
     void (*stop)(void *ud, fy_wt_stream_t *st, int64_t code);
+    /* The peer's DRAIN_WEBTRANSPORT_SESSION: it will end the session soon. May be NULL. */
+    void (*drain)(void *ud, fy_wt_session_t *ss);
     /* The stream is gone (both directions ended, or the session closed); `st` is freed after. */
     void (*stream_gone)(void *ud, fy_wt_stream_t *st);
     /* One HTTP Datagram of the session. */
@@ -108,6 +110,8 @@ fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *u
 /* Close with a CLOSE_WEBTRANSPORT_SESSION capsule and FIN; every stream is reset with
  * WT_SESSION_GONE. The session is freed before this returns (ops->close is not called). */
 void fy_wt_session_close(fy_wt_session_t *ss, uint32_t code, const char *reason, size_t rlen);
+/* Send DRAIN_WEBTRANSPORT_SESSION (once per session; later calls send nothing). */
+void fy_wt_session_drain(fy_wt_session_t *ss);
 /* Send one datagram. 0, or -EMSGSIZE / -EAGAIN / -ENOTSUP (fy_quic_send_datagram). */
 int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n);
 /* Open a unidirectional stream of ours (NULL: no QUIC credit or over the stream limit). */

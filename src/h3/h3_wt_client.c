@@ -37,7 +37,8 @@ struct fy_wtc {
     int status;
     fy_wt_capsule_rd_t caps;
     int state;
-    bool dead; /* the owner closed: no callbacks; freed when the connection is gone */
+    bool drained; /* our DRAIN capsule went */
+    bool dead;    /* the owner closed: no callbacks; freed when the connection is gone */
     fy_list_t streams;
     fy_timer_t linger;
     fy_defer_t free_defer;
@@ -236,6 +237,17 @@ size_t fy__wtc_close_frame(uint8_t *b, uint32_t code, const char *reason, size_t
     return k + n;
 }
 
+size_t fy__wtc_drain_frame(uint8_t *b)
+{
+    uint8_t cap[8];
+    size_t n = fy_h3_varint_encode(cap, FY_WT_CAPSULE_DRAIN);
+    n += fy_h3_varint_encode(cap + n, 0);
+    size_t k = fy_h3_varint_encode(b, FY_H3_DATA);
+    k += fy_h3_varint_encode(b + k, n);
+    memcpy(b + k, cap, n);
+    return k + n;
+}
+
 size_t fy__wtc_datagram(uint8_t *b, size_t cap, uint64_t sid, const void *p, size_t n)
 {
     uint8_t q[8];
@@ -354,6 +366,10 @@ static void session_recv(fy_wtc_t *c, const uint8_t *p, size_t n)
                     if (ev.kind == -1) {
                         end_session(c, 0, "malformed capsule", 17);
                         return;
+                    }
+                    if (ev.kind == 2 && c->ops->drain) {
+                        c->ops->drain(c->ud);
+                        if (c->dead) return;
                     }
                 }
             }
@@ -638,6 +654,14 @@ void fy_wtc_close(fy_wtc_t *c, uint32_t code, const char *reason, size_t rlen)
         return;
     }
     fy_quic_conn_close(c->qc, CLOSE_CODE, NULL);
+}
+
+void fy_wtc_drain(fy_wtc_t *c)
+{
+    if (c->dead || c->drained || c->state != S_OPEN || !c->qc || !c->cs) return;
+    c->drained = true;
+    uint8_t b[16];
+    fy_quic_stream_write(c->qc, c->cs, b, fy__wtc_drain_frame(b));
 }
 
 int fy_wtc_send_datagram(fy_wtc_t *c, const void *p, size_t n)

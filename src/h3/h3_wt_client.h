@@ -41,6 +41,8 @@ typedef struct fy_wtc_ops {
     /* May be NULL (then `reset` gets both). As fy_wt_ops_t.stop: when set, `reset` is the
        origin's RESET_STREAM only and this its STOP_SENDING (code -1: not known). */
     void (*stop)(void *ud, fy_wtc_stream_t *st, int64_t code);
+    /* The origin's DRAIN_WEBTRANSPORT_SESSION: it will end the session soon. May be NULL. */
+    void (*drain)(void *ud);
     /* The stream is gone; freed after this returns. */
     void (*stream_gone)(void *ud, fy_wtc_stream_t *st);
     /* One HTTP Datagram of the session (payload after the quarter stream id). */
@@ -61,6 +63,8 @@ fy_wtc_t *fy_wtc_connect(fy_loop_t *loop, const struct sockaddr *sa, socklen_t s
  * every stream reset (WT_SESSION_GONE), then the connection closes once the capsule is
  * acknowledged (at most a second later). No callback after this; `c` is freed later by itself. */
 void fy_wtc_close(fy_wtc_t *c, uint32_t code, const char *reason, size_t rlen);
+/* Send DRAIN_WEBTRANSPORT_SESSION to the origin (once; nothing before ready(200)). */
+void fy_wtc_drain(fy_wtc_t *c);
 /* Send one datagram: 0, -EMSGSIZE, -EAGAIN (queue full: counted, dropped), -ENOTSUP. */
 int fy_wtc_send_datagram(fy_wtc_t *c, const void *p, size_t n);
 /* Open a stream of ours (NULL: not ready, or no QUIC stream credit left). */
@@ -106,6 +110,8 @@ size_t fy__wtc_stream_head(uint8_t *b, bool uni, uint64_t sid);
 /* A DATA frame carrying a CLOSE_WEBTRANSPORT_SESSION capsule (reason cut at
  * FY_WT_CLOSE_REASON_MAX). b: 32 + FY_WT_CLOSE_REASON_MAX bytes. */
 size_t fy__wtc_close_frame(uint8_t *b, uint32_t code, const char *reason, size_t rlen);
+/* A DATA frame carrying a DRAIN_WEBTRANSPORT_SESSION capsule. b: 16 bytes. */
+size_t fy__wtc_drain_frame(uint8_t *b);
 /* An HTTP Datagram of session `sid` (quarter stream id, payload): 0 if over `cap`. */
 size_t fy__wtc_datagram(uint8_t *b, size_t cap, uint64_t sid, const void *p, size_t n);
 /* A received datagram's payload offset when it belongs to session `sid`, else 0. */

@@ -1,7 +1,7 @@
 /* Unit tests of the WebTransport client's wire pieces (h3_wt_client.c), no socket: the peer
  * stream prefix reader fed whole and byte by byte (bidi 0x41 and uni 0x54 with a session id,
  * foreign types given up after the type), our control stream's SETTINGS, our streams' heads,
- * the CLOSE capsule inside a DATA frame read back by the capsule reader, datagram framing
+ * the CLOSE and DRAIN capsules inside DATA frames read back by the capsule reader, datagram framing
  * (quarter stream id, size bound, another session's refused), and the error-code space the
  * client's resets use (0x52e4a40fa8db + n + n/0x1e). */
 #include <string.h>
@@ -141,6 +141,31 @@ static void test_close_frame(void)
     }
 }
 
+static void test_drain_frame(void)
+{
+    uint8_t f[16];
+    size_t n = fy__wtc_drain_frame(f);
+    CHECK(n <= sizeof f);
+    fy_h3_frame_rd_t rd;
+    memset(&rd, 0, sizeof rd);
+    size_t k = fy_h3_frame_hdr_feed(&rd, f, n);
+    CHECK(rd.have_hdr && rd.type == FY_H3_DATA);
+    CHECK_EQ_INT(k + rd.left, n);
+    CHECK_EQ_INT(rd.left, 5);                      /* 0x78ae takes a 4-byte varint, then length 0 */
+    for (size_t step = 1; step <= n - k; step++) { /* whole and in pieces */
+        fy_wt_capsule_rd_t cr;
+        memset(&cr, 0, sizeof cr);
+        fy_wt_capsule_ev_t ev = {0};
+        size_t at = k;
+        while (at < n && !ev.kind) {
+            size_t m = n - at < step ? n - at : step;
+            at += fy_wt_capsule_feed(&cr, f + at, m, &ev);
+        }
+        CHECK_EQ_INT(ev.kind, 2);
+        CHECK_EQ_INT(at, n);
+    }
+}
+
 static void test_datagram(void)
 {
     uint8_t b[1500];
@@ -181,4 +206,5 @@ static void test_codes(void)
     CHECK_EQ_INT(fy_wt_code_from_h3(0), -1);
 }
 
-FY_TEST_MAIN(test_prefix(); test_settings(); test_close_frame(); test_datagram(); test_codes())
+FY_TEST_MAIN(test_prefix(); test_settings(); test_close_frame(); test_drain_frame();
+             test_datagram(); test_codes())

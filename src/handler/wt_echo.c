@@ -68,6 +68,13 @@ static void on_stop(void *ud, fy_wt_stream_t *st, int64_t code)
     fy_wt_stream_reset(st, 0);
 }
 
+static void on_drain(void *ud, fy_wt_session_t *ss)
+{
+    (void)ud;
+    (void)ss;
+    fy_info("webtransport echo: the client drains the session (DRAIN_WEBTRANSPORT_SESSION)");
+}
+
 static void on_gone(void *ud, fy_wt_stream_t *st)
 {
     (void)ud;
@@ -95,6 +102,7 @@ static const fy_wt_ops_t echo_ops = {
     .writable = on_writable,
     .reset = on_reset,
     .stop = on_stop,
+    .drain = on_drain,
     .stream_gone = on_gone,
     .datagram = on_datagram,
     .close = on_close,

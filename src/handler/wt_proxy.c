@@ -164,6 +164,15 @@ static void c_gone(void *ud, fy_wt_stream_t *cs)
     pair_maybe_free(pr);
 }
 
+/* DRAIN_WEBTRANSPORT_SESSION is relayed both ways: the session will end soon, and the peer
+ * behind the proxy is the one that should know. */
+static void c_drain(void *ud, fy_wt_session_t *ss)
+{
+    (void)ss;
+    wtp_t *p = ud;
+    if (p->oc) fy_wtc_drain(p->oc);
+}
+
 static void c_datagram(void *ud, fy_wt_session_t *ss, const uint8_t *b, size_t n)
 {
     (void)ss;
@@ -185,6 +194,7 @@ static const fy_wt_ops_t client_ops = {
     .writable = c_writable,
     .reset = c_reset,
     .stop = c_stop,
+    .drain = c_drain,
     .stream_gone = c_gone,
     .datagram = c_datagram,
     .close = c_close,
@@ -292,6 +302,15 @@ static void o_gone(void *ud, fy_wtc_stream_t *os)
     pair_maybe_free(pr);
 }
 
+static void o_drain(void *ud)
+{
+    wtp_t *p = ud;
+    fy_info("webtransport proxy: upstream %s drains the session (DRAIN_WEBTRANSPORT_SESSION): "
+            "relayed to the client",
+            fy_upstream_conf(p->ph->up)->name);
+    if (p->ss) fy_wt_session_drain(p->ss);
+}
+
 static void o_datagram(void *ud, const uint8_t *b, size_t n)
 {
     wtp_t *p = ud;
@@ -318,6 +337,7 @@ static const fy_wtc_ops_t origin_ops = {
     .writable = o_writable,
     .reset = o_reset,
     .stop = o_stop,
+    .drain = o_drain,
     .stream_gone = o_gone,
     .datagram = o_datagram,
     .close = o_close,

@@ -120,7 +120,7 @@ typedef struct fl_config {
     bool wt_datagrams_only;  /* wt: --datagrams-only: no streams, datagram echoes are the round
                                 trips (latency from the timestamp each carries) */
     int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram,
-                     4 late-settings, 5 reset-stream, 6 stop-sending */
+                     4 late-settings, 5 reset-stream, 6 stop-sending, 7 drain */
     bool json;
     bool proxy_connect;     /* --proxy: CONNECT authority through addr first */
     bool proxy_absolute;    /* --proxy with plain h1: absolute-form request targets */

@@ -58,7 +58,8 @@ static void usage(FILE *f)
         "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
         "                   late-settings, reset-stream (half the bytes, then RESET_STREAM\n"
         "                   with WebTransport code 7), stop-sending (STOP_SENDING with code 7\n"
-        "                   once 64 KiB of the echo came back; all bytes are still sent)\n"
+        "                   once 64 KiB of the echo came back; all bytes are still sent),\n"
+        "                   drain (DRAIN_WEBTRANSPORT_SESSION once the session is up)\n"
         "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
@@ -488,10 +489,11 @@ int main(int argc, char **argv)
                               : !strcmp(v, "late-settings")    ? 4
                               : !strcmp(v, "reset-stream")     ? 5
                               : !strcmp(v, "stop-sending")     ? 6
+                              : !strcmp(v, "drain")            ? 7
                                                                : -1;
             if (fl_cfg.wt_fault < 0)
                 die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram, "
-                                "late-settings, reset-stream, stop-sending");
+                                "late-settings, reset-stream, stop-sending, drain");
         } else if (!strcmp(name, "--datagram-size")) {
             fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {

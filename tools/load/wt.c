@@ -16,6 +16,7 @@
 #include "fl.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
+#include "h3/h3_wt.h"
 #include "quic/quic.h"
 
 enum { KIND_SESSION = 1, KIND_DATA = 2 };
@@ -44,6 +45,7 @@ struct wt_sess {
     wt_str_t *strs;
     uint8_t next_seed;
     nghttp3_qpack_stream_context *sctx;
+    fy_wt_capsule_rd_t caps; /* the server's capsules (DATA frames on the CONNECT stream) */
 };
 
 typedef struct wt_conn {
@@ -69,6 +71,7 @@ static __thread wt_worker_t *ww;
 static uint64_t dg_sent, dg_echoed, dg_bad; /* atomics: every worker adds */
 static uint64_t peer_close = (uint64_t)-1;  /* the last CONNECTION_CLOSE code the server sent */
 static uint64_t first_reset = (uint64_t)-1; /* the first RESET_STREAM code the server sent */
+static uint64_t drains;                     /* DRAIN_WEBTRANSPORT_SESSION capsules received */
 #define FAULT_CODE (0x52e4a40fa8dbull + 7)  /* WebTransport code 7 as an HTTP/3 code */
 
 static bool stopping(void)
@@ -216,6 +219,15 @@ static void session_head(wt_sess_t *ss)
         fy_quic_stream_write(wc->qc, ss->cs, b, k + 7);
         fy_quic_stream_finish(wc->qc, ss->cs);
     }
+    if (fl_cfg.wt_fault == 7) { /* DRAIN_WEBTRANSPORT_SESSION in a DATA frame */
+        uint8_t b[16], cap[8];
+        size_t n = fy_h3_varint_encode(cap, FY_WT_CAPSULE_DRAIN);
+        n += fy_h3_varint_encode(cap + n, 0);
+        size_t k = fy_h3_varint_encode(b, 0x0);
+        k += fy_h3_varint_encode(b + k, n);
+        memcpy(b + k, cap, n);
+        fy_quic_stream_write(wc->qc, ss->cs, b, k + n);
+    }
     if (fl_cfg.wt_fault == 3) /* an HTTP Datagram without its quarter stream id */
         fy_quic_send_datagram(wc->qc, "", 0);
 }
@@ -237,13 +249,19 @@ static void session_recv(wt_sess_t *ss, const uint8_t *p, size_t n)
         } else {
             size_t take = n < ss->rd.left ? n : (size_t)ss->rd.left;
             if (ss->rd.type == 0x1) memcpy(ss->hb + ss->hn, p, take), ss->hn += take;
+            for (size_t off = 0; ss->rd.type == 0x0 && ss->ready && off < take;) {
+                fy_wt_capsule_ev_t ev;
+                off += fy_wt_capsule_feed(&ss->caps, p + off, take - off, &ev);
+                if (ev.kind == 2) __atomic_add_fetch(&drains, 1, __ATOMIC_RELAXED);
+                if (ev.kind == -1) break;
+            }
             p += take;
             n -= take;
             ss->rd.left -= take;
         }
         if (ss->rd.have_hdr && ss->rd.left == 0) {
             ss->rd.have_hdr = false;
-            if (ss->rd.type == 0x1 && !ss->ready) session_head(ss); /* DATA: capsules, ignored */
+            if (ss->rd.type == 0x1 && !ss->ready) session_head(ss);
         }
     }
 }
@@ -582,8 +600,10 @@ void fl_wt_report(bool json)
               lr = (long long)__atomic_load_n(&first_reset, __ATOMIC_RELAXED);
     if (json)
         printf("{\"datagrams\": {\"sent\": %llu, \"echoed\": %llu, \"bad\": %llu, \"lost\": "
-               "%llu}, \"peer_close_code\": %lld, \"first_reset_code\": %lld}\n",
-               s, e, b, s > e + b ? s - e - b : 0, pc, lr);
+               "%llu}, \"peer_close_code\": %lld, \"first_reset_code\": %lld, \"drains\": "
+               "%llu}\n",
+               s, e, b, s > e + b ? s - e - b : 0, pc, lr,
+               (unsigned long long)__atomic_load_n(&drains, __ATOMIC_RELAXED));
     else
         printf("  datagrams     sent %llu, echoed %llu, bad %llu, lost %llu\n", s, e, b,
                s > e + b ? s - e - b : 0);
