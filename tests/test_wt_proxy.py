@@ -64,6 +64,17 @@ def test_wt_proxy_load_echo_streams_and_datagrams(server, tmp_path):
     assert origin.log().count("WebTransport session ends") == 2, origin.log()[-2000:]
 
 
+def test_wt_proxy_load_uni_streams(server, tmp_path):
+    # --wt-uni through the proxy: the client's uni streams become the proxy's uni streams to
+    # the origin, whose answers on its own uni streams come back the same way, verified
+    origin, proxy, _ = two_hops(server, tmp_path)
+    # (5 streams: the uni stream credit ferry-load's QUIC client gives, test_webtransport)
+    rep, _ = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "--sessions", 1, "-m", 3,
+                     "--size", 1 << 20, "-n", 5, "-d", 50, "--wt-uni")
+    assert rep["requests"] == 5 and rep["ok"] == 5 and rep["errors"] == 0, rep
+    assert rep["body_bytes"] == 5 << 20
+
+
 WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
 
 

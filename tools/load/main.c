@@ -61,6 +61,8 @@ static void usage(FILE *f)
         "                   once 64 KiB of the echo came back; all bytes are still sent),\n"
         "                   drain (DRAIN_WEBTRANSPORT_SESSION once the session is up)\n"
         "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
+        "  --wt-uni         wt://: unidirectional streams; the echo comes back on a stream the\n"
+        "                   server opens (matched by the pattern's first byte), verified\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -411,6 +413,7 @@ int main(int argc, char **argv)
                                             "--json",
                                             "--insecure",
                                             "--datagrams-only",
+                                            "--wt-uni",
                                             "-h",
                                             "--help"};
         int ki = -1;
@@ -512,6 +515,8 @@ int main(int argc, char **argv)
             fl_cfg.insecure = true;
         } else if (!strcmp(name, "--datagrams-only")) {
             fl_cfg.wt_datagrams_only = true;
+        } else if (!strcmp(name, "--wt-uni")) {
+            fl_cfg.wt_uni = true;
         } else if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
             usage(stdout);
             return 0;

@@ -17,9 +17,10 @@
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
 #include "h3/h3_wt.h"
+#include "h3/h3_wt_client.h"
 #include "quic/quic.h"
 
-enum { KIND_SESSION = 1, KIND_DATA = 2 };
+enum { KIND_SESSION = 1, KIND_DATA = 2, KIND_UNI_IN = 3 };
 
 typedef struct wt_sess wt_sess_t;
 
@@ -31,7 +32,15 @@ typedef struct wt_str {
     bool busy, bad;
     bool reset_sent, stop_sent; /* --wt-fault reset-stream / stop-sending: done */
     bool reset_due;             /* stop-sending: the server's RESET_STREAM came; end when sent */
+    struct uni_in *in;          /* --wt-uni: the server's stream carrying the echo */
 } wt_str_t;
+
+/* --wt-uni: a server uni stream: its prefix (0x54 + session id), then the echo of the client
+ * stream whose pattern seed its first byte gives (pat(seed, 0) = seed * 13 + 3). */
+typedef struct uni_in {
+    fy__wtc_prefix_t pre;
+    wt_str_t *st; /* matched (NULL before, and after the stream ended) */
+} uni_in_t;
 
 struct wt_sess {
     struct wt_conn *wc;
@@ -55,6 +64,7 @@ typedef struct wt_conn {
     nghttp3_qpack_encoder *enc;
     nghttp3_qpack_decoder *dec;
     fy_timer_t dg, retry, late; /* late: --wt-fault late-settings */
+    fy_timer_t uni_credit;      /* --wt-uni: no callback tells of uni stream credit: poll */
     double dg_due;
     bool open;
 } wt_conn_t;
@@ -120,8 +130,13 @@ static void start_streams(wt_sess_t *ss)
         wt_str_t *s = &ss->strs[i];
         if (s->busy) continue;
         if (w->budget && w->issued >= w->budget) return;
-        fy_quic_stream_t *qs = fy_quic_open_bidi(ss->wc->qc);
-        if (!qs) return; /* credit comes back (ops->credit) */
+        fy_quic_stream_t *qs =
+            fl_cfg.wt_uni ? fy_quic_open_uni(ss->wc->qc) : fy_quic_open_bidi(ss->wc->qc);
+        if (!qs) { /* credit comes back (ops->credit; for uni streams: polled) */
+            if (fl_cfg.wt_uni && !fy_timer_is_active(&ss->wc->uni_credit))
+                fy_timer_start(&ww->loop, &ss->wc->uni_credit, 2);
+            return;
+        }
         memset(s, 0, sizeof *s);
         s->ss = ss;
         s->qs = qs;
@@ -131,7 +146,7 @@ static void start_streams(wt_sess_t *ss)
         qs->app = s;
         qs->app_kind = KIND_DATA;
         uint8_t b[16];
-        size_t k = fy_h3_varint_encode(b, 0x41);
+        size_t k = fy_h3_varint_encode(b, fl_cfg.wt_uni ? 0x54 : 0x41);
         uint64_t sid = (uint64_t)ss->cs->id + (fl_cfg.wt_fault == 1 ? 4 * 1000 : 0);
         k += fy_h3_varint_encode(b + k, sid);
         fy_quic_stream_write(ss->wc->qc, qs, b, k);
@@ -147,6 +162,8 @@ static void stream_end(wt_str_t *s, int err)
     s->busy = false;
     if (s->qs) s->qs->app = NULL;
     s->qs = NULL;
+    if (s->in) s->in->st = NULL;
+    s->in = NULL;
     fl_finish(s->ss->wc->fc, s->t0, 200, s->got, err);
     if (!stopping()) start_streams(s->ss);
 }
@@ -352,7 +369,37 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
 static void app_stream_open(void *app, fy_quic_stream_t *s)
 {
     (void)app;
-    s->app = NULL; /* the server's control/QPACK/uni streams: read and ignored */
+    s->app = NULL; /* the server's control/QPACK streams: read and ignored */
+    if (fl_cfg.wt_uni && (s->id & 3) == 3) {
+        s->app = calloc(1, sizeof(uni_in_t));
+        s->app_kind = KIND_UNI_IN;
+    }
+}
+
+/* --wt-uni: bytes of a server uni stream; returns the stream they echo (NULL: not yet known,
+ * or not an echo), with p and n moved past the prefix. */
+static wt_str_t *uni_in_recv(wt_conn_t *wc, uni_in_t *u, const uint8_t **p, size_t *n)
+{
+    size_t k = fy__wtc_prefix_feed(&u->pre, FY_WT_STREAM_UNI, *p, *n);
+    *p += k, *n -= k;
+    if (u->pre.state != 1 || u->st) return u->st;
+    if (!*n) return NULL;
+    uint8_t seed = (uint8_t)((uint8_t)((*p)[0] - 3) * 197); /* 197 = 13^-1 mod 256 */
+    for (int k2 = 0; k2 < fl_cfg.wt_sessions; k2++) {
+        wt_sess_t *ss = &wc->sess[k2];
+        if (!ss->cs || (uint64_t)ss->cs->id != u->pre.sid) continue;
+        for (int i = 0; i < fl_cfg.streams; i++) {
+            wt_str_t *st = &ss->strs[i];
+            if (st->busy && !st->in && st->seed == seed && st->got == 0) {
+                st->in = u;
+                u->st = st;
+                return st;
+            }
+        }
+    }
+    u->pre.state = -1; /* an answer for no stream of ours: counted as a bad body */
+    fl_count_error(wc->fc, FL_ERR_BODY, 1);
+    return NULL;
 }
 
 static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, bool fin)
@@ -366,6 +413,7 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
         return 0;
     }
     wt_str_t *st = s->app;
+    if (s->app_kind == KIND_UNI_IN && !(st = uni_in_recv(wc, s->app, &p, &n))) return 0;
     if (st->stop_sent) return 0; /* what still comes after our STOP_SENDING */
     if (fl_cfg.wt_fault == 6 && st->got + n >= 65536) {
         st->stop_sent = true;
@@ -384,6 +432,11 @@ static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
     uint64_t none = (uint64_t)-1;
     __atomic_compare_exchange_n(&first_reset, &none, code, false, __ATOMIC_RELAXED,
                                 __ATOMIC_RELAXED);
+    if (s->app && s->app_kind == KIND_UNI_IN) {
+        uni_in_t *u = s->app;
+        if (u->st) stream_end(u->st, FL_ERR_RESET);
+        return;
+    }
     if (!s->app || s->app_kind != KIND_DATA) return;
     wt_str_t *st = s->app;
     /* stop-sending: the server's RESET_STREAM answers our STOP_SENDING; the bytes still to
@@ -410,10 +463,16 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
     (void)app;
     (void)code;
     if (!s->app) return;
-    if (s->app_kind == KIND_DATA) {
+    if (s->app_kind == KIND_UNI_IN) {
+        uni_in_t *u = s->app;
+        if (u->st) stream_end(u->st, FL_ERR_RESET); /* closed before its FIN came */
+        free(u);
+    } else if (s->app_kind == KIND_DATA) {
         wt_str_t *st = s->app;
         st->qs = NULL;
-        stream_end(st, FL_ERR_RESET);
+        /* --wt-uni: our stream is done once sent and acknowledged (code 0); the echo comes
+           apart. A code: it was reset (the server's STOP_SENDING, answered by QUIC) */
+        if (!fl_cfg.wt_uni || code) stream_end(st, FL_ERR_RESET);
     } else {
         wt_sess_t *ss = s->app;
         ss->cs = NULL;
@@ -452,6 +511,12 @@ static void app_credit(void *app)
 }
 
 static void conn_start(wt_conn_t *wc);
+
+static void on_uni_credit(fy_timer_t *t)
+{
+    wt_conn_t *wc = t->data;
+    if (wc->open) app_credit(wc);
+}
 
 static void on_retry(fy_timer_t *t)
 {
@@ -548,6 +613,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         fy_timer_init(&wc->dg, on_dg_timer, wc);
         fy_timer_init(&wc->retry, on_retry, wc);
         fy_timer_init(&wc->late, on_late, wc);
+        fy_timer_init(&wc->uni_credit, on_uni_credit, wc);
     }
     while ((w->now = fl_now_ns()) < w->t0) {
         struct timespec ts = {0, (long)(w->t0 - w->now)};
@@ -567,6 +633,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         fy_timer_stop(&self.loop, &wc->retry);
         fy_timer_stop(&self.loop, &wc->dg);
         fy_timer_stop(&self.loop, &wc->late);
+        fy_timer_stop(&self.loop, &wc->uni_credit);
         if (wc->qc) fy_quic_conn_abort(wc->qc, 0x100);
     }
     fy_defer_t *d; /* the closes' deferred frees */
