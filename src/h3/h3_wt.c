@@ -147,9 +147,10 @@ struct fy_wt_stream {
     uint8_t *buf; /* received and not yet used by the handler (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen, counted;
-    bool stop_seen;  /* the peer's STOP_SENDING was reported */
-    bool sent_reset; /* fy_wt_stream_reset_send: our sending side is reset */
-    bool stopped;    /* fy_wt_stream_stop: what still arrives is dropped */
+    bool stop_seen;    /* the peer's STOP_SENDING was reported */
+    bool sent_reset;   /* fy_wt_stream_reset_send: our sending side is reset (or will be) */
+    uint64_t reset_h3; /* nonzero: the RESET_STREAM waits for the queued bytes' ACK */
+    bool stopped;      /* fy_wt_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -218,6 +219,7 @@ static void orphan(fy_wt_stream_t *st, uint64_t h3code)
     fy_defer_cancel(st->w->loop, &st->defer);
     stream_credit(st, st->len);
     st->len = 0;
+    st->reset_h3 = 0;
     if (st->qs) {
         if (!(st->uni && !st->local)) fy_quic_stream_reset(st->w->qc, st->qs, h3code);
         if (!(st->uni && st->local)) fy_quic_stream_stop_reading(st->w->qc, st->qs, h3code);
@@ -412,6 +414,12 @@ void fy_h3_wt_acked(fy_h3_wt_t *w, fy_quic_stream_t *qs)
 {
     (void)w;
     fy_wt_stream_t *st = qs->app;
+    if (st && st->reset_h3 && fy_quic_stream_buffered(qs) == 0) {
+        uint64_t h3 = st->reset_h3;
+        st->reset_h3 = 0;
+        fy_quic_stream_reset(w->qc, qs, h3);
+        return;
+    }
     if (st && st->ss && st->ss->ops->writable) st->ss->ops->writable(st->ss->ud, st);
 }
 
@@ -768,6 +776,13 @@ void fy_wt_stream_reset_send(fy_wt_stream_t *st, uint32_t code)
 {
     if (!st->ss || !st->qs || st->sent_reset || (st->uni && !st->local)) return;
     st->sent_reset = true;
+    /* a reset drops what QUIC has not sent yet: if that were our stream's prefix (0x41/0x54
+       + session id), the peer could not tell whose stream the RESET_STREAM ends. So it waits
+       for what is queued to be acknowledged (fy_h3_wt_acked). */
+    if (fy_quic_stream_buffered(st->qs)) {
+        st->reset_h3 = fy_wt_code_to_h3(code);
+        return;
+    }
     fy_quic_stream_reset(st->w->qc, st->qs, fy_wt_code_to_h3(code));
 }
 

@@ -56,9 +56,10 @@ struct fy_wtc_stream {
     uint8_t *buf;         /* received, not yet used by the owner (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen;
-    bool stop_seen;  /* the origin's STOP_SENDING was reported */
-    bool sent_reset; /* fy_wtc_stream_reset_send: our sending side is reset */
-    bool stopped;    /* fy_wtc_stream_stop: what still arrives is dropped */
+    bool stop_seen;    /* the origin's STOP_SENDING was reported */
+    bool sent_reset;   /* fy_wtc_stream_reset_send: our sending side is reset (or will be) */
+    uint64_t reset_h3; /* nonzero: the RESET_STREAM waits for the queued bytes' ACK */
+    bool stopped;      /* fy_wtc_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -104,6 +105,7 @@ static void orphan(fy_wtc_stream_t *st, uint64_t h3code, bool tell)
     fy_wtc_t *c = st->c;
     if (st->orphan) return;
     st->orphan = true;
+    st->reset_h3 = 0;
     fy_defer_cancel(c->loop, &st->defer);
     credit(st, st->len);
     if (st->qs && c->qc) {
@@ -544,6 +546,12 @@ static void app_acked(void *app, fy_quic_stream_t *s)
         return;
     }
     fy_wtc_stream_t *st = s->app;
+    if (st && st->reset_h3 && c->qc && fy_quic_stream_buffered(s) == 0) {
+        uint64_t h3 = st->reset_h3;
+        st->reset_h3 = 0;
+        fy_quic_stream_reset(c->qc, s, h3);
+        return;
+    }
     if (st && st->wt && !st->orphan && !c->dead && c->ops->writable) c->ops->writable(c->ud, st);
 }
 
@@ -739,6 +747,11 @@ void fy_wtc_stream_reset_send(fy_wtc_stream_t *st, uint32_t code)
 {
     if (st->orphan || st->sent_reset || !st->qs || !st->c->qc || !can_send(st)) return;
     st->sent_reset = true;
+    /* as fy_wt_stream_reset_send: not before the queued bytes (the prefix) were acknowledged */
+    if (fy_quic_stream_buffered(st->qs)) {
+        st->reset_h3 = fy_wt_code_to_h3(code);
+        return;
+    }
     fy_quic_stream_reset(st->c->qc, st->qs, fy_wt_code_to_h3(code));
 }
 
