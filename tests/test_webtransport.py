@@ -160,6 +160,18 @@ def test_webtransport_load_streams_and_datagrams(server, tmp_path):
     assert dg["sent"] > 0 and dg["echoed"] > 0 and dg["bad"] == 0, dg
 
 
+def test_webtransport_load_uni_streams(server, tmp_path):
+    # --wt-uni: unidirectional streams of 100 kB, 3 at a time; each is echoed on a uni stream
+    # the server opens, matched to its stream and verified byte for byte. 5 per connection:
+    # ferry-load's QUIC client allows the server 8 uni streams, 3 of them HTTP/3's own, and
+    # gives no more credit as they end (quic_client: to be looked at)
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "--sessions", 1, "-m", 3,
+                     "--size", 100000, "-n", 5, "-d", 30, "--wt-uni")
+    assert rep["requests"] == 5 and rep["ok"] == 5 and rep["errors"] == 0, rep
+    assert rep["body_bytes"] == 5 * 100000
+
+
 def test_webtransport_session_limit(server, tmp_path):
     # quic.webtransport-max-sessions: 2 -> the third session on one connection gets 429
     srv, _ = start(server, tmp_path, sessions=2)
@@ -196,6 +208,63 @@ def test_webtransport_errors_session_closed_mid_stream(server, tmp_path):
     assert extra["first_reset_code"] in (0x170d7b68, 0x3994bd84), extra
     assert rep["errors_by_kind"]["reset"] == 2, rep
     assert 'session closed by the client: code 42, reason "mid"' in srv.log()
+
+
+def test_webtransport_drain_on_shutdown(server, tmp_path):
+    # ferry stops (SIGTERM) with a session open: with its GOAWAY goes one
+    # DRAIN_WEBTRANSPORT_SESSION on the session, which the client counts
+    import signal
+    import time
+    srv, _ = start(server, tmp_path)
+    args = [LOAD, f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size", 1 << 24,
+            "-n", 100000, "-d", 4, "--insecure", "--json"]
+    p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the session is up (it lasts until the client's -d ends)
+    srv.proc.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=60)[0]
+    lines = out.strip().splitlines()
+    rep, extra = json.loads(lines[0]), json.loads(lines[1])
+    assert rep["status"]["2xx"] == 1, rep
+    assert extra["drains"] == 1, extra
+
+
+def test_webtransport_client_drain_reaches_handler(server, tmp_path):
+    srv, _ = start(server, tmp_path)
+    rep, _ = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size", 5000,
+                     "-n", 10, "-d", 30, "--wt-fault", "drain")
+    assert rep["requests"] == 10 and rep["ok"] == 10, rep
+    srv.finish()
+    assert srv.log().count("the client drains the session (DRAIN_WEBTRANSPORT_SESSION)") == 1
+
+
+WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
+
+
+def test_webtransport_stream_reset_code_reaches_handler(server, tmp_path):
+    # the client sends half a stream, then RESET_STREAM with WebTransport code 7: the echo
+    # handler is told RESET_STREAM with code 7 and resets its answer with the same code
+    srv, _ = start(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 2, "--size",
+                         200000, "-n", 2, "-d", 30, "--wt-fault", "reset-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 2, rep
+    assert extra["first_reset_code"] == WT7, extra
+    srv.finish()
+    assert srv.log().count("reset by the peer (RESET_STREAM), code 7") == 2, srv.log()[-2000:]
+    assert "STOP_SENDING" not in srv.log()
+
+
+def test_webtransport_stop_sending_reaches_handler_as_stop(server, tmp_path):
+    # the client's STOP_SENDING (code 7) once 64 KiB of a 4 MiB echo came back: the handler
+    # is told STOP_SENDING, not a reset, and QUIC answers the client with RESET_STREAM 7
+    srv, _ = start(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{srv.port}/echo", "-c", 1, "-m", 1, "--size",
+                         4 << 20, "-n", 1, "-d", 30, "--wt-fault", "stop-sending")
+    assert rep["requests"] == 1 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 1, rep
+    assert extra["first_reset_code"] == WT7, extra
+    srv.finish()
+    assert srv.log().count("the peer asked to stop sending (STOP_SENDING)") == 1, \
+        srv.log()[-2000:]
+    assert "(RESET_STREAM)" not in srv.log()
 
 
 def test_webtransport_errors_datagram_without_stream_id(server, tmp_path):

@@ -64,6 +64,52 @@ def test_wt_proxy_load_echo_streams_and_datagrams(server, tmp_path):
     assert origin.log().count("WebTransport session ends") == 2, origin.log()[-2000:]
 
 
+def test_wt_proxy_load_uni_streams(server, tmp_path):
+    # --wt-uni through the proxy: the client's uni streams become the proxy's uni streams to
+    # the origin, whose answers on its own uni streams come back the same way, verified
+    origin, proxy, _ = two_hops(server, tmp_path)
+    # (5 streams: the uni stream credit ferry-load's QUIC client gives, test_webtransport)
+    rep, _ = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "--sessions", 1, "-m", 3,
+                     "--size", 1 << 20, "-n", 5, "-d", 50, "--wt-uni")
+    assert rep["requests"] == 5 and rep["ok"] == 5 and rep["errors"] == 0, rep
+    assert rep["body_bytes"] == 5 << 20
+
+
+WT7 = 0x52e4a40fa8db + 7 + 7 // 0x1e  # WebTransport error code 7 as an HTTP/3 code
+
+
+def test_wt_proxy_reset_stream_relayed_as_reset_with_its_code(server, tmp_path):
+    # the client's RESET_STREAM (WebTransport code 7) after half a stream reaches the origin
+    # as RESET_STREAM with code 7 (not as STOP_SENDING: the proxy relays the direction that
+    # was reset); the origin's echo resets back with 7, which the proxy relays to the client
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         200000, "-n", 2, "-d", 30, "--wt-fault", "reset-stream")
+    assert rep["requests"] == 2 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 2, rep
+    assert extra["first_reset_code"] == WT7, extra
+    proxy.finish()
+    origin.finish()
+    log = origin.log()
+    assert log.count("reset by the peer (RESET_STREAM), code 7") == 2, log[-2000:]
+    assert "STOP_SENDING" not in log, log[-2000:]
+
+
+def test_wt_proxy_stop_sending_relayed_as_stop_sending(server, tmp_path):
+    # the client's STOP_SENDING once 64 KiB of a 4 MiB echo came back: the proxy sends
+    # STOP_SENDING toward the origin (it used to reset the origin's stream both ways), and
+    # the client gets its code 7 back in the RESET_STREAM its STOP_SENDING asked for
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 1, "--size",
+                         4 << 20, "-n", 1, "-d", 30, "--wt-fault", "stop-sending")
+    assert rep["requests"] == 1 and rep["ok"] == 0 and rep["errors_by_kind"]["reset"] == 1, rep
+    assert extra["first_reset_code"] == WT7, extra
+    proxy.finish()
+    origin.finish()
+    log = origin.log()
+    assert log.count("the peer asked to stop sending (STOP_SENDING)") == 1, log[-2000:]
+    assert "(RESET_STREAM)" not in log, log[-2000:]
+
+
 def test_wt_proxy_client_close_reaches_origin(server, tmp_path):
     # the client closes its session (42 "mid") with streams in flight: the proxy closes the
     # origin's session with the same code and reason, and the client's streams are reset
@@ -109,9 +155,25 @@ def test_wt_proxy_origin_going_away_closes_client_session(server, tmp_path):
     # WT_SESSION_GONE from the proxy's close, or WebTransport code 0: the origin reset its
     # streams (with H3 codes, which are no WebTransport code) as it went
     assert extra["first_reset_code"] in (0x170d7b68, 0x52e4a40fa8db), extra
+    # the origin's DRAIN_WEBTRANSPORT_SESSION (sent with its GOAWAY) was relayed to the client
+    assert extra["drains"] == 1, extra
     proxy.finish()
     assert 'upstream wt-origin ended the session: code 0, reason "gone"' in proxy.log(), \
         proxy.log()[-2000:]
+    assert proxy.log().count("upstream wt-origin drains the session") == 1, proxy.log()[-2000:]
+
+
+def test_wt_proxy_client_drain_reaches_origin(server, tmp_path):
+    # the client's DRAIN_WEBTRANSPORT_SESSION is relayed to the origin; the session goes on
+    origin, proxy, _ = two_hops(server, tmp_path)
+    rep, extra = wt_load(f"wt://127.0.0.1:{proxy.port}/echo", "-c", 1, "-m", 2, "--size",
+                         100000, "-n", 20, "-d", 30, "--wt-fault", "drain")
+    assert rep["requests"] == 20 and rep["ok"] == 20 and rep["errors"] == 0, rep
+    assert extra["drains"] == 0, extra
+    proxy.finish()
+    origin.finish()
+    assert origin.log().count("the client drains the session (DRAIN_WEBTRANSPORT_SESSION)") == 1, \
+        origin.log()[-2000:]
 
 
 def test_wt_proxy_chromium(server, tmp_path):

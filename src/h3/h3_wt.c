@@ -130,6 +130,7 @@ struct fy_wt_session {
     fy_wt_capsule_rd_t caps;
     bool closing;
     bool waiting;                       /* accepted before the client's SETTINGS: no 200 sent yet */
+    bool drained;                       /* our DRAIN capsule went */
     uint64_t dg_in, dg_out, dg_dropped; /* datagrams received, sent, refused by a full queue */
 };
 
@@ -146,6 +147,10 @@ struct fy_wt_stream {
     uint8_t *buf; /* received and not yet used by the handler (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen, counted;
+    bool stop_seen;    /* the peer's STOP_SENDING was reported */
+    bool sent_reset;   /* fy_wt_stream_reset_send: our sending side is reset (or will be) */
+    uint64_t reset_h3; /* nonzero: the RESET_STREAM waits for the queued bytes' ACK */
+    bool stopped;      /* fy_wt_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -214,6 +219,7 @@ static void orphan(fy_wt_stream_t *st, uint64_t h3code)
     fy_defer_cancel(st->w->loop, &st->defer);
     stream_credit(st, st->len);
     st->len = 0;
+    st->reset_h3 = 0;
     if (st->qs) {
         if (!(st->uni && !st->local)) fy_quic_stream_reset(st->w->qc, st->qs, h3code);
         if (!(st->uni && st->local)) fy_quic_stream_stop_reading(st->w->qc, st->qs, h3code);
@@ -232,7 +238,7 @@ static void stream_free(fy_wt_stream_t *st)
 static void deliver(fy_wt_stream_t *st, const uint8_t *p, size_t n, bool fin)
 {
     fy_wt_session_t *ss = st->ss;
-    if (!ss) {
+    if (!ss || st->stopped) {
         stream_credit(st, n);
         return;
     }
@@ -270,7 +276,7 @@ static void resume_cb(fy_defer_t *d)
 {
     fy_wt_stream_t *st = d->data;
     fy_wt_session_t *ss = st->ss;
-    if (!ss || (!st->len && (!st->fin || st->fin_given))) return;
+    if (!ss || st->stopped || (!st->len && (!st->fin || st->fin_given))) return;
     size_t n = st->len;
     size_t used = ss->ops->data(ss->ud, st, st->buf, n, st->fin);
     if (!st->ss) return;
@@ -380,13 +386,27 @@ void fy_h3_wt_recv(fy_h3_wt_t *w, fy_quic_stream_t *qs, const uint8_t *p, size_t
     deliver(st, p, n, fin);
 }
 
+/* The QUIC layer reports the peer's RESET_STREAM with its code and the peer's STOP_SENDING as
+ * code 0 (ngtcp2 0.12 keeps that code to itself; 0 is no HTTP/3 error code). */
 void fy_h3_wt_reset(fy_h3_wt_t *w, fy_quic_stream_t *qs, uint64_t code)
 {
     (void)w;
     fy_wt_stream_t *st = qs->app;
-    if (!st || !st->ss || st->reset_seen) return;
-    st->reset_seen = true;
+    if (!st || !st->ss) return;
     fy_wt_session_t *ss = st->ss;
+    if (code == 0 && ss->ops->stop) {
+        if (st->stop_seen) return;
+        st->stop_seen = true;
+        ss->ops->stop(ss->ud, st, -1);
+        return;
+    }
+    if (st->reset_seen) return;
+    st->reset_seen = true;
+    if (code && ss->ops->stop) { /* RESET_STREAM: what is still buffered of it is void */
+        fy_defer_cancel(st->w->loop, &st->defer);
+        stream_credit(st, st->len);
+        st->len = 0;
+    }
     if (ss->ops->reset) ss->ops->reset(ss->ud, st, fy_wt_code_from_h3(code));
 }
 
@@ -394,6 +414,12 @@ void fy_h3_wt_acked(fy_h3_wt_t *w, fy_quic_stream_t *qs)
 {
     (void)w;
     fy_wt_stream_t *st = qs->app;
+    if (st && st->reset_h3 && fy_quic_stream_buffered(qs) == 0) {
+        uint64_t h3 = st->reset_h3;
+        st->reset_h3 = 0;
+        fy_quic_stream_reset(w->qc, qs, h3);
+        return;
+    }
     if (st && st->ss && st->ss->ops->writable) st->ss->ops->writable(st->ss->ud, st);
 }
 
@@ -407,7 +433,7 @@ void fy_h3_wt_stream_close(fy_h3_wt_t *w, fy_quic_stream_t *qs)
     /* everything arrived and everything we sent was acknowledged, but the handler has not
        used all the bytes yet (a proxy waiting for room on the other side): the stream stays
        until it has (resume_cb) */
-    if (st->ss && (st->len || (st->fin && !st->fin_given))) return;
+    if (st->ss && !st->stopped && (st->len || (st->fin && !st->fin_given))) return;
     stream_gone(st);
 }
 
@@ -481,7 +507,11 @@ static void sess_body(fy_exchange_t *ex, const char *p, size_t n, bool end)
             fy_exchange_send(ex, NULL, 0, FY_SEND_FINAL);
             return;
         }
-        if (ev.kind == 2) fy_debug("h3 stream %lld: DRAIN_WEBTRANSPORT_SESSION", (long long)ss->id);
+        if (ev.kind == 2) {
+            fy_debug("h3 stream %lld: DRAIN_WEBTRANSPORT_SESSION", (long long)ss->id);
+            if (ss->ops->drain) ss->ops->drain(ss->ud, ss);
+            if (ex->handler_data != ss) return; /* the handler closed it */
+        }
     }
     if (end) {
         ex->handler_data = NULL;
@@ -657,14 +687,19 @@ bool fy_h3_wt_refuse(fy_exchange_t *ex)
 void fy_h3_wt_drain(fy_h3_wt_t *w)
 {
     for (fy_list_t *l = w->sessions.next; l != &w->sessions; l = l->next) {
-        fy_wt_session_t *ss = fy_container_of(l, fy_wt_session_t, link);
-        if (!ss->ex || ss->waiting) continue;
-        uint8_t b[8];
-        size_t k = fy_h3_varint_encode(b, FY_WT_CAPSULE_DRAIN);
-        k += fy_h3_varint_encode(b + k, 0);
-        struct iovec iov = {b, k};
-        fy_exchange_send(ss->ex, &iov, 1, FY_SEND_MORE);
+        fy_wt_session_drain(fy_container_of(l, fy_wt_session_t, link));
     }
+}
+
+void fy_wt_session_drain(fy_wt_session_t *ss)
+{
+    if (!ss->ex || ss->waiting || ss->closing || ss->drained) return;
+    ss->drained = true;
+    uint8_t b[8];
+    size_t k = fy_h3_varint_encode(b, FY_WT_CAPSULE_DRAIN);
+    k += fy_h3_varint_encode(b + k, 0);
+    struct iovec iov = {b, k};
+    fy_exchange_send(ss->ex, &iov, 1, FY_SEND_MORE);
 }
 
 void fy_h3_wt_free(fy_h3_wt_t *w)
@@ -711,13 +746,14 @@ void *fy_wt_stream_ud(const fy_wt_stream_t *st)
 
 int fy_wt_stream_write(fy_wt_stream_t *st, const void *p, size_t n)
 {
-    if (!st->qs || !st->ss || (st->uni && !st->local)) return -EPIPE;
+    if (!st->qs || !st->ss || st->sent_reset || (st->uni && !st->local)) return -EPIPE;
     return fy_quic_stream_write(st->w->qc, st->qs, p, n);
 }
 
 void fy_wt_stream_finish(fy_wt_stream_t *st)
 {
-    if (st->qs && !(st->uni && !st->local)) fy_quic_stream_finish(st->w->qc, st->qs);
+    if (st->qs && !st->sent_reset && !(st->uni && !st->local))
+        fy_quic_stream_finish(st->w->qc, st->qs);
 }
 
 size_t fy_wt_stream_buffered(const fy_wt_stream_t *st)
@@ -734,4 +770,28 @@ void fy_wt_stream_reset(fy_wt_stream_t *st, uint32_t code)
 {
     if (!st->ss) return;
     orphan(st, fy_wt_code_to_h3(code));
+}
+
+void fy_wt_stream_reset_send(fy_wt_stream_t *st, uint32_t code)
+{
+    if (!st->ss || !st->qs || st->sent_reset || (st->uni && !st->local)) return;
+    st->sent_reset = true;
+    /* a reset drops what QUIC has not sent yet: if that were our stream's prefix (0x41/0x54
+       + session id), the peer could not tell whose stream the RESET_STREAM ends. So it waits
+       for what is queued to be acknowledged (fy_h3_wt_acked). */
+    if (fy_quic_stream_buffered(st->qs)) {
+        st->reset_h3 = fy_wt_code_to_h3(code);
+        return;
+    }
+    fy_quic_stream_reset(st->w->qc, st->qs, fy_wt_code_to_h3(code));
+}
+
+void fy_wt_stream_stop(fy_wt_stream_t *st, uint32_t code)
+{
+    if (!st->ss || !st->qs || st->stopped || (st->uni && st->local)) return;
+    st->stopped = true;
+    fy_defer_cancel(st->w->loop, &st->defer);
+    stream_credit(st, st->len);
+    st->len = 0;
+    fy_quic_stream_stop_reading(st->w->qc, st->qs, fy_wt_code_to_h3(code));
 }

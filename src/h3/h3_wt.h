@@ -84,6 +84,12 @@ typedef struct fy_wt_ops {
     /* The peer reset the stream or asked us to stop sending: `code` is its WebTransport
        error code (-1 when it was not one). */
     void (*reset)(void *ud, fy_wt_stream_t *st, int64_t code);
+    /* May be NULL (then `reset` gets both). When set, `reset` is the peer's RESET_STREAM only
+       (its buffered bytes are dropped; our sending side stays) and this is its STOP_SENDING
+       (QUIC has reset our sending side; `code` -1: the QUIC library does not tell it). */
+    void (*stop)(void *ud, fy_wt_stream_t *st, int64_t code);
+    /* The peer's DRAIN_WEBTRANSPORT_SESSION: it will end the session soon. May be NULL. */
+    void (*drain)(void *ud, fy_wt_session_t *ss);
     /* The stream is gone (both directions ended, or the session closed); `st` is freed after. */
     void (*stream_gone)(void *ud, fy_wt_stream_t *st);
     /* One HTTP Datagram of the session. */
@@ -104,6 +110,8 @@ fy_wt_session_t *fy_wt_accept(fy_exchange_t *ex, const fy_wt_ops_t *ops, void *u
 /* Close with a CLOSE_WEBTRANSPORT_SESSION capsule and FIN; every stream is reset with
  * WT_SESSION_GONE. The session is freed before this returns (ops->close is not called). */
 void fy_wt_session_close(fy_wt_session_t *ss, uint32_t code, const char *reason, size_t rlen);
+/* Send DRAIN_WEBTRANSPORT_SESSION (once per session; later calls send nothing). */
+void fy_wt_session_drain(fy_wt_session_t *ss);
 /* Send one datagram. 0, or -EMSGSIZE / -EAGAIN / -ENOTSUP (fy_quic_send_datagram). */
 int fy_wt_send_datagram(fy_wt_session_t *ss, const void *p, size_t n);
 /* Open a unidirectional stream of ours (NULL: no QUIC credit or over the stream limit). */
@@ -126,6 +134,11 @@ size_t fy_wt_send_buffer(const fy_wt_stream_t *st);
 void fy_wt_stream_resume(fy_wt_stream_t *st);
 /* RESET_STREAM and STOP_SENDING with WebTransport error `code`. */
 void fy_wt_stream_reset(fy_wt_stream_t *st, uint32_t code);
+/* One direction only: RESET_STREAM of our sending side (writes fail with -EPIPE after), or
+ * STOP_SENDING of the peer's (what still arrives is dropped). The stream stays until QUIC
+ * closes it (stream_gone then). */
+void fy_wt_stream_reset_send(fy_wt_stream_t *st, uint32_t code);
+void fy_wt_stream_stop(fy_wt_stream_t *st, uint32_t code);
 
 /* ---- hooks for the h3 server codec ---- */
 typedef struct fy_h3_wt fy_h3_wt_t;

@@ -37,7 +37,8 @@ struct fy_wtc {
     int status;
     fy_wt_capsule_rd_t caps;
     int state;
-    bool dead; /* the owner closed: no callbacks; freed when the connection is gone */
+    bool drained; /* our DRAIN capsule went */
+    bool dead;    /* the owner closed: no callbacks; freed when the connection is gone */
     fy_list_t streams;
     fy_timer_t linger;
     fy_defer_t free_defer;
@@ -49,14 +50,16 @@ struct fy_wtc_stream {
     fy_quic_stream_t *qs; /* NULL once QUIC closed it */
     void *ud;
     bool uni, local;
-    bool wt;    /* peer stream: its prefix said WebTransport (else read and ignored) */
-    int prefix; /* peer stream: varints of the prefix still to read (2, 1, 0) */
-    uint8_t sb[8];
-    size_t sn;
-    bool orphan;  /* the owner no longer sees it (reset, or the session ended) */
-    uint8_t *buf; /* received, not yet used by the owner (at most one stream window) */
+    bool wt;              /* peer stream: its prefix said WebTransport (else read and ignored) */
+    fy__wtc_prefix_t pre; /* peer stream: its prefix (pre.state 0 while reading it) */
+    bool orphan;          /* the owner no longer sees it (reset, or the session ended) */
+    uint8_t *buf;         /* received, not yet used by the owner (at most one stream window) */
     size_t len, cap;
     bool fin, fin_given, reset_seen;
+    bool stop_seen;    /* the origin's STOP_SENDING was reported */
+    bool sent_reset;   /* fy_wtc_stream_reset_send: our sending side is reset (or will be) */
+    uint64_t reset_h3; /* nonzero: the RESET_STREAM waits for the queued bytes' ACK */
+    bool stopped;      /* fy_wtc_stream_stop: what still arrives is dropped */
     fy_defer_t defer;
 };
 
@@ -69,7 +72,7 @@ static fy_wtc_stream_t *stream_new(fy_wtc_t *c, fy_quic_stream_t *qs, bool uni, 
     st->qs = qs;
     st->uni = uni;
     st->local = local;
-    st->prefix = local ? 0 : 2;
+    st->pre.state = local ? 1 : 0;
     fy_list_insert_tail(&c->streams, &st->link);
     qs->app = st;
     return st;
@@ -102,6 +105,7 @@ static void orphan(fy_wtc_stream_t *st, uint64_t h3code, bool tell)
     fy_wtc_t *c = st->c;
     if (st->orphan) return;
     st->orphan = true;
+    st->reset_h3 = 0;
     fy_defer_cancel(c->loop, &st->defer);
     credit(st, st->len);
     if (st->qs && c->qc) {
@@ -126,7 +130,7 @@ static void credit(fy_wtc_stream_t *st, size_t n)
 static void deliver(fy_wtc_stream_t *st, const uint8_t *p, size_t n, bool fin)
 {
     fy_wtc_t *c = st->c;
-    if (st->orphan || c->dead || c->state != S_OPEN) {
+    if (st->orphan || st->stopped || c->dead || c->state != S_OPEN) {
         credit(st, n);
         return;
     }
@@ -162,7 +166,7 @@ static void resume_cb(fy_defer_t *d)
 {
     fy_wtc_stream_t *st = d->data;
     fy_wtc_t *c = st->c;
-    if (st->orphan || c->dead || (!st->len && (!st->fin || st->fin_given))) return;
+    if (st->orphan || st->stopped || c->dead || (!st->len && (!st->fin || st->fin_given))) return;
     size_t n = st->len;
     size_t used = c->ops->data(c->ud, st, st->buf, n, st->fin);
     if (st->orphan || c->dead) return;
@@ -178,39 +182,114 @@ static void resume_cb(fy_defer_t *d)
     }
 }
 
+/* ---- wire pieces ---- */
+
+size_t fy__wtc_prefix_feed(fy__wtc_prefix_t *pr, uint64_t want, const uint8_t *p, size_t n)
+{
+    size_t used = 0;
+    while (pr->state == 0 && used < n) {
+        pr->sb[pr->sn++] = p[used++];
+        uint64_t v;
+        if (!fy_h3_varint_decode(pr->sb, pr->sn, &v)) continue;
+        pr->sn = 0;
+        if (!pr->have_type) {
+            pr->have_type = true;
+            pr->type = v;
+            if (v != want) pr->state = -1;
+            continue;
+        }
+        pr->sid = v;
+        pr->state = 1;
+    }
+    return used;
+}
+
+size_t fy__wtc_settings(uint8_t *b)
+{
+    uint8_t st[48];
+    size_t sl = 0;
+    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM_04);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_DRAFT02);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_MAX_SESSIONS);
+    sl += fy_h3_varint_encode(st + sl, 1);
+    size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
+    k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
+    k += fy_h3_varint_encode(b + k, sl);
+    memcpy(b + k, st, sl);
+    return k + sl;
+}
+
+size_t fy__wtc_stream_head(uint8_t *b, bool uni, uint64_t sid)
+{
+    size_t k = fy_h3_varint_encode(b, uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI);
+    return k + fy_h3_varint_encode(b + k, sid);
+}
+
+size_t fy__wtc_close_frame(uint8_t *b, uint32_t code, const char *reason, size_t rlen)
+{
+    uint8_t cap[16 + 4 + FY_WT_CLOSE_REASON_MAX];
+    size_t n = fy_wt_capsule_close(cap, code, reason, rlen);
+    size_t k = fy_h3_varint_encode(b, FY_H3_DATA);
+    k += fy_h3_varint_encode(b + k, n);
+    memcpy(b + k, cap, n);
+    return k + n;
+}
+
+size_t fy__wtc_drain_frame(uint8_t *b)
+{
+    uint8_t cap[8];
+    size_t n = fy_h3_varint_encode(cap, FY_WT_CAPSULE_DRAIN);
+    n += fy_h3_varint_encode(cap + n, 0);
+    size_t k = fy_h3_varint_encode(b, FY_H3_DATA);
+    k += fy_h3_varint_encode(b + k, n);
+    memcpy(b + k, cap, n);
+    return k + n;
+}
+
+size_t fy__wtc_datagram(uint8_t *b, size_t cap, uint64_t sid, const void *p, size_t n)
+{
+    uint8_t q[8];
+    size_t k = fy_h3_varint_encode(q, sid / 4);
+    if (k + n > cap) return 0;
+    memcpy(b, q, k);
+    if (n) memcpy(b + k, p, n);
+    return k + n;
+}
+
+size_t fy__wtc_datagram_of(const uint8_t *p, size_t n, uint64_t sid)
+{
+    uint64_t q;
+    size_t k = fy_h3_varint_decode(p, n, &q);
+    return k && q * 4 == sid ? k : 0;
+}
+
 /* A peer stream's prefix: bidi 0x41 + session id, uni 0x54 + session id (other uni types:
  * control and QPACK streams, read and ignored). Returns the bytes it took. */
 static size_t read_prefix(fy_wtc_stream_t *st, const uint8_t *p, size_t n)
 {
     fy_wtc_t *c = st->c;
-    size_t used = 0;
-    while (st->prefix && used < n) {
-        st->sb[st->sn++] = p[used++];
-        uint64_t v;
-        if (!fy_h3_varint_decode(st->sb, st->sn, &v)) continue;
-        st->sn = 0;
-        if (st->prefix == 2) {
-            uint64_t want = st->uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI;
-            if (v != want) { /* control/QPACK/unknown: ignored */
-                st->prefix = 0;
-                st->orphan = true;
-                return used;
-            }
-            st->prefix = 1;
-            continue;
-        }
-        st->prefix = 0;
-        if (!c->cs || v != (uint64_t)c->cs->id || c->state != S_OPEN || c->dead) {
-            st->orphan = true;
-            if (st->qs && c->qc) {
-                if (!st->uni) fy_quic_stream_reset(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
-                fy_quic_stream_stop_reading(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
-            }
-            return used;
-        }
-        st->wt = true;
-        if (c->ops->stream) c->ops->stream(c->ud, st);
+    if (st->pre.state != 0) return 0; /* read before (or a stream of ours) */
+    size_t used =
+        fy__wtc_prefix_feed(&st->pre, st->uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI, p, n);
+    if (st->pre.state == -1) { /* control/QPACK/unknown: ignored */
+        st->orphan = true;
+        return used;
     }
+    if (st->pre.state == 0) return used;
+    if (!c->cs || st->pre.sid != (uint64_t)c->cs->id || c->state != S_OPEN || c->dead) {
+        st->orphan = true;
+        if (st->qs && c->qc) {
+            if (!st->uni) fy_quic_stream_reset(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
+            fy_quic_stream_stop_reading(c->qc, st->qs, FY_WT_BUFFERED_STREAM_REJECTED);
+        }
+        return used;
+    }
+    st->wt = true;
+    if (c->ops->stream) c->ops->stream(c->ud, st);
     return used;
 }
 
@@ -290,6 +369,10 @@ static void session_recv(fy_wtc_t *c, const uint8_t *p, size_t n)
                         end_session(c, 0, "malformed capsule", 17);
                         return;
                     }
+                    if (ev.kind == 2 && c->ops->drain) {
+                        c->ops->drain(c->ud);
+                        if (c->dead) return;
+                    }
                 }
             }
             p += take;
@@ -307,21 +390,8 @@ static void send_settings(fy_wtc_t *c)
 {
     fy_quic_stream_t *ctrl = fy_quic_open_uni(c->qc);
     if (!ctrl) return;
-    uint8_t st[64], b[96];
-    size_t sl = 0;
-    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_H3_SETTINGS_H3_DATAGRAM_04);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_DRAFT02);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    sl += fy_h3_varint_encode(st + sl, FY_WT_SETTINGS_MAX_SESSIONS);
-    sl += fy_h3_varint_encode(st + sl, 1);
-    size_t k = fy_h3_varint_encode(b, FY_H3_STREAM_CONTROL);
-    k += fy_h3_varint_encode(b + k, FY_H3_SETTINGS);
-    k += fy_h3_varint_encode(b + k, sl);
-    memcpy(b + k, st, sl);
-    fy_quic_stream_write(c->qc, ctrl, b, k + sl);
+    uint8_t b[64];
+    fy_quic_stream_write(c->qc, ctrl, b, fy__wtc_settings(b));
 }
 
 static void nv_add(nghttp3_nv *nv, size_t *n, const char *k, const char *v)
@@ -433,7 +503,7 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
     }
     size_t k = read_prefix(st, p, n);
     credit(st, k);
-    if (st->prefix || !st->wt || st->orphan) {
+    if (st->pre.state != 1 || !st->wt || st->orphan) {
         credit(st, n - k);
         return 0;
     }
@@ -449,9 +519,22 @@ static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
         end_session(c, 0, "gone", 4);
         return;
     }
+    /* as fy_h3_wt_reset: code 0 is the origin's STOP_SENDING, another its RESET_STREAM */
     fy_wtc_stream_t *st = s->app;
-    if (!st || !st->wt || st->orphan || st->reset_seen) return;
+    if (!st || !st->wt || st->orphan) return;
+    if (code == 0 && c->ops->stop) {
+        if (st->stop_seen) return;
+        st->stop_seen = true;
+        c->ops->stop(c->ud, st, -1);
+        return;
+    }
+    if (st->reset_seen) return;
     st->reset_seen = true;
+    if (code && c->ops->stop) { /* RESET_STREAM: what is still buffered of it is void */
+        fy_defer_cancel(c->loop, &st->defer);
+        credit(st, st->len);
+        st->len = 0;
+    }
     if (c->ops->reset) c->ops->reset(c->ud, st, fy_wt_code_from_h3(code));
 }
 
@@ -463,6 +546,12 @@ static void app_acked(void *app, fy_quic_stream_t *s)
         return;
     }
     fy_wtc_stream_t *st = s->app;
+    if (st && st->reset_h3 && c->qc && fy_quic_stream_buffered(s) == 0) {
+        uint64_t h3 = st->reset_h3;
+        st->reset_h3 = 0;
+        fy_quic_stream_reset(c->qc, s, h3);
+        return;
+    }
     if (st && st->wt && !st->orphan && !c->dead && c->ops->writable) c->ops->writable(c->ud, st);
 }
 
@@ -481,7 +570,9 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
     s->app = NULL;
     /* all received and all sent, but the owner has not used every byte yet: it stays until
        it has (resume_cb) */
-    if (!st->orphan && st->wt && !c->dead && (st->len || (st->fin && !st->fin_given))) return;
+    if (!st->orphan && !st->stopped && st->wt && !c->dead &&
+        (st->len || (st->fin && !st->fin_given)))
+        return;
     if (!st->orphan) {
         st->orphan = true;
         if (st->wt && !c->dead && c->ops->stream_gone) c->ops->stream_gone(c->ud, st);
@@ -492,9 +583,9 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
 static void app_datagram(void *app, const uint8_t *p, size_t n)
 {
     fy_wtc_t *c = app;
-    uint64_t q;
-    size_t k = fy_h3_varint_decode(p, n, &q);
-    if (!k || c->dead || c->state != S_OPEN || !c->cs || q * 4 != (uint64_t)c->cs->id) return;
+    if (c->dead || c->state != S_OPEN || !c->cs) return;
+    size_t k = fy__wtc_datagram_of(p, n, (uint64_t)c->cs->id);
+    if (!k) return;
     if (c->ops->datagram) c->ops->datagram(c->ud, p + k, n - k);
 }
 
@@ -564,12 +655,8 @@ void fy_wtc_close(fy_wtc_t *c, uint32_t code, const char *reason, size_t rlen)
         return;
     }
     if (open && c->cs) {
-        uint8_t cap[16 + 4 + FY_WT_CLOSE_REASON_MAX], h[16];
-        size_t k = fy_wt_capsule_close(cap, code, reason, rlen);
-        size_t hk = fy_h3_varint_encode(h, FY_H3_DATA);
-        hk += fy_h3_varint_encode(h + hk, k);
-        fy_quic_stream_write(c->qc, c->cs, h, hk);
-        fy_quic_stream_write(c->qc, c->cs, cap, k);
+        uint8_t f[32 + FY_WT_CLOSE_REASON_MAX];
+        fy_quic_stream_write(c->qc, c->cs, f, fy__wtc_close_frame(f, code, reason, rlen));
         fy_quic_stream_finish(c->qc, c->cs);
         fy_timer_start(c->loop, &c->linger, LINGER_MS);
         return;
@@ -577,14 +664,21 @@ void fy_wtc_close(fy_wtc_t *c, uint32_t code, const char *reason, size_t rlen)
     fy_quic_conn_close(c->qc, CLOSE_CODE, NULL);
 }
 
+void fy_wtc_drain(fy_wtc_t *c)
+{
+    if (c->dead || c->drained || c->state != S_OPEN || !c->qc || !c->cs) return;
+    c->drained = true;
+    uint8_t b[16];
+    fy_quic_stream_write(c->qc, c->cs, b, fy__wtc_drain_frame(b));
+}
+
 int fy_wtc_send_datagram(fy_wtc_t *c, const void *p, size_t n)
 {
     if (c->dead || c->state != S_OPEN || !c->qc || !c->cs) return -ENOTSUP;
     uint8_t b[1500];
-    size_t k = fy_h3_varint_encode(b, (uint64_t)c->cs->id / 4);
-    if (n > sizeof b - k) return -EMSGSIZE;
-    if (n) memcpy(b + k, p, n);
-    return fy_quic_send_datagram(c->qc, b, k + n);
+    size_t k = fy__wtc_datagram(b, sizeof b, (uint64_t)c->cs->id, p, n);
+    if (!k) return -EMSGSIZE;
+    return fy_quic_send_datagram(c->qc, b, k);
 }
 
 fy_wtc_stream_t *fy_wtc_open(fy_wtc_t *c, bool uni)
@@ -595,9 +689,7 @@ fy_wtc_stream_t *fy_wtc_open(fy_wtc_t *c, bool uni)
     fy_wtc_stream_t *st = stream_new(c, qs, uni, true);
     st->wt = true;
     uint8_t b[16];
-    size_t k = fy_h3_varint_encode(b, uni ? FY_WT_STREAM_UNI : FY_WT_STREAM_BIDI);
-    k += fy_h3_varint_encode(b + k, (uint64_t)c->cs->id);
-    fy_quic_stream_write(c->qc, qs, b, k);
+    fy_quic_stream_write(c->qc, qs, b, fy__wtc_stream_head(b, uni, (uint64_t)c->cs->id));
     return st;
 }
 
@@ -618,13 +710,13 @@ void *fy_wtc_stream_ud(const fy_wtc_stream_t *st)
 
 int fy_wtc_stream_write(fy_wtc_stream_t *st, const void *p, size_t n)
 {
-    if (st->orphan || !st->qs || !st->c->qc || !can_send(st)) return -EPIPE;
+    if (st->orphan || st->sent_reset || !st->qs || !st->c->qc || !can_send(st)) return -EPIPE;
     return fy_quic_stream_write(st->c->qc, st->qs, p, n);
 }
 
 void fy_wtc_stream_finish(fy_wtc_stream_t *st)
 {
-    if (!st->orphan && st->qs && st->c->qc && can_send(st))
+    if (!st->orphan && !st->sent_reset && st->qs && st->c->qc && can_send(st))
         fy_quic_stream_finish(st->c->qc, st->qs);
 }
 
@@ -649,4 +741,26 @@ void fy_wtc_stream_resume(fy_wtc_stream_t *st)
 void fy_wtc_stream_reset(fy_wtc_stream_t *st, uint32_t code)
 {
     orphan(st, fy_wt_code_to_h3(code), true);
+}
+
+void fy_wtc_stream_reset_send(fy_wtc_stream_t *st, uint32_t code)
+{
+    if (st->orphan || st->sent_reset || !st->qs || !st->c->qc || !can_send(st)) return;
+    st->sent_reset = true;
+    /* as fy_wt_stream_reset_send: not before the queued bytes (the prefix) were acknowledged */
+    if (fy_quic_stream_buffered(st->qs)) {
+        st->reset_h3 = fy_wt_code_to_h3(code);
+        return;
+    }
+    fy_quic_stream_reset(st->c->qc, st->qs, fy_wt_code_to_h3(code));
+}
+
+void fy_wtc_stream_stop(fy_wtc_stream_t *st, uint32_t code)
+{
+    if (st->orphan || st->stopped || !st->qs || !st->c->qc || !can_recv(st)) return;
+    st->stopped = true;
+    fy_defer_cancel(st->c->loop, &st->defer);
+    credit(st, st->len);
+    st->len = 0;
+    fy_quic_stream_stop_reading(st->c->qc, st->qs, fy_wt_code_to_h3(code));
 }

@@ -49,11 +49,30 @@ static void on_writable(void *ud, fy_wt_stream_t *st)
     if (src) fy_wt_stream_resume(src);
 }
 
+/* A peer's RESET_STREAM is echoed with its code: the echo of the stream ends the same way. */
 static void on_reset(void *ud, fy_wt_stream_t *st, int64_t code)
 {
     (void)ud;
+    fy_info("webtransport echo: a stream was reset by the peer (RESET_STREAM), code %lld",
+            (long long)code);
     fy_wt_stream_t *out = out_of(st);
     if (out) fy_wt_stream_reset(out, code < 0 ? 0 : (uint32_t)code);
+}
+
+/* The peer's STOP_SENDING: its echo can go nowhere, the stream ends whole. */
+static void on_stop(void *ud, fy_wt_stream_t *st, int64_t code)
+{
+    (void)ud;
+    (void)code;
+    fy_info("webtransport echo: the peer asked to stop sending (STOP_SENDING)");
+    fy_wt_stream_reset(st, 0);
+}
+
+static void on_drain(void *ud, fy_wt_session_t *ss)
+{
+    (void)ud;
+    (void)ss;
+    fy_info("webtransport echo: the client drains the session (DRAIN_WEBTRANSPORT_SESSION)");
 }
 
 static void on_gone(void *ud, fy_wt_stream_t *st)
@@ -82,6 +101,8 @@ static const fy_wt_ops_t echo_ops = {
     .data = on_data,
     .writable = on_writable,
     .reset = on_reset,
+    .stop = on_stop,
+    .drain = on_drain,
     .stream_gone = on_gone,
     .datagram = on_datagram,
     .close = on_close,

@@ -124,23 +124,35 @@ static void c_writable(void *ud, fy_wt_stream_t *cs)
     if (pr && pr->os) fy_wtc_stream_resume(pr->os);
 }
 
-/* A reset (or STOP_SENDING) on either side ends the twins on both sides with its code: the
- * other peer sees the same WebTransport error, as it would from an echo behind no proxy. */
-static void reset_both(pair_t *pr, int64_t code)
+/* Stream signals are relayed one direction at a time: a peer's RESET_STREAM (it aborted its
+ * sending side) becomes RESET_STREAM of the twin's sending side with the same WebTransport
+ * code, so the other peer sees that code while the opposite direction carries on; a peer's
+ * STOP_SENDING becomes STOP_SENDING of the twin (the QUIC library does not tell its code: the
+ * twin gets WebTransport code 0; the peer itself gets its own code back in the RESET_STREAM
+ * QUIC sends for it). A signal whose twin is gone resets the stream whole. */
+static uint32_t relay_code(int64_t code)
 {
-    uint32_t c = code < 0 ? 0 : (uint32_t)code;
-    fy_wt_stream_t *cs = pr->cs;
-    fy_wtc_stream_t *os = pr->os;
-    /* each reset calls stream_gone, which may free pr: nothing touches it after */
-    if (os) fy_wtc_stream_reset(os, c);
-    if (cs) fy_wt_stream_reset(cs, c);
+    return code < 0 ? 0 : (uint32_t)code;
 }
 
 static void c_reset(void *ud, fy_wt_stream_t *cs, int64_t code)
 {
     (void)ud;
     pair_t *pr = fy_wt_stream_ud(cs);
-    if (pr) reset_both(pr, code);
+    if (pr && pr->os)
+        fy_wtc_stream_reset_send(pr->os, relay_code(code));
+    else
+        fy_wt_stream_reset(cs, relay_code(code));
+}
+
+static void c_stop(void *ud, fy_wt_stream_t *cs, int64_t code)
+{
+    (void)ud;
+    pair_t *pr = fy_wt_stream_ud(cs);
+    if (pr && pr->os)
+        fy_wtc_stream_stop(pr->os, relay_code(code));
+    else
+        fy_wt_stream_reset(cs, relay_code(code));
 }
 
 static void c_gone(void *ud, fy_wt_stream_t *cs)
@@ -150,6 +162,15 @@ static void c_gone(void *ud, fy_wt_stream_t *cs)
     if (!pr) return;
     pr->cs = NULL;
     pair_maybe_free(pr);
+}
+
+/* DRAIN_WEBTRANSPORT_SESSION is relayed both ways: the session will end soon, and the peer
+ * behind the proxy is the one that should know. */
+static void c_drain(void *ud, fy_wt_session_t *ss)
+{
+    (void)ss;
+    wtp_t *p = ud;
+    if (p->oc) fy_wtc_drain(p->oc);
 }
 
 static void c_datagram(void *ud, fy_wt_session_t *ss, const uint8_t *b, size_t n)
@@ -172,6 +193,8 @@ static const fy_wt_ops_t client_ops = {
     .data = c_data,
     .writable = c_writable,
     .reset = c_reset,
+    .stop = c_stop,
+    .drain = c_drain,
     .stream_gone = c_gone,
     .datagram = c_datagram,
     .close = c_close,
@@ -254,7 +277,20 @@ static void o_reset(void *ud, fy_wtc_stream_t *os, int64_t code)
 {
     (void)ud;
     pair_t *pr = fy_wtc_stream_ud(os);
-    if (pr) reset_both(pr, code);
+    if (pr && pr->cs)
+        fy_wt_stream_reset_send(pr->cs, relay_code(code));
+    else
+        fy_wtc_stream_reset(os, relay_code(code));
+}
+
+static void o_stop(void *ud, fy_wtc_stream_t *os, int64_t code)
+{
+    (void)ud;
+    pair_t *pr = fy_wtc_stream_ud(os);
+    if (pr && pr->cs)
+        fy_wt_stream_stop(pr->cs, relay_code(code));
+    else
+        fy_wtc_stream_reset(os, relay_code(code));
 }
 
 static void o_gone(void *ud, fy_wtc_stream_t *os)
@@ -264,6 +300,15 @@ static void o_gone(void *ud, fy_wtc_stream_t *os)
     if (!pr) return;
     pr->os = NULL;
     pair_maybe_free(pr);
+}
+
+static void o_drain(void *ud)
+{
+    wtp_t *p = ud;
+    fy_info("webtransport proxy: upstream %s drains the session (DRAIN_WEBTRANSPORT_SESSION): "
+            "relayed to the client",
+            fy_upstream_conf(p->ph->up)->name);
+    if (p->ss) fy_wt_session_drain(p->ss);
 }
 
 static void o_datagram(void *ud, const uint8_t *b, size_t n)
@@ -291,6 +336,8 @@ static const fy_wtc_ops_t origin_ops = {
     .data = o_data,
     .writable = o_writable,
     .reset = o_reset,
+    .stop = o_stop,
+    .drain = o_drain,
     .stream_gone = o_gone,
     .datagram = o_datagram,
     .close = o_close,

@@ -117,10 +117,11 @@ typedef struct fl_config {
     int wt_sessions;      /* wt: --sessions per connection (1) */
     double wt_datagram_rate; /* wt: --datagram-rate per session per second (0) */
     size_t wt_datagram_size; /* wt: --datagram-size (64) */
+    bool wt_uni;             /* wt: --wt-uni: unidirectional streams, answered on the server's */
     bool wt_datagrams_only;  /* wt: --datagrams-only: no streams, datagram echoes are the round
                                 trips (latency from the timestamp each carries) */
     int wt_fault; /* wt: --wt-fault (tests): 1 unknown-session, 2 close-mid-stream, 3 bad-datagram,
-                     4 late-settings */
+                     4 late-settings, 5 reset-stream, 6 stop-sending, 7 drain */
     bool json;
     bool proxy_connect;     /* --proxy: CONNECT authority through addr first */
     bool proxy_absolute;    /* --proxy with plain h1: absolute-form request targets */

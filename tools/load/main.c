@@ -56,8 +56,13 @@ static void usage(FILE *f)
         "  --sessions N     wt://: WebTransport sessions per connection (default 1)\n"
         "  --datagram-rate R, --datagram-size S  wt://: R datagrams/s per session of S bytes\n"
         "  --wt-fault F     wt:// tests: unknown-session, close-mid-stream, bad-datagram,\n"
-        "                   late-settings\n"
+        "                   late-settings, reset-stream (half the bytes, then RESET_STREAM\n"
+        "                   with WebTransport code 7), stop-sending (STOP_SENDING with code 7\n"
+        "                   once 64 KiB of the echo came back; all bytes are still sent),\n"
+        "                   drain (DRAIN_WEBTRANSPORT_SESSION once the session is up)\n"
         "  --datagrams-only wt://: no streams; each echoed datagram is one round trip\n"
+        "  --wt-uni         wt://: unidirectional streams; the echo comes back on a stream the\n"
+        "                   server opens (matched by the pattern's first byte), verified\n"
         "  --json           machine-readable report (keys in tools/load/README.md)\n");
 }
 
@@ -408,6 +413,7 @@ int main(int argc, char **argv)
                                             "--json",
                                             "--insecure",
                                             "--datagrams-only",
+                                            "--wt-uni",
                                             "-h",
                                             "--help"};
         int ki = -1;
@@ -484,10 +490,13 @@ int main(int argc, char **argv)
                               : !strcmp(v, "close-mid-stream") ? 2
                               : !strcmp(v, "bad-datagram")     ? 3
                               : !strcmp(v, "late-settings")    ? 4
+                              : !strcmp(v, "reset-stream")     ? 5
+                              : !strcmp(v, "stop-sending")     ? 6
+                              : !strcmp(v, "drain")            ? 7
                                                                : -1;
             if (fl_cfg.wt_fault < 0)
                 die_usage(name, "one of unknown-session, close-mid-stream, bad-datagram, "
-                                "late-settings");
+                                "late-settings, reset-stream, stop-sending, drain");
         } else if (!strcmp(name, "--datagram-size")) {
             fl_cfg.wt_datagram_size = (size_t)parse_int(name, v, 16, 1400);
         } else if (!strcmp(name, "--size")) {
@@ -506,6 +515,8 @@ int main(int argc, char **argv)
             fl_cfg.insecure = true;
         } else if (!strcmp(name, "--datagrams-only")) {
             fl_cfg.wt_datagrams_only = true;
+        } else if (!strcmp(name, "--wt-uni")) {
+            fl_cfg.wt_uni = true;
         } else if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
             usage(stdout);
             return 0;

@@ -16,9 +16,11 @@
 #include "fl.h"
 #include "h3/h3_frame.h"
 #include "h3/h3_qpack.h"
+#include "h3/h3_wt.h"
+#include "h3/h3_wt_client.h"
 #include "quic/quic.h"
 
-enum { KIND_SESSION = 1, KIND_DATA = 2 };
+enum { KIND_SESSION = 1, KIND_DATA = 2, KIND_UNI_IN = 3 };
 
 typedef struct wt_sess wt_sess_t;
 
@@ -28,7 +30,17 @@ typedef struct wt_str {
     uint64_t t0, sent, got;
     uint8_t seed;
     bool busy, bad;
+    bool reset_sent, stop_sent; /* --wt-fault reset-stream / stop-sending: done */
+    bool reset_due;             /* stop-sending: the server's RESET_STREAM came; end when sent */
+    struct uni_in *in;          /* --wt-uni: the server's stream carrying the echo */
 } wt_str_t;
+
+/* --wt-uni: a server uni stream: its prefix (0x54 + session id), then the echo of the client
+ * stream whose pattern seed its first byte gives (pat(seed, 0) = seed * 13 + 3). */
+typedef struct uni_in {
+    fy__wtc_prefix_t pre;
+    wt_str_t *st; /* matched (NULL before, and after the stream ended) */
+} uni_in_t;
 
 struct wt_sess {
     struct wt_conn *wc;
@@ -42,6 +54,7 @@ struct wt_sess {
     wt_str_t *strs;
     uint8_t next_seed;
     nghttp3_qpack_stream_context *sctx;
+    fy_wt_capsule_rd_t caps; /* the server's capsules (DATA frames on the CONNECT stream) */
 };
 
 typedef struct wt_conn {
@@ -51,6 +64,7 @@ typedef struct wt_conn {
     nghttp3_qpack_encoder *enc;
     nghttp3_qpack_decoder *dec;
     fy_timer_t dg, retry, late; /* late: --wt-fault late-settings */
+    fy_timer_t uni_credit;      /* --wt-uni: no callback tells of uni stream credit: poll */
     double dg_due;
     bool open;
 } wt_conn_t;
@@ -67,6 +81,8 @@ static __thread wt_worker_t *ww;
 static uint64_t dg_sent, dg_echoed, dg_bad; /* atomics: every worker adds */
 static uint64_t peer_close = (uint64_t)-1;  /* the last CONNECTION_CLOSE code the server sent */
 static uint64_t first_reset = (uint64_t)-1; /* the first RESET_STREAM code the server sent */
+static uint64_t drains;                     /* DRAIN_WEBTRANSPORT_SESSION capsules received */
+#define FAULT_CODE (0x52e4a40fa8dbull + 7)  /* WebTransport code 7 as an HTTP/3 code */
 
 static bool stopping(void)
 {
@@ -79,12 +95,16 @@ static uint8_t pat(uint8_t seed, uint64_t i)
     return (uint8_t)((i * 7 + seed * 13 + 3) & 0xff);
 }
 
+static void stream_end(wt_str_t *s, int err);
+
 static void pump_stream(wt_str_t *s)
 {
     wt_conn_t *wc = s->ss->wc;
     uint8_t buf[16384];
-    /* close-mid-stream: half the bytes and no FIN, so no echo can complete before the close */
-    uint64_t size = fl_cfg.wt_fault == 2 ? fl_cfg.echo_size / 2 : fl_cfg.echo_size;
+    /* close-mid-stream: half the bytes and no FIN, so no echo can complete before the close;
+       reset-stream: half the bytes, then RESET_STREAM (the echo's reset ends the stream) */
+    bool half = fl_cfg.wt_fault == 2 || fl_cfg.wt_fault == 5;
+    uint64_t size = half ? fl_cfg.echo_size / 2 : fl_cfg.echo_size;
     while (s->sent < size && fy_quic_stream_buffered(s->qs) < 256 * 1024) {
         size_t n = size - s->sent < sizeof buf ? size - s->sent : sizeof buf;
         for (size_t i = 0; i < n; i++) buf[i] = pat(s->seed, s->sent + i);
@@ -92,6 +112,14 @@ static void pump_stream(wt_str_t *s)
         s->sent += n;
     }
     if (s->sent == fl_cfg.echo_size) fy_quic_stream_finish(wc->qc, s->qs);
+    /* reset-stream: once those bytes were acknowledged (a reset drops what is still queued,
+       which would leave the server a stream without its WebTransport prefix) */
+    if (fl_cfg.wt_fault == 5 && s->sent == size && !s->reset_sent &&
+        fy_quic_stream_buffered(s->qs) == 0) {
+        s->reset_sent = true;
+        fy_quic_stream_reset(wc->qc, s->qs, FAULT_CODE);
+    }
+    if (s->reset_due && s->sent == fl_cfg.echo_size) stream_end(s, FL_ERR_RESET);
 }
 
 static void start_streams(wt_sess_t *ss)
@@ -102,8 +130,13 @@ static void start_streams(wt_sess_t *ss)
         wt_str_t *s = &ss->strs[i];
         if (s->busy) continue;
         if (w->budget && w->issued >= w->budget) return;
-        fy_quic_stream_t *qs = fy_quic_open_bidi(ss->wc->qc);
-        if (!qs) return; /* credit comes back (ops->credit) */
+        fy_quic_stream_t *qs =
+            fl_cfg.wt_uni ? fy_quic_open_uni(ss->wc->qc) : fy_quic_open_bidi(ss->wc->qc);
+        if (!qs) { /* credit comes back (ops->credit; for uni streams: polled) */
+            if (fl_cfg.wt_uni && !fy_timer_is_active(&ss->wc->uni_credit))
+                fy_timer_start(&ww->loop, &ss->wc->uni_credit, 2);
+            return;
+        }
         memset(s, 0, sizeof *s);
         s->ss = ss;
         s->qs = qs;
@@ -113,7 +146,7 @@ static void start_streams(wt_sess_t *ss)
         qs->app = s;
         qs->app_kind = KIND_DATA;
         uint8_t b[16];
-        size_t k = fy_h3_varint_encode(b, 0x41);
+        size_t k = fy_h3_varint_encode(b, fl_cfg.wt_uni ? 0x54 : 0x41);
         uint64_t sid = (uint64_t)ss->cs->id + (fl_cfg.wt_fault == 1 ? 4 * 1000 : 0);
         k += fy_h3_varint_encode(b + k, sid);
         fy_quic_stream_write(ss->wc->qc, qs, b, k);
@@ -129,6 +162,8 @@ static void stream_end(wt_str_t *s, int err)
     s->busy = false;
     if (s->qs) s->qs->app = NULL;
     s->qs = NULL;
+    if (s->in) s->in->st = NULL;
+    s->in = NULL;
     fl_finish(s->ss->wc->fc, s->t0, 200, s->got, err);
     if (!stopping()) start_streams(s->ss);
 }
@@ -201,6 +236,15 @@ static void session_head(wt_sess_t *ss)
         fy_quic_stream_write(wc->qc, ss->cs, b, k + 7);
         fy_quic_stream_finish(wc->qc, ss->cs);
     }
+    if (fl_cfg.wt_fault == 7) { /* DRAIN_WEBTRANSPORT_SESSION in a DATA frame */
+        uint8_t b[16], cap[8];
+        size_t n = fy_h3_varint_encode(cap, FY_WT_CAPSULE_DRAIN);
+        n += fy_h3_varint_encode(cap + n, 0);
+        size_t k = fy_h3_varint_encode(b, 0x0);
+        k += fy_h3_varint_encode(b + k, n);
+        memcpy(b + k, cap, n);
+        fy_quic_stream_write(wc->qc, ss->cs, b, k + n);
+    }
     if (fl_cfg.wt_fault == 3) /* an HTTP Datagram without its quarter stream id */
         fy_quic_send_datagram(wc->qc, "", 0);
 }
@@ -222,13 +266,19 @@ static void session_recv(wt_sess_t *ss, const uint8_t *p, size_t n)
         } else {
             size_t take = n < ss->rd.left ? n : (size_t)ss->rd.left;
             if (ss->rd.type == 0x1) memcpy(ss->hb + ss->hn, p, take), ss->hn += take;
+            for (size_t off = 0; ss->rd.type == 0x0 && ss->ready && off < take;) {
+                fy_wt_capsule_ev_t ev;
+                off += fy_wt_capsule_feed(&ss->caps, p + off, take - off, &ev);
+                if (ev.kind == 2) __atomic_add_fetch(&drains, 1, __ATOMIC_RELAXED);
+                if (ev.kind == -1) break;
+            }
             p += take;
             n -= take;
             ss->rd.left -= take;
         }
         if (ss->rd.have_hdr && ss->rd.left == 0) {
             ss->rd.have_hdr = false;
-            if (ss->rd.type == 0x1 && !ss->ready) session_head(ss); /* DATA: capsules, ignored */
+            if (ss->rd.type == 0x1 && !ss->ready) session_head(ss);
         }
     }
 }
@@ -319,7 +369,37 @@ static void *app_open(fy_quic_conn_t *qc, void *ud)
 static void app_stream_open(void *app, fy_quic_stream_t *s)
 {
     (void)app;
-    s->app = NULL; /* the server's control/QPACK/uni streams: read and ignored */
+    s->app = NULL; /* the server's control/QPACK streams: read and ignored */
+    if (fl_cfg.wt_uni && (s->id & 3) == 3) {
+        s->app = calloc(1, sizeof(uni_in_t));
+        s->app_kind = KIND_UNI_IN;
+    }
+}
+
+/* --wt-uni: bytes of a server uni stream; returns the stream they echo (NULL: not yet known,
+ * or not an echo), with p and n moved past the prefix. */
+static wt_str_t *uni_in_recv(wt_conn_t *wc, uni_in_t *u, const uint8_t **p, size_t *n)
+{
+    size_t k = fy__wtc_prefix_feed(&u->pre, FY_WT_STREAM_UNI, *p, *n);
+    *p += k, *n -= k;
+    if (u->pre.state != 1 || u->st) return u->st;
+    if (!*n) return NULL;
+    uint8_t seed = (uint8_t)((uint8_t)((*p)[0] - 3) * 197); /* 197 = 13^-1 mod 256 */
+    for (int k2 = 0; k2 < fl_cfg.wt_sessions; k2++) {
+        wt_sess_t *ss = &wc->sess[k2];
+        if (!ss->cs || (uint64_t)ss->cs->id != u->pre.sid) continue;
+        for (int i = 0; i < fl_cfg.streams; i++) {
+            wt_str_t *st = &ss->strs[i];
+            if (st->busy && !st->in && st->seed == seed && st->got == 0) {
+                st->in = u;
+                u->st = st;
+                return st;
+            }
+        }
+    }
+    u->pre.state = -1; /* an answer for no stream of ours: counted as a bad body */
+    fl_count_error(wc->fc, FL_ERR_BODY, 1);
+    return NULL;
 }
 
 static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, bool fin)
@@ -333,6 +413,12 @@ static int app_recv(void *app, fy_quic_stream_t *s, const uint8_t *p, size_t n, 
         return 0;
     }
     wt_str_t *st = s->app;
+    if (s->app_kind == KIND_UNI_IN && !(st = uni_in_recv(wc, s->app, &p, &n))) return 0;
+    if (st->stop_sent) return 0; /* what still comes after our STOP_SENDING */
+    if (fl_cfg.wt_fault == 6 && st->got + n >= 65536) {
+        st->stop_sent = true;
+        fy_quic_stream_stop_reading(wc->qc, s, FAULT_CODE);
+    }
     for (size_t i = 0; i < n; i++)
         if (p[i] != pat(st->seed, st->got + i)) st->bad = true;
     st->got += n;
@@ -346,14 +432,30 @@ static void app_reset(void *app, fy_quic_stream_t *s, uint64_t code)
     uint64_t none = (uint64_t)-1;
     __atomic_compare_exchange_n(&first_reset, &none, code, false, __ATOMIC_RELAXED,
                                 __ATOMIC_RELAXED);
-    if (s->app && s->app_kind == KIND_DATA) stream_end(s->app, FL_ERR_RESET);
+    if (s->app && s->app_kind == KIND_UNI_IN) {
+        uni_in_t *u = s->app;
+        if (u->st) stream_end(u->st, FL_ERR_RESET);
+        return;
+    }
+    if (!s->app || s->app_kind != KIND_DATA) return;
+    wt_str_t *st = s->app;
+    /* stop-sending: the server's RESET_STREAM answers our STOP_SENDING; the bytes still to
+       send go on (the server's side of the test needs them), the stream ends after them. A
+       code 0 is the server's own STOP_SENDING: nothing more can be sent. */
+    if (fl_cfg.wt_fault == 6 && code && st->sent < fl_cfg.echo_size) {
+        st->reset_due = true;
+        return;
+    }
+    stream_end(st, FL_ERR_RESET);
 }
 
 static void app_acked(void *app, fy_quic_stream_t *s)
 {
     (void)app;
     wt_str_t *st = s->app;
-    if (st && s->app_kind == KIND_DATA && st->busy && st->sent < fl_cfg.echo_size) pump_stream(st);
+    if (st && s->app_kind == KIND_DATA && st->busy && st->sent < fl_cfg.echo_size &&
+        !st->reset_sent)
+        pump_stream(st);
 }
 
 static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
@@ -361,10 +463,16 @@ static void app_stream_close(void *app, fy_quic_stream_t *s, uint64_t code)
     (void)app;
     (void)code;
     if (!s->app) return;
-    if (s->app_kind == KIND_DATA) {
+    if (s->app_kind == KIND_UNI_IN) {
+        uni_in_t *u = s->app;
+        if (u->st) stream_end(u->st, FL_ERR_RESET); /* closed before its FIN came */
+        free(u);
+    } else if (s->app_kind == KIND_DATA) {
         wt_str_t *st = s->app;
         st->qs = NULL;
-        stream_end(st, FL_ERR_RESET);
+        /* --wt-uni: our stream is done once sent and acknowledged (code 0); the echo comes
+           apart. A code: it was reset (the server's STOP_SENDING, answered by QUIC) */
+        if (!fl_cfg.wt_uni || code) stream_end(st, FL_ERR_RESET);
     } else {
         wt_sess_t *ss = s->app;
         ss->cs = NULL;
@@ -403,6 +511,12 @@ static void app_credit(void *app)
 }
 
 static void conn_start(wt_conn_t *wc);
+
+static void on_uni_credit(fy_timer_t *t)
+{
+    wt_conn_t *wc = t->data;
+    if (wc->open) app_credit(wc);
+}
 
 static void on_retry(fy_timer_t *t)
 {
@@ -499,6 +613,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         fy_timer_init(&wc->dg, on_dg_timer, wc);
         fy_timer_init(&wc->retry, on_retry, wc);
         fy_timer_init(&wc->late, on_late, wc);
+        fy_timer_init(&wc->uni_credit, on_uni_credit, wc);
     }
     while ((w->now = fl_now_ns()) < w->t0) {
         struct timespec ts = {0, (long)(w->t0 - w->now)};
@@ -518,6 +633,7 @@ void *fl_wt_worker_run(fl_worker_t *w)
         fy_timer_stop(&self.loop, &wc->retry);
         fy_timer_stop(&self.loop, &wc->dg);
         fy_timer_stop(&self.loop, &wc->late);
+        fy_timer_stop(&self.loop, &wc->uni_credit);
         if (wc->qc) fy_quic_conn_abort(wc->qc, 0x100);
     }
     fy_defer_t *d; /* the closes' deferred frees */
@@ -551,8 +667,10 @@ void fl_wt_report(bool json)
               lr = (long long)__atomic_load_n(&first_reset, __ATOMIC_RELAXED);
     if (json)
         printf("{\"datagrams\": {\"sent\": %llu, \"echoed\": %llu, \"bad\": %llu, \"lost\": "
-               "%llu}, \"peer_close_code\": %lld, \"first_reset_code\": %lld}\n",
-               s, e, b, s > e + b ? s - e - b : 0, pc, lr);
+               "%llu}, \"peer_close_code\": %lld, \"first_reset_code\": %lld, \"drains\": "
+               "%llu}\n",
+               s, e, b, s > e + b ? s - e - b : 0, pc, lr,
+               (unsigned long long)__atomic_load_n(&drains, __ATOMIC_RELAXED));
     else
         printf("  datagrams     sent %llu, echoed %llu, bad %llu, lost %llu\n", s, e, b,
                s > e + b ? s - e - b : 0);
