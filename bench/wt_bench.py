@@ -7,7 +7,8 @@ WebTransport proxy (`webtransport: proxy` re-originating the session to the echo
 binary has it. Every Ferry process runs on CPU 0 (one core for Ferry: in the passthrough and
 proxy rows the relay and the echo origin share it), ferry-load on CPU 1. MiB/s counts echoed
 bytes received by the client (each byte crossed Ferry twice); "per core" divides by the CPU
-seconds all Ferry processes used during the sample. Round trips: one 1 MiB stream echo (streams),
+seconds all Ferry processes used during the sample; "relay ms/MiB" is the CPU the front Ferry
+(passthrough relay or L7 proxy) alone used per MiB echoed. Round trips: one 1 MiB stream echo (streams),
 one datagram echo (datagrams, latency from the timestamp it carries). Median of --repeats.
 """
 import json
@@ -40,16 +41,27 @@ def ticks(pid):
 
 
 class Proc:
-    def __init__(self, d, name, ferry, conf):
+    def __init__(self, d, name, ferry, conf, strace=None):
+        self.name = name
         self.path = os.path.join(d, name + ".yaml")
         with open(self.path, "w") as f:
             f.write(conf)
         self.log = open(os.path.join(d, name + ".log"), "w")
-        self.p = subprocess.Popen(["taskset", "-c", FERRY_CPU, ferry, "run", "-c", self.path],
+        self.traced = bool(strace)
+        pre = ["strace", "-c", "-f", "-o", strace] if strace else []
+        self.p = subprocess.Popen(pre + ["taskset", "-c", FERRY_CPU, ferry, "run", "-c", self.path],
                                   stdout=self.log, stderr=subprocess.STDOUT)
 
     def stop(self):
-        self.p.terminate()
+        if self.traced:  # stop Ferry itself: strace then writes its summary and exits
+            try:
+                with open(f"/proc/{self.p.pid}/task/{self.p.pid}/children") as f:
+                    for c in f.read().split():
+                        os.kill(int(c), 15)
+            except OSError:
+                pass
+        else:
+            self.p.terminate()
         try:
             self.p.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -72,12 +84,13 @@ def sample(load, url, extra, dur, procs):
                         "--insecure", "--timeout", "10s"] + extra,
                        capture_output=True, text=True, timeout=dur + 60)
     wall = time.monotonic() - w0
-    cpu = sum(ticks(p.p.pid) - a for p, a in zip(procs, t0)) / os.sysconf("SC_CLK_TCK")
+    by = {p.name: (ticks(p.p.pid) - a) / os.sysconf("SC_CLK_TCK") for p, a in zip(procs, t0)}
+    cpu = sum(by.values())
     lines = r.stdout.strip().splitlines()
     if not lines:
         raise RuntimeError(f"ferry-load printed nothing: {r.stderr[-500:]}")
     rep = json.loads(lines[0])
-    rep["ferry_cpu_s"], rep["wall_s"] = cpu, wall
+    rep["ferry_cpu_s"], rep["wall_s"], rep["cpu_s_by_proc"] = cpu, wall, by
     if len(lines) > 1:
         rep.update(json.loads(lines[1]))
     return rep
@@ -146,17 +159,27 @@ log: {{level: warn}}
         procs.append(Proc(d, "echo", ferry, echo))
         time.sleep(1.0)
         rows = []
-        ref = [sample(load, f"h3://127.0.0.1:{pe}/f100m.bin", ["-c", "1", "-m", "1",
-                                                                "--expect-bytes", str(100 << 20)],
-                      dur, procs) for _ in range(repeats)]
-        rows.append(("h3 download 100 MiB (reference)", "direct", ref))
+        if not (os.environ.get("WT_POSITIONS") or os.environ.get("WT_WORKLOADS")):
+            ref = [sample(load, f"h3://127.0.0.1:{pe}/f100m.bin",
+                          ["-c", "1", "-m", "1", "--expect-bytes", str(100 << 20)], dur, procs)
+                   for _ in range(repeats)]
+            rows.append(("h3 download 100 MiB (reference)", "direct", ref))
         workloads = [
             ("wt-streams", ["-c", "1", "--sessions", "4", "-m", "4", "--size", str(SIZE)]),
             ("wt-datagrams", ["-c", "1", "--sessions", "4", "--datagrams-only",
                               "--datagram-rate", "2500", "--datagram-size", "1150"]),
         ]
+        only = os.environ.get("WT_POSITIONS")
+        if only:
+            positions = [p for p in positions if p[0].split()[0].lower() in only.split(",")]
+        wls = os.environ.get("WT_WORKLOADS")
+        if wls:
+            workloads = [w for w in workloads if w[0] in wls.split(",")]
+        trace = os.environ.get("WT_STRACE") == "1"
         for pos, port, conf in positions:
-            front = Proc(d, pos.split()[0].lower(), ferry, conf) if conf else None
+            name = pos.split()[0].lower()
+            st = os.path.join(d, f"strace-{name}.txt") if trace and conf else None
+            front = Proc(d, name, ferry, conf, st) if conf else None
             if front:
                 time.sleep(1.0)
             ps = procs + ([front] if front else [])
@@ -169,6 +192,15 @@ log: {{level: warn}}
             finally:
                 if front:
                     front.stop()
+            if st:
+                mib = sum(r["body_mib_per_sec"] * dur for _, p2, reps in rows if p2 == pos
+                          for r in reps)
+                log(f"wt: strace -c -f of the {pos} front, per MiB echoed ({mib:.0f} MiB):")
+                for line in open(st).read().splitlines():
+                    v = line.split()
+                    if len(v) >= 5 and v[3].isdigit():
+                        log(f"  {v[-1]:<16} {int(v[3]) / mib if mib else 0:8.1f} calls/MiB"
+                            f"  {v[0]:>6}% of syscall time")
         return write(out, day, rows, repeats, dur)
     finally:
         for p in procs:
@@ -176,10 +208,21 @@ log: {{level: warn}}
         shutil.rmtree(d, ignore_errors=True)
 
 
+def per_mib(reps, which, dur):
+    """Median CPU ms per MiB echoed of the processes `which` names (— when there are none)."""
+    v = []
+    for r in reps:
+        cpu = [c for n, c in r.get("cpu_s_by_proc", {}).items() if which(n)]
+        mib = r["body_mib_per_sec"] * dur
+        if cpu and mib:
+            v.append(1000 * sum(cpu) / mib)
+    return f"{median(v):.2f}" if v else "—"
+
+
 def write(out, day, rows, repeats, dur):
     table = ["| row | position | MiB/s | Ferry CPU (cores) | MiB/s per core | round trips/s | "
-             "p50 ms | p95 ms | p99 ms | errors | datagrams lost |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "p50 ms | p95 ms | p99 ms | errors | datagrams lost | relay ms/MiB | echo ms/MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     data = []
     for name, pos, reps in rows:
         mib = median([r["body_mib_per_sec"] for r in reps])
@@ -191,7 +234,9 @@ def write(out, day, rows, repeats, dur):
         table.append(f"| {name} | {pos} | {mib:.1f} | {cores:.2f} | "
                      f"{mib / cores if cores else 0:.1f} | {m['requests_per_sec']:.0f} | "
                      f"{lat['p50'] / 1000:.2f} | {lat['p95'] / 1000:.2f} | {lat['p99'] / 1000:.2f} | "
-                     f"{sum(r['errors'] for r in reps)} | {lost} |")
+                     f"{sum(r['errors'] for r in reps)} | {lost} | "
+                     f"{per_mib(reps, lambda n: n != 'echo', dur)} | "
+                     f"{per_mib(reps, lambda n: n == 'echo', dur)} |")
         data.append({"row": name, "position": pos, "samples": reps})
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, f"{day}-wt")

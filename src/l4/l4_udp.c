@@ -1,10 +1,14 @@
 /* UDP sessions: one per client address (bounded table per worker and listener), each with its
  * own connected socket to the origin so that replies come back to the right client.
  * Datagrams are read with recvmmsg on both sides and written with sendmmsg; their boundaries
- * are kept exactly. quic-passthrough sessions first decrypt the client's Initials (l4_quic.c)
- * until the ClientHello's SNI picks the origin, holding the datagrams (bounded) meanwhile. */
+ * are kept exactly. Both sockets have UDP_GRO on: a run of equal-sized datagrams (a peer's
+ * UDP_SEGMENT send, or NIC GRO) arrives as one buffer with its segment size and leaves as one
+ * message with UDP_SEGMENT, which the kernel cuts into the same datagrams again. quic-passthrough
+ * sessions first decrypt the client's Initials (l4_quic.c) until the ClientHello's SNI picks the
+ * origin, holding the datagrams (bounded) meanwhile. */
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,6 +24,17 @@
 #define DGRAM_MAX 65536
 #define QUEUE_MAX 32   /* datagrams held while a QUIC flow's ClientHello is incomplete */
 #define HASH_MAX 65536 /* buckets */
+#define SEG_MAX 64     /* datagrams per sendmmsg when a coalesced buffer is taken apart */
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 struct fy__l4_udp_sess {
     fy__l4_udp_sess_t *hnext;
@@ -45,6 +60,7 @@ struct fy__l4_udp_sess {
     uint8_t scid[FY_QUIC_CID_MAX];
     size_t scid_len;
     uint32_t cid_hash;
+    bool nogso[2]; /* UDP_SEGMENT refused towards the origin [0], the client [1] */
 };
 
 static uint32_t addr_hash(const struct sockaddr_storage *a, socklen_t len)
@@ -82,6 +98,13 @@ static void normalise(struct sockaddr_storage *a)
     }
 }
 
+static void gro_on(int fd)
+{
+    int one = 1;
+    /* refused by a kernel before 5.0: every datagram then arrives alone */
+    (void)setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
+}
+
 void fy__l4_udp_init(fy__l4_wl_t *wl)
 {
     size_t want = (size_t)wl->l->conf->max_sessions, n = 16;
@@ -93,7 +116,9 @@ void fy__l4_udp_init(fy__l4_wl_t *wl)
         free(wl->hash);
         wl->hash = NULL;
     }
+    /* one scratch buffer per worker, whatever the number of sessions */
     if (!wl->w->rx) wl->w->rx = malloc((size_t)BATCH * DGRAM_MAX);
+    if (wl->io.fd >= 0) gro_on(wl->io.fd);
 }
 
 static void sess_free(fy_defer_t *d)
@@ -193,42 +218,200 @@ static fy__l4_udp_sess_t *find_by_cid(fy__l4_wl_t *wl, const uint8_t *d, size_t 
     return s;
 }
 
-/* origin -> client: recvmmsg on the session socket, sendmmsg on the listener's */
+/* ---- batches: coalesced receive (UDP_GRO) and segmented send (UDP_SEGMENT) ---- */
+
+/* Control space of one received buffer (the UDP_GRO segment size, an int) and of one sent
+   message (the UDP_SEGMENT size, a u16). */
+typedef union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+} gro_ctl_t;
+
+typedef union {
+    char b[CMSG_SPACE(sizeof(uint16_t))];
+    struct cmsghdr align;
+} gso_ctl_t;
+
+/* BATCH slots of the worker's scratch buffer (rx), each DGRAM_MAX bytes: a datagram, or up to
+   64 KiB of equal-sized datagrams the kernel coalesced. */
+static void rx_prepare(uint8_t *rx, struct mmsghdr *m, struct iovec *iov, gro_ctl_t *ctl,
+                       struct sockaddr_storage *from)
+{
+    memset(m, 0, sizeof *m * BATCH);
+    for (int i = 0; i < BATCH; i++) {
+        iov[i].iov_base = rx + (size_t)i * DGRAM_MAX;
+        iov[i].iov_len = DGRAM_MAX;
+        m[i].msg_hdr.msg_iov = &iov[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+        m[i].msg_hdr.msg_control = ctl[i].b;
+        m[i].msg_hdr.msg_controllen = sizeof ctl[i].b;
+        if (from) {
+            m[i].msg_hdr.msg_name = &from[i];
+            m[i].msg_hdr.msg_namelen = sizeof from[i];
+        }
+    }
+}
+
+/* The datagram size of a coalesced buffer of `len` bytes (every datagram but the last has
+   it; the last may be shorter), or 0 when the buffer is one datagram. */
+static size_t rx_seg(struct msghdr *mh, size_t len)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO ||
+            c->cmsg_len < CMSG_LEN(sizeof(int)))
+            continue;
+        int g;
+        memcpy(&g, CMSG_DATA(c), sizeof g);
+        return g > 0 && (size_t)g < len ? (size_t)g : 0;
+    }
+    return 0;
+}
+
+/* Messages for one socket: each a datagram, or a coalesced buffer sent with UDP_SEGMENT so
+   that the kernel cuts it into the same datagrams again. */
+typedef struct {
+    struct mmsghdr m[BATCH];
+    struct iovec iov[BATCH];
+    gso_ctl_t ctl[BATCH];
+    size_t seg[BATCH];
+    unsigned n;
+} tx_t;
+
+static void tx_add(tx_t *t, uint8_t *buf, size_t len, size_t seg, struct sockaddr_storage *to,
+                   socklen_t tolen)
+{
+    unsigned k = t->n++;
+    t->iov[k] = (struct iovec){buf, len};
+    memset(&t->m[k], 0, sizeof t->m[k]);
+    struct msghdr *mh = &t->m[k].msg_hdr;
+    mh->msg_iov = &t->iov[k];
+    mh->msg_iovlen = 1;
+    mh->msg_name = to;
+    mh->msg_namelen = to ? tolen : 0;
+    t->seg[k] = seg && seg < len ? seg : 0;
+    if (!t->seg[k]) return;
+    mh->msg_control = t->ctl[k].b;
+    mh->msg_controllen = sizeof t->ctl[k].b;
+    struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t s16 = (uint16_t)seg;
+    memcpy(CMSG_DATA(c), &s16, sizeof s16);
+}
+
+/* A coalesced buffer as one datagram per segment. Returns false when the socket refused
+   them (full: the rest is dropped, as the network would). */
+static bool tx_split(fy__l4_wl_t *wl, int fd, const struct msghdr *mh, size_t seg, const char *to)
+{
+    uint8_t *p = mh->msg_iov[0].iov_base;
+    size_t len = mh->msg_iov[0].iov_len;
+    struct mmsghdr m[SEG_MAX];
+    struct iovec iov[SEG_MAX];
+    if (!seg) seg = len;
+    for (size_t off = 0; off < len;) {
+        unsigned n = 0;
+        for (; n < SEG_MAX && off < len; n++) {
+            size_t l = len - off < seg ? len - off : seg;
+            iov[n] = (struct iovec){p + off, l};
+            m[n] = (struct mmsghdr){.msg_hdr = {.msg_name = mh->msg_name,
+                                                .msg_namelen = mh->msg_namelen,
+                                                .msg_iov = &iov[n],
+                                                .msg_iovlen = 1}};
+            off += l;
+        }
+        for (unsigned done = 0; done < n;) {
+            int r = sendmmsg(fd, m + done, n - done, MSG_DONTWAIT);
+            if (r > 0) {
+                done += (unsigned)r;
+                continue;
+            }
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                fy_debug("l4 %s: sendmmsg to %s: %s", wl->l->conf->name, to, strerror(errno));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Messages i..j-1 in sendmmsg calls. A path that refuses segmentation offload (EIO: no
+   checksum offload; EINVAL/EMSGSIZE: a segment larger than its MTU; ENOBUFS) gets that buffer
+   as single datagrams, and no UDP_SEGMENT again unless the refusal was ENOBUFS. */
+static bool tx_send(fy__l4_wl_t *wl, int fd, tx_t *t, unsigned i, unsigned j, bool *nogso,
+                    const char *to)
+{
+    while (i < j) {
+        int r = sendmmsg(fd, t->m + i, j - i, MSG_DONTWAIT);
+        if (r > 0) {
+            i += (unsigned)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && t->seg[i] &&
+            (errno == EIO || errno == EINVAL || errno == EMSGSIZE || errno == ENOBUFS ||
+             errno == ENOPROTOOPT)) {
+            if (errno != ENOBUFS && !*nogso) {
+                *nogso = true;
+                fy_debug("l4 %s: UDP_SEGMENT to %s refused (%s): datagrams sent one by one",
+                         wl->l->conf->name, to, strerror(errno));
+            }
+            if (!tx_split(wl, fd, &t->m[i].msg_hdr, t->seg[i], to)) return false;
+            i++;
+            continue;
+        }
+        /* a full socket buffer drops the rest, as the network would */
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            fy_debug("l4 %s: sendmmsg to %s: %s", wl->l->conf->name, to, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static void tx_flush(fy__l4_wl_t *wl, int fd, tx_t *t, bool *nogso, const char *to)
+{
+    unsigned n = t->n;
+    t->n = 0;
+    for (unsigned i = 0; i < n;) {
+        if (t->seg[i] && *nogso) {
+            if (!tx_split(wl, fd, &t->m[i].msg_hdr, t->seg[i], to)) return;
+            i++;
+            continue;
+        }
+        unsigned j = i + 1;
+        while (j < n && !(t->seg[j] && *nogso)) j++;
+        if (!tx_send(wl, fd, t, i, j, nogso, to)) return;
+        i = j;
+    }
+}
+
+/* origin -> client: recvmmsg on the session socket, sendmmsg on the listener's; a coalesced
+   buffer crosses as one message each way */
 static void on_origin_read(fy_io_t *io, uint32_t ev)
 {
     fy__l4_udp_sess_t *s = io->data;
     fy__l4_wl_t *wl = s->wl;
-    uint8_t *rx = wl->w->rx;
     struct mmsghdr m[BATCH];
     struct iovec iov[BATCH];
+    gro_ctl_t ctl[BATCH];
+    tx_t tx;
     for (int round = 0; round < 4; round++) {
-        memset(m, 0, sizeof m);
-        for (int i = 0; i < BATCH; i++) {
-            iov[i].iov_base = rx + (size_t)i * DGRAM_MAX;
-            iov[i].iov_len = DGRAM_MAX;
-            m[i].msg_hdr.msg_iov = &iov[i];
-            m[i].msg_hdr.msg_iovlen = 1;
-        }
+        rx_prepare(wl->w->rx, m, iov, ctl, NULL);
         int n = recvmmsg(io->fd, m, BATCH, MSG_DONTWAIT, NULL);
-        if (n > 0 && !s->scid_len && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH)
-            learn_cid(s, iov[0].iov_base, m[0].msg_len);
         if (n <= 0) {
             if (n < 0 && errno == ECONNREFUSED && s->up)
                 fy_upstream_report(s->up, wl->w->id, s->server, false, wl->w->loop->now_ms);
             break;
         }
+        tx.n = 0;
         for (int i = 0; i < n; i++) {
-            iov[i].iov_len = m[i].msg_len;
-            fy_counter_add(wl->l->cid_bytes[1], m[i].msg_len);
-            memset(&m[i].msg_hdr, 0, sizeof m[i].msg_hdr);
-            m[i].msg_hdr.msg_iov = &iov[i];
-            m[i].msg_hdr.msg_iovlen = 1;
-            m[i].msg_hdr.msg_name = &s->client;
-            m[i].msg_hdr.msg_namelen = s->clen;
+            size_t len = m[i].msg_len, seg = rx_seg(&m[i].msg_hdr, len);
+            if (i == 0 && !s->scid_len && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH)
+                learn_cid(s, iov[0].iov_base, seg ? seg : len);
+            fy_counter_add(wl->l->cid_bytes[1], len);
+            tx_add(&tx, iov[i].iov_base, len, seg, &s->client, s->clen);
         }
-        /* a full socket buffer drops the rest, as the network would */
-        if (sendmmsg(wl->io.fd, m, (unsigned)n, MSG_DONTWAIT) < 0 && errno != EAGAIN)
-            fy_debug("l4 %s: sendmmsg to client: %s", wl->l->conf->name, strerror(errno));
+        tx_flush(wl, wl->io.fd, &tx, &s->nogso[1], "client");
         fy_timer_start(wl->w->loop, &s->timer, wl->l->conf->idle_timeout_ms);
         if (n < BATCH) break;
     }
@@ -252,6 +435,7 @@ static int sess_connect(fy__l4_udp_sess_t *s, const fy_l4_target_t *to, fy_upstr
         if (fd >= 0) close(fd);
         return -1;
     }
+    gro_on(fd);
     s->io.fd = fd;
     s->io.cb = on_origin_read;
     s->io.data = s;
@@ -421,63 +605,66 @@ static fy__l4_udp_sess_t *new_flow(fy__l4_wl_t *wl, const uint8_t *d, size_t len
     return NULL; /* the datagram was consumed (held or dropped) */
 }
 
-/* client -> origin: recvmmsg on the listener; runs of datagrams for one session leave with one
- * sendmmsg on its socket */
+/* The session a client datagram goes to; NULL when it was consumed (held until a QUIC
+   ClientHello is complete) or dropped. */
+static fy__l4_udp_sess_t *classify(fy__l4_wl_t *wl, const uint8_t *d, size_t len,
+                                   const struct sockaddr_storage *from, socklen_t fl, uint32_t h)
+{
+    fy__l4_udp_sess_t *s = wl->hash[h & wl->hmask];
+    while (s && !addr_eq(&s->client, from)) s = s->hnext;
+    if (s && s->peeking) {
+        quic_feed(s, d, len);
+        return NULL;
+    }
+    if (!s && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH) s = find_by_cid(wl, d, len, from, fl, h);
+    if (!s) s = new_flow(wl, d, len, from, fl, h);
+    return s;
+}
+
+/* client -> origin: recvmmsg on the listener; runs of buffers for one session leave with one
+ * sendmmsg on its socket. A coalesced buffer (all from one client address) is taken apart
+ * only while its flow is unknown or peeking: from the first datagram that has a session on,
+ * the rest crosses as one UDP_SEGMENT message. */
 void fy__l4_udp_on_read(fy_io_t *io, uint32_t ev)
 {
     fy__l4_wl_t *wl = io->data;
-    uint8_t *rx = wl->w->rx;
-    if (!rx || !wl->hash) return;
+    if (!wl->w->rx || !wl->hash) return;
     struct mmsghdr m[BATCH];
     struct iovec iov[BATCH];
     struct sockaddr_storage from[BATCH];
+    gro_ctl_t ctl[BATCH];
+    tx_t tx;
     for (int round = 0; round < 8; round++) {
-        memset(m, 0, sizeof m);
-        for (int i = 0; i < BATCH; i++) {
-            iov[i].iov_base = rx + (size_t)i * DGRAM_MAX;
-            iov[i].iov_len = DGRAM_MAX;
-            m[i].msg_hdr.msg_iov = &iov[i];
-            m[i].msg_hdr.msg_iovlen = 1;
-            m[i].msg_hdr.msg_name = &from[i];
-            m[i].msg_hdr.msg_namelen = sizeof from[i];
-        }
+        rx_prepare(wl->w->rx, m, iov, ctl, from);
         int n = recvmmsg(io->fd, m, BATCH, MSG_DONTWAIT, NULL);
         if (n <= 0) break;
-        struct mmsghdr out[BATCH];
-        int nout = 0;
+        tx.n = 0;
         fy__l4_udp_sess_t *run = NULL;
-        for (int i = 0; i <= n; i++) {
+        for (int i = 0; i < n; i++) {
+            normalise(&from[i]);
+            socklen_t fl = m[i].msg_hdr.msg_namelen;
+            uint32_t h = addr_hash(&from[i], fl);
+            uint8_t *d = iov[i].iov_base;
+            size_t len = m[i].msg_len, seg = rx_seg(&m[i].msg_hdr, len), off = 0;
             fy__l4_udp_sess_t *s = NULL;
-            if (i < n) {
-                normalise(&from[i]);
-                socklen_t fl = m[i].msg_hdr.msg_namelen;
-                uint32_t h = addr_hash(&from[i], fl);
-                for (s = wl->hash[h & wl->hmask]; s && !addr_eq(&s->client, &from[i]);)
-                    s = s->hnext;
-                if (s && s->peeking) {
-                    quic_feed(s, iov[i].iov_base, m[i].msg_len);
-                    continue;
-                }
-                if (!s && wl->l->conf->mode == FY_L4_QUIC_PASSTHROUGH)
-                    s = find_by_cid(wl, iov[i].iov_base, m[i].msg_len, &from[i], fl, h);
-                if (!s) s = new_flow(wl, iov[i].iov_base, m[i].msg_len, &from[i], fl, h);
+            do {
+                size_t l = seg && len - off > seg ? seg : len - off;
+                s = classify(wl, d + off, l, &from[i], fl, h);
+                if (!s) off += l;
+            } while (!s && off < len);
+            if (!s) continue;
+            if (run && s != run) {
+                if (run->closed)
+                    tx.n = 0;
+                else
+                    tx_flush(wl, run->io.fd, &tx, &run->nogso[0], "origin");
             }
-            if ((s != run || i == n) && run && nout) {
-                if (!run->closed && sendmmsg(run->io.fd, out, (unsigned)nout, MSG_DONTWAIT) < 0 &&
-                    errno != EAGAIN)
-                    fy_debug("l4 %s: sendmmsg to origin: %s", wl->l->conf->name, strerror(errno));
-                nout = 0;
-            }
-            if (!s || i == n) continue;
             run = s;
-            memset(&out[nout], 0, sizeof out[nout]);
-            iov[i].iov_len = m[i].msg_len;
-            fy_counter_add(wl->l->cid_bytes[0], m[i].msg_len);
-            out[nout].msg_hdr.msg_iov = &iov[i];
-            out[nout].msg_hdr.msg_iovlen = 1;
-            nout++;
+            fy_counter_add(wl->l->cid_bytes[0], len - off);
+            tx_add(&tx, d + off, len - off, seg, NULL, 0);
             fy_timer_start(wl->w->loop, &s->timer, wl->l->conf->idle_timeout_ms);
         }
+        if (run && !run->closed) tx_flush(wl, run->io.fd, &tx, &run->nogso[0], "origin");
         if (n < BATCH) break;
     }
 }
