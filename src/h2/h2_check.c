@@ -30,11 +30,12 @@ static const uint8_t cls[256] = {
     0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c,
 };
 
+/* Every byte of class c? Branch-free: one AND per byte, one test at the end. */
 static bool all(const uint8_t *p, size_t n, uint8_t c)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!(cls[p[i]] & c)) return false;
-    return true;
+    uint8_t acc = c;
+    for (size_t i = 0; i < n; i++) acc &= cls[p[i]];
+    return acc == c;
 }
 
 bool fy__h2_valid_name(const uint8_t *p, size_t n)
@@ -108,7 +109,8 @@ static int pseudo(fy_h2_check_t *k, const uint8_t *n, size_t nl, const uint8_t *
     case 7:
         if (eq(n, nl, ":method", 7)) {
             if (once(k, FY_H2K_METHOD, vl) < 0) return -1;
-            if (!vstatic && !fy__h2_valid_method(v, vl)) return -1;
+            if (vstatic) return 0; /* HPACK's static table has GET and POST */
+            if (!fy__h2_valid_method(v, vl)) return -1;
             if (eq(v, vl, "CONNECT", 7))
                 k->flags |= FY_H2K_CONNECT;
             else if (eq(v, vl, "OPTIONS", 7))
@@ -117,7 +119,11 @@ static int pseudo(fy_h2_check_t *k, const uint8_t *n, size_t nl, const uint8_t *
         }
         if (eq(n, nl, ":scheme", 7)) {
             if (once(k, FY_H2K_SCHEME, vl) < 0) return -1;
-            if (!vstatic && !fy__h2_valid_scheme(v, vl)) return -1;
+            if (vstatic) { /* HPACK's static table has http and https */
+                k->flags |= FY_H2K_HTTP;
+                return 0;
+            }
+            if (!fy__h2_valid_scheme(v, vl)) return -1;
             if (ieq(v, vl, "http", 4) || ieq(v, vl, "https", 5)) k->flags |= FY_H2K_HTTP;
             return 0;
         }
