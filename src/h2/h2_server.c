@@ -112,6 +112,9 @@ static bool over_budget(h2_conn_t *c)
 static void on_timer(fy_timer_t *t)
 {
     h2_conn_t *c = t->data;
+    /* the keep-alive timer, left running when a stream opened (fy__h2_stream_new): streams
+       are open, so there is no keep-alive timeout; the last one's end arms it again */
+    if (!c->timer_send && c->nstreams) return;
     if (c->timer_idle && !c->timer_send) {
         /* idle for IDLE_RELEASE_MS: OpenSSL's record buffers go (wbuf went at the last flush,
            rbuf after each read), then the rest of the keep-alive timeout */
