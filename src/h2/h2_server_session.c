@@ -3,6 +3,14 @@
  * counter for floods. Thread rules: h2_server_int.h. */
 #include "h2/h2_server_int.h"
 
+/* Stream `id`'s: the one whose request HEADERS were read last (nearly always the one asked
+ * for), else nghttp2's lookup. */
+static h2_stream_t *stream_of(h2_conn_t *c, nghttp2_session *ng, int32_t id)
+{
+    if (c->hstream && c->hstream->id == id) return c->hstream;
+    return nghttp2_session_get_stream_user_data(ng, id);
+}
+
 int fy__h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     h2_conn_t *c = ud;
@@ -238,7 +246,7 @@ int fy__h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
                          size_t len, void *ud)
 {
     h2_conn_t *c = ud;
-    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    h2_stream_t *s = stream_of(c, ng, id);
     if (s && !s->closed && !s->reset && !fy__h2_check_data(&s->chk, len))
         fy__h2_malformed(s); /* past content-length (§8.1.1) */
     if (s && s->reset && !s->closed) {
@@ -297,7 +305,7 @@ int fy__h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 
 int fy__h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
-    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    h2_stream_t *s = stream_of(ud, ng, id);
     if (!s) return 0;
     if (s->body_end) fy__h2_client_closed(s->c, id);
     s->closed = true;
