@@ -1,7 +1,8 @@
 /* HTTP/2 server codec.
  *
- * nghttp2 owns framing, HPACK, flow control and most protocol validation (pseudo-headers,
- * connection-specific headers, content-length vs DATA, stream states); we feed it with
+ * nghttp2 owns framing, HPACK, flow control and stream states; the RFC 9113 §8 request
+ * checks (pseudo-headers, connection-specific fields, content-length vs DATA) are ours
+ * (h2_check.c, nghttp2's HTTP messaging is off); we feed it with
  * nghttp2_session_mem_recv and drain it with nghttp2_session_mem_send into one write buffer,
  * so a burst of responses leaves in one write.
  *
@@ -111,6 +112,9 @@ static bool over_budget(h2_conn_t *c)
 static void on_timer(fy_timer_t *t)
 {
     h2_conn_t *c = t->data;
+    /* the keep-alive timer, left running when a stream opened (fy__h2_stream_new): streams
+       are open, so there is no keep-alive timeout; the last one's end arms it again */
+    if (!c->timer_send && c->nstreams) return;
     if (c->timer_idle && !c->timer_send) {
         /* idle for IDLE_RELEASE_MS: OpenSSL's record buffers go (wbuf went at the last flush,
            rbuf after each read), then the rest of the keep-alive timeout */
@@ -418,6 +422,9 @@ int fy_h2_conn_start(fy_http_ctx_t *ctx, int fd, fy_transport_t *tls, const stru
         nghttp2_session_callbacks_set_send_data_callback(cbs, fy__h2_send_data);
         nghttp2_option_new(&opt);
         nghttp2_option_set_no_auto_window_update(opt, 1);
+        /* RFC 9113 §8 checks are ours (h2_check.c, on fields we read anyway): nghttp2's cost
+           ~900 instructions per request */
+        nghttp2_option_set_no_http_messaging(opt, 1);
         /* backstop only: our own budget (on_frame_recv) answers ENHANCE_YOUR_CALM first */
         nghttp2_option_set_stream_reset_rate_limit(opt, (uint64_t)conf->reset_burst * 2 + 16,
                                                    (uint64_t)conf->reset_rate * 2 + 16);

@@ -10,6 +10,7 @@
 #define FY_H2_H2_SERVER_INT_H
 
 #include "h2/h2_server.h"
+#include "h2/h2_check.h"
 #include "h2/h2_mem.h"
 #include "h2/h2_client.h"
 #include <errno.h>
@@ -51,6 +52,7 @@ typedef struct h2_stream {
     size_t hdr_bytes;
     bool hdr_too_large;
     bool bad_request;
+    fy_h2_check_t chk; /* RFC 9113 §8 checks (h2_check.h): nghttp2's HTTP messaging is off */
     /* response */
     bool head_submitted;
     bool final;        /* handler sent FINAL */
@@ -147,6 +149,7 @@ struct h2_conn {
 void fy__h2_arm_keepalive(h2_conn_t *c);
 void fy__h2_schedule_flush(h2_conn_t *c);
 void fy__h2_stream_reset(h2_stream_t *s, uint32_t code);
+void fy__h2_malformed(h2_stream_t *s);
 void fy__h2_drain_check(h2_stream_t *s);
 void fy__h2_stream_done(h2_stream_t *s);
 void fy__h2_wbuf_free(h2_conn_t *c);

@@ -3,6 +3,14 @@
  * counter for floods. Thread rules: h2_server_int.h. */
 #include "h2/h2_server_int.h"
 
+/* Stream `id`'s: the one whose request HEADERS were read last (nearly always the one asked
+ * for), else nghttp2's lookup. */
+static h2_stream_t *stream_of(h2_conn_t *c, nghttp2_session *ng, int32_t id)
+{
+    if (c->hstream && c->hstream->id == id) return c->hstream;
+    return nghttp2_session_get_stream_user_data(ng, id);
+}
+
 int fy__h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     h2_conn_t *c = ud;
@@ -18,11 +26,16 @@ fy_str_t fy__h2_hdup(h2_stream_t *s, const uint8_t *p, size_t n)
 
 /* A header field's bytes as the exchange keeps them: those of HPACK's static table (most
  * names, and values such as GET, https or /) are nghttp2's static storage, which outlives
- * every stream, so they are pointed at; the others are copied into the stream's arena. */
-static fy_str_t hkeep(h2_stream_t *s, nghttp2_rcbuf *rb, nghttp2_vec v)
+ * every stream, so they are pointed at (fy__h2_on_header); the others are copied into the
+ * stream's arena. */
+
+/* A malformed request (RFC 9113 §8.1.1): a stream error PROTOCOL_ERROR, as nghttp2 answered
+ * it while its HTTP messaging was on. Its frames from now on are dropped (s->reset). */
+void fy__h2_malformed(h2_stream_t *s)
 {
-    if (nghttp2_rcbuf_is_static(rb)) return fy_str((const char *)v.base, v.len);
-    return fy__h2_hdup(s, v.base, v.len);
+    if (s->reset) return;
+    fy__h2_stream_reset(s, NGHTTP2_PROTOCOL_ERROR);
+    fy__h2_schedule_flush(s->c);
 }
 
 int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf *namebuf,
@@ -34,10 +47,18 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf 
     h2_stream_t *s = c->hstream && c->hstream->id == f->hd.stream_id
                          ? c->hstream
                          : nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
-    if (!s || s->closed) return 0;
+    if (!s || s->closed || s->reset) return 0;
     nghttp2_vec nm = nghttp2_rcbuf_get_buf(namebuf), val = nghttp2_rcbuf_get_buf(valuebuf);
     const uint8_t *name = nm.base, *value = val.base;
     size_t namelen = nm.len, valuelen = val.len;
+    bool nstatic = nghttp2_rcbuf_is_static(namebuf), vstatic = nghttp2_rcbuf_is_static(valuebuf);
+    bool trailer = f->headers.cat == NGHTTP2_HCAT_HEADERS;
+    if (fy__h2_check_field(&s->chk, name, namelen, nstatic, value, valuelen, vstatic, trailer) <
+        0) {
+        /* the rest of the block is decoded (HPACK state) without callbacks; no on_frame_recv */
+        fy__h2_malformed(s);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     /* HPACK bombs: the decoded size counts, as in SETTINGS_MAX_HEADER_LIST_SIZE (+32 each) */
     s->hdr_bytes += namelen + valuelen + 32;
     if (s->hdr_bytes > c->ctx->limits->max_header_bytes) {
@@ -45,24 +66,33 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf 
         return 0;
     }
     fy_request_t *q = &s->ex.req;
-    if (f->headers.cat == NGHTTP2_HCAT_HEADERS) { /* trailers */
-        fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
+    if (trailer) {
+        fy_str_t n = nstatic ? fy_str((const char *)name, namelen) : fy__h2_hdup(s, name, namelen),
+                 v = vstatic ? fy_str((const char *)value, valuelen)
+                             : fy__h2_hdup(s, value, valuelen);
         fy_headers_add(&s->arena, &s->ex.req_trailers, n.p, n.len, v.p, v.len);
         return 0;
     }
-    if (namelen && name[0] == ':') {
-        fy_str_t v = hkeep(s, valuebuf, val);
-        if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
-            q->method = v;
-            q->method_id = fy_http_method_id(v);
-        } else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
+    fy_str_t v = vstatic ? fy_str((const char *)value, valuelen) : fy__h2_hdup(s, value, valuelen);
+    if (name[0] == ':') { /* checked: one of the five, once each */
+        switch (namelen) {
+        case 5:
             q->target = v;
-        } else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
+            break;
+        case 7:
+            if (name[1] == 'm') {
+                q->method = v;
+                q->method_id = fy_http_method_id(v);
+            } else {
+                q->scheme = v;
+            }
+            break;
+        case 10:
             q->authority = v;
-        } else if (namelen == 7 && memcmp(name, ":scheme", 7) == 0) {
-            q->scheme = v;
-        } else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
+            break;
+        default:
             q->protocol = v;
+            break;
         }
         return 0;
     }
@@ -70,14 +100,9 @@ int fy__h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, nghttp2_rcbuf 
         s->hdr_too_large = true;
         return 0;
     }
-    fy_str_t n = hkeep(s, namebuf, nm), v = hkeep(s, valuebuf, val);
+    fy_str_t n = nstatic ? fy_str((const char *)name, namelen) : fy__h2_hdup(s, name, namelen);
     if (namelen == 4 && memcmp(name, "host", 4) == 0 && q->authority.len == 0) q->authority = v;
-    if (namelen == 14 && memcmp(name, "content-length", 14) == 0) {
-        /* nghttp2 has validated it against the DATA it will see */
-        int64_t cl = 0;
-        for (size_t i = 0; i < valuelen; i++) cl = cl * 10 + (value[i] - '0');
-        q->content_length = cl;
-    }
+    if (namelen == 14 && memcmp(name, "content-length", 14) == 0) q->content_length = s->chk.cl;
     fy_headers_add(&s->arena, &q->headers, n.p, n.len, v.p, v.len);
     return 0;
 }
@@ -89,7 +114,7 @@ void fy__h2_dispatch(h2_stream_t *s, bool end_stream)
     if (end_stream) {
         s->body_end = true;
         q->content_length = 0;
-    } else if (!FY_HDR_FIND(&q->headers, "content-length")) {
+    } else if (!(s->chk.flags & FY_H2K_CL)) {
         q->content_length = -1;
     }
     if (s->hdr_too_large) {
@@ -97,7 +122,7 @@ void fy__h2_dispatch(h2_stream_t *s, bool end_stream)
         return;
     }
     if (q->method_id == FY_M_CONNECT) {
-        /* classic CONNECT (RFC 9113 §8.5: :authority, no :path) or extended (nghttp2 checked
+        /* classic CONNECT (RFC 9113 §8.5: :authority, no :path) or extended (checked:
            :protocol, :path, :scheme): a tunnel exchange; the handler answers 2xx and the DATA
            both ways are the tunnel. The protocol stage refuses a classic one (405) except on
            a forward proxy. */
@@ -149,10 +174,23 @@ int fy__h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     bool end = f->hd.flags & NGHTTP2_FLAG_END_STREAM;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
-        if (!s) return 0;
+        if (!s || s->reset) return 0;
         if (f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+            /* §8.3.1 required pseudo-headers; §8.1.1 content-length and END_STREAM */
+            if (!fy__h2_check_head(&s->chk)) {
+                fy__h2_malformed(s);
+                return 0;
+            }
+            if ((s->chk.flags & (FY_H2K_CONNECT | FY_H2K_PROTOCOL)) == FY_H2K_CONNECT)
+                s->chk.flags &= (uint16_t)~FY_H2K_CL; /* a tunnel: no body length */
+            if (end && !fy__h2_check_end(&s->chk)) {
+                fy__h2_malformed(s);
+                return 0;
+            }
             fy__h2_dispatch(s, end);
-        } else if (end) {
+        } else if (!end || !fy__h2_check_end(&s->chk)) {
+            fy__h2_malformed(s); /* §8.1: trailers end the stream; §8.1.1 */
+        } else {
             s->body_end = true; /* trailers end the body */
             fy__h2_deliver_body(s);
         }
@@ -160,7 +198,11 @@ int fy__h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     case NGHTTP2_DATA:
         /* nothing but padding (which nghttp2 gives back as window by itself) counts too */
         if (f->hd.length == f->data.padlen && !end) glitch(c, "empty DATA");
-        if (!s) return 0;
+        if (!s || s->reset) return 0;
+        if (end && !fy__h2_check_end(&s->chk)) {
+            fy__h2_malformed(s);
+            return 0;
+        }
         if (s->draining && !end) fy__h2_drain_check(s);
         if (end) {
             s->body_end = true;
@@ -204,7 +246,14 @@ int fy__h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
                          size_t len, void *ud)
 {
     h2_conn_t *c = ud;
-    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    h2_stream_t *s = stream_of(c, ng, id);
+    if (s && !s->closed && !s->reset && !fy__h2_check_data(&s->chk, len))
+        fy__h2_malformed(s); /* past content-length (§8.1.1) */
+    if (s && s->reset && !s->closed) {
+        /* a malformed or reset stream: dropped, its window given back */
+        nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
     if (s && s->draining && !s->closed) {
         /* dropped; the stream window is not reopened (drain_check) */
         nghttp2_session_consume_connection(ng, len);
@@ -256,7 +305,7 @@ int fy__h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 
 int fy__h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
-    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
+    h2_stream_t *s = stream_of(ud, ng, id);
     if (!s) return 0;
     if (s->body_end) fy__h2_client_closed(s->c, id);
     s->closed = true;

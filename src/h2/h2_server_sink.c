@@ -620,7 +620,9 @@ h2_stream_t *fy__h2_stream_new(h2_conn_t *c, int32_t id)
     fy_list_insert_tail(&c->streams, &s->link);
     c->nstreams++;
     fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], 1);
-    fy_timer_stop(c->loop, &c->timer);
+    /* the keep-alive timer is left to run: on_timer ignores it while streams are open, and
+       the next arm_keepalive only moves its deadline (fy_timer_start is lazy), instead of a
+       heap removal and insertion per request */
     nghttp2_session_set_stream_user_data(c->ng, id, s);
     return s;
 }
