@@ -134,6 +134,8 @@ def test_idle_keepalive_connections_hold_little(server, proto):
         # the busiest connection held its buffers while it was served
         assert s[("ferry_connection_memory_max_bytes", lab)] > per[0] + 16384
         assert s[("ferry_stream_memory_bytes", lab)] == 0  # no request in progress
+        # the requests were counted while they ran (h2: the stream struct and its arena)
+        assert s[("ferry_stream_memory_max_bytes", lab)] >= 1024
         print(f"{proto}: {per[0]:.0f} B per idle connection by count, "
               f"RSS {(rss_kib(pid) - before) / N:.2f} KiB")
         # they are still open and still served

@@ -80,9 +80,24 @@ static size_t mem_now(const h2_conn_t *c)
            (c->rbuf ? sizeof *c->rbuf : 0) + fy_tls_transport_mem(c->t);
 }
 
+/* A stream's bytes: its pooled struct, arena blocks past the inline one, the body buffer. */
+static size_t stream_mem(const h2_stream_t *s)
+{
+    return sizeof *s - sizeof s->arena_first + fy_arena_bytes(&s->arena) +
+           (s->body ? s->body_cap : 0);
+}
+
+/* The connection's bytes with its streams', and each stream's own gauge. */
 static void mem_sync(h2_conn_t *c)
 {
-    fy_counters_conn_mem(FY_CPROTO_H2, &c->mem_held, mem_now(c));
+    size_t st = 0;
+    for (fy_list_t *l = c->streams.next; l != &c->streams; l = l->next) {
+        h2_stream_t *s = fy_container_of(l, h2_stream_t, link);
+        size_t b = stream_mem(s);
+        st += b;
+        fy_counters_stream_mem(FY_CPROTO_H2, &s->mem_held, b);
+    }
+    fy_counters_conn_mem(FY_CPROTO_H2, &c->mem_held, mem_now(c) + st);
 }
 
 /* Past limits.connection-memory: read no more, say why (GOAWAY ENHANCE_YOUR_CALM), close. */

@@ -85,7 +85,8 @@ typedef struct h2_stream {
     bool end_delivered; /* on_body(end=true) was called */
     size_t unconsumed;  /* bytes received but not yet given back as window */
     fy_defer_t defer;
-    fy_list_t link; /* in c->streams */
+    fy_list_t link;  /* in c->streams */
+    size_t mem_held; /* what ferry_stream_memory_bytes{proto="h2"} has for it */
     _Alignas(16) char arena_first[1024];
     /* after arena_first: not cleared by stream_new. The response head's :status, date and
        content-length values, read by nghttp2 without a copy (NV_NOCOPY) when it packs the

@@ -592,6 +592,7 @@ void fy__h2_stream_free(h2_stream_t *s)
     if (!s->draining) c->nstreams--; /* a draining one was uncounted already */
     if (c->hstream == s) c->hstream = NULL;
     fy_gauge_add(fy_cid_streams_active[FY_CPROTO_H2], -1);
+    fy_counters_stream_mem(FY_CPROTO_H2, &s->mem_held, 0);
     fy_arena_free(&s->arena);
     free(s->body);
     fy_pool_put(fy__h2_stream_pool(), s);
