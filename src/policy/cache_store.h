@@ -57,7 +57,11 @@ typedef struct fy_cache_obj {
     time_t date, request_time, response_time;
     fy_str_t etag, last_modified; /* into hdrs; empty when none */
     int64_t content_length;       /* declared by the origin; -1 unknown */
-    char *mem;                    /* owned: vary, header block (and maybe the first chunk) */
+    char *mem;     /* owned: vary, header block (and maybe the first chunk); NULL when they live
+                      in `reserve` */
+    char *reserve; /* room behind the key in the object's own allocation (fy_cache_begin sizes
+                      it by the zone's last head), used once by fy_cache_set_head */
+    size_t reserve_cap;
     /* body */
     atomic_int state;
     atomic_bool revalidating; /* a request is revalidating it (stale-while-revalidate) */
