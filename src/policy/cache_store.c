@@ -442,7 +442,7 @@ int fy_cache_set_head(fy_cache_zone_t *z, fy_cache_obj_t *o, int status, const f
     free(o->mem);
     o->mem = mem;
     if (cl) {
-        fy_cache_chunk_t *c = (fy_cache_chunk_t *)(mem + total - extra);
+        fy_cache_chunk_t *c = (fy_cache_chunk_t *)((char *)v + total - extra); /* v: the block */
         c->next = NULL;
         c->cap = cl;
         o->first = o->tail = o->inline_chunk = c;

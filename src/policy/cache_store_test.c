@@ -247,5 +247,40 @@ static void test_waiter(void)
     fy_cache_zone_put(tz);
 }
 
+/* One allocation per object: after a first head, the next object of the zone has room for a
+   head block (and a small body of known length) like it inside itself. A head that fits is
+   stored there (the body right behind it), a larger one gets its own block, and both read
+   back whole; a head past the reserve's bound leaves the next object without one. */
+static void test_reserve(void)
+{
+    fy_cache_zone_t *z = fy_cache_zone_get("t-reserve", 1 << 20);
+    char out[64];
+    for (int i = 0; i < 4; i++) {
+        char key[8] = {'r', (char)('0' + i), 0};
+        bool f;
+        fy_cache_obj_t *o = begin(z, key, &f);
+        CHECK(!f);
+        CHECK(i == 0 ? o->reserve_cap == 0 : o->reserve_cap > 0);
+        o->content_length = 5;
+        fy_header_t big[] = {{FY_STR_LIT("etag"), FY_STR_LIT("\"x\"")},
+                             {FY_STR_LIT("x-long"), {NULL, 0}}};
+        static char filler[300];
+        memset(filler, 'f', sizeof filler);
+        big[1].value = fy_str(filler, i == 2 ? sizeof filler : 10);
+        fy_headers_t hs = {big, 2, 2};
+        CHECK_EQ_INT(fy_cache_set_head(z, o, 200, &hs, NULL, 0, NULL, 0, 1 << 20), 0);
+        CHECK(i == 0 || i == 2 ? o->mem != NULL : o->mem == NULL); /* 2: larger than room */
+        CHECK(o->reserve == NULL);
+        CHECK_EQ_INT(fy_cache_append(z, o, "hello", 5, 1 << 20), 0);
+        fy_cache_finish(z, o);
+        CHECK_EQ_INT(read_all(o, out, sizeof out), 5);
+        CHECK(memcmp(out, "hello", 5) == 0);
+        CHECK(fy_str_eq(o->etag, "\"x\"", 3));
+        CHECK_EQ_INT(o->hdrs[1].value.len, i == 2 ? sizeof filler : 10);
+        fy_cache_obj_release(o);
+    }
+    fy_cache_zone_put(z);
+}
+
 FY_TEST_MAIN(fy_arena_init(&A, NULL, 0, 0); test_index(); test_variants(); test_bounds();
-             test_concurrent_read(); test_waiter(); fy_arena_free(&A))
+             test_concurrent_read(); test_waiter(); test_reserve(); fy_arena_free(&A))
