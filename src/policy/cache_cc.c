@@ -70,13 +70,15 @@ static const struct dir dirs[] = {
     {"stale-if-error", FY_CC_SIE, offsetof(fy_cache_cc_t, sie), 14},
 };
 
+/* p[0..n) is a token (tchar only): `| 0x20` folds exactly the uppercase letters onto the
+   lowercase ones and maps no other tchar onto a letter or '-' (only CR, not a tchar, would). A
+   targeted field's names are compared exactly (fold false). */
 static bool name_is(const char *p, size_t n, const char *lower, size_t l, bool fold)
 {
     if (l != n) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = fold && p[i] >= 'A' && p[i] <= 'Z' ? (char)(p[i] + 32) : p[i];
-        if (c != lower[i]) return false;
-    }
+    unsigned char m = fold ? 0x20 : 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)(p[i] | m) != (unsigned char)lower[i]) return false;
     return true;
 }
 
