@@ -678,7 +678,9 @@ static void on_head(cache_ex_t *ce)
         bool ok = ex->req.method_id == FY_M_GET && fill_head(ce, ce->fill, &ri);
         if (ok) {
             size_t vnl = 0, vkl = 0;
-            char *vn = fy_cache_vary_names(ex->arena, &ex->res.headers, &vnl), *vk = NULL;
+            /* the scan saw every field: without a Vary line there are no names to collect */
+            char *vn = ri.has_vary ? fy_cache_vary_names(ex->arena, &ex->res.headers, &vnl) : NULL;
+            char *vk = NULL;
             if (vn) vk = fy_cache_vary_key(ex->arena, &ex->req.headers, vn, vnl, &vkl);
             ok = fy_cache_set_head(cf->zone, ce->fill, status, &ex->res.headers, vn, vnl, vk, vkl,
                                    c->max_object_size) == 0;
