@@ -76,8 +76,6 @@ fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size)
     return z;
 }
 
-static void unlink_locked(shard_t *s, fy_cache_obj_t *o);
-
 void fy_cache_zone_put(fy_cache_zone_t *z)
 {
     if (!z) return;
@@ -95,7 +93,14 @@ void fy_cache_zone_put(fy_cache_zone_t *z)
     fy_cache_disk_close(z->disk); /* its reader fills objects of this zone: first */
     for (size_t i = 0; i < z->nshards; i++) {
         shard_t *s = &z->shards[i];
-        while (s->lru.lru_next != &s->lru) unlink_locked(s, s->lru.lru_next);
+        /* the zone goes: drop the index's references bucket by bucket (no chain searches,
+           no LRU unlinks); readers still holding objects keep them */
+        for (size_t b = 0; b < NBUCKETS; b++)
+            for (fy_cache_obj_t *o = s->buckets[b], *n; o; o = n) {
+                n = o->hnext;
+                o->indexed = false;
+                fy_cache_obj_release(o);
+            }
         pthread_mutex_destroy(&s->mu);
     }
     free(z->shards);
@@ -250,13 +255,11 @@ static bool vary_matches(const fy_cache_obj_t *o, const fy_headers_t *req_header
     return l == o->vklen && memcmp(k, o->vary_key, l) == 0;
 }
 
-fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
-                                const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
+static fy_cache_obj_t *lookup_locked(shard_t *s, uint64_t hash, const char *key, size_t keylen,
+                                     const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
 {
-    shard_t *s = shard_of(z, hash);
     fy_cache_obj_t *found = NULL, *pend = NULL;
     *pending = false;
-    pthread_mutex_lock(&s->mu);
     for (fy_cache_obj_t *o = s->buckets[hash % NBUCKETS]; o; o = o->hnext) {
         if (!same_key(o, hash, key, keylen)) continue;
         int st = atomic_load_explicit(&o->state, memory_order_acquire);
@@ -284,8 +287,36 @@ fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *k
             lru_front(s, found);
         }
     }
+    return found;
+}
+
+fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
+                                const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
+{
+    shard_t *s = shard_of(z, hash);
+    pthread_mutex_lock(&s->mu);
+    fy_cache_obj_t *found = lookup_locked(s, hash, key, keylen, req_headers, a, pending);
     pthread_mutex_unlock(&s->mu);
     return found;
+}
+
+static void index_locked(shard_t *s, fy_cache_obj_t *o);
+static fy_cache_obj_t *obj_new(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen);
+
+fy_cache_obj_t *fy_cache_lookup_begin(fy_cache_zone_t *z, uint64_t hash, const char *key,
+                                      size_t keylen, const fy_headers_t *req_headers, fy_arena_t *a,
+                                      bool *pending, bool *created)
+{
+    shard_t *s = shard_of(z, hash);
+    *created = false;
+    pthread_mutex_lock(&s->mu);
+    fy_cache_obj_t *o = lookup_locked(s, hash, key, keylen, req_headers, a, pending);
+    if (!o && (o = obj_new(z, hash, key, keylen)) != NULL) {
+        index_locked(s, o); /* no other PENDING one: lookup_locked would have found it */
+        *created = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return o;
 }
 
 static void index_locked(shard_t *s, fy_cache_obj_t *o)
@@ -300,11 +331,9 @@ static void index_locked(shard_t *s, fy_cache_obj_t *o)
     evict_locked(s, o);
 }
 
-fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
-                               bool *follow)
+/* A new PENDING object for key, with the caller's reference (not indexed yet). */
+static fy_cache_obj_t *obj_new(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen)
 {
-    shard_t *s = shard_of(z, hash);
-    *follow = false;
     /* one allocation: the object, its key, and room for a head block (and a small body) the
        size of the zone's last one, so a stored response costs no second malloc */
     size_t koff = (keylen + 1 + 15) & ~(size_t)15;
@@ -323,6 +352,16 @@ fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *ke
     atomic_init(&o->refs, 1);
     atomic_init(&o->state, FY_CACHE_PENDING);
     o->charge = sizeof *o + koff + hint;
+    return o;
+}
+
+fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
+                               bool *follow)
+{
+    shard_t *s = shard_of(z, hash);
+    *follow = false;
+    fy_cache_obj_t *o = obj_new(z, hash, key, keylen);
+    if (!o) return NULL;
     pthread_mutex_lock(&s->mu);
     for (fy_cache_obj_t *p = s->buckets[hash % NBUCKETS]; p; p = p->hnext)
         if (same_key(p, hash, key, keylen) && atomic_load(&p->state) == FY_CACHE_PENDING) {

@@ -108,6 +108,11 @@ size_t fy_cache_zone_count(fy_cache_zone_t *z);
 fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
                                 const fy_headers_t *req_headers, fy_arena_t *a, bool *pending);
 
+/* fy_cache_lookup, and when it finds nothing, fy_cache_begin's new PENDING object (*created
+ * true), under one lock: a miss that will be stored takes the shard's lock once. */
+fy_cache_obj_t *fy_cache_lookup_begin(fy_cache_zone_t *z, uint64_t hash, const char *key,
+                                      size_t keylen, const fy_headers_t *req_headers, fy_arena_t *a,
+                                      bool *pending, bool *created);
 /* Start fetching key: a new PENDING object in the index, with one reference for the caller.
  * When another request started one meanwhile, that one is returned instead (*follow true). */
 fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,

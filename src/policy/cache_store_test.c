@@ -282,5 +282,37 @@ static void test_reserve(void)
     fy_cache_zone_put(z);
 }
 
+/* Lookup and begin under one lock: nothing there makes a PENDING object (created); a second
+   call finds it pending (follow it); once it has a head, a third is a hit of it. */
+static void test_lookup_begin(void)
+{
+    fy_cache_zone_t *z = fy_cache_zone_get("t-lookup-begin", 1 << 20);
+    static fy_headers_t none;
+    const char *key = "lb";
+    uint64_t h = fy_cache_hash(key, 2);
+    bool pend, created;
+    fy_cache_obj_t *o = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(o && created && !pend);
+    CHECK_EQ_INT(atomic_load(&o->state), FY_CACHE_PENDING);
+    CHECK_EQ_INT(fy_cache_zone_count(z), 1);
+    fy_cache_obj_t *f = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(f == o && pend && !created);
+    fy_cache_obj_release(f);
+    bool follow;
+    f = begin(z, key, &follow); /* begin sees the same pending object */
+    CHECK(f == o && follow);
+    fy_cache_obj_release(f);
+    CHECK_EQ_INT(fy_cache_set_head(z, o, 200, &HS, NULL, 0, NULL, 0, 1 << 20), 0);
+    CHECK_EQ_INT(fy_cache_append(z, o, "abc", 3, 1 << 20), 0);
+    fy_cache_finish(z, o);
+    f = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(f == o && !pend && !created);
+    CHECK_EQ_INT(fy_cache_zone_count(z), 1);
+    fy_cache_obj_release(f);
+    fy_cache_obj_release(o);
+    fy_cache_zone_put(z);
+}
+
 FY_TEST_MAIN(fy_arena_init(&A, NULL, 0, 0); test_index(); test_variants(); test_bounds();
-             test_concurrent_read(); test_waiter(); test_reserve(); fy_arena_free(&A))
+             test_concurrent_read(); test_waiter(); test_reserve(); test_lookup_begin();
+             fy_arena_free(&A))
