@@ -343,9 +343,24 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
     ce->client_cond = ce->inm || ce->ims;
     bool fat = ex->req.content_length != 0; /* a GET with a body: never stored from */
     bool ranged = ce->range != NULL;
-    bool pending = false;
-    fy_cache_obj_t *o = fy_cache_lookup(cf->zone, ce->hash, ce->key, ce->keylen, &ex->req.headers,
-                                        ex->arena, &pending);
+    bool pending = false, created = false;
+    fy_cache_disk_t *disk = fy_cache_zone_disk(cf->zone);
+    /* a miss here would be stored (the checks below all pass): look up and begin at once */
+    bool may_begin = !disk && !fat && !ranged && !head && !ce->client_cond && c->collapse &&
+                     !(ce->qi.cc.flags & (FY_CC_NO_STORE | FY_CC_ONLY_IF_CACHED));
+    fy_cache_obj_t *o = may_begin
+                            ? fy_cache_lookup_begin(cf->zone, ce->hash, ce->key, ce->keylen,
+                                                    &ex->req.headers, ex->arena, &pending, &created)
+                            : fy_cache_lookup(cf->zone, ce->hash, ce->key, ce->keylen,
+                                              &ex->req.headers, ex->arena, &pending);
+    if (created) { /* a miss, and this request fetches what is stored */
+        strip_unkeyed(ce);
+        ce->mode = M_MISS;
+        ce->fwd = "fwd=uri-miss";
+        ce->fill = o;
+        fy__cache_push_layer(ce);
+        return FY_FILTER_NEXT;
+    }
     if (o && !pending) {
         int64_t age = fy__cache_obj_age(o, ex->ctx->loop->now_sec);
         int use = fy_cache_use(&o->fresh, age, &ce->qi, c->ignore_request_no_cache);
@@ -393,7 +408,6 @@ static fy_filter_verdict_t cacheable_request(cache_ex_t *ce, bool get, bool head
     strip_unkeyed(ce); /* the origin (or a fetch we may follow) answers this one */
     ce->mode = M_MISS;
     ce->fwd = "fwd=uri-miss";
-    fy_cache_disk_t *disk = fy_cache_zone_disk(cf->zone);
     if (disk && !fat && !pending) {
         /* not in memory: on disk? Then the disk's reader loads it into a new object that this
            request follows like a collapsed fetch (and so do others meanwhile); ranges, HEAD
@@ -678,7 +692,9 @@ static void on_head(cache_ex_t *ce)
         bool ok = ex->req.method_id == FY_M_GET && fill_head(ce, ce->fill, &ri);
         if (ok) {
             size_t vnl = 0, vkl = 0;
-            char *vn = fy_cache_vary_names(ex->arena, &ex->res.headers, &vnl), *vk = NULL;
+            /* the scan saw every field: without a Vary line there are no names to collect */
+            char *vn = ri.has_vary ? fy_cache_vary_names(ex->arena, &ex->res.headers, &vnl) : NULL;
+            char *vk = NULL;
             if (vn) vk = fy_cache_vary_key(ex->arena, &ex->req.headers, vn, vnl, &vkl);
             ok = fy_cache_set_head(cf->zone, ce->fill, status, &ex->res.headers, vn, vnl, vk, vkl,
                                    c->max_object_size) == 0;

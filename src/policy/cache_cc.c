@@ -70,45 +70,85 @@ static const struct dir dirs[] = {
     {"stale-if-error", FY_CC_SIE, offsetof(fy_cache_cc_t, sie), 14},
 };
 
+/* p[0..n) is a token (tchar only): `| 0x20` folds exactly the uppercase letters onto the
+   lowercase ones and maps no other tchar onto a letter or '-' (only CR, not a tchar, would). A
+   targeted field's names are compared exactly (fold false). */
 static bool name_is(const char *p, size_t n, const char *lower, size_t l, bool fold)
 {
     if (l != n) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = fold && p[i] >= 'A' && p[i] <= 'Z' ? (char)(p[i] + 32) : p[i];
-        if (c != lower[i]) return false;
-    }
+    unsigned char m = fold ? 0x20 : 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)(p[i] | m) != (unsigned char)lower[i]) return false;
     return true;
 }
 
+/* The directive named p[0..n) (case-folded unless targeted), or NULL: one switch on the length
+   and a distinguishing letter, then one comparison (not a walk of the table). */
+static const struct dir *find_dir(const char *p, size_t n, bool fold)
+{
+    int k = -1;
+    char c0 = (char)(p[0] | (fold ? 0x20 : 0)); /* letters only matter: others fail the compare */
+    switch (n) {
+    case 6:
+        k = 3;
+        break;
+    case 7:
+        k = c0 == 'p' ? 2 : 10;
+        break;
+    case 8:
+        k = c0 == 's' ? 11 : (p[3] | 0x20) == 's' ? 0 : 1;
+        break;
+    case 9:
+        k = c0 == 'i' ? 9 : (p[1] | 0x20) == 'a' ? 12 : 13;
+        break;
+    case 12:
+        k = 7;
+        break;
+    case 14:
+        k = c0 == 'o' ? 8 : 15;
+        break;
+    case 15:
+        k = (p[5] | 0x20) == 'r' ? 4 : 6;
+        break;
+    case 16:
+        k = 5;
+        break;
+    case 22:
+        k = 14;
+        break;
+    default:
+        return NULL;
+    }
+    const struct dir *d = &dirs[k];
+    return name_is(p, n, d->name, d->len, fold) ? d : NULL;
+}
+
 /* One member: name, and its value (unquoted content; has_v says "=" was there; quoted says
-   it was a quoted-string). Returns false on a bad value. */
+   it was a quoted-string). Unknown names are ignored. */
 static void apply(fy_cache_cc_t *cc, const char *np, size_t nn, const char *vp, size_t vn,
                   bool has_v, bool quoted, bool targeted)
 {
-    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
-        const struct dir *d = &dirs[k];
-        if (d->len != nn || !name_is(np, nn, d->name, d->len, !targeted)) continue;
-        bool seen = (cc->flags & d->bit) != 0;
-        cc->flags |= d->bit;
-        if (!d->off)
-            return; /* flags: a value (no-cache="f", private="f") qualifies them;
-                       a shared cache may treat them as unqualified (§5.2.2) */
-        int64_t v;
-        if (!has_v)
-            v = d->bit == FY_CC_MAX_STALE ? FY_CC_DELTA_MAX : -1;
-        else if (quoted && targeted)
-            v = -1; /* sf-integer only */
-        else
-            v = delta(vp, vn);
-        int64_t *slot = (int64_t *)((char *)cc + d->off);
-        if (v < 0)
-            cc->bad |= d->bit;
-        else if (seen && *slot != v)
-            cc->bad |= d->bit; /* duplicates that disagree: stale (§4.2.1) */
-        else
-            *slot = v;
-        return;
-    }
+    const struct dir *d = find_dir(np, nn, !targeted);
+    if (!d) return;
+    bool seen = (cc->flags & d->bit) != 0;
+    cc->flags |= d->bit;
+    if (!d->off)
+        return; /* flags: a value (no-cache="f", private="f") qualifies them;
+                   a shared cache may treat them as unqualified (§5.2.2) */
+    int64_t v;
+    if (!has_v)
+        v = d->bit == FY_CC_MAX_STALE ? FY_CC_DELTA_MAX : -1;
+    else if (quoted && targeted)
+        v = -1; /* sf-integer only */
+    else
+        v = delta(vp, vn);
+    int64_t *slot = (int64_t *)((char *)cc + d->off);
+    if (v < 0)
+        cc->bad |= d->bit;
+    else if (seen && *slot != v)
+        cc->bad |= d->bit; /* duplicates that disagree: stale (§4.2.1) */
+    else
+        *slot = v;
 }
 
 static int parse(fy_cache_cc_t *cc, const char *p, size_t n, bool targeted)

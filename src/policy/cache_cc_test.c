@@ -80,6 +80,95 @@ static void test_odd_values(void)
     CHECK_EQ_INT(c.max_age, 3);
 }
 
+/* The name lookup (one switch on length and a letter, then a compare): every directive in
+   upper, lower and mixed case; names one letter off at any position, and names that share
+   a length and the letter the switch looks at, are unknown (ignored, no flag). */
+static void test_directive_names(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t bit;
+    } all[] = {
+        {"no-store", FY_CC_NO_STORE},
+        {"no-cache", FY_CC_NO_CACHE},
+        {"private", FY_CC_PRIVATE},
+        {"public", FY_CC_PUBLIC},
+        {"must-revalidate", FY_CC_MUST_REVALIDATE},
+        {"proxy-revalidate", FY_CC_PROXY_REVALIDATE},
+        {"must-understand", FY_CC_MUST_UNDERSTAND},
+        {"no-transform", FY_CC_NO_TRANSFORM},
+        {"only-if-cached", FY_CC_ONLY_IF_CACHED},
+        {"immutable", FY_CC_IMMUTABLE},
+        {"max-age", FY_CC_MAX_AGE},
+        {"s-maxage", FY_CC_S_MAXAGE},
+        {"max-stale", FY_CC_MAX_STALE},
+        {"min-fresh", FY_CC_MIN_FRESH},
+        {"stale-while-revalidate", FY_CC_SWR},
+        {"stale-if-error", FY_CC_SIE},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        size_t n = strlen(all[i].name);
+        for (int form = 0; form < 3; form++) {
+            for (size_t k = 0; k < n; k++) {
+                char c = all[i].name[k];
+                bool up = form == 1 || (form == 2 && k % 2);
+                buf[k] = up && c >= 'a' && c <= 'z' ? (char)(c - 32) : c;
+            }
+            memcpy(buf + n, "=7", 3);
+            fy_cache_cc_t c = P(buf);
+            CHECK_EQ_INT(c.flags, all[i].bit);
+            CHECK(!c.syntax_error);
+        }
+        for (size_t k = 0; k < n; k++) { /* one letter off: unknown */
+            memcpy(buf, all[i].name, n + 1);
+            buf[k] = buf[k] == 'x' ? 'y' : 'x';
+            fy_cache_cc_t c = P(buf);
+            CHECK_EQ_INT(c.flags, 0);
+            CHECK(!c.syntax_error);
+        }
+    }
+    const char *unknown[] = {"publix",
+                             "privatx",
+                             "mix-age",
+                             "s-maxagx",
+                             "no-stork",
+                             "no-cachy",
+                             "imm-table",
+                             "max-stalx",
+                             "min-frest",
+                             "only-if-cachet",
+                             "stale-if-errar",
+                             "must-revalidatx",
+                             "must-understanx",
+                             "xxxxxx",
+                             "-------",
+                             "12345678",
+                             "x",
+                             "no-transforms"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        fy_cache_cc_t c = P(unknown[i]);
+        CHECK_EQ_INT(c.flags, 0);
+    }
+    /* whitespace (spaces and tabs) around members and commas; quoted commas; duplicates */
+    fy_cache_cc_t c = P(" \tmax-age=5 ,\t no-cache=\"a, b\" ,private , max-age=5,, public\t");
+    CHECK_EQ_INT(c.max_age, 5);
+    CHECK_EQ_INT(c.flags, FY_CC_MAX_AGE | FY_CC_NO_CACHE | FY_CC_PRIVATE | FY_CC_PUBLIC);
+    CHECK(!c.bad && !c.syntax_error);
+    c = P("no-cache=\"a, max-age=1, b\", no-store, no-store");
+    CHECK_EQ_INT(c.flags, FY_CC_NO_CACHE | FY_CC_NO_STORE);
+    c = P("s-maxage=4294967296, max-age=\"99999999999999999999\"");
+    CHECK_EQ_INT(c.s_maxage, FY_CC_DELTA_MAX);
+    CHECK_EQ_INT(c.max_age, FY_CC_DELTA_MAX);
+    CHECK(!c.bad);
+    c = P("max-age=9, max-age=\"9\"");
+    CHECK(!c.bad && c.max_age == 9);
+    /* targeted fields compare exactly (sf-keys are lowercase) */
+    fy_cache_cc_init(&c);
+    CHECK_EQ_INT(fy_cache_cc_parse_targeted(&c, "s-maxage=3, no-cache", 20), 0);
+    CHECK_EQ_INT(c.flags, FY_CC_S_MAXAGE | FY_CC_NO_CACHE);
+}
+
 static void test_syntax_errors(void)
 {
     fy_cache_cc_t c = P("max-age=5 junk, no-store");
@@ -155,4 +244,4 @@ static void test_age(void)
 }
 
 FY_TEST_MAIN(guard_init(); test_basic(); test_odd_values(); test_syntax_errors();
-             test_split_lines(); test_targeted(); test_age())
+             test_split_lines(); test_targeted(); test_age(); test_directive_names())

@@ -13,7 +13,6 @@ static fy_str_t trim(fy_str_t s)
 void fy_cache_resp_scan(const fy_headers_t *hs, const char *target, fy_cache_resp_info_t *ri)
 {
     memset(ri, 0, sizeof *ri);
-    fy_cache_cc_init(&ri->cc);
     ri->date = ri->expires = ri->last_modified = -1;
     ri->age = -1;
     size_t tl = target ? strlen(target) : 0;
@@ -27,17 +26,23 @@ void fy_cache_resp_scan(const fy_headers_t *hs, const char *target, fy_cache_res
             if (fy_cache_cc_parse_targeted(&tcc, v.p, v.len) < 0) tbad = true;
             continue;
         }
+        /* by length, then the first letter (| 0x20: only a filter, ieq decides), so a field
+           costs one comparison at most */
+        char c0 = n.len ? (char)(n.p[0] | 0x20) : 0;
         switch (n.len) {
         case 3:
-            if (fy_str_ieq(n, "age", 3) && !age_seen) {
+            if (c0 == 'a' && fy_str_ieq(n, "age", 3) && !age_seen) {
                 age_seen = true; /* later lines are further members: the first one counts */
                 ri->age = fy_cache_parse_age(v.p, v.len);
             }
             break;
         case 4:
-            if (fy_str_ieq(n, "date", 4) && ri->date < 0) ri->date = fy_http_date_parse(trim(v));
-            if (fy_str_ieq(n, "etag", 4) && !ri->etag.len) ri->etag = trim(v);
-            if (fy_str_ieq(n, "vary", 4)) {
+            if (c0 == 'd') {
+                if (fy_str_ieq(n, "date", 4) && ri->date < 0)
+                    ri->date = fy_http_date_parse(trim(v));
+            } else if (c0 == 'e') {
+                if (fy_str_ieq(n, "etag", 4) && !ri->etag.len) ri->etag = trim(v);
+            } else if (c0 == 'v' && fy_str_ieq(n, "vary", 4)) {
                 fy_str_t t = trim(v);
                 if (t.len) ri->has_vary = true;
                 /* "*" as a member anywhere in the list */
@@ -46,7 +51,7 @@ void fy_cache_resp_scan(const fy_headers_t *hs, const char *target, fy_cache_res
             }
             break;
         case 7:
-            if (fy_str_ieq(n, "expires", 7)) {
+            if (c0 == 'e' && fy_str_ieq(n, "expires", 7)) {
                 time_t e = fy_http_date_parse(trim(v));
                 if (e < 0) e = 0; /* invalid, e.g. "0": already expired (§5.3) */
                 if (ri->expires >= 0 && ri->expires != e) ri->expires_conflict = true;
@@ -54,11 +59,13 @@ void fy_cache_resp_scan(const fy_headers_t *hs, const char *target, fy_cache_res
             }
             break;
         case 10:
-            if (fy_str_ieq(n, "set-cookie", 10)) ri->set_cookie = true;
+            if (c0 == 's' && fy_str_ieq(n, "set-cookie", 10)) ri->set_cookie = true;
             break;
         case 13:
-            if (fy_str_ieq(n, "cache-control", 13)) fy_cache_cc_parse(&ri->cc, v.p, v.len);
-            if (fy_str_ieq(n, "last-modified", 13)) ri->last_modified = fy_http_date_parse(trim(v));
+            if (c0 == 'c') {
+                if (fy_str_ieq(n, "cache-control", 13)) fy_cache_cc_parse(&ri->cc, v.p, v.len);
+            } else if (c0 == 'l' && fy_str_ieq(n, "last-modified", 13))
+                ri->last_modified = fy_http_date_parse(trim(v));
             break;
         }
     }

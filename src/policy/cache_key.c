@@ -30,6 +30,16 @@ char *fy_cache_key(fy_arena_t *a, const fy_request_t *req, char *const *extra, s
     return fy_cache_key_into(NULL, 0, a, req, extra, nextra, len);
 }
 
+/* s[0..n) lowercased at p (branch-free: the compiler can do it a vector at a time). */
+static char *lower_into(char *p, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        p[i] = (char)(c | (unsigned char)(((unsigned char)(c - 'A') < 26u) << 5));
+    }
+    return p + n;
+}
+
 char *fy_cache_key_into(char *buf, size_t cap, fy_arena_t *a, const fy_request_t *req,
                         char *const *extra, size_t nextra, size_t *len)
 {
@@ -45,10 +55,10 @@ char *fy_cache_key_into(char *buf, size_t cap, fy_arena_t *a, const fy_request_t
         need += strlen(extra[i]) + 2 + (h ? h->value.len : 0);
     }
     char *k = buf && need <= cap ? buf : fy_arena_alloc(a, need), *p = k;
-    for (size_t i = 0; i < req->scheme.len; i++) *p++ = fy_lower(req->scheme.p[i]);
+    p = lower_into(p, req->scheme.p, req->scheme.len);
     memcpy(p, "://", 3);
     p += 3;
-    for (size_t i = 0; i < au.len; i++) *p++ = fy_lower(au.p[i]);
+    p = lower_into(p, au.p, au.len);
     memcpy(p, req->path.p, req->path.len);
     p += req->path.len;
     if (req->query.len) {

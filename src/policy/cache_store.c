@@ -15,6 +15,7 @@
 #define NBUCKETS 4096 /* per shard; chains are short well past a million objects */
 #define CHUNK_MIN 16384
 #define CHUNK_MAX 262144
+#define RESERVE_MAX 4096 /* at most this much room for a head block inside the object */
 
 typedef struct shard {
     pthread_mutex_t mu;
@@ -28,7 +29,8 @@ struct fy_cache_zone {
     unsigned refs; /* main thread */
     size_t nshards;
     shard_t *shards;
-    fy_cache_disk_t *disk; /* owned; NULL: memory only */
+    fy_cache_disk_t *disk;   /* owned; NULL: memory only */
+    atomic_size_t head_hint; /* the last stored head block's size (relaxed: only a hint) */
     struct fy_cache_zone *next;
 };
 
@@ -74,8 +76,6 @@ fy_cache_zone_t *fy_cache_zone_get(const char *name, size_t size)
     return z;
 }
 
-static void unlink_locked(shard_t *s, fy_cache_obj_t *o);
-
 void fy_cache_zone_put(fy_cache_zone_t *z)
 {
     if (!z) return;
@@ -93,7 +93,14 @@ void fy_cache_zone_put(fy_cache_zone_t *z)
     fy_cache_disk_close(z->disk); /* its reader fills objects of this zone: first */
     for (size_t i = 0; i < z->nshards; i++) {
         shard_t *s = &z->shards[i];
-        while (s->lru.lru_next != &s->lru) unlink_locked(s, s->lru.lru_next);
+        /* the zone goes: drop the index's references bucket by bucket (no chain searches,
+           no LRU unlinks); readers still holding objects keep them */
+        for (size_t b = 0; b < NBUCKETS; b++)
+            for (fy_cache_obj_t *o = s->buckets[b], *n; o; o = n) {
+                n = o->hnext;
+                o->indexed = false;
+                fy_cache_obj_release(o);
+            }
         pthread_mutex_destroy(&s->mu);
     }
     free(z->shards);
@@ -248,13 +255,11 @@ static bool vary_matches(const fy_cache_obj_t *o, const fy_headers_t *req_header
     return l == o->vklen && memcmp(k, o->vary_key, l) == 0;
 }
 
-fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
-                                const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
+static fy_cache_obj_t *lookup_locked(shard_t *s, uint64_t hash, const char *key, size_t keylen,
+                                     const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
 {
-    shard_t *s = shard_of(z, hash);
     fy_cache_obj_t *found = NULL, *pend = NULL;
     *pending = false;
-    pthread_mutex_lock(&s->mu);
     for (fy_cache_obj_t *o = s->buckets[hash % NBUCKETS]; o; o = o->hnext) {
         if (!same_key(o, hash, key, keylen)) continue;
         int st = atomic_load_explicit(&o->state, memory_order_acquire);
@@ -282,8 +287,36 @@ fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *k
             lru_front(s, found);
         }
     }
+    return found;
+}
+
+fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
+                                const fy_headers_t *req_headers, fy_arena_t *a, bool *pending)
+{
+    shard_t *s = shard_of(z, hash);
+    pthread_mutex_lock(&s->mu);
+    fy_cache_obj_t *found = lookup_locked(s, hash, key, keylen, req_headers, a, pending);
     pthread_mutex_unlock(&s->mu);
     return found;
+}
+
+static void index_locked(shard_t *s, fy_cache_obj_t *o);
+static fy_cache_obj_t *obj_new(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen);
+
+fy_cache_obj_t *fy_cache_lookup_begin(fy_cache_zone_t *z, uint64_t hash, const char *key,
+                                      size_t keylen, const fy_headers_t *req_headers, fy_arena_t *a,
+                                      bool *pending, bool *created)
+{
+    shard_t *s = shard_of(z, hash);
+    *created = false;
+    pthread_mutex_lock(&s->mu);
+    fy_cache_obj_t *o = lookup_locked(s, hash, key, keylen, req_headers, a, pending);
+    if (!o && (o = obj_new(z, hash, key, keylen)) != NULL) {
+        index_locked(s, o); /* no other PENDING one: lookup_locked would have found it */
+        *created = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return o;
 }
 
 static void index_locked(shard_t *s, fy_cache_obj_t *o)
@@ -298,21 +331,37 @@ static void index_locked(shard_t *s, fy_cache_obj_t *o)
     evict_locked(s, o);
 }
 
-fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
-                               bool *follow)
+/* A new PENDING object for key, with the caller's reference (not indexed yet). */
+static fy_cache_obj_t *obj_new(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen)
 {
-    shard_t *s = shard_of(z, hash);
-    *follow = false;
-    fy_cache_obj_t *o = calloc(1, sizeof *o + keylen + 1); /* the key lives behind it */
+    /* one allocation: the object, its key, and room for a head block (and a small body) the
+       size of the zone's last one, so a stored response costs no second malloc */
+    size_t koff = (keylen + 1 + 15) & ~(size_t)15;
+    size_t hint = atomic_load_explicit(&z->head_hint, memory_order_relaxed);
+    fy_cache_obj_t *o = malloc(sizeof *o + koff + hint);
     if (!o) return NULL;
+    memset(o, 0, sizeof *o);
     o->key = (char *)(o + 1);
     memcpy(o->key, key, keylen);
+    o->key[keylen] = '\0';
+    o->reserve = hint ? o->key + koff : NULL;
+    o->reserve_cap = hint;
     o->keylen = keylen;
     o->hash = hash;
     o->content_length = -1;
     atomic_init(&o->refs, 1);
     atomic_init(&o->state, FY_CACHE_PENDING);
-    o->charge = sizeof *o + keylen;
+    o->charge = sizeof *o + koff + hint;
+    return o;
+}
+
+fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
+                               bool *follow)
+{
+    shard_t *s = shard_of(z, hash);
+    *follow = false;
+    fy_cache_obj_t *o = obj_new(z, hash, key, keylen);
+    if (!o) return NULL;
     pthread_mutex_lock(&s->mu);
     for (fy_cache_obj_t *p = s->buckets[hash % NBUCKETS]; p; p = p->hnext)
         if (same_key(p, hash, key, keylen) && atomic_load(&p->state) == FY_CACHE_PENDING) {
@@ -335,17 +384,18 @@ static fy_str_t dup_into(char **w, fy_str_t s)
     return r;
 }
 
-/* A header block (array + bytes) for hs in one allocation; *mem owns it. */
+/* A header block (array + bytes) for hs: in `room` when it fits (then *mem is NULL), else in
+   one allocation that *mem owns. */
 /* (Age is not kept: it is computed for each response, §4.2.3.) */
 static fy_header_t *copy_headers(const fy_headers_t *hs, const char *k2, size_t l2, const char *k3,
-                                 size_t l3, size_t extra, char **mem, char **vn, char **vk,
-                                 size_t *total, size_t *count)
+                                 size_t l3, size_t extra, char *room, size_t room_cap, char **mem,
+                                 char **vn, char **vk, size_t *total, size_t *count)
 {
     size_t bytes = l2 + l3 + 2;
     for (size_t i = 0; i < hs->n; i++) bytes += hs->v[i].name.len + hs->v[i].value.len;
     bytes = (bytes + 15) & ~(size_t)15;
     size_t arr = (hs->n ? hs->n : 1) * sizeof(fy_header_t);
-    char *m = malloc(arr + bytes + extra);
+    char *m = arr + bytes + extra <= room_cap ? room : malloc(arr + bytes + extra);
     if (!m) return NULL;
     fy_header_t *v = (fy_header_t *)m;
     char *w = m + arr;
@@ -369,7 +419,7 @@ static fy_header_t *copy_headers(const fy_headers_t *hs, const char *k2, size_t 
         k++;
     }
     *count = k;
-    *mem = m;
+    *mem = m == room ? NULL : m;
     *total = arr + bytes + extra;
     return v;
 }
@@ -414,17 +464,24 @@ int fy_cache_set_head(fy_cache_zone_t *z, fy_cache_obj_t *o, int status, const f
                     ? (size_t)o->content_length
                     : 0;
     size_t extra = cl ? sizeof(fy_cache_chunk_t) + cl : 0;
-    fy_header_t *v =
-        copy_headers(hs, vary_names, vnlen, vary_key, vklen, extra, &mem, &vn, &vk, &total, &count);
+    fy_header_t *v = copy_headers(hs, vary_names, vnlen, vary_key, vklen, extra, o->reserve,
+                                  o->reserve_cap, &mem, &vn, &vk, &total, &count);
     if (!v || total - extra > max_object) {
         free(v ? mem : NULL);
         fy_cache_abort(z, o, FY_CACHE_PASS);
         return -1;
     }
+    /* the next object of this zone gets room for a head like this one */
+    size_t hint = total <= RESERVE_MAX ? (total + 63) & ~(size_t)63 : 0;
+    if (atomic_load_explicit(&z->head_hint, memory_order_relaxed) != hint)
+        atomic_store_explicit(&z->head_hint, hint, memory_order_relaxed);
+    bool in_reserve = !mem;
+    o->reserve = NULL; /* used (or not needed): a second head gets its own block */
+    o->reserve_cap = 0;
     free(o->mem);
     o->mem = mem;
     if (cl) {
-        fy_cache_chunk_t *c = (fy_cache_chunk_t *)(mem + total - extra);
+        fy_cache_chunk_t *c = (fy_cache_chunk_t *)((char *)v + total - extra); /* v: the block */
         c->next = NULL;
         c->cap = cl;
         o->first = o->tail = o->inline_chunk = c;
@@ -441,7 +498,7 @@ int fy_cache_set_head(fy_cache_zone_t *z, fy_cache_obj_t *o, int status, const f
     shard_t *s = shard_of(z, o->hash);
     pthread_mutex_lock(&s->mu);
     if (o->indexed) replace_locked(s, o);
-    charge(s, o, total);
+    if (!in_reserve) charge(s, o, total); /* the reserve was charged with the object */
     pthread_mutex_unlock(&s->mu);
     atomic_store_explicit(&o->state, FY_CACHE_STREAMING, memory_order_release);
     wake(o);
@@ -517,8 +574,8 @@ fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *h
     if (!c) return NULL;
     char *mem, *vn, *vk;
     size_t total, count = 0;
-    fy_header_t *v = copy_headers(hs, o->vary_names, o->vnlen, o->vary_key, o->vklen, 0, &mem, &vn,
-                                  &vk, &total, &count);
+    fy_header_t *v = copy_headers(hs, o->vary_names, o->vnlen, o->vary_key, o->vklen, 0, NULL, 0,
+                                  &mem, &vn, &vk, &total, &count);
     if (!v) {
         free(c);
         return NULL;
@@ -546,6 +603,8 @@ fy_cache_obj_t *fy_cache_obj_copy(const fy_cache_obj_t *o, const fy_headers_t *h
     *c = *o;
     atomic_init(&c->refs, 1);
     c->mem = mem;
+    c->reserve = NULL;
+    c->reserve_cap = 0;
     c->key = (char *)(c + 1);
     memcpy(c->key, o->key, o->keylen);
     c->key[o->keylen] = '\0';

@@ -57,7 +57,11 @@ typedef struct fy_cache_obj {
     time_t date, request_time, response_time;
     fy_str_t etag, last_modified; /* into hdrs; empty when none */
     int64_t content_length;       /* declared by the origin; -1 unknown */
-    char *mem;                    /* owned: vary, header block (and maybe the first chunk) */
+    char *mem;     /* owned: vary, header block (and maybe the first chunk); NULL when they live
+                      in `reserve` */
+    char *reserve; /* room behind the key in the object's own allocation (fy_cache_begin sizes
+                      it by the zone's last head), used once by fy_cache_set_head */
+    size_t reserve_cap;
     /* body */
     atomic_int state;
     atomic_bool revalidating; /* a request is revalidating it (stale-while-revalidate) */
@@ -104,6 +108,11 @@ size_t fy_cache_zone_count(fy_cache_zone_t *z);
 fy_cache_obj_t *fy_cache_lookup(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,
                                 const fy_headers_t *req_headers, fy_arena_t *a, bool *pending);
 
+/* fy_cache_lookup, and when it finds nothing, fy_cache_begin's new PENDING object (*created
+ * true), under one lock: a miss that will be stored takes the shard's lock once. */
+fy_cache_obj_t *fy_cache_lookup_begin(fy_cache_zone_t *z, uint64_t hash, const char *key,
+                                      size_t keylen, const fy_headers_t *req_headers, fy_arena_t *a,
+                                      bool *pending, bool *created);
 /* Start fetching key: a new PENDING object in the index, with one reference for the caller.
  * When another request started one meanwhile, that one is returned instead (*follow true). */
 fy_cache_obj_t *fy_cache_begin(fy_cache_zone_t *z, uint64_t hash, const char *key, size_t keylen,

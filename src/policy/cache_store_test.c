@@ -247,5 +247,72 @@ static void test_waiter(void)
     fy_cache_zone_put(tz);
 }
 
+/* One allocation per object: after a first head, the next object of the zone has room for a
+   head block (and a small body of known length) like it inside itself. A head that fits is
+   stored there (the body right behind it), a larger one gets its own block, and both read
+   back whole; a head past the reserve's bound leaves the next object without one. */
+static void test_reserve(void)
+{
+    fy_cache_zone_t *z = fy_cache_zone_get("t-reserve", 1 << 20);
+    char out[64];
+    for (int i = 0; i < 4; i++) {
+        char key[8] = {'r', (char)('0' + i), 0};
+        bool f;
+        fy_cache_obj_t *o = begin(z, key, &f);
+        CHECK(!f);
+        CHECK(i == 0 ? o->reserve_cap == 0 : o->reserve_cap > 0);
+        o->content_length = 5;
+        fy_header_t big[] = {{FY_STR_LIT("etag"), FY_STR_LIT("\"x\"")},
+                             {FY_STR_LIT("x-long"), {NULL, 0}}};
+        static char filler[300];
+        memset(filler, 'f', sizeof filler);
+        big[1].value = fy_str(filler, i == 2 ? sizeof filler : 10);
+        fy_headers_t hs = {big, 2, 2};
+        CHECK_EQ_INT(fy_cache_set_head(z, o, 200, &hs, NULL, 0, NULL, 0, 1 << 20), 0);
+        CHECK(i == 0 || i == 2 ? o->mem != NULL : o->mem == NULL); /* 2: larger than room */
+        CHECK(o->reserve == NULL);
+        CHECK_EQ_INT(fy_cache_append(z, o, "hello", 5, 1 << 20), 0);
+        fy_cache_finish(z, o);
+        CHECK_EQ_INT(read_all(o, out, sizeof out), 5);
+        CHECK(memcmp(out, "hello", 5) == 0);
+        CHECK(fy_str_eq(o->etag, "\"x\"", 3));
+        CHECK_EQ_INT(o->hdrs[1].value.len, i == 2 ? sizeof filler : 10);
+        fy_cache_obj_release(o);
+    }
+    fy_cache_zone_put(z);
+}
+
+/* Lookup and begin under one lock: nothing there makes a PENDING object (created); a second
+   call finds it pending (follow it); once it has a head, a third is a hit of it. */
+static void test_lookup_begin(void)
+{
+    fy_cache_zone_t *z = fy_cache_zone_get("t-lookup-begin", 1 << 20);
+    static fy_headers_t none;
+    const char *key = "lb";
+    uint64_t h = fy_cache_hash(key, 2);
+    bool pend, created;
+    fy_cache_obj_t *o = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(o && created && !pend);
+    CHECK_EQ_INT(atomic_load(&o->state), FY_CACHE_PENDING);
+    CHECK_EQ_INT(fy_cache_zone_count(z), 1);
+    fy_cache_obj_t *f = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(f == o && pend && !created);
+    fy_cache_obj_release(f);
+    bool follow;
+    f = begin(z, key, &follow); /* begin sees the same pending object */
+    CHECK(f == o && follow);
+    fy_cache_obj_release(f);
+    CHECK_EQ_INT(fy_cache_set_head(z, o, 200, &HS, NULL, 0, NULL, 0, 1 << 20), 0);
+    CHECK_EQ_INT(fy_cache_append(z, o, "abc", 3, 1 << 20), 0);
+    fy_cache_finish(z, o);
+    f = fy_cache_lookup_begin(z, h, key, 2, &none, &A, &pend, &created);
+    CHECK(f == o && !pend && !created);
+    CHECK_EQ_INT(fy_cache_zone_count(z), 1);
+    fy_cache_obj_release(f);
+    fy_cache_obj_release(o);
+    fy_cache_zone_put(z);
+}
+
 FY_TEST_MAIN(fy_arena_init(&A, NULL, 0, 0); test_index(); test_variants(); test_bounds();
-             test_concurrent_read(); test_waiter(); fy_arena_free(&A))
+             test_concurrent_read(); test_waiter(); test_reserve(); test_lookup_begin();
+             fy_arena_free(&A))
