@@ -210,3 +210,44 @@ def test_h3_connection_and_stream_memory_counted(server, tmp_path):
     s = samples(f.ports[1])
     assert s[("ferry_stream_memory_bytes", lab)] == 0
     assert s[("ferry_connection_memory_bytes", lab)] == 0
+
+
+def test_websocket_relay_memory_does_not_grow_per_message(server):
+    """A WebSocket proxied for many messages holds the same bytes after 4,000 messages as
+    after 400: the relay allocates nothing per message from the exchange (the h1 codec took 32
+    bytes of its arena for every send, so a long-lived WebSocket or tunnel grew without bound)."""
+    from proxy_kit import WsEchoOrigin, _ws_frame, _ws_parse
+    o = WsEchoOrigin()
+    try:
+        f = server(CONF.replace("{tls}", "").replace(
+            "routes:", f"upstreams:\n  - name: ws\n    servers: [{o.url}]\nroutes:\n"
+            "  - match: {{path: /ws}}\n    proxy: ws"))
+        s = socket.create_connection(("127.0.0.1", f.port), timeout=10)
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(4096)
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+        def echo(n):
+            nonlocal buf
+            for i in range(n):
+                msg = b"m%06d" % i
+                s.sendall(_ws_frame(msg))
+                got = []
+                while not got:
+                    got, buf = _ws_parse(buf + s.recv(4096))
+                assert got[0] == (1, msg)
+
+        lab = '{proto="h1"}'
+        echo(400)
+        before = samples(f.ports[1])[("ferry_connection_memory_bytes", lab)]
+        echo(3600)
+        after = samples(f.ports[1])[("ferry_connection_memory_bytes", lab)]
+        # 3,600 messages at 32 bytes each would be 115,200 bytes more
+        assert after - before < 8192, (before, after)
+        s.close()
+    finally:
+        o.stop()

@@ -171,6 +171,31 @@ static bool queue_bytes(h1_conn_t *c, const char *s, size_t len, char *scratch)
     return queue_data(c, &iov, 1);
 }
 
+/* Constant framing ("\r\n", the last chunk): copied into wbuf, or referenced where it is. */
+static bool queue_const(h1_conn_t *c, const char *s, size_t len)
+{
+    struct iovec iov = {(void *)s, len};
+    return queue_data(c, &iov, 1);
+}
+
+/* A chunk's size line: copied into wbuf when it can be; only a line that must wait behind a
+ * reference takes arena memory (a long-lived chunked stream allocates nothing per chunk). */
+static bool queue_chunk_size(h1_conn_t *c, fy_exchange_t *ex, size_t total)
+{
+    char line[24];
+    char *p = put_hex(line, total);
+    p = PUT_LIT(p, "\r\n");
+    size_t l = (size_t)(p - line);
+    if (c->nrefs == 0 && l <= fy__h1_wfree(c)) {
+        memcpy(c->wbuf + c->wlen, line, l);
+        c->wlen += l;
+        return true;
+    }
+    char *s = fy_arena_alloc(ex->arena, l);
+    memcpy(s, line, l);
+    return queue_const(c, s, l);
+}
+
 void fy__h1_fail_conn(h1_conn_t *c, const char *why)
 {
     if (c->ex_active) c->b->ex.error = why;
@@ -207,20 +232,14 @@ static void h1_send(fy_exchange_t *ex, const struct iovec *bufs, size_t n, int s
     for (size_t i = 0; i < n; i++) total += bufs[i].iov_len;
     ex->bytes_sent += total;
     if (!c->res_no_body) {
-        char *scratch = fy_arena_alloc(ex->arena, 32);
-        if (c->res_chunked && total) {
-            char *p = scratch;
-            p = put_hex(p, total);
-            p = PUT_LIT(p, "\r\n");
-            if (!queue_bytes(c, scratch, (size_t)(p - scratch), scratch)) goto overflow;
-        }
+        /* nothing from the arena per send: a WebSocket or tunnel relays through here for as
+           long as it lives, and 32 bytes a message grew its exchange's arena without bound */
+        if (c->res_chunked && total && !queue_chunk_size(c, ex, total)) goto overflow;
         if (!queue_data(c, bufs, n)) goto overflow;
-        if (c->res_chunked && total) {
-            if (!queue_bytes(c, "\r\n", 2, fy_arena_alloc(ex->arena, 16))) goto overflow;
-        }
+        if (c->res_chunked && total && !queue_const(c, "\r\n", 2)) goto overflow;
         if (c->res_chunked && state == FY_SEND_FINAL) {
             if (ex->res_trailers.n == 0) {
-                if (!queue_bytes(c, "0\r\n\r\n", 5, fy_arena_alloc(ex->arena, 16))) goto overflow;
+                if (!queue_const(c, "0\r\n\r\n", 5)) goto overflow;
             } else {
                 size_t need = 5;
                 for (size_t i = 0; i < ex->res_trailers.n; i++)
